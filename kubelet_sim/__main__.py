@@ -1,0 +1,3 @@
+from kubelet_sim.cli import main
+
+main()

@@ -1,0 +1,108 @@
+"""Finding and reaching the API server: kubeconfig or in-cluster config, then /version."""
+
+from __future__ import annotations
+
+import os
+import threading
+from dataclasses import dataclass
+from pathlib import Path
+
+from kubernetes import client, config
+
+from kubelet_sim import __version__
+from kubelet_sim.backoff import Backoff
+from kubelet_sim.logs import get_logger
+
+USER_AGENT = f"kubelet-sim/{__version__}"
+
+
+class KubeConfigError(Exception):
+    """No usable client configuration: the agent cannot even try to reach an API server."""
+
+
+@dataclass(frozen=True)
+class KubeConnection:
+    """An API client plus where its configuration came from (for logs and errors)."""
+
+    api: client.ApiClient
+    host: str
+    source: str
+
+
+def connect(kubeconfig: str | None = None, context: str | None = None) -> KubeConnection:
+    """Build a client the way kubectl resolves config: flag, $KUBECONFIG, ~/.kube/config, pod."""
+    path = _kubeconfig_path(kubeconfig)
+    if path is not None:
+        configuration = client.Configuration()
+        try:
+            config.load_kube_config(
+                config_file=path, context=context, client_configuration=configuration
+            )
+        except (config.ConfigException, OSError, ValueError, TypeError) as exc:
+            raise KubeConfigError(f"cannot use kubeconfig {path}: {exc}") from exc
+        source = f"kubeconfig {path}" + (f" (context {context})" if context else "")
+    elif os.environ.get("KUBERNETES_SERVICE_HOST"):
+        if context:
+            raise KubeConfigError("--context needs a kubeconfig; none was found")
+        configuration = client.Configuration()
+        try:
+            config.load_incluster_config(client_configuration=configuration)
+        except config.ConfigException as exc:
+            raise KubeConfigError(f"cannot use in-cluster config: {exc}") from exc
+        source = "in-cluster service account"
+    else:
+        raise KubeConfigError(
+            "no kubeconfig found: pass --kubeconfig, set KUBECONFIG, create ~/.kube/config,"
+            " or run inside a pod"
+        )
+    # Our loops own retries and backoff; urllib3's silent retries would only hide failures.
+    configuration.retries = False
+    api = client.ApiClient(configuration=configuration)
+    api.user_agent = USER_AGENT
+    return KubeConnection(api=api, host=api.configuration.host, source=source)
+
+
+def _kubeconfig_path(explicit: str | None) -> str | None:
+    if explicit:
+        if not Path(explicit).expanduser().is_file():
+            raise KubeConfigError(f"kubeconfig {explicit} does not exist")
+        return str(Path(explicit).expanduser())
+    for candidate in os.environ.get("KUBECONFIG", "").split(os.pathsep):
+        if candidate and Path(candidate).expanduser().is_file():
+            return str(Path(candidate).expanduser())
+    default = Path.home() / ".kube" / "config"
+    return str(default) if default.is_file() else None
+
+
+def wait_for_api_server(conn: KubeConnection, stop: threading.Event) -> str | None:
+    """Block until /version answers (returning the server's gitVersion) or `stop` is set.
+
+    The agent may start before the control plane (a node booting with the cluster), so an
+    unreachable server is a reason to retry and say so, not to exit.
+    """
+    log = get_logger(__name__, server=conn.host)
+    version_api = client.VersionApi(conn.api)
+    backoff = Backoff(initial=0.8, cap=30.0)
+    while not stop.is_set():
+        try:
+            info = version_api.get_code(_request_timeout=(5, 10))
+        except Exception as exc:  # any transport or HTTP failure means: not reachable yet
+            delay = backoff.next_delay()
+            log.warning(
+                "API server unreachable; retrying",
+                error=_one_line(exc),
+                retry_in_seconds=round(delay, 1),
+            )
+            stop.wait(delay)
+            continue
+        version = str(getattr(info, "git_version", "") or "unknown")
+        log.info("API server reachable", server_version=version, config_source=conn.source)
+        return version
+    return None
+
+
+def _one_line(exc: BaseException) -> str:
+    if isinstance(exc, client.ApiException):
+        return f"HTTP {exc.status} {exc.reason}"
+    text = str(exc).strip().splitlines()
+    return f"{type(exc).__name__}: {text[0] if text else ''}"[:300]

@@ -1,0 +1,4 @@
+"""Shared fixtures: the API cluster (fake or real) and the Docker engine with local images."""
+
+from tests.cluster import *  # noqa: F403
+from tests.docker_env import *  # noqa: F403
