@@ -1,0 +1,79 @@
+"""Plain-dict calls through the official client: JSON in, JSON out, one error type.
+
+Our own code works with the JSON the API server speaks; the client's models stop here.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any
+
+from kubernetes.client.exceptions import ApiException
+
+Json = dict[str, Any]
+
+# (connect, read) seconds for ordinary requests; watches set their own read timeout.
+REQUEST_TIMEOUT = (5.0, 30.0)
+
+
+@dataclass
+class ApiError(Exception):
+    """An HTTP error from the API server, with the Status object's reason and message."""
+
+    status: int
+    reason: str = ""
+    message: str = ""
+
+    def __str__(self) -> str:
+        return f"{self.status} {self.reason}: {self.message}".strip()
+
+    @property
+    def not_found(self) -> bool:
+        return self.status == 404
+
+    @property
+    def conflict(self) -> bool:
+        return self.status == 409
+
+    @property
+    def already_exists(self) -> bool:
+        return self.status == 409 and self.reason == "AlreadyExists"
+
+    @property
+    def gone(self) -> bool:
+        return self.status == 410
+
+    @property
+    def retriable(self) -> bool:
+        """Worth retrying unchanged after a backoff: throttling and server-side failures."""
+        return self.status == 429 or self.status >= 500
+
+    @classmethod
+    def from_exception(cls, exc: ApiException) -> ApiError:
+        reason, message = str(exc.reason or ""), ""
+        try:
+            body = json.loads(exc.body or "{}")
+        except (TypeError, ValueError):
+            body = {}
+        if isinstance(body, dict):
+            reason = str(body.get("reason") or reason)
+            message = str(body.get("message") or "")
+        return cls(status=int(exc.status or 0), reason=reason, message=message)
+
+
+def call_json(method: Callable[..., Any], *args: Any, **kwargs: Any) -> Json:
+    """Call a generated client method and return the response body as a dict.
+
+    `_preload_content=False` skips the client's model deserialisation (slow, and lossy for
+    fields its models do not know).
+    """
+    kwargs.setdefault("_request_timeout", REQUEST_TIMEOUT)
+    try:
+        response = method(*args, _preload_content=False, **kwargs)
+    except ApiException as exc:
+        raise ApiError.from_exception(exc) from exc
+    data = response.data
+    body: Json = json.loads(data) if data else {}
+    return body

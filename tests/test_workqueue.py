@@ -1,0 +1,52 @@
+"""The de-duplicating work queue: one worker per key at a time, and no change lost."""
+
+from __future__ import annotations
+
+import threading
+
+import pytest
+
+from kubelet_sim.workqueue import ShutDown, WorkQueue
+
+
+def test_key_added_twice_is_processed_once() -> None:
+    queue: WorkQueue[str] = WorkQueue()
+    queue.add("a")
+    queue.add("b")
+    queue.add("a")
+    assert [queue.get(0), queue.get(0), queue.get(0)] == ["a", "b", None]
+
+
+def test_key_added_while_processing_comes_back_after_done_not_before() -> None:
+    queue: WorkQueue[str] = WorkQueue()
+    queue.add("a")
+    assert queue.get(0) == "a"
+    queue.add("a")
+    assert queue.get(0) is None, "a second worker must not get a key that is being processed"
+    queue.done("a")
+    assert queue.get(0) == "a"
+    queue.done("a")
+    assert queue.get(0) is None
+
+
+def test_add_after_delivers_later() -> None:
+    queue: WorkQueue[str] = WorkQueue()
+    queue.add_after("a", 0.05)
+    assert queue.get(0) is None
+    assert queue.get(2.0) == "a"
+
+
+def test_shut_down_wakes_waiting_workers() -> None:
+    queue: WorkQueue[str] = WorkQueue()
+    raised = threading.Event()
+
+    def worker() -> None:
+        with pytest.raises(ShutDown):
+            queue.get()
+        raised.set()
+
+    thread = threading.Thread(target=worker)
+    thread.start()
+    queue.shut_down()
+    thread.join(2)
+    assert raised.is_set()
