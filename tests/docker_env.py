@@ -10,7 +10,7 @@ import docker
 import pytest
 from docker.errors import DockerException, NotFound
 
-from kubelet_sim.runtime import labels
+from kubelet_sim import cri
 from kubelet_sim.runtime.local_images import BUSYBOX_IMAGE, PAUSE_IMAGE, ensure_local_images
 
 __all__ = ["DockerEnv", "docker_env", "docker_session"]
@@ -26,7 +26,9 @@ class DockerEnv:
 
     def containers_of_node(self, node_name: str) -> list[docker.models.containers.Container]:
         return list(
-            self.client.containers.list(all=True, filters={"label": f"{labels.NODE}={node_name}"})
+            self.client.containers.list(
+                all=True, filters={"label": f"{cri.LABEL_NODE}={node_name}"}
+            )
         )
 
     def remove_labelled(self, label: str) -> None:
@@ -59,4 +61,4 @@ def docker_env(docker_session: DockerEnv, request: pytest.FixtureRequest) -> Ite
     docker_session.remove_labelled(f"{TEST_LABEL}={request.node.nodeid}")
     if "cluster" in request.fixturenames:
         node_name = request.getfixturevalue("cluster").node_name
-        docker_session.remove_labelled(f"{labels.NODE}={node_name}")
+        docker_session.remove_labelled(f"{cri.LABEL_NODE}={node_name}")

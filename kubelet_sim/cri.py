@@ -1,0 +1,177 @@
+"""The contract between pod logic and the container runtime, like the kubelet's CRI.
+
+Pure dataclasses: `pod/` decides what to create from a pod spec, `runtime/` turns it into Docker
+calls and reports what it observes in the same terms. Neither imports the other.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from datetime import datetime
+from enum import StrEnum
+
+# Container labels (kuberuntime/labels.go and dockershim naming); from these alone the agent's
+# state is rebuilt after a restart.
+LABEL_NODE = "io.kubelet-sim.node"
+LABEL_POD_NAME = "io.kubernetes.pod.name"
+LABEL_POD_NAMESPACE = "io.kubernetes.pod.namespace"
+LABEL_POD_UID = "io.kubernetes.pod.uid"
+LABEL_CONTAINER_NAME = "io.kubernetes.container.name"
+LABEL_CONTAINER_TYPE = "io.kubernetes.docker.type"  # "podsandbox" or "container"
+LABEL_CONTAINER_HASH = "io.kubernetes.container.hash"
+LABEL_RESTART_COUNT = "io.kubernetes.container.restartCount"
+LABEL_TERMINATION_MESSAGE_PATH = "io.kubernetes.container.terminationMessagePath"
+LABEL_TERMINATION_MESSAGE_POLICY = "io.kubernetes.container.terminationMessagePolicy"
+LABEL_TERMINATION_GRACE_PERIOD = "io.kubernetes.pod.terminationGracePeriod"
+SANDBOX_CONTAINER_NAME = "POD"
+
+
+class ContainerState(StrEnum):
+    CREATED = "created"
+    RUNNING = "running"
+    EXITED = "exited"
+    UNKNOWN = "unknown"
+
+
+@dataclass(frozen=True)
+class PodRef:
+    """Who a container belongs to; every container of ours carries these as labels."""
+
+    node: str
+    name: str
+    namespace: str
+    uid: str
+
+
+@dataclass(frozen=True)
+class PortMapping:
+    container_port: int
+    host_port: int
+    protocol: str = "TCP"
+    host_ip: str = ""
+
+
+@dataclass(frozen=True)
+class SandboxConfig:
+    """The pod's sandbox: it owns the network and IPC namespaces that app containers join."""
+
+    pod: PodRef
+    attempt: int
+    image: str
+    hostname: str
+    port_mappings: tuple[PortMapping, ...] = ()
+    host_network: bool = False
+    host_pid: bool = False
+    host_ipc: bool = False
+    dns_servers: tuple[str, ...] = ()
+    dns_searches: tuple[str, ...] = ()
+    dns_options: tuple[str, ...] = ()
+    extra_labels: dict[str, str] = field(default_factory=dict)
+
+
+@dataclass(frozen=True)
+class Mount:
+    host_path: str
+    container_path: str
+    read_only: bool = False
+    tmpfs: bool = False  # emptyDir with medium Memory
+
+
+@dataclass(frozen=True)
+class Resources:
+    """Docker's knobs for limits and requests (kuberuntime's linux container resources)."""
+
+    cpu_period: int | None = None
+    cpu_quota: int | None = None
+    cpu_shares: int | None = None
+    memory_limit_bytes: int | None = None
+
+
+@dataclass(frozen=True)
+class SecurityConfig:
+    run_as_user: int | None = None
+    run_as_group: int | None = None
+    privileged: bool = False
+    read_only_rootfs: bool = False
+    capabilities_add: tuple[str, ...] = ()
+    capabilities_drop: tuple[str, ...] = ()
+    no_new_privileges: bool = False
+
+
+@dataclass(frozen=True)
+class ContainerConfig:
+    """One app or init container to create inside a sandbox, with Docker entrypoint semantics.
+
+    `entrypoint`/`cmd` None keeps the image's; the pod's `command` maps to entrypoint and
+    `args` to cmd, and an entrypoint override drops the image's cmd (as Kubernetes does).
+    """
+
+    pod: PodRef
+    name: str
+    attempt: int
+    image: str
+    spec_hash: str
+    entrypoint: tuple[str, ...] | None = None
+    cmd: tuple[str, ...] | None = None
+    env: tuple[tuple[str, str], ...] = ()
+    working_dir: str | None = None
+    mounts: tuple[Mount, ...] = ()
+    resources: Resources = field(default_factory=Resources)
+    security: SecurityConfig = field(default_factory=SecurityConfig)
+    tty: bool = False
+    stdin: bool = False
+    stdin_once: bool = False
+    termination_message_path: str = "/dev/termination-log"
+    termination_message_policy: str = "File"
+    termination_grace_period: int = 30
+    extra_labels: dict[str, str] = field(default_factory=dict)
+
+
+@dataclass(frozen=True)
+class ObservedContainer:
+    """A container (app, init or sandbox) as the runtime last saw it."""
+
+    id: str
+    pod: PodRef
+    name: str  # the pod's container name, or SANDBOX_CONTAINER_NAME
+    attempt: int
+    state: ContainerState
+    image: str
+    image_id: str = ""
+    spec_hash: str = ""
+    created_at: datetime | None = None
+    started_at: datetime | None = None
+    finished_at: datetime | None = None
+    exit_code: int | None = None
+    oom_killed: bool = False
+    error: str = ""  # the runtime's own error (e.g. exec format error), if any
+    ip: str = ""  # sandboxes only: the pod IP
+
+    @property
+    def is_sandbox(self) -> bool:
+        return self.name == SANDBOX_CONTAINER_NAME
+
+
+@dataclass(frozen=True)
+class ImageInfo:
+    ref: str
+    id: str  # sha256:...
+    repo_digests: tuple[str, ...] = ()
+
+
+@dataclass(frozen=True)
+class RegistryAuth:
+    """Credentials for one registry from an imagePullSecret; never logged."""
+
+    server: str
+    username: str = ""
+    password: str = field(default="", repr=False)
+    auth: str = field(default="", repr=False)
+
+
+class ImagePullError(Exception):
+    """The pull failed; the message becomes the ErrImagePull status message."""
+
+
+class ContainerStartError(Exception):
+    """Create or start failed in the runtime (RunContainerError / CreateContainerError)."""
