@@ -1,0 +1,110 @@
+"""A typed view of the parts of a pod object that the pod logic decides on.
+
+The API object stays a dict at the edge; this view is what `pod/` reasons about.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+
+Json = dict[str, Any]
+
+
+@dataclass(frozen=True)
+class VolumeMountView:
+    name: str
+    mount_path: str
+    read_only: bool = False
+
+
+@dataclass(frozen=True)
+class ContainerView:
+    name: str
+    image: str
+    image_pull_policy: str
+    raw: Json = field(repr=False, compare=False)
+    volume_mounts: tuple[VolumeMountView, ...] = ()
+    termination_message_policy: str = "File"
+    restart_policy: str | None = None  # "Always" marks a sidecar (restartable init container)
+
+    @property
+    def has_readiness_probe(self) -> bool:
+        return "readinessProbe" in self.raw
+
+    @property
+    def has_startup_probe(self) -> bool:
+        return "startupProbe" in self.raw
+
+
+@dataclass(frozen=True)
+class PodView:
+    uid: str
+    name: str
+    namespace: str
+    restart_policy: str
+    containers: tuple[ContainerView, ...]
+    init_containers: tuple[ContainerView, ...]
+    termination_grace_period: int
+    active_deadline_seconds: int | None
+    deletion_timestamp: str | None
+    deletion_grace_period: int | None
+    status: Json
+    raw: Json = field(repr=False, compare=False)
+
+    @classmethod
+    def from_api(cls, pod: Json) -> PodView:
+        meta, spec = pod.get("metadata") or {}, pod.get("spec") or {}
+        grace = spec.get("terminationGracePeriodSeconds")
+        return cls(
+            uid=str(meta.get("uid", "")),
+            name=str(meta.get("name", "")),
+            namespace=str(meta.get("namespace", "default")),
+            restart_policy=str(spec.get("restartPolicy") or "Always"),
+            containers=tuple(_container(c) for c in spec.get("containers") or []),
+            init_containers=tuple(_container(c) for c in spec.get("initContainers") or []),
+            termination_grace_period=30 if grace is None else int(grace),
+            active_deadline_seconds=spec.get("activeDeadlineSeconds"),
+            deletion_timestamp=meta.get("deletionTimestamp"),
+            deletion_grace_period=meta.get("deletionGracePeriodSeconds"),
+            status=pod.get("status") or {},
+            raw=pod,
+        )
+
+    @property
+    def full_name(self) -> str:
+        """The kubelet's format.Pod: name_namespace(uid), used in its messages."""
+        return f"{self.name}_{self.namespace}({self.uid})"
+
+    @property
+    def being_deleted(self) -> bool:
+        return self.deletion_timestamp is not None
+
+    @property
+    def api_phase(self) -> str:
+        return str(self.status.get("phase") or "Pending")
+
+
+def _container(raw: Json) -> ContainerView:
+    image = str(raw.get("image") or "")
+    return ContainerView(
+        name=str(raw["name"]),
+        image=image,
+        image_pull_policy=str(raw.get("imagePullPolicy") or default_pull_policy(image)),
+        raw=raw,
+        volume_mounts=tuple(
+            VolumeMountView(str(m["name"]), str(m["mountPath"]), bool(m.get("readOnly")))
+            for m in raw.get("volumeMounts") or []
+        ),
+        termination_message_policy=str(raw.get("terminationMessagePolicy") or "File"),
+        restart_policy=raw.get("restartPolicy"),
+    )
+
+
+def default_pull_policy(image: str) -> str:
+    """The API server's default: Always for :latest or no tag (and no digest)."""
+    if "@" in image:
+        return "IfNotPresent"
+    last = image.rsplit("/", 1)[-1]
+    tag = last.split(":", 1)[1] if ":" in last else ""
+    return "Always" if tag in ("", "latest") else "IfNotPresent"

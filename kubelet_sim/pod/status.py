@@ -1,0 +1,458 @@
+"""Pod status as the kubelet generates it (kubelet_pods.go generateAPIPodStatus, getPhase,
+convertToAPIContainerStatuses; status/generate.go for the conditions).
+
+Pure: the observed containers, the reasons a sync left behind and the previous status go in;
+the status dict that is written to `pods/status` comes out.
+"""
+
+from __future__ import annotations
+
+import copy
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from datetime import UTC, datetime
+from typing import Any
+
+from kubelet_sim.cri import ContainerState, ObservedContainer
+from kubelet_sim.pod.spec import ContainerView, PodView
+
+Json = dict[str, Any]
+
+CONTAINER_CREATING = "ContainerCreating"
+POD_INITIALIZING = "PodInitializing"
+STATUS_UNKNOWN = "ContainerStatusUnknown"
+KUBELET_CONDITIONS = ("PodReadyToStartContainers", "Initialized", "Ready", "ContainersReady")
+# PodScheduled is also written by the kubelet (always True) but first set by the scheduler.
+OWNED_CONDITIONS = (*KUBELET_CONDITIONS, "PodScheduled")
+
+
+@dataclass(frozen=True)
+class WaitingReason:
+    """Why a container is not running after the last sync (the kubelet's reasonCache)."""
+
+    reason: str
+    message: str = ""
+
+
+@dataclass(frozen=True)
+class StatusInput:
+    pod: PodView
+    containers: Sequence[ObservedContainer]
+    host_ip: str
+    now: datetime
+    waiting: Mapping[str, WaitingReason] = field(default_factory=dict)
+    messages: Mapping[str, str] = field(default_factory=dict)  # by container id
+    is_terminal: bool = False
+    previous: Json | None = None  # the status last written; None: the API's
+    evicted: WaitingReason | None = None  # e.g. DeadlineExceeded: phase Failed with this
+
+
+def format_time(ts: datetime | None) -> str | None:
+    if ts is None:
+        return None
+    return ts.astimezone(UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
+
+
+def generate_status(inp: StatusInput) -> Json:
+    pod = inp.pod
+    old: Json = inp.previous if inp.previous is not None else pod.status
+    has_init = bool(pod.init_containers)
+    sandbox = _latest_sandbox(inp.containers)
+    status: Json = {}
+    if sandbox is not None and sandbox.ip:
+        status["podIP"] = sandbox.ip
+        status["podIPs"] = [{"ip": sandbox.ip}]
+    elif old.get("podIP"):
+        status["podIP"], status["podIPs"] = (
+            old["podIP"],
+            old.get("podIPs") or [{"ip": old["podIP"]}],
+        )
+    if pod.status.get("qosClass"):
+        status["qosClass"] = pod.status["qosClass"]
+    status["containerStatuses"] = _container_statuses(inp, pod.containers, old, has_init, False)
+    if has_init:
+        status["initContainerStatuses"] = _container_statuses(
+            inp, pod.init_containers, old, has_init, True
+        )
+    all_statuses = status["containerStatuses"] + status.get("initContainerStatuses", [])
+    phase = get_phase(pod, all_statuses, inp.is_terminal)
+    api_phase = pod.api_phase
+    if phase not in ("Failed", "Succeeded"):
+        if old.get("phase") in ("Failed", "Succeeded"):
+            phase = old["phase"]
+        elif api_phase in ("Failed", "Succeeded"):
+            phase = api_phase
+    if phase == old.get("phase"):
+        for key in ("reason", "message"):
+            value = old.get(key) or pod.status.get(key)
+            if value:
+                status[key] = value
+    if inp.evicted is not None:
+        phase = "Failed"
+        status["reason"], status["message"] = inp.evicted.reason, inp.evicted.message
+    if api_phase in ("Failed", "Succeeded") and phase != api_phase:
+        phase = api_phase  # terminal phases never change
+    status["phase"] = phase
+    _update_probe_results(pod, status)
+    status["conditions"] = _conditions(inp, status, old, sandbox)
+    status["hostIP"] = inp.host_ip
+    status["hostIPs"] = [{"ip": inp.host_ip}]
+    status["startTime"] = old.get("startTime") or format_time(inp.now)
+    return status
+
+
+def get_phase(pod: PodView, statuses: Sequence[Json], is_terminal: bool) -> str:
+    """getPhase from kubelet_pods.go (regular init containers and app containers)."""
+    by_name = {s["name"]: s for s in statuses}
+    pending_init = failed_init = 0
+    for container in pod.init_containers:
+        if container.restart_policy == "Always":
+            continue  # sidecars are not supported yet; they never block initialization here
+        st = by_name.get(container.name)
+        if st is None:
+            pending_init += 1
+            continue
+        state, last = st.get("state") or {}, st.get("lastState") or {}
+        if "running" in state:
+            pending_init += 1
+        elif "terminated" in state:
+            if state["terminated"].get("exitCode") != 0:
+                failed_init += 1
+        elif "waiting" in state:
+            if "terminated" in last:
+                if last["terminated"].get("exitCode") != 0:
+                    failed_init += 1
+            else:
+                pending_init += 1
+        else:
+            pending_init += 1
+    unknown = running = waiting = stopped = succeeded = 0
+    for container in pod.containers:
+        st = by_name.get(container.name)
+        if st is None:
+            unknown += 1
+            continue
+        state, last = st.get("state") or {}, st.get("lastState") or {}
+        if "running" in state:
+            running += 1
+        elif "terminated" in state:
+            stopped += 1
+            if state["terminated"].get("exitCode") == 0:
+                succeeded += 1
+        elif "waiting" in state:
+            if "terminated" in last:
+                stopped += 1
+            else:
+                waiting += 1
+        else:
+            unknown += 1
+    if failed_init > 0 and pod.restart_policy == "Never":
+        return "Failed"
+    any_regular_started = any(
+        "running" in (by_name.get(c.name, {}).get("state") or {})
+        or "terminated" in (by_name.get(c.name, {}).get("state") or {})
+        or "terminated" in (by_name.get(c.name, {}).get("lastState") or {})
+        for c in pod.containers
+    )
+    if (pending_init > 0 and not any_regular_started) or waiting > 0:
+        return "Pending"
+    if running > 0 and unknown == 0:
+        return "Running"
+    if running == 0 and stopped > 0 and unknown == 0:
+        if is_terminal:
+            return "Succeeded" if stopped == succeeded else "Failed"
+        if pod.restart_policy == "Always":
+            return "Running"
+        if stopped == succeeded:
+            return "Succeeded"
+        if pod.restart_policy == "Never":
+            return "Failed"
+        return "Running"
+    return "Pending"
+
+
+def should_restart(
+    container: ContainerView, pod: PodView, latest: ObservedContainer | None
+) -> bool:
+    """ShouldContainerBeRestarted (kubecontainer/helpers.go)."""
+    if pod.being_deleted:
+        return False
+    if latest is None:
+        return True
+    if latest.state is ContainerState.RUNNING:
+        return False
+    if latest.state in (ContainerState.UNKNOWN, ContainerState.CREATED):
+        return True
+    if pod.restart_policy == "Never":
+        return False
+    return not (pod.restart_policy == "OnFailure" and latest.exit_code == 0)
+
+
+def attempts_of(containers: Sequence[ObservedContainer], name: str) -> list[ObservedContainer]:
+    """A container's attempts, newest first (by restart count, then creation time)."""
+    mine = [c for c in containers if c.name == name and not c.is_sandbox]
+    epoch = datetime.min.replace(tzinfo=UTC)
+    return sorted(mine, key=lambda c: (c.attempt, c.created_at or epoch), reverse=True)
+
+
+def _latest_sandbox(containers: Sequence[ObservedContainer]) -> ObservedContainer | None:
+    sandboxes = [c for c in containers if c.is_sandbox]
+    if not sandboxes:
+        return None
+    epoch = datetime.min.replace(tzinfo=UTC)
+    return max(sandboxes, key=lambda c: (c.attempt, c.created_at or epoch))
+
+
+def _container_statuses(
+    inp: StatusInput,
+    containers: Sequence[ContainerView],
+    old: Json,
+    has_init: bool,
+    is_init: bool,
+) -> list[Json]:
+    old_key = "initContainerStatuses" if is_init else "containerStatuses"
+    old_by_name = {s["name"]: s for s in old.get(old_key) or []}
+    default_reason = POD_INITIALIZING if has_init else CONTAINER_CREATING
+    statuses: dict[str, Json] = {}
+    for container in containers:
+        st: Json = {
+            "name": container.name,
+            "image": container.image,
+            "imageID": "",
+            "state": {"waiting": {"reason": default_reason}},
+            "lastState": {},
+            "ready": False,
+            "restartCount": 0,
+        }
+        previous = old_by_name.get(container.name)
+        if previous is not None:
+            if "terminated" in (previous.get("state") or {}):
+                st = copy.deepcopy(previous)
+            else:
+                st["restartCount"] = previous.get("restartCount", 0)
+                st["lastState"] = copy.deepcopy(previous.get("lastState") or {})
+        _add_volume_mounts(st, container)
+        attempts = attempts_of(inp.containers, container.name)
+        if not attempts:
+            _infer_vanished_container(st, previous, default_reason, inp.pod)
+        for i, observed in enumerate(attempts[:2]):
+            converted = _convert(observed, previous, inp.messages)
+            if i == 0:
+                converted["image"] = container.image
+                _add_volume_mounts(converted, container)
+                st = converted
+            else:
+                st["lastState"] = converted["state"]
+        statuses[container.name] = st
+    for container in containers:
+        latest = next(iter(attempts_of(inp.containers, container.name)), None)
+        init_succeeded = (
+            latest is not None and latest.state is ContainerState.EXITED and latest.exit_code == 0
+        )
+        if is_init and init_succeeded:
+            continue
+        if not should_restart(container, inp.pod, latest):
+            continue
+        reason = inp.waiting.get(container.name)
+        if reason is None:
+            continue
+        st = statuses[container.name]
+        if "terminated" in st["state"]:
+            st["lastState"] = st["state"]
+        waiting: Json = {"reason": reason.reason}
+        if reason.message:
+            waiting["message"] = reason.message
+        st["state"] = {"waiting": waiting}
+    if is_init:
+        return [statuses[c.name] for c in containers]
+    return [statuses[name] for name in sorted(statuses)]
+
+
+def _infer_vanished_container(
+    st: Json, previous: Json | None, default_reason: str, pod: PodView
+) -> None:
+    """A container that was running and is gone without a trace ran and stopped (137)."""
+    if previous is None or "running" not in (previous.get("state") or {}):
+        return
+    if (st["state"].get("waiting") or {}).get("reason") != default_reason:
+        return
+    if "terminated" in st["lastState"]:
+        return
+    st["lastState"] = {
+        "terminated": {
+            "exitCode": 137,
+            "reason": STATUS_UNKNOWN,
+            "message": "The container could not be located when the pod was deleted."
+            "  The container used to be Running",
+        }
+    }
+    if not pod.being_deleted:
+        st["restartCount"] += 1
+
+
+def _convert(
+    observed: ObservedContainer, previous: Json | None, messages: Mapping[str, str]
+) -> Json:
+    container_id = f"docker://{observed.id}"
+    st: Json = {
+        "name": observed.name,
+        "image": observed.image,
+        "imageID": observed.image_id,
+        "containerID": container_id,
+        "restartCount": observed.attempt,
+        "lastState": {},
+        "ready": False,
+    }
+    if observed.state is ContainerState.RUNNING:
+        st["state"] = {"running": {"startedAt": format_time(observed.started_at)}}
+    elif observed.state is ContainerState.CREATED:
+        st["state"] = {"waiting": {}}
+    elif observed.state is ContainerState.EXITED:
+        st["state"] = {"terminated": _terminated(observed, messages.get(observed.id, ""))}
+    elif previous is not None and "running" in (previous.get("state") or {}):
+        st["state"] = {
+            "terminated": {
+                "exitCode": 137,
+                "reason": STATUS_UNKNOWN,
+                "message": "The container could not be located when the pod was terminated",
+            }
+        }
+        st["restartCount"] = int(previous.get("restartCount", 0)) + 1
+    else:
+        st["state"] = {"waiting": {}}
+    return st
+
+
+def _terminated(observed: ObservedContainer, termination_message: str) -> Json:
+    exit_code = observed.exit_code if observed.exit_code is not None else -1
+    if observed.oom_killed:
+        reason = "OOMKilled"
+    elif observed.error:
+        reason = "StartError"
+    else:
+        reason = "Completed" if exit_code == 0 else "Error"
+    message = observed.error
+    if termination_message:
+        message = f"{message}: {termination_message}" if message else termination_message
+    terminated: Json = {
+        "exitCode": exit_code,
+        "reason": reason,
+        "startedAt": format_time(observed.started_at),
+        "finishedAt": format_time(observed.finished_at),
+        "containerID": f"docker://{observed.id}",
+    }
+    if message:
+        terminated["message"] = message
+    return terminated
+
+
+def _add_volume_mounts(st: Json, container: ContainerView) -> None:
+    """RecursiveReadOnlyMounts (on by default) reports each mount in the container status."""
+    if not container.volume_mounts:
+        return
+    mounts = []
+    for m in container.volume_mounts:
+        entry: Json = {"name": m.name, "mountPath": m.mount_path}
+        if m.read_only:
+            entry["readOnly"] = True
+            entry["recursiveReadOnly"] = "Disabled"
+        mounts.append(entry)
+    st["volumeMounts"] = mounts
+
+
+def _update_probe_results(pod: PodView, status: Json) -> None:
+    """What the prober manager adds: `started` and `ready` per container.
+
+    Probes are not run yet, so a container with a readiness probe is never claimed ready.
+    """
+    specs = {c.name: c for c in pod.containers}
+    for st in status["containerStatuses"]:
+        spec = specs[st["name"]]
+        running = "running" in st["state"]
+        st["started"] = running
+        st["ready"] = running and not spec.has_readiness_probe and not spec.has_startup_probe
+    for st in status.get("initContainerStatuses", []):
+        terminated = st["state"].get("terminated") or {}
+        st["started"] = "running" in st["state"]
+        st["ready"] = bool(terminated) and terminated.get("exitCode") == 0
+
+
+def _go_list(names: Sequence[str]) -> str:
+    return "[" + " ".join(names) + "]"
+
+
+def _conditions(
+    inp: StatusInput, status: Json, old: Json, sandbox: ObservedContainer | None
+) -> list[Json]:
+    pod, phase = inp.pod, status["phase"]
+    kept = [c for c in pod.status.get("conditions") or [] if c.get("type") not in OWNED_CONDITIONS]
+    sandbox_ready = sandbox is not None and sandbox.state is ContainerState.RUNNING
+    generated = [
+        {"type": "PodReadyToStartContainers", "status": "True" if sandbox_ready else "False"},
+        _initialized(pod, status, phase),
+    ]
+    containers_ready = _containers_ready(pod, status, phase)
+    ready = dict(containers_ready, type="Ready")
+    generated += [ready, containers_ready, {"type": "PodScheduled", "status": "True"}]
+    old_conditions = {c.get("type"): c for c in old.get("conditions") or []}
+    api_conditions = {c.get("type"): c for c in pod.status.get("conditions") or []}
+    now = format_time(inp.now)
+    for condition in generated:
+        previous = old_conditions.get(condition["type"]) or api_conditions.get(condition["type"])
+        condition["lastProbeTime"] = None
+        if previous is not None and previous.get("status") == condition["status"]:
+            condition["lastTransitionTime"] = previous.get("lastTransitionTime") or now
+        else:
+            condition["lastTransitionTime"] = now
+    return kept + generated
+
+
+def _initialized(pod: PodView, status: Json, phase: str) -> Json:
+    if not pod.init_containers:
+        return {"type": "Initialized", "status": "True"}
+    by_name = {s["name"]: s for s in status.get("initContainerStatuses", [])}
+    unknown = [c.name for c in pod.init_containers if c.name not in by_name]
+    incomplete = [
+        c.name for c in pod.init_containers if c.name in by_name and not by_name[c.name]["ready"]
+    ]
+    if phase == "Succeeded" and not unknown:
+        return {"type": "Initialized", "status": "True", "reason": "PodCompleted"}
+    started = {s["name"] for s in status["containerStatuses"] if s.get("started")}
+    if started:
+        return {"type": "Initialized", "status": "True"}
+    messages = []
+    if unknown:
+        messages.append(f"containers with unknown status: {_go_list(unknown)}")
+    if incomplete:
+        messages.append(f"containers with incomplete status: {_go_list(incomplete)}")
+    if messages:
+        return {
+            "type": "Initialized",
+            "status": "False",
+            "reason": "ContainersNotInitialized",
+            "message": ", ".join(messages),
+        }
+    return {"type": "Initialized", "status": "True"}
+
+
+def _containers_ready(pod: PodView, status: Json, phase: str) -> Json:
+    by_name = {s["name"]: s for s in status["containerStatuses"]}
+    unknown = [c.name for c in pod.containers if c.name not in by_name]
+    unready = [c.name for c in pod.containers if c.name in by_name and not by_name[c.name]["ready"]]
+    if phase == "Succeeded" and not unknown:
+        return {"type": "ContainersReady", "status": "False", "reason": "PodCompleted"}
+    if phase == "Failed":
+        return {"type": "ContainersReady", "status": "False", "reason": "PodFailed"}
+    messages = []
+    if unknown:
+        messages.append(f"containers with unknown status: {_go_list(unknown)}")
+    if unready:
+        messages.append(f"containers with unready status: {_go_list(unready)}")
+    if messages:
+        return {
+            "type": "ContainersReady",
+            "status": "False",
+            "reason": "ContainersNotReady",
+            "message": ", ".join(messages),
+        }
+    return {"type": "ContainersReady", "status": "True"}

@@ -1,0 +1,303 @@
+"""Pod status generation matches the kubelet's, field by field, without Docker or an API."""
+
+from __future__ import annotations
+
+from datetime import UTC, datetime, timedelta
+from typing import Any
+
+from kubelet_sim.cri import ContainerState, ObservedContainer, PodRef
+from kubelet_sim.pod.spec import PodView, default_pull_policy
+from kubelet_sim.pod.status import StatusInput, WaitingReason, generate_status
+
+NOW = datetime(2026, 11, 22, 17, 0, 0, tzinfo=UTC)
+T0 = NOW - timedelta(seconds=30)
+REF = PodRef(node="n1", name="p", namespace="ns", uid="uid-1")
+
+
+def pod(
+    restart: str = "Always", init: int = 0, names: tuple[str, ...] = ("c",), **extra: Any
+) -> PodView:
+    spec: dict[str, Any] = {
+        "restartPolicy": restart,
+        "containers": [{"name": n, "image": "busybox:1"} for n in names],
+    }
+    if init:
+        spec["initContainers"] = [{"name": f"init{i}", "image": "busybox:1"} for i in range(init)]
+    spec.update(extra)
+    return PodView.from_api(
+        {
+            "metadata": {"name": "p", "namespace": "ns", "uid": "uid-1"},
+            "spec": spec,
+            "status": {
+                "phase": "Pending",
+                "qosClass": "BestEffort",
+                "conditions": [
+                    {
+                        "type": "PodScheduled",
+                        "status": "True",
+                        "lastTransitionTime": "2026-11-22T16:59:00Z",
+                    },
+                    {"type": "example.com/Custom", "status": "True"},
+                ],
+            },
+        }
+    )
+
+
+def sandbox(
+    ip: str = "172.17.0.5", state: ContainerState = ContainerState.RUNNING
+) -> ObservedContainer:
+    return ObservedContainer(
+        id="sb", pod=REF, name="POD", attempt=0, state=state, image="pause", ip=ip, created_at=T0
+    )
+
+
+def container(
+    name: str = "c",
+    attempt: int = 0,
+    state: ContainerState = ContainerState.RUNNING,
+    exit_code: int | None = None,
+    **kw: Any,
+) -> ObservedContainer:
+    return ObservedContainer(
+        id=f"{name}-{attempt}",
+        pod=REF,
+        name=name,
+        attempt=attempt,
+        state=state,
+        image="busybox:1",
+        image_id="docker://sha256:abc",
+        created_at=T0 + timedelta(seconds=attempt),
+        started_at=T0 + timedelta(seconds=attempt),
+        finished_at=None
+        if state is not ContainerState.EXITED
+        else T0 + timedelta(seconds=attempt + 1),
+        exit_code=exit_code,
+        **kw,
+    )
+
+
+def status(p: PodView, *observed: ObservedContainer, **kw: Any) -> dict[str, Any]:
+    return generate_status(
+        StatusInput(pod=p, containers=observed, host_ip="10.0.0.1", now=NOW, **kw)
+    )
+
+
+def conditions(st: dict[str, Any]) -> dict[str, dict[str, Any]]:
+    return {c["type"]: c for c in st["conditions"]}
+
+
+def test_first_status_before_anything_runs() -> None:
+    st = status(pod())
+    assert st["phase"] == "Pending"
+    assert st["hostIP"] == "10.0.0.1"
+    assert st["hostIPs"] == [{"ip": "10.0.0.1"}]
+    assert st["startTime"] == "2026-11-22T17:00:00Z"
+    assert "podIP" not in st
+    [cs] = st["containerStatuses"]
+    assert cs["state"] == {"waiting": {"reason": "ContainerCreating"}}
+    assert (cs["ready"], cs["started"], cs["restartCount"]) == (False, False, 0)
+    cond = conditions(st)
+    assert cond["Initialized"]["status"] == "True"
+    assert cond["PodReadyToStartContainers"]["status"] == "False"
+    for kind in ("Ready", "ContainersReady"):
+        assert cond[kind]["status"] == "False"
+        assert cond[kind]["reason"] == "ContainersNotReady"
+        assert cond[kind]["message"] == "containers with unready status: [c]"
+    assert cond["PodScheduled"]["lastTransitionTime"] == "2026-11-22T16:59:00Z", "kept"
+    assert cond["example.com/Custom"]["status"] == "True", "foreign conditions are kept"
+    assert [c["type"] for c in st["conditions"]][-5:] == [
+        "PodReadyToStartContainers", "Initialized", "Ready", "ContainersReady", "PodScheduled",
+    ]  # fmt: skip
+
+
+def test_running_pod_is_ready_with_ip() -> None:
+    st = status(pod(names=("b", "a")), sandbox(), container("a"), container("b"))
+    assert st["phase"] == "Running"
+    assert st["podIP"] == "172.17.0.5"
+    assert st["podIPs"] == [{"ip": "172.17.0.5"}]
+    assert [c["name"] for c in st["containerStatuses"]] == ["a", "b"], "sorted by name"
+    cs = st["containerStatuses"][0]
+    assert cs["state"] == {"running": {"startedAt": "2026-11-22T16:59:30Z"}}
+    assert cs["containerID"] == "docker://a-0"
+    assert cs["imageID"] == "docker://sha256:abc"
+    assert (cs["ready"], cs["started"]) == (True, True)
+    cond = conditions(st)
+    assert all(
+        cond[k]["status"] == "True"
+        for k in ("Ready", "ContainersReady", "PodReadyToStartContainers")
+    )
+
+
+def test_exit_zero_with_never_succeeds_and_is_completed() -> None:
+    st = status(pod("Never"), sandbox(), container(state=ContainerState.EXITED, exit_code=0))
+    assert st["phase"] == "Succeeded"
+    term = st["containerStatuses"][0]["state"]["terminated"]
+    assert term["reason"] == "Completed"
+    assert term["exitCode"] == 0
+    assert term["startedAt"] == "2026-11-22T16:59:30Z"
+    assert term["finishedAt"] == "2026-11-22T16:59:31Z"
+    cond = conditions(st)
+    assert (cond["Ready"]["status"], cond["Ready"]["reason"]) == ("False", "PodCompleted")
+
+
+def test_crash_loop_waits_with_last_state_and_stays_running() -> None:
+    message = "back-off 10s restarting failed container=c pod=p_ns(uid-1)"
+    st = status(
+        pod("Always"),
+        sandbox(),
+        container(attempt=1, state=ContainerState.EXITED, exit_code=1),
+        container(attempt=0, state=ContainerState.EXITED, exit_code=1),
+        waiting={"c": WaitingReason("CrashLoopBackOff", message)},
+    )
+    cs = st["containerStatuses"][0]
+    assert st["phase"] == "Running"
+    assert cs["state"] == {"waiting": {"reason": "CrashLoopBackOff", "message": message}}
+    assert cs["lastState"]["terminated"]["reason"] == "Error"
+    assert cs["lastState"]["terminated"]["exitCode"] == 1
+    assert cs["restartCount"] == 1
+
+
+def test_failure_with_never_fails_and_termination_message_is_reported() -> None:
+    st = status(
+        pod("Never"),
+        sandbox(),
+        container(state=ContainerState.EXITED, exit_code=2),
+        messages={"c-0": "disk on fire"},
+    )
+    assert st["phase"] == "Failed"
+    term = st["containerStatuses"][0]["state"]["terminated"]
+    assert (term["reason"], term["message"]) == ("Error", "disk on fire")
+    assert conditions(st)["Ready"]["reason"] == "PodFailed"
+
+
+def test_oom_killed_reason() -> None:
+    st = status(
+        pod("Never"),
+        sandbox(),
+        container(state=ContainerState.EXITED, exit_code=137, oom_killed=True),
+    )
+    assert st["containerStatuses"][0]["state"]["terminated"]["reason"] == "OOMKilled"
+
+
+def test_on_failure_restarts_failures_and_succeeds_on_zero() -> None:
+    failed = status(
+        pod("OnFailure"), sandbox(), container(state=ContainerState.EXITED, exit_code=1)
+    )
+    assert failed["phase"] == "Running"
+    done = status(pod("OnFailure"), sandbox(), container(state=ContainerState.EXITED, exit_code=0))
+    assert done["phase"] == "Succeeded"
+
+
+def test_init_containers_pending_then_failed_with_never() -> None:
+    st = status(pod("Never", init=2), sandbox(), container("init0", state=ContainerState.RUNNING))
+    assert st["phase"] == "Pending"
+    assert st["containerStatuses"][0]["state"] == {"waiting": {"reason": "PodInitializing"}}
+    assert [s["name"] for s in st["initContainerStatuses"]] == ["init0", "init1"]
+    init = conditions(st)["Initialized"]
+    assert (init["status"], init["reason"]) == ("False", "ContainersNotInitialized")
+    assert init["message"] == "containers with incomplete status: [init0 init1]"
+
+    failed = status(
+        pod("Never", init=2),
+        sandbox(),
+        container("init0", state=ContainerState.EXITED, exit_code=1),
+    )
+    assert failed["phase"] == "Failed"
+
+
+def test_init_done_then_app_running() -> None:
+    st = status(
+        pod("Always", init=1),
+        sandbox(),
+        container("init0", state=ContainerState.EXITED, exit_code=0),
+        container("c"),
+    )
+    assert st["phase"] == "Running"
+    [init] = st["initContainerStatuses"]
+    assert init["ready"] is True
+    assert init["state"]["terminated"]["reason"] == "Completed"
+    assert conditions(st)["Initialized"]["status"] == "True"
+
+
+def test_image_pull_error_keeps_pending() -> None:
+    st = status(pod(), sandbox(), waiting={"c": WaitingReason("ErrImagePull", "no such host")})
+    assert st["phase"] == "Pending"
+    assert st["containerStatuses"][0]["state"] == {
+        "waiting": {"reason": "ErrImagePull", "message": "no such host"}
+    }
+
+
+def test_transition_time_kept_while_condition_unchanged() -> None:
+    p = pod()
+    first = status(p, sandbox(), container())
+    later = generate_status(
+        StatusInput(
+            pod=p,
+            containers=[sandbox(), container()],
+            host_ip="10.0.0.1",
+            now=NOW + timedelta(minutes=5),
+            previous=first,
+        )
+    )
+    assert (
+        conditions(later)["Ready"]["lastTransitionTime"]
+        == conditions(first)["Ready"]["lastTransitionTime"]
+    )
+    assert later["startTime"] == first["startTime"]
+
+
+def test_terminal_phase_never_regresses() -> None:
+    p = pod("Never")
+    terminal = PodView.from_api({**p.raw, "status": {**p.status, "phase": "Succeeded"}})
+    st = status(terminal, sandbox(), container())
+    assert st["phase"] == "Succeeded"
+
+
+def test_deleted_pod_with_all_stopped_is_terminal_even_with_always() -> None:
+    st = status(
+        pod("Always"),
+        sandbox(state=ContainerState.EXITED),
+        container(state=ContainerState.EXITED, exit_code=143),
+        is_terminal=True,
+    )
+    assert st["phase"] == "Failed"
+    st = status(
+        pod("Always"), container(state=ContainerState.EXITED, exit_code=0), is_terminal=True
+    )
+    assert st["phase"] == "Succeeded"
+
+
+def test_evicted_by_deadline() -> None:
+    st = status(
+        pod(),
+        sandbox(),
+        container(),
+        evicted=WaitingReason(
+            "DeadlineExceeded", "Pod was active on the node longer than the specified deadline"
+        ),
+    )
+    assert (st["phase"], st["reason"]) == ("Failed", "DeadlineExceeded")
+
+
+def test_readiness_probe_is_not_faked() -> None:
+    p = PodView.from_api(
+        {
+            "metadata": {"name": "p", "namespace": "ns", "uid": "uid-1"},
+            "spec": {
+                "containers": [
+                    {"name": "c", "image": "x:1", "readinessProbe": {"exec": {"command": ["true"]}}}
+                ]
+            },
+        }
+    )
+    st = status(p, sandbox(), container())
+    assert st["containerStatuses"][0]["ready"] is False
+
+
+def test_default_pull_policy_by_tag() -> None:
+    assert default_pull_policy("busybox") == "Always"
+    assert default_pull_policy("busybox:latest") == "Always"
+    assert default_pull_policy("localhost:5000/busybox") == "Always"
+    assert default_pull_policy("localhost:5000/busybox:1.36") == "IfNotPresent"
+    assert default_pull_policy("busybox@sha256:" + "a" * 64) == "IfNotPresent"
