@@ -37,12 +37,12 @@ class ReferencedObjectWatches:
         self._on_change = on_change
         self._timeouts = timeouts
         self._backoff = backoff
-        self._node = node
         self._users: dict[Ref, set[str]] = {}
         self._by_pod: dict[str, set[Ref]] = {}
         self._informers: dict[Ref, Informer] = {}
         self._lock = threading.Lock()
-        self.log = get_logger("kubelet_sim.object_watches", node=node)
+        self._log_context = {"node": node} if node else {}
+        self.log = get_logger("kubelet_sim.object_watches", **self._log_context)
 
     def set_pod_references(self, pod_uid: str, refs: Iterable[Ref]) -> None:
         """Record what a pod uses now; start watches it is the first user of, stop unused ones."""
@@ -123,5 +123,5 @@ class ReferencedObjectWatches:
             lambda _type, _obj: self._on_change(ref),
             timeouts=self._timeouts,
             backoff=self._backoff() if self._backoff else None,
-            node=self._node,
+            **self._log_context,
         )

@@ -1,0 +1,83 @@
+"""ConfigMap and Secret watches live exactly as long as some pod on the node uses them."""
+
+from __future__ import annotations
+
+import threading
+from collections.abc import Iterator
+
+import pytest
+from kubernetes import client
+
+from kubelet_sim.backoff import Backoff
+from kubelet_sim.kube.client import connect
+from kubelet_sim.kube.informer import WatchTimeouts
+from kubelet_sim.kube.object_watches import Ref, ReferencedObjectWatches
+from tests.cluster import Cluster, wait_for
+
+
+@pytest.fixture
+def changes() -> list[Ref]:
+    return []
+
+
+@pytest.fixture
+def watches(cluster: Cluster, changes: list[Ref]) -> Iterator[ReferencedObjectWatches]:
+    lock = threading.Lock()
+
+    def on_change(ref: Ref) -> None:
+        with lock:
+            changes.append(ref)
+
+    manager = ReferencedObjectWatches(
+        connect(cluster.kubeconfig).api,
+        on_change,
+        timeouts=WatchTimeouts(server_min=20, server_max=30, read=5),
+        backoff=lambda: Backoff(initial=0.05, cap=0.4),
+    )
+    yield manager
+    manager.stop()
+
+
+def test_watches_start_with_first_user_and_stop_with_last(
+    cluster: Cluster, watches: ReferencedObjectWatches, changes: list[Ref]
+) -> None:
+    ns = cluster.namespace
+    cluster.core.create_namespaced_config_map(
+        ns, client.V1ConfigMap(metadata=client.V1ObjectMeta(name="conf"), data={"k": "v1"})
+    )
+    cluster.core.create_namespaced_secret(
+        ns, client.V1Secret(metadata=client.V1ObjectMeta(name="creds"), string_data={"p": "x"})
+    )
+    conf, creds, absent = ("ConfigMap", ns, "conf"), ("Secret", ns, "creds"), ("Secret", ns, "no")
+
+    watches.set_pod_references("pod-1", {conf, creds, absent})
+    watches.set_pod_references("pod-2", {conf})
+    assert watches.watched() == {conf, creds, absent}
+    wait_for(lambda: all(watches.is_synced(r) for r in (conf, creds, absent)), 5, "not listed")
+    assert watches.get(conf)["data"] == {"k": "v1"}  # type: ignore[index]
+    assert watches.get(creds) is not None
+    assert watches.get(absent) is None, "a missing object is known to be missing, not an error"
+
+    cluster.core.patch_namespaced_config_map("conf", ns, {"data": {"k": "v2"}})
+    wait_for(lambda: (watches.get(conf) or {}).get("data") == {"k": "v2"}, 5, "update not seen")
+    assert conf in changes
+
+    watches.forget_pod("pod-1")
+    assert watches.watched() == {conf}, "still used by pod-2"
+    watches.forget_pod("pod-2")
+    assert watches.watched() == set()
+
+
+def test_each_object_is_watched_by_name(cluster: Cluster, watches: ReferencedObjectWatches) -> None:
+    fake = cluster.require_fake("reads the request log")
+    ns = cluster.namespace
+    since = fake.requests()[-1].time if fake.requests() else 0.0
+    watches.set_pod_references("pod-1", {("ConfigMap", ns, "one"), ("Secret", ns, "two")})
+    wait_for(lambda: len(fake.requests(verb="watch", since=since)) >= 2, 5, "no watches opened")
+    ours = [r for r in fake.requests(since=since) if r.user_agent.startswith("kubelet-sim/")]
+    assert {(r.verb, r.resource) for r in ours} == {
+        ("list", "configmaps"), ("watch", "configmaps"), ("list", "secrets"), ("watch", "secrets"),
+    }  # fmt: skip
+    for record in ours:
+        assert record.namespace == ns, "one namespace, never all namespaces"
+        assert "fieldSelector=metadata.name" in record.path, record.path
