@@ -10,6 +10,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
+from kubernetes import client
 from kubernetes.client.exceptions import ApiException
 
 Json = dict[str, Any]
@@ -77,3 +78,38 @@ def call_json(method: Callable[..., Any], *args: Any, **kwargs: Any) -> Json:
     data = response.data
     body: Json = json.loads(data) if data else {}
     return body
+
+
+def request_json(
+    api: client.ApiClient,
+    method: str,
+    path: str,
+    body: Json | None = None,
+    *,
+    content_type: str = "application/json",
+    timeout: tuple[float, float] = REQUEST_TIMEOUT,
+) -> Json:
+    """Send a dict body as it is, with the client's host, auth and headers.
+
+    The generated create/replace methods of kubernetes 37 first validate a dict into the
+    client's pydantic models, which refuse fields they do not know (a newer server's) and
+    re-format MicroTime values; writes of our own dicts therefore go through here.
+    """
+    request = api.param_serialize(
+        method=method,
+        resource_path=path,
+        header_params={"Accept": "application/json", "Content-Type": content_type},
+        body=body,
+        auth_settings=["BearerToken"],
+    )
+    try:
+        response = api.call_api(*request, _request_timeout=timeout)
+    except ApiException as exc:
+        raise ApiError.from_exception(exc) from exc
+    data = response.read()
+    if not 200 <= response.status <= 299:
+        raise ApiError.from_exception(
+            ApiException(status=response.status, reason=response.reason, body=data.decode())
+        )
+    result: Json = json.loads(data) if data else {}
+    return result

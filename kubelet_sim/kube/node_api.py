@@ -1,0 +1,70 @@
+"""The few Node and Lease calls the node lifecycle needs, as plain dicts.
+
+Reads, deletes and patches go through the generated client methods. Creates and updates send
+the dict as it is: the generated methods of kubernetes 37 first validate a dict body into the
+client's pydantic model, which refuses fields the model does not know (a newer server's) and
+re-formats MicroTime values (`renewTime`) in a way the server can refuse.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+
+from kubernetes import client
+
+from kubelet_sim.kube.rest import ApiError, Json, call_json, request_json
+
+LEASE_API = "/apis/coordination.k8s.io/v1"
+STRATEGIC_MERGE_PATCH = "application/strategic-merge-patch+json"
+
+
+class NodeApi:
+    """Node and Lease reads and writes for one node agent; errors come as `ApiError`."""
+
+    def __init__(self, api: client.ApiClient) -> None:
+        self._api = api
+        self._core = client.CoreV1Api(api)
+        self._coordination = client.CoordinationV1Api(api)
+
+    def get_node(self, name: str) -> Json | None:
+        return _none_if_missing(lambda: call_json(self._core.read_node, name))
+
+    def create_node(self, body: Json) -> Json:
+        return request_json(self._api, "POST", "/api/v1/nodes", body)
+
+    def update_node(self, body: Json) -> Json:
+        """PUT the whole Node; `metadata.resourceVersion` makes a stale write fail with 409."""
+        name = body["metadata"]["name"]
+        return request_json(self._api, "PUT", f"/api/v1/nodes/{name}", body)
+
+    def patch_node_status(self, name: str, patch: Json) -> Json:
+        """Strategic merge patch on nodes/status (the client would default to JSON patch)."""
+        return call_json(
+            self._core.patch_node_status, name, patch, _content_type=STRATEGIC_MERGE_PATCH
+        )
+
+    def delete_node(self, name: str) -> None:
+        call_json(self._core.delete_node, name)
+
+    def get_lease(self, namespace: str, name: str) -> Json | None:
+        return _none_if_missing(
+            lambda: call_json(self._coordination.read_namespaced_lease, name, namespace)
+        )
+
+    def create_lease(self, body: Json) -> Json:
+        namespace = body["metadata"]["namespace"]
+        return request_json(self._api, "POST", f"{LEASE_API}/namespaces/{namespace}/leases", body)
+
+    def update_lease(self, body: Json) -> Json:
+        meta = body["metadata"]
+        path = f"{LEASE_API}/namespaces/{meta['namespace']}/leases/{meta['name']}"
+        return request_json(self._api, "PUT", path, body)
+
+
+def _none_if_missing(read: Callable[[], Json]) -> Json | None:
+    try:
+        return read()
+    except ApiError as exc:
+        if exc.not_found:
+            return None
+        raise

@@ -1,0 +1,103 @@
+"""The node's life: register the Node, keep its Lease and status fresh, optionally delete it.
+
+`start()` blocks until the Node is registered (retrying while the API server fails) and then
+runs the lease and status threads; `stop()` ends them within a second or so.
+"""
+
+from __future__ import annotations
+
+import threading
+from datetime import UTC, datetime
+
+from kubelet_sim.kube.node_api import NodeApi
+from kubelet_sim.kube.rest import ApiError, Json
+from kubelet_sim.logs import get_logger
+from kubelet_sim.node.host import HostFacts, detect_host
+from kubelet_sim.node.lease import LeaseController
+from kubelet_sim.node.node_object import build_node
+from kubelet_sim.node.registration import Registrar
+from kubelet_sim.node.settings import NodeSettings
+from kubelet_sim.node.status import NodeStatusController, RuntimeProbe
+
+__all__ = ["NodeLifecycle", "RuntimeProbe"]
+
+
+class NodeLifecycle:
+    """Registration, Lease heartbeat and node status for one node, as the kubelet runs them."""
+
+    def __init__(
+        self,
+        settings: NodeSettings,
+        node_api: NodeApi,
+        runtime_probe: RuntimeProbe,
+        host: HostFacts | None = None,
+    ) -> None:
+        self.settings = settings
+        self.host = host or detect_host()
+        self._api = node_api
+        self._stop = threading.Event()
+        self._log = get_logger("kubelet_sim.node", node=settings.node_name)
+        self._registrar = Registrar(settings, node_api, self.host, self._initial_node, self._log)
+        self._status = NodeStatusController(
+            settings, node_api, self.host, runtime_probe, self._registrar.register, self._log
+        )
+        self._lease = LeaseController(settings, node_api, self._log)
+        self._started = False
+
+    def start(self) -> bool:
+        """Register (blocking, with retries), then start the threads. False if stopped first."""
+        self._log.info(
+            "registering node",
+            node_ip=self.settings.node_ip or self.host.node_ip,
+            taints=len(self.settings.register_with_taints),
+        )
+        node = self._registrar.register(self._stop)
+        if node is None:
+            return False
+        self._status.adopt(node)
+        self._status.start()
+        self._lease.start()
+        self._started = True
+        return True
+
+    def stop(self) -> None:
+        """Stop the threads; with delete_node_on_exit, delete the Node (needs admin rights)."""
+        self._stop.set()
+        self._status.stop()
+        self._lease.stop()
+        if self.settings.delete_node_on_exit and self._started:
+            self._delete_node()
+
+    def node_deleted(self) -> None:
+        """For the agent's Node informer: our Node was deleted, register it again."""
+        self._status.node_deleted()
+
+    def node_changed(self, node: Json) -> None:
+        """For the agent's Node informer: log spec changes (cordon, taints)."""
+        self._status.node_changed(node)
+
+    def _initial_node(self) -> Json:
+        version, errors = self._status.observe_runtime()
+        return build_node(self.settings, self.host, version, errors, datetime.now(UTC))
+
+    def _delete_node(self) -> None:
+        name = self.settings.node_name
+        try:
+            self._api.delete_node(name)
+        except ApiError as exc:
+            if exc.not_found:
+                self._log.info("node already deleted")
+            elif exc.status == 403:
+                self._log.error(
+                    "cannot delete the Node on exit: node credentials (system:node:<name>) may"
+                    " not delete their own Node; run with credentials allowed to delete nodes,"
+                    f" or delete it yourself: kubectl delete node {name}",
+                    error=str(exc),
+                )
+            else:
+                self._log.error("failed to delete the Node on exit", error=str(exc))
+            return
+        except Exception as exc:  # transport failure: nothing more to do on the way out
+            self._log.error("failed to delete the Node on exit", error=str(exc))
+            return
+        self._log.info("deleted node on exit")

@@ -1,0 +1,252 @@
+"""The Node object the kubelet registers and the status it writes, as pure functions on dicts.
+
+Field names, condition reasons and messages are the upstream kubelet's
+(`pkg/kubelet/kubelet_node_status.go`, `pkg/kubelet/nodestatus/setters.go`), so that our Node
+reads like a real one in `kubectl describe node`.
+"""
+
+from __future__ import annotations
+
+import copy
+from datetime import UTC, datetime
+from typing import Any
+
+from kubelet_sim import __version__
+from kubelet_sim.node.host import HostFacts
+from kubelet_sim.node.settings import NodeSettings, cpu_millicores, memory_bytes
+
+Json = dict[str, Any]
+
+# The kubelet release whose behaviour we follow. Build metadata (like k3s' "+k3s1") shows that
+# this is kubelet-sim while comparing equal to v1.34.0 wherever the version is parsed.
+KUBELET_COMPAT_VERSION = "v1.34.0"
+KUBELET_VERSION = f"{KUBELET_COMPAT_VERSION}+kubelet-sim-{__version__}"
+
+LABEL_HOSTNAME = "kubernetes.io/hostname"
+LABEL_OS = "kubernetes.io/os"
+LABEL_ARCH = "kubernetes.io/arch"
+LABEL_BETA_OS = "beta.kubernetes.io/os"
+LABEL_BETA_ARCH = "beta.kubernetes.io/arch"
+LABEL_VIRTUAL = "kubelet-sim.io/virtual"
+# Set by the kubelet at registration (enableControllerAttachDetach defaults to true).
+ANNOTATION_CMAD = "volumes.kubernetes.io/controller-managed-attach-detach"
+
+# Default hard eviction thresholds, which the kubelet subtracts from capacity for allocatable.
+EVICTION_MEMORY_BYTES = 100 * 1024 * 1024
+EVICTION_NODEFS_FRACTION = 0.10
+
+READY_MESSAGE = "kubelet is posting ready status"
+RUNTIME_DOWN = "container runtime is down"
+RUNTIME_NOT_CHECKED = "container runtime status check may not have completed yet"
+
+# (type, reason, message) of the pressure conditions, in the kubelet's order; all False here:
+# kubelet-sim has no eviction manager, so it never reports pressure.
+PRESSURE_CONDITIONS = (
+    ("MemoryPressure", "KubeletHasSufficientMemory", "kubelet has sufficient memory available"),
+    ("DiskPressure", "KubeletHasNoDiskPressure", "kubelet has no disk pressure"),
+    ("PIDPressure", "KubeletHasSufficientPID", "kubelet has sufficient PID available"),
+)
+
+
+def format_time(moment: datetime) -> str:
+    """metav1.Time: RFC 3339 in UTC, whole seconds."""
+    return moment.astimezone(UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
+
+
+def format_micro_time(moment: datetime) -> str:
+    """metav1.MicroTime (Lease renewTime): RFC 3339 in UTC with six fraction digits."""
+    return moment.astimezone(UTC).strftime("%Y-%m-%dT%H:%M:%S.%fZ")
+
+
+def default_labels(settings: NodeSettings, host: HostFacts) -> dict[str, str]:
+    """The labels the kubelet owns and re-asserts on every start (`updateDefaultLabels`)."""
+    return {
+        LABEL_HOSTNAME: settings.node_name,
+        LABEL_OS: "linux",
+        LABEL_ARCH: host.architecture,
+        LABEL_BETA_OS: "linux",
+        LABEL_BETA_ARCH: host.architecture,
+        LABEL_VIRTUAL: "true",
+    }
+
+
+def build_node(
+    settings: NodeSettings,
+    host: HostFacts,
+    runtime_version: str,
+    runtime_errors: list[str],
+    now: datetime,
+) -> Json:
+    """The Node to create at registration; node labels and taints apply only here, as upstream."""
+    node: Json = {
+        "apiVersion": "v1",
+        "kind": "Node",
+        "metadata": {
+            "name": settings.node_name,
+            "labels": {**settings.node_labels, **default_labels(settings, host)},
+            "annotations": {ANNOTATION_CMAD: "true"},
+        },
+        "spec": {},
+        "status": node_status(settings, host, runtime_version, runtime_errors, [], now),
+    }
+    if settings.register_with_taints:
+        node["spec"]["taints"] = copy.deepcopy(settings.register_with_taints)
+    return node
+
+
+def reconcile_existing(existing: Json, settings: NodeSettings, host: HostFacts) -> Json | None:
+    """On restart, the existing Node with our default labels and annotation re-asserted.
+
+    Returns None when nothing differs. Spec (taints, unschedulable) and other labels are left
+    as they are: after registration they belong to the cluster's administrators.
+    """
+    updated = copy.deepcopy(existing)
+    meta = updated.setdefault("metadata", {})
+    labels = meta.get("labels") or {}
+    annotations = meta.get("annotations") or {}
+    meta["labels"] = {**labels, **default_labels(settings, host)}
+    meta["annotations"] = {**annotations, ANNOTATION_CMAD: "true"}
+    if meta["labels"] == labels and meta["annotations"] == annotations:
+        return None
+    return updated
+
+
+def node_status(
+    settings: NodeSettings,
+    host: HostFacts,
+    runtime_version: str,
+    runtime_errors: list[str],
+    previous_conditions: list[Json],
+    now: datetime,
+) -> Json:
+    """The whole `status` the kubelet owns, computed afresh at each status update."""
+    capacity, allocatable = resources(settings, host)
+    return {
+        "capacity": capacity,
+        "allocatable": allocatable,
+        "conditions": compute_conditions(previous_conditions, runtime_errors, now),
+        "addresses": addresses(settings, host),
+        "daemonEndpoints": {"kubeletEndpoint": {"Port": settings.kubelet_port}},
+        "nodeInfo": node_info(host, runtime_version),
+    }
+
+
+def resources(settings: NodeSettings, host: HostFacts) -> tuple[dict[str, str], dict[str, str]]:
+    """Capacity, and allocatable = capacity minus the default hard eviction thresholds."""
+    millicores = cpu_millicores(settings.cpu) if settings.cpu else host.cpus * 1000
+    memory = memory_bytes(settings.memory) if settings.memory else host.memory_ki * 1024
+    storage = host.ephemeral_storage_ki * 1024
+    hugepages = {name: _bytes_quantity(size) for name, size in host.hugepages.items()}
+    capacity = {
+        "cpu": _cpu_quantity(millicores),
+        "ephemeral-storage": _ki_quantity(storage),
+        **hugepages,
+        "memory": _ki_quantity(memory),
+        "pods": str(settings.pods),
+    }
+    reserved_memory = EVICTION_MEMORY_BYTES + sum(host.hugepages.values())
+    allocatable = {
+        **capacity,
+        "ephemeral-storage": str(int(storage * (1 - EVICTION_NODEFS_FRACTION))),
+        "memory": _ki_quantity(max(memory - reserved_memory, 0)),
+    }
+    return capacity, allocatable
+
+
+def addresses(settings: NodeSettings, host: HostFacts) -> list[Json]:
+    """InternalIP then Hostname; the node name stands for the hostname (--hostname-override)."""
+    result: list[Json] = []
+    node_ip = settings.node_ip or host.node_ip
+    if node_ip:
+        result.append({"type": "InternalIP", "address": node_ip})
+    result.append({"type": "Hostname", "address": settings.node_name})
+    return result
+
+
+def node_info(host: HostFacts, runtime_version: str) -> dict[str, str]:
+    """nodeInfo. kubeProxyVersion is deprecated and empty since 1.31, but still present: Go
+    serialises it without omitempty and clients (the Python client's model) require it."""
+    return {
+        "machineID": host.machine_id,
+        "systemUUID": host.system_uuid,
+        "bootID": host.boot_id,
+        "kernelVersion": host.kernel_version,
+        "osImage": host.os_image,
+        "containerRuntimeVersion": f"docker://{runtime_version}",
+        "kubeletVersion": KUBELET_VERSION,
+        "kubeProxyVersion": "",
+        "operatingSystem": "linux",
+        "architecture": host.architecture,
+    }
+
+
+def runtime_errors(runtime_answers: bool, runtime_ever_answered: bool) -> list[str]:
+    """The kubelet's runtimeState errors for a runtime that does not answer its status check."""
+    if runtime_answers:
+        return []
+    return [RUNTIME_DOWN if runtime_ever_answered else RUNTIME_NOT_CHECKED]
+
+
+def compute_conditions(previous: list[Json], errors: list[str], now: datetime) -> list[Json]:
+    """Pressure conditions (always False) and Ready, from the runtime's errors.
+
+    As upstream: lastHeartbeatTime is `now` on every computation; lastTransitionTime moves only
+    when a condition's status flips (or it is new).
+    """
+    wanted = [(kind, "False", reason, message) for kind, reason, message in PRESSURE_CONDITIONS]
+    if errors:
+        wanted.append(("Ready", "False", "KubeletNotReady", _aggregate(errors)))
+    else:
+        wanted.append(("Ready", "True", "KubeletReady", READY_MESSAGE))
+    old = {c.get("type"): c for c in previous}
+    stamp = format_time(now)
+    conditions: list[Json] = []
+    for kind, status, reason, message in wanted:
+        before = old.get(kind)
+        unchanged = before is not None and before.get("status") == status
+        conditions.append(
+            {
+                "type": kind,
+                "status": status,
+                "lastHeartbeatTime": stamp,
+                "lastTransitionTime": before.get("lastTransitionTime", stamp)
+                if before is not None and unchanged
+                else stamp,
+                "reason": reason,
+                "message": message,
+            }
+        )
+    return conditions
+
+
+def ready_condition(conditions: list[Json]) -> Json | None:
+    return next((c for c in conditions if c.get("type") == "Ready"), None)
+
+
+def status_changed(old: Json | None, new: Json) -> bool:
+    """Whether anything but heartbeat times differs (`nodeStatusHasChanged` upstream)."""
+    return old is None or _without_heartbeats(old) != _without_heartbeats(new)
+
+
+def _without_heartbeats(status: Json) -> Json:
+    stripped = copy.deepcopy(status)
+    for condition in stripped.get("conditions", []):
+        condition.pop("lastHeartbeatTime", None)
+    return stripped
+
+
+def _aggregate(errors: list[str]) -> str:
+    """utilerrors.NewAggregate(...).Error(): one message alone, several as "[a, b]"."""
+    return errors[0] if len(errors) == 1 else "[" + ", ".join(errors) + "]"
+
+
+def _cpu_quantity(millicores: int) -> str:
+    return str(millicores // 1000) if millicores % 1000 == 0 else f"{millicores}m"
+
+
+def _ki_quantity(size: int) -> str:
+    return f"{size // 1024}Ki"
+
+
+def _bytes_quantity(size: int) -> str:
+    return "0" if size == 0 else _ki_quantity(size)

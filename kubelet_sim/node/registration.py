@@ -1,0 +1,91 @@
+"""Registering the Node as the kubelet does (`registerWithAPIServer`, `tryRegisterWithAPIServer`).
+
+Create it; if it already exists (a restart), adopt it: re-assert our default labels and leave
+its spec (taints, unschedulable) alone. Retry with backoff (100 ms doubling to 7 s) until the
+API server accepts, since a node may start before its control plane.
+"""
+
+from __future__ import annotations
+
+import threading
+from collections.abc import Callable
+
+from structlog.stdlib import BoundLogger
+
+from kubelet_sim.backoff import Backoff
+from kubelet_sim.kube.node_api import NodeApi
+from kubelet_sim.kube.rest import ApiError, Json
+from kubelet_sim.node.host import HostFacts
+from kubelet_sim.node.node_object import reconcile_existing
+from kubelet_sim.node.settings import NodeSettings
+
+REGISTRATION_MAX_BACKOFF = 7.0
+
+
+class Registrar:
+    """Creates or adopts the Node; `register` blocks until it succeeds or `stop` is set."""
+
+    def __init__(
+        self,
+        settings: NodeSettings,
+        api: NodeApi,
+        host: HostFacts,
+        build: Callable[[], Json],
+        log: BoundLogger,
+    ) -> None:
+        self._settings = settings
+        self._api = api
+        self._host = host
+        self._build = build
+        self._log = log
+
+    def register(self, stop: threading.Event) -> Json | None:
+        """The registered Node (created or existing), or None if stopped first."""
+        backoff = Backoff(initial=0.1, cap=REGISTRATION_MAX_BACKOFF)
+        while not stop.is_set():
+            try:
+                return self.try_register()
+            except Exception as exc:  # ApiError, or any transport failure: retry the same way
+                delay = backoff.next_delay()
+                self._log.warning(
+                    "unable to register node with API server; retrying",
+                    error=str(exc),
+                    retry_in_seconds=round(delay, 2),
+                )
+                if isinstance(exc, ApiError) and exc.status == 403:
+                    self._log.error(
+                        "the API server forbids this: the credentials need create/get/update"
+                        f" on nodes (as user system:node:{self._settings.node_name})"
+                    )
+                stop.wait(delay)
+        return None
+
+    def try_register(self) -> Json:
+        """One attempt: create, or adopt the existing Node. Raises `ApiError` to retry."""
+        try:
+            node = self._api.create_node(self._build())
+        except ApiError as exc:
+            if not exc.already_exists:
+                raise
+            return self._adopt_existing()
+        self._log.info("successfully registered node")
+        return node
+
+    def _adopt_existing(self) -> Json:
+        for _ in range(5):  # a conflict means someone else wrote meanwhile: read again
+            existing = self._api.get_node(self._settings.node_name)
+            if existing is None:
+                raise ApiError(404, "NotFound", "node deleted while registering")
+            updated = reconcile_existing(existing, self._settings, self._host)
+            if updated is None:
+                self._log.info("node was previously registered")
+                return existing
+            try:
+                node = self._api.update_node(updated)
+            except ApiError as exc:
+                if not exc.conflict:
+                    raise
+                continue
+            self._log.info("node was previously registered; default labels updated")
+            return node
+        raise ApiError(409, "Conflict", "node kept changing while updating its labels")

@@ -1,0 +1,223 @@
+"""What the node registers as and how often it heartbeats, with the CLI's parsing helpers.
+
+Errors are `ConfigError` (a `ValueError`) with a message that names the bad item, so the CLI
+can print one line and exit before anything starts.
+"""
+
+from __future__ import annotations
+
+import ipaddress
+import re
+from dataclasses import dataclass, field
+from decimal import Decimal, InvalidOperation
+from typing import Any
+
+from kubelet_sim.config import ConfigError, validate_node_name
+
+TAINT_EFFECTS = ("NoSchedule", "PreferNoSchedule", "NoExecute")
+
+# NodeRestriction (and the kubelet's own flag check) allow only these under kubernetes.io/k8s.io.
+KUBELET_LABELS = frozenset(
+    {
+        "kubernetes.io/hostname",
+        "kubernetes.io/os",
+        "kubernetes.io/arch",
+        "node.kubernetes.io/instance-type",
+        "topology.kubernetes.io/region",
+        "topology.kubernetes.io/zone",
+        # Deprecated spellings the kubelet still accepts.
+        "beta.kubernetes.io/os",
+        "beta.kubernetes.io/arch",
+        "beta.kubernetes.io/instance-type",
+        "failure-domain.beta.kubernetes.io/region",
+        "failure-domain.beta.kubernetes.io/zone",
+    }
+)
+KUBELET_LABEL_NAMESPACES = ("kubelet.kubernetes.io", "node.kubernetes.io")
+
+_NAME = re.compile(r"^([A-Za-z0-9]([-A-Za-z0-9_.]*[A-Za-z0-9])?)$")
+_DNS_SUBDOMAIN = re.compile(r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*$")
+_QUANTITY = re.compile(r"^([0-9]+(?:\.[0-9]*)?|\.[0-9]+)(m|k|M|G|T|P|E|Ki|Mi|Gi|Ti|Pi|Ei)?$")
+_SUFFIX = {
+    "": Decimal(1),
+    "m": Decimal("0.001"),
+    **{s: Decimal(1000) ** (i + 1) for i, s in enumerate("kMGTPE")},
+    **{s + "i": Decimal(1024) ** (i + 1) for i, s in enumerate("KMGTPE")},
+}
+
+
+@dataclass(frozen=True)
+class NodeSettings:
+    """The node's identity and sizing, plus the kubelet's heartbeat intervals (tests shorten them).
+
+    `cpu`/`memory` override what the host has (a virtual node can claim any size); None means
+    the host's real CPUs and memory.
+    """
+
+    node_name: str
+    node_labels: dict[str, str] = field(default_factory=dict)
+    register_with_taints: list[dict[str, str]] = field(default_factory=list)
+    cpu: str | None = None
+    memory: str | None = None
+    pods: int = 110
+    node_ip: str | None = None
+    kubelet_port: int = 10250
+    delete_node_on_exit: bool = False
+    lease_duration_seconds: int = 40
+    lease_renew_interval: float = 10.0
+    status_update_interval: float = 10.0
+    status_report_interval: float = 300.0
+
+    def __post_init__(self) -> None:
+        validate_node_name(self.node_name)
+        validate_node_labels(self.node_labels)
+        for taint in self.register_with_taints:
+            _validate_taint(taint)
+        if self.cpu is not None:
+            cpu_millicores(self.cpu)
+        if self.memory is not None:
+            memory_bytes(self.memory)
+        if self.pods < 1:
+            raise ConfigError(f"--pods must be at least 1, got {self.pods}")
+        if self.node_ip is not None:
+            _validate_ip(self.node_ip)
+        if not 0 < self.kubelet_port < 65536:
+            raise ConfigError(f"kubelet port {self.kubelet_port} is not a TCP port (1-65535)")
+        if self.lease_duration_seconds < 1 or min(self._intervals()) <= 0:
+            raise ConfigError("lease duration and heartbeat intervals must be positive")
+
+    def _intervals(self) -> tuple[float, ...]:
+        return (
+            self.lease_renew_interval,
+            self.status_update_interval,
+            self.status_report_interval,
+        )
+
+
+def parse_labels(text: str) -> dict[str, str]:
+    """`--node-labels a=b,c=d` as the kubelet takes it; an empty string means no labels."""
+    labels: dict[str, str] = {}
+    for item in _items(text):
+        key, sep, value = item.partition("=")
+        if not sep:
+            raise ConfigError(f"invalid node label {item!r}: expected key=value")
+        key, value = key.strip(), value.strip()
+        if key in labels and labels[key] != value:
+            raise ConfigError(f"node label {key!r} is given twice with different values")
+        validate_label(key, value)
+        labels[key] = value
+    return labels
+
+
+def parse_taints(text: str) -> list[dict[str, str]]:
+    """`--register-with-taints k=v:NoSchedule,k2:NoExecute` as kubectl/kubelet spell taints."""
+    taints: list[dict[str, str]] = []
+    for item in _items(text):
+        spec, sep, effect = item.rpartition(":")
+        if not sep or not spec:
+            raise ConfigError(
+                f"invalid taint {item!r}: expected key=value:effect or key:effect,"
+                f" effect one of {', '.join(TAINT_EFFECTS)}"
+            )
+        key, _, value = spec.partition("=")
+        taint = {"key": key.strip(), "effect": effect.strip()}
+        if value.strip():
+            taint["value"] = value.strip()
+        _validate_taint(taint)
+        if any(t["key"] == taint["key"] and t["effect"] == taint["effect"] for t in taints):
+            raise ConfigError(f"taint {taint['key']}:{taint['effect']} is given twice")
+        taints.append(taint)
+    return taints
+
+
+def validate_node_labels(labels: dict[str, str]) -> None:
+    """Refuse, before registering, what NodeRestriction would refuse with a 403 later."""
+    for key, value in labels.items():
+        validate_label(key, value)
+    forbidden = sorted(k for k in labels if not is_allowed_node_label(k))
+    if forbidden:
+        raise ConfigError(
+            f"node labels not allowed for a kubelet: {', '.join(forbidden)}."
+            " Labels under kubernetes.io/ or k8s.io/ must be one of"
+            f" {', '.join(sorted(KUBELET_LABELS))} or start with"
+            f" {' or '.join(p + '/' for p in KUBELET_LABEL_NAMESPACES)}"
+            " (NodeRestriction); use your own prefix such as example.com/ instead"
+        )
+
+
+def is_allowed_node_label(key: str) -> bool:
+    """The kubelet's rule (`kubeletapis.IsKubeletLabel` or outside the reserved namespaces)."""
+    namespace = key.rpartition("/")[0]
+    if key in KUBELET_LABELS or _in_namespaces(namespace, KUBELET_LABEL_NAMESPACES):
+        return True
+    return not _in_namespaces(namespace, ("kubernetes.io", "k8s.io"))
+
+
+def validate_label(key: str, value: str) -> None:
+    """Label syntax as the API server checks it, so a typo fails here and not at registration."""
+    prefix, slash, name = key.rpartition("/")
+    if slash and (not prefix or len(prefix) > 253 or not _DNS_SUBDOMAIN.match(prefix)):
+        raise ConfigError(f"invalid label key {key!r}: the prefix must be a DNS subdomain")
+    if not name or len(name) > 63 or not _NAME.match(name):
+        raise ConfigError(
+            f"invalid label key {key!r}: the name must be 1-63 characters of letters, digits,"
+            " '-', '_' or '.', starting and ending with a letter or digit"
+        )
+    if value and (len(value) > 63 or not _NAME.match(value)):
+        raise ConfigError(
+            f"invalid value {value!r} for label {key!r}: at most 63 characters of letters,"
+            " digits, '-', '_' or '.', starting and ending with a letter or digit"
+        )
+
+
+def cpu_millicores(text: str) -> int:
+    """A CPU quantity ("2", "500m", "1.5") in millicores."""
+    millis = _quantity(text, "cpu") * 1000
+    if millis != millis.to_integral_value() or millis <= 0:
+        raise ConfigError(f"invalid cpu {text!r}: use whole millicores, e.g. 2, 1.5 or 500m")
+    return int(millis)
+
+
+def memory_bytes(text: str) -> int:
+    """A memory quantity ("8Gi", "512M", "1073741824") in bytes."""
+    value = _quantity(text, "memory")
+    if value < 1024 * 1024:
+        raise ConfigError(f"invalid memory {text!r}: too small (did you forget a unit, e.g. 8Gi?)")
+    return int(value)
+
+
+def _quantity(text: str, what: str) -> Decimal:
+    match = _QUANTITY.match(text.strip())
+    if not match:
+        raise ConfigError(f"invalid {what} {text!r}: not a quantity such as 4, 500m or 8Gi")
+    try:
+        return Decimal(match.group(1)) * _SUFFIX[match.group(2) or ""]
+    except InvalidOperation as exc:
+        raise ConfigError(f"invalid {what} {text!r}") from exc
+
+
+def _validate_taint(taint: dict[str, Any]) -> None:
+    key, effect = taint.get("key", ""), taint.get("effect", "")
+    if effect not in TAINT_EFFECTS:
+        raise ConfigError(
+            f"invalid taint effect {effect!r} for {key!r}: use one of {', '.join(TAINT_EFFECTS)}"
+        )
+    try:
+        validate_label(key, str(taint.get("value", "")))
+    except ConfigError as exc:
+        raise ConfigError(f"invalid taint {key!r}: {exc}") from exc
+
+
+def _validate_ip(text: str) -> None:
+    try:
+        ipaddress.ip_address(text)
+    except ValueError as exc:
+        raise ConfigError(f"invalid node IP {text!r}: not an IPv4 or IPv6 address") from exc
+
+
+def _in_namespaces(namespace: str, roots: tuple[str, ...]) -> bool:
+    return any(namespace == root or namespace.endswith("." + root) for root in roots)
+
+
+def _items(text: str) -> list[str]:
+    return [item.strip() for item in text.split(",") if item.strip()]

@@ -1,0 +1,203 @@
+"""Node status: computed every 10 s, written when it changed or 5 min after the last write.
+
+That is the kubelet's nodeStatusUpdateFrequency / nodeStatusReportFrequency split: the Lease is
+the cheap heartbeat, and status writes carry real changes (Ready flipping when Docker stops
+answering) plus a periodic refresh of lastHeartbeatTime.
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+from collections.abc import Callable
+from datetime import UTC, datetime
+from typing import Protocol
+
+from structlog.stdlib import BoundLogger
+
+from kubelet_sim.kube.node_api import NodeApi
+from kubelet_sim.kube.rest import ApiError, Json
+from kubelet_sim.node.host import HostFacts
+from kubelet_sim.node.node_object import (
+    PRESSURE_CONDITIONS,
+    node_status,
+    ready_condition,
+    runtime_errors,
+    status_changed,
+)
+from kubelet_sim.node.settings import NodeSettings
+
+OUR_CONDITIONS = frozenset({kind for kind, _, _ in PRESSURE_CONDITIONS} | {"Ready"})
+
+
+class RuntimeProbe(Protocol):
+    """What the node needs from the container runtime (DockerRuntime satisfies it)."""
+
+    def ping(self) -> bool: ...
+
+    def version(self) -> str: ...
+
+
+class NodeStatusController:
+    """Owns one thread writing node status; re-registers the Node when it was deleted."""
+
+    def __init__(
+        self,
+        settings: NodeSettings,
+        api: NodeApi,
+        host: HostFacts,
+        probe: RuntimeProbe,
+        register: Callable[[threading.Event], Json | None],
+        log: BoundLogger,
+    ) -> None:
+        self._settings = settings
+        self._api = api
+        self._host = host
+        self._probe = probe
+        self._register = register
+        self._log = log
+        self._stop = threading.Event()
+        self._wake = threading.Event()
+        self._reregister = threading.Event()
+        self._lock = threading.Lock()
+        self._thread: threading.Thread | None = None
+        self._runtime_ever_answered = False
+        self._runtime_version = "unknown"
+        self._conditions: list[Json] = []  # our conditions as the server last had them
+        self._last_sent: Json | None = None
+        self._last_write: float | None = None  # time.monotonic() of the last write
+        self._spec: Json | None = None
+
+    # --- called by the lifecycle and the agent ---------------------------------------------
+
+    def observe_runtime(self) -> tuple[str, list[str]]:
+        """Ping the runtime: its version (last known if it is down) and the kubelet's errors."""
+        try:
+            answers = self._probe.ping()
+            if answers:
+                self._runtime_version = self._probe.version()
+        except Exception:  # a probe that raises is a runtime that does not answer
+            answers = False
+        self._runtime_ever_answered |= answers
+        return self._runtime_version, runtime_errors(answers, self._runtime_ever_answered)
+
+    def adopt(self, node: Json) -> None:
+        """Start from the registered Node: its conditions carry the transition times we keep."""
+        status = node.get("status") or {}
+        with self._lock:
+            self._conditions = [
+                c for c in status.get("conditions") or [] if c.get("type") in OUR_CONDITIONS
+            ]
+            self._last_sent = None  # compare with what we send, not with the server's copy
+            self._spec = _spec_summary(node)
+
+    def start(self) -> None:
+        self._stop.clear()
+        self._thread = threading.Thread(
+            target=self._run, name=f"node-status-{self._settings.node_name}", daemon=True
+        )
+        self._thread.start()
+
+    def stop(self, timeout: float = 5.0) -> None:
+        self._stop.set()
+        self._wake.set()
+        if self._thread is not None:
+            self._thread.join(timeout)
+
+    def node_deleted(self) -> None:
+        """The informer saw our Node deleted: register it again at once."""
+        self._reregister.set()
+        self._wake.set()
+
+    def node_changed(self, node: Json) -> None:
+        """Log what the cluster changed in our spec (cordon, taints); the kubelet only reacts."""
+        summary = _spec_summary(node)
+        with self._lock:
+            previous, self._spec = self._spec, summary
+        if previous is None:
+            return
+        if previous["unschedulable"] != summary["unschedulable"]:
+            self._log.info("node cordoned" if summary["unschedulable"] else "node uncordoned")
+        added = sorted(summary["taints"] - previous["taints"])
+        removed = sorted(previous["taints"] - summary["taints"])
+        if added or removed:
+            self._log.info("node taints changed", added=added, removed=removed)
+
+    # --- the loop ------------------------------------------------------------------------------
+
+    def _run(self) -> None:
+        while not self._stop.is_set():
+            self.sync()
+            self._wake.wait(self._settings.status_update_interval)
+            self._wake.clear()
+
+    def sync(self) -> None:
+        """One status update: re-register if needed, compute, write when changed or due."""
+        if self._reregister.is_set():
+            self._reregister.clear()
+            self._register_again("node deleted; registering it again")
+        if self._update() == "missing":
+            self._register_again("node not found while updating its status; registering it")
+            self._update()
+
+    def _update(self) -> str:
+        version, errors = self.observe_runtime()
+        with self._lock:
+            previous_conditions = list(self._conditions)
+            last_sent = self._last_sent
+        status = node_status(
+            self._settings, self._host, version, errors, previous_conditions, datetime.now(UTC)
+        )
+        if not self._report_due() and not status_changed(last_sent, status):
+            return "unchanged"
+        result = self._write(status)
+        if result == "written":
+            self._log_ready_transition(previous_conditions, status["conditions"])
+        return result
+
+    def _report_due(self) -> bool:
+        last = self._last_write
+        return last is None or time.monotonic() - last >= self._settings.status_report_interval
+
+    def _write(self, status: Json) -> str:
+        """PATCH the status: "written", "missing" (the Node is gone) or "failed"."""
+        try:
+            self._api.patch_node_status(self._settings.node_name, {"status": status})
+        except ApiError as exc:
+            if exc.not_found:
+                return "missing"
+            self._log.warning("error updating node status, will retry", error=str(exc))
+            return "failed"
+        except Exception as exc:  # a transport failure: the next update retries
+            self._log.warning("error updating node status, will retry", error=str(exc))
+            return "failed"
+        with self._lock:
+            self._last_sent = status
+            self._conditions = status["conditions"]
+            self._last_write = time.monotonic()
+        return "written"
+
+    def _register_again(self, why: str) -> None:
+        self._log.warning(why)
+        node = self._register(self._stop)
+        if node is not None:
+            self.adopt(node)
+            with self._lock:
+                self._last_write = None  # write the full status right after
+
+    def _log_ready_transition(self, before: list[Json], after: list[Json]) -> None:
+        old, new = ready_condition(before), ready_condition(after)
+        if new is None or (old is not None and old.get("status") == new.get("status")):
+            return
+        if new["status"] == "True":
+            self._log.info("node is Ready", reason=new["reason"])
+        else:
+            self._log.warning("node is NotReady", reason=new["reason"], message=new["message"])
+
+
+def _spec_summary(node: Json) -> Json:
+    spec = node.get("spec") or {}
+    taints = {
+        f"{t.get('key')}={t.get('value', '')}:{t.get('effect')}" for t in spec.get("taints") or []
+    }
+    return {"unschedulable": bool(spec.get("unschedulable")), "taints": taints}

@@ -1,0 +1,351 @@
+"""Node registration, Lease heartbeat and node status against the API server (fake or real)."""
+
+from __future__ import annotations
+
+import re
+import threading
+import time
+from collections.abc import Callable, Iterator
+from typing import Any
+
+import pytest
+
+from kubelet_sim.kube.node_api import NodeApi
+from kubelet_sim.kube.rest import ApiError, call_json
+from kubelet_sim.node.host import HostFacts, detect_host
+from kubelet_sim.node.lifecycle import NodeLifecycle, RuntimeProbe
+from kubelet_sim.node.node_object import KUBELET_VERSION
+from kubelet_sim.node.settings import NodeSettings
+from tests.cluster import Cluster, wait_for
+
+MICRO_TIME = re.compile(r"^\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d\.\d{6}Z$")
+FAST = {
+    "lease_renew_interval": 0.2,
+    "status_update_interval": 0.2,
+    "status_report_interval": 300.0,
+}
+
+
+class FakeProbe:
+    """A container runtime that answers, or not, as the test says."""
+
+    def __init__(self, up: bool = True) -> None:
+        self.up = up
+
+    def ping(self) -> bool:
+        return self.up
+
+    def version(self) -> str:
+        if not self.up:
+            raise RuntimeError("runtime down")
+        return "27.3.1"
+
+
+@pytest.fixture(scope="module")
+def host() -> HostFacts:
+    return detect_host()
+
+
+Start = Callable[..., NodeLifecycle]
+
+
+@pytest.fixture
+def start_node(cluster: Cluster, host: HostFacts) -> Iterator[Start]:
+    """Start a NodeLifecycle for the test's node name; stop every one at teardown."""
+    started: list[NodeLifecycle] = []
+
+    def start(probe: RuntimeProbe | None = None, **overrides: Any) -> NodeLifecycle:
+        settings = NodeSettings(node_name=cluster.node_name, **{**FAST, **overrides})
+        lifecycle = NodeLifecycle(settings, NodeApi(cluster.api), probe or FakeProbe(), host)
+        started.append(lifecycle)
+        assert lifecycle.start()
+        return lifecycle
+
+    yield start
+    for lifecycle in started:
+        lifecycle.stop()
+    _delete_lease(cluster)
+
+
+def _delete_lease(cluster: Cluster) -> None:
+    try:
+        call_json(
+            cluster.coordination.delete_namespaced_lease, cluster.node_name, "kube-node-lease"
+        )
+    except ApiError as exc:
+        if not exc.not_found:
+            raise
+
+
+def _node(cluster: Cluster) -> dict[str, Any] | None:
+    return NodeApi(cluster.api).get_node(cluster.node_name)
+
+
+def _lease(cluster: Cluster) -> dict[str, Any] | None:
+    return NodeApi(cluster.api).get_lease("kube-node-lease", cluster.node_name)
+
+
+def _ready(cluster: Cluster) -> dict[str, Any] | None:
+    node = _node(cluster)
+    conditions = (node or {}).get("status", {}).get("conditions") or []
+    return next((c for c in conditions if c["type"] == "Ready"), None)
+
+
+def _wait_ready(cluster: Cluster, status: str, timeout: float = 5.0) -> dict[str, Any]:
+    def check() -> dict[str, Any] | None:
+        ready = _ready(cluster)
+        return ready if ready and ready["status"] == status else None
+
+    result: dict[str, Any] = wait_for(check, timeout, f"Ready={status}")
+    return result
+
+
+def test_node_registers_with_the_kubelets_fields_and_is_ready(
+    cluster: Cluster, start_node: Start, host: HostFacts
+) -> None:
+    start_node(
+        node_labels={"example.com/pool": "blue"},
+        register_with_taints=[{"key": "example.com/only", "value": "me", "effect": "NoSchedule"}],
+    )
+    ready = _wait_ready(cluster, "True")
+    assert (ready["reason"], ready["message"]) == (
+        "KubeletReady",
+        "kubelet is posting ready status",
+    )
+    node = _node(cluster)
+    assert node is not None
+    labels = node["metadata"]["labels"]
+    assert labels["kubernetes.io/hostname"] == cluster.node_name
+    assert labels["kubernetes.io/os"] == "linux"
+    assert labels["kubernetes.io/arch"] == host.architecture
+    assert labels["example.com/pool"] == "blue"
+    assert node["spec"]["taints"] == [
+        {"key": "example.com/only", "value": "me", "effect": "NoSchedule"}
+    ]
+    status = node["status"]
+    assert {"cpu", "memory", "pods", "ephemeral-storage"} <= set(status["capacity"])
+    assert status["capacity"]["pods"] == "110"
+    assert set(status["allocatable"]) == set(status["capacity"])
+    assert {"type": "Hostname", "address": cluster.node_name} in status["addresses"]
+    assert status["daemonEndpoints"]["kubeletEndpoint"]["Port"] == 10250
+    info = status["nodeInfo"]
+    assert info["kubeletVersion"] == KUBELET_VERSION
+    assert info["containerRuntimeVersion"] == "docker://27.3.1"
+    assert (info["operatingSystem"], info["architecture"]) == ("linux", host.architecture)
+    kinds = [c["type"] for c in status["conditions"]]
+    assert {"MemoryPressure", "DiskPressure", "PIDPressure", "Ready"} <= set(kinds)
+
+
+def test_restart_adopts_the_node_and_keeps_its_taints(cluster: Cluster, start_node: Start) -> None:
+    first = start_node(register_with_taints=[{"key": "a", "effect": "NoSchedule"}])
+    _wait_ready(cluster, "True")
+    first.stop()
+    node = _node(cluster)
+    assert node is not None
+    uid = node["metadata"]["uid"]
+    # Meanwhile an admin cordons the node, changes taints and a label we own.
+    node["spec"]["unschedulable"] = True
+    node["spec"]["taints"] = [{"key": "admin", "effect": "NoExecute"}]
+    node["metadata"]["labels"]["kubernetes.io/os"] = "plan9"
+    node["metadata"]["labels"]["example.com/admin"] = "yes"
+    NodeApi(cluster.api).update_node(node)  # the client's replace_node wants kubeProxyVersion
+
+    start_node(register_with_taints=[{"key": "b", "effect": "NoSchedule"}])
+    node = _node(cluster)
+    assert node is not None
+    assert node["metadata"]["uid"] == uid
+    assert node["spec"]["unschedulable"] is True
+    assert node["spec"]["taints"] == [{"key": "admin", "effect": "NoExecute"}]
+    assert node["metadata"]["labels"]["kubernetes.io/os"] == "linux"
+    assert node["metadata"]["labels"]["example.com/admin"] == "yes"
+    _wait_ready(cluster, "True")
+
+
+def test_lease_is_owned_by_the_node_and_renewed(cluster: Cluster, start_node: Start) -> None:
+    start_node()
+    lease = wait_for(lambda: _lease(cluster), 5, "the node lease")
+    node = _node(cluster)
+    assert node is not None
+    assert lease["spec"]["holderIdentity"] == cluster.node_name
+    assert lease["spec"]["leaseDurationSeconds"] == 40
+    assert MICRO_TIME.match(lease["spec"]["renewTime"]), lease["spec"]["renewTime"]
+    assert lease["metadata"]["ownerReferences"] == [
+        {
+            "apiVersion": "v1",
+            "kind": "Node",
+            "name": cluster.node_name,
+            "uid": node["metadata"]["uid"],
+        }
+    ]
+    from kubernetes.client import V1Lease
+
+    assert V1Lease.from_dict(lease).spec.holder_identity == cluster.node_name
+    first = lease["spec"]["renewTime"]
+    wait_for(
+        lambda: (_lease(cluster) or {}).get("spec", {}).get("renewTime", "") > first,
+        5,
+        "renewTime to advance",
+    )
+
+
+def test_lease_written_by_someone_else_is_reread(cluster: Cluster, start_node: Start) -> None:
+    start_node()
+    lease = wait_for(lambda: _lease(cluster), 5, "the node lease")
+    lease["metadata"].setdefault("annotations", {})["example.com/touched"] = "yes"
+    touched = NodeApi(cluster.api).update_lease(lease)
+    mark = touched["spec"]["renewTime"]
+
+    def renewed_after_touch() -> bool:
+        current = _lease(cluster) or {}
+        return current.get("spec", {}).get("renewTime", "") > mark and (
+            current["metadata"].get("annotations", {}).get("example.com/touched") == "yes"
+        )
+
+    wait_for(renewed_after_touch, 5, "a renewal on top of the other writer's lease")
+
+
+def test_ready_follows_the_runtime(cluster: Cluster, start_node: Start) -> None:
+    probe = FakeProbe()
+    start_node(probe)
+    ready = _wait_ready(cluster, "True")
+    probe.up = False
+    down = _wait_ready(cluster, "False")
+    assert (down["reason"], down["message"]) == ("KubeletNotReady", "container runtime is down")
+    assert down["lastTransitionTime"] >= ready["lastTransitionTime"]
+    probe.up = True
+    back = _wait_ready(cluster, "True")
+    assert back["reason"] == "KubeletReady"
+
+
+@pytest.mark.docker
+def test_real_docker_makes_the_node_ready(
+    cluster: Cluster, start_node: Start, docker_env: Any
+) -> None:
+    from kubelet_sim.runtime.docker_runtime import DockerRuntime
+
+    runtime = DockerRuntime(client=docker_env.client)  # not closed: the session's client
+    start_node(runtime)
+    _wait_ready(cluster, "True")
+    node = _node(cluster)
+    assert node is not None
+    version = node["status"]["nodeInfo"]["containerRuntimeVersion"]
+    assert version == f"docker://{runtime.version()}"
+
+
+def test_runtime_that_never_answered_registers_not_ready(
+    cluster: Cluster, start_node: Start
+) -> None:
+    start_node(FakeProbe(up=False))
+    ready = _wait_ready(cluster, "False")
+    assert ready["reason"] == "KubeletNotReady"
+    assert ready["message"] == "container runtime status check may not have completed yet"
+    node = _node(cluster)
+    assert node is not None
+    assert node["status"]["nodeInfo"]["containerRuntimeVersion"] == "docker://unknown"
+
+
+def test_deleted_node_is_registered_again_when_the_informer_says_so(
+    cluster: Cluster, start_node: Start
+) -> None:
+    lifecycle = start_node()
+    _wait_ready(cluster, "True")
+    old_uid = (_node(cluster) or {})["metadata"]["uid"]
+    call_json(cluster.core.delete_node, cluster.node_name)
+    lifecycle.node_deleted()
+    node = wait_for(
+        lambda: (n := _node(cluster)) and n["metadata"]["uid"] != old_uid and n,
+        5,
+        "the node registered again",
+    )
+    assert node["metadata"]["labels"]["kubernetes.io/hostname"] == cluster.node_name
+    _wait_ready(cluster, "True")
+
+
+def test_deleted_node_is_registered_again_on_the_next_status_write(
+    cluster: Cluster, start_node: Start
+) -> None:
+    start_node(status_report_interval=0.3)
+    _wait_ready(cluster, "True")
+    old_uid = (_node(cluster) or {})["metadata"]["uid"]
+    call_json(cluster.core.delete_node, cluster.node_name)
+    wait_for(
+        lambda: (n := _node(cluster)) and n["metadata"]["uid"] != old_uid,
+        5,
+        "the node registered again",
+    )
+    _wait_ready(cluster, "True")
+
+
+def test_registration_retries_while_the_api_server_fails(
+    cluster: Cluster, start_node: Start
+) -> None:
+    fake = cluster.require_fake("injects 500s")
+    fake.fail_next(3, 500, verb="create", resource="nodes")
+    began = time.monotonic()
+    start_node()
+    assert time.monotonic() - began < 5
+    assert fake.count("create", "nodes") >= 4
+    _wait_ready(cluster, "True")
+
+
+def test_stop_is_prompt_and_can_interrupt_registration(cluster: Cluster, host: HostFacts) -> None:
+    fake = cluster.require_fake("keeps registration failing")
+    fake.fail_next(1000, 503, verb="create", resource="nodes")
+    settings = NodeSettings(node_name=cluster.node_name)
+    lifecycle = NodeLifecycle(settings, NodeApi(cluster.api), FakeProbe(), host)
+    result: list[bool] = []
+    thread = threading.Thread(target=lambda: result.append(lifecycle.start()))
+    thread.start()
+    wait_for(lambda: fake.count("create", "nodes") >= 2, 5, "registration attempts")
+    began = time.monotonic()
+    lifecycle.stop()
+    thread.join(5)
+    assert result == [False]
+    assert time.monotonic() - began < 2
+
+
+def test_stop_is_prompt_with_default_intervals(cluster: Cluster, host: HostFacts) -> None:
+    settings = NodeSettings(node_name=cluster.node_name)
+    lifecycle = NodeLifecycle(settings, NodeApi(cluster.api), FakeProbe(), host)
+    assert lifecycle.start()
+    wait_for(lambda: _lease(cluster), 5, "the node lease")
+    began = time.monotonic()
+    lifecycle.stop()
+    assert time.monotonic() - began < 2
+    _delete_lease(cluster)
+
+
+def test_delete_node_on_exit(cluster: Cluster, start_node: Start) -> None:
+    lifecycle = start_node(delete_node_on_exit=True)
+    _wait_ready(cluster, "True")
+    lifecycle.stop()
+    assert _node(cluster) is None
+
+
+def test_delete_node_on_exit_refused_says_why(cluster: Cluster, start_node: Start) -> None:
+    from structlog.testing import capture_logs
+
+    fake = cluster.require_fake("answers the delete with 403 like the Node authorizer")
+    with capture_logs() as logs:
+        lifecycle = start_node(delete_node_on_exit=True)
+        _wait_ready(cluster, "True")
+        fake.fail_next(1, 403, verb="delete", resource="nodes")
+        lifecycle.stop()
+    assert _node(cluster) is not None
+    errors = [e["event"] for e in logs if e["log_level"] == "error"]
+    assert any("may not delete their own Node" in e for e in errors), errors
+
+
+def test_spec_changes_seen_by_the_informer_are_logged(cluster: Cluster, start_node: Start) -> None:
+    from structlog.testing import capture_logs
+
+    with capture_logs() as logs:
+        lifecycle = start_node(register_with_taints=[{"key": "a", "effect": "NoSchedule"}])
+        node = _node(cluster)
+        assert node is not None
+        node["spec"] = {"unschedulable": True, "taints": [{"key": "b", "effect": "NoExecute"}]}
+        lifecycle.node_changed(node)
+    events = {e["event"]: e for e in logs}
+    assert "node cordoned" in events
+    taints = events["node taints changed"]
+    assert (taints["added"], taints["removed"]) == (["b=:NoExecute"], ["a=:NoSchedule"])
