@@ -13,9 +13,10 @@ import typer
 
 from kubelet_sim import __version__
 from kubelet_sim.agent import Agent
-from kubelet_sim.config import AgentConfig, ConfigError
+from kubelet_sim.config import ConfigError
 from kubelet_sim.kube.client import KubeConfigError, connect
 from kubelet_sim.logs import configure_logging, get_logger
+from kubelet_sim.node.settings import NodeSettings, parse_labels, parse_taints
 from kubelet_sim.runtime.docker_runtime import DockerRuntime, RuntimeUnavailable
 
 
@@ -67,6 +68,50 @@ def run(
     log_level: Annotated[
         LogLevelChoice, typer.Option(envvar="KUBELET_SIM_LOG_LEVEL", help="Log level.")
     ] = LogLevelChoice.info,
+    node_labels: Annotated[
+        str,
+        typer.Option(
+            envvar="KUBELET_SIM_NODE_LABELS",
+            help="Extra labels at registration: key=value,... (kubernetes.io/ only the kubelet's).",
+        ),
+    ] = "",
+    register_with_taints: Annotated[
+        str,
+        typer.Option(
+            envvar="KUBELET_SIM_REGISTER_WITH_TAINTS",
+            help="Taints at registration: key[=value]:Effect,...",
+        ),
+    ] = "",
+    cpu: Annotated[
+        str | None,
+        typer.Option(envvar="KUBELET_SIM_CPU", help="CPU capacity (default: the host's CPUs)."),
+    ] = None,
+    memory: Annotated[
+        str | None,
+        typer.Option(
+            envvar="KUBELET_SIM_MEMORY", help="Memory capacity, e.g. 8Gi (default: the host's)."
+        ),
+    ] = None,
+    pods: Annotated[
+        int, typer.Option(envvar="KUBELET_SIM_PODS", help="Pod capacity.", min=1)
+    ] = 110,
+    node_ip: Annotated[
+        str | None,
+        typer.Option(
+            envvar="KUBELET_SIM_NODE_IP", help="InternalIP (default: the default route's)."
+        ),
+    ] = None,
+    kubelet_port: Annotated[
+        int,
+        typer.Option(envvar="KUBELET_SIM_KUBELET_PORT", help="Port reported in daemonEndpoints."),
+    ] = 10250,
+    delete_node_on_exit: Annotated[
+        bool,
+        typer.Option(
+            envvar="KUBELET_SIM_DELETE_NODE_ON_EXIT",
+            help="Delete the Node on exit (demos; node credentials may not).",
+        ),
+    ] = False,
     version: Annotated[
         bool,
         typer.Option(
@@ -76,14 +121,24 @@ def run(
 ) -> None:
     configure_logging(log_format.value, log_level.value)
     try:
-        config = AgentConfig(node_name=node_name, kubeconfig=kubeconfig, context=context)
+        settings = NodeSettings(
+            node_name=node_name,
+            node_labels=parse_labels(node_labels),
+            register_with_taints=parse_taints(register_with_taints),
+            cpu=cpu,
+            memory=memory,
+            pods=pods,
+            node_ip=node_ip,
+            kubelet_port=kubelet_port,
+            delete_node_on_exit=delete_node_on_exit,
+        )
         kube = connect(kubeconfig, context)
         runtime = DockerRuntime.connect()
     except (ConfigError, KubeConfigError, RuntimeUnavailable) as exc:
         _fail(str(exc))
     stop = _stop_on_signals()
     try:
-        Agent(config, kube, runtime).run(stop)
+        Agent(settings, kube, runtime).run(stop)
     finally:
         runtime.close()
     get_logger("kubelet_sim.cli", node=node_name).info("stopped")

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import re
-from dataclasses import dataclass
 
 _DNS1123_SUBDOMAIN = re.compile(
     r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*$"
@@ -12,16 +11,6 @@ _DNS1123_SUBDOMAIN = re.compile(
 
 class ConfigError(ValueError):
     """A setting that can never work; reported as one line before anything starts."""
-
-
-@dataclass(frozen=True)
-class AgentConfig:
-    node_name: str
-    kubeconfig: str | None = None
-    context: str | None = None
-
-    def __post_init__(self) -> None:
-        validate_node_name(self.node_name)
 
 
 def validate_node_name(name: str) -> None:

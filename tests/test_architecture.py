@@ -18,7 +18,7 @@ ALLOWED: dict[str, set[str]] = {
     "pod": SHARED,
     "node": SHARED | {"kube", "runtime", "pod"},
     "agent": SHARED | {"kube", "runtime", "pod", "node"},
-    "cli": SHARED | {"kube", "runtime", "agent"},
+    "cli": SHARED | {"kube", "runtime", "node", "agent"},
     "__main__": {"cli"},
 }
 THIRD_PARTY_OWNER = {"kubernetes": "kube", "docker": "runtime"}

@@ -1,0 +1,84 @@
+"""Run `kubelet-sim` as a user would: a separate process, JSON logs read line by line."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import threading
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from typing import Any
+
+import pytest
+
+from tests.cluster import Cluster, wait_for
+
+
+class AgentProcess:
+    def __init__(self, args: list[str], env: dict[str, str] | None = None) -> None:
+        self.proc = subprocess.Popen(
+            [sys.executable, "-m", "kubelet_sim", *args],
+            stdout=subprocess.DEVNULL,
+            stderr=subprocess.PIPE,
+            text=True,
+            env={**os.environ, **(env or {})},
+        )
+        self.lines: list[str] = []
+        self._lock = threading.Lock()
+        self._reader = threading.Thread(target=self._read, daemon=True)
+        self._reader.start()
+
+    def _read(self) -> None:
+        assert self.proc.stderr is not None
+        for line in self.proc.stderr:
+            with self._lock:
+                self.lines.append(line.rstrip("\n"))
+
+    def records(self) -> list[dict[str, Any]]:
+        """Every log line, parsed: each one must be a JSON object."""
+        with self._lock:
+            lines = list(self.lines)
+        return [json.loads(line) for line in lines if line.strip()]
+
+    def wait_for_log(
+        self, match: Callable[[dict[str, Any]], bool], timeout: float, what: str
+    ) -> dict[str, Any]:
+        return wait_for(lambda: next((r for r in self.records() if match(r)), None), timeout, what)
+
+    def terminate(self, timeout: float = 10.0) -> int:
+        """SIGTERM, then the exit code; fails the test if it does not stop in time."""
+        if self.proc.poll() is None:
+            self.proc.send_signal(signal.SIGTERM)
+        try:
+            code = self.proc.wait(timeout)
+        except subprocess.TimeoutExpired:
+            self.proc.kill()
+            pytest.fail(f"kubelet-sim did not stop within {timeout}s of SIGTERM")
+        self._reader.join(2)
+        return code
+
+
+@contextmanager
+def running_agent(
+    cluster: Cluster, *extra: str, env: dict[str, str] | None = None
+) -> Iterator[AgentProcess]:
+    agent = AgentProcess(
+        [
+            "--node-name",
+            cluster.node_name,
+            "--kubeconfig",
+            cluster.kubeconfig,
+            "--log-format",
+            "json",
+            *extra,
+        ],
+        env=env,
+    )
+    try:
+        yield agent
+    finally:
+        if agent.proc.poll() is None:
+            agent.terminate()

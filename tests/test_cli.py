@@ -1,0 +1,136 @@
+"""`kubelet-sim` as a user runs it: it starts, registers, logs JSON and stops on SIGTERM."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+from tests.agent_process import running_agent
+from tests.cluster import Cluster, wait_for
+
+pytestmark = pytest.mark.docker
+
+
+def _run(*args: str, env: dict[str, str] | None = None) -> subprocess.CompletedProcess[str]:
+    import os
+
+    return subprocess.run(
+        [sys.executable, "-m", "kubelet_sim", *args],
+        capture_output=True,
+        text=True,
+        timeout=30,
+        check=False,
+        env={**os.environ, **(env or {})},
+    )
+
+
+def _node_ready(cluster: Cluster) -> bool:
+    try:
+        node = cluster.core.read_node(cluster.node_name)
+    except Exception:
+        return False
+    return any(c.type == "Ready" and c.status == "True" for c in node.status.conditions or [])
+
+
+def test_agent_registers_logs_json_and_stops_cleanly_on_sigterm(
+    cluster: Cluster, docker_env: object
+) -> None:
+    with running_agent(cluster, "--node-labels", "kubelet-sim.io/demo=yes") as agent:
+        wait_for(lambda: _node_ready(cluster), 15, "the Node to be Ready")
+        node = cluster.core.read_node(cluster.node_name)
+        assert node.metadata.labels["kubelet-sim.io/demo"] == "yes"
+        cluster.core.create_namespaced_pod(
+            cluster.namespace,
+            {
+                "metadata": {"name": "hello"},
+                "spec": {
+                    "nodeName": cluster.node_name,
+                    "containers": [{"name": "c", "image": "kubelet-sim.local/busybox:test"}],
+                },
+            },
+        )
+        seen = agent.wait_for_log(
+            lambda r: r.get("event") == "pod bound to this node", 10, "the pod to be seen"
+        )
+        assert seen["pod"] == f"{cluster.namespace}/hello"
+        assert seen["node"] == cluster.node_name
+        started = time.monotonic()
+        code = agent.terminate()
+        assert code == 0
+        assert time.monotonic() - started < 5
+        events = [r["event"] for r in agent.records()]
+        assert events[-1] == "stopped"
+        assert all({"timestamp", "level", "event"} <= set(r) for r in agent.records())
+    assert cluster.core.read_node(cluster.node_name).metadata.name == cluster.node_name, (
+        "the Node stays after a normal exit, as the kubelet's does"
+    )
+
+
+def test_delete_node_on_exit(cluster: Cluster, docker_env: object) -> None:
+    with running_agent(cluster, "--delete-node-on-exit") as agent:
+        wait_for(lambda: _node_ready(cluster), 15, "the Node to be Ready")
+        assert agent.terminate() == 0
+    from kubernetes.client.exceptions import ApiException
+
+    with pytest.raises(ApiException) as gone:
+        cluster.core.read_node(cluster.node_name)
+    assert gone.value.status == 404
+
+
+def test_invalid_node_name_is_one_clear_line() -> None:
+    result = _run("--node-name", "Not_Valid")
+    assert result.returncode == 1
+    assert result.stderr.strip().count("\n") == 0
+    assert "invalid node name 'Not_Valid'" in result.stderr
+
+
+def test_missing_kubeconfig_is_one_clear_line(tmp_path: Path) -> None:
+    result = _run(
+        "--node-name",
+        "n1",
+        env={"HOME": str(tmp_path), "KUBECONFIG": "", "KUBERNETES_SERVICE_HOST": ""},
+    )
+    assert result.returncode == 1
+    assert result.stderr.strip() == (
+        "kubelet-sim: error: no kubeconfig found: pass --kubeconfig, set KUBECONFIG,"
+        " create ~/.kube/config, or run inside a pod"
+    )
+
+
+def test_unreachable_docker_is_one_clear_line(cluster: Cluster) -> None:
+    result = _run(
+        "--node-name", "n1", "--kubeconfig", cluster.kubeconfig,
+        env={"DOCKER_HOST": "unix:///nonexistent/docker.sock"},
+    )  # fmt: skip
+    assert result.returncode == 1
+    assert result.stderr.strip().count("\n") == 0
+    assert result.stderr.startswith("kubelet-sim: error: Docker not reachable")
+
+
+def test_options_come_from_environment_variables(tmp_path: Path) -> None:
+    result = _run(env={"KUBELET_SIM_NODE_NAME": "Bad_Name"})
+    assert "invalid node name 'Bad_Name'" in result.stderr
+
+
+def test_unreachable_api_server_is_retried_and_logged(tmp_path: Path) -> None:
+    kubeconfig = tmp_path / "kubeconfig"
+    kubeconfig.write_text(
+        "apiVersion: v1\nkind: Config\ncurrent-context: x\n"
+        "clusters: [{name: c, cluster: {server: 'http://127.0.0.1:9'}}]\n"
+        "users: [{name: u, user: {token: t}}]\n"
+        "contexts: [{name: x, context: {cluster: c, user: u}}]\n"
+    )
+    from tests.agent_process import AgentProcess
+
+    agent = AgentProcess(
+        ["--node-name", "n1", "--kubeconfig", str(kubeconfig), "--log-format", "json"]
+    )
+    retry = agent.wait_for_log(
+        lambda r: r.get("event") == "API server unreachable; retrying", 15, "a retry log line"
+    )
+    assert retry["retry_in_seconds"] > 0
+    assert agent.terminate() == 0
