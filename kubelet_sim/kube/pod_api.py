@@ -1,0 +1,83 @@
+"""Pod writes of a node agent: status (the kubelet's status manager) and the final delete."""
+
+from __future__ import annotations
+
+import threading
+
+from kubernetes import client
+
+from kubelet_sim.kube.rest import Json, call_json, request_json
+from kubelet_sim.smp import two_way_patch
+
+STRATEGIC_MERGE_PATCH = "application/strategic-merge-patch+json"
+
+
+def _rv(obj: Json) -> int:
+    try:
+        return int((obj.get("metadata") or {}).get("resourceVersion") or 0)
+    except ValueError:
+        return 0
+
+
+class PodStatusWriter:
+    """One writer of pod status with a versioned cache, as the kubelet's status manager.
+
+    The base of each patch is the newest status we know the API holds: the pod the informer
+    delivered, or the answer to our own last write if that is newer. An unchanged status is
+    never written; the patch carries `metadata.uid` so a replaced pod is never written to.
+    """
+
+    def __init__(self, api: client.ApiClient) -> None:
+        self._core = client.CoreV1Api(api)
+        self._written: dict[str, tuple[int, Json]] = {}
+        self._lock = threading.Lock()
+        self.writes = 0
+
+    def base(self, pod: Json) -> Json:
+        uid = pod["metadata"]["uid"]
+        with self._lock:
+            written = self._written.get(uid)
+        if written is not None and written[0] > _rv(pod):
+            return written[1]
+        status: Json = pod.get("status") or {}
+        return status
+
+    def write(self, pod: Json, status: Json) -> Json | None:
+        """PATCH pods/status if `status` differs; returns the updated pod, or None if unchanged.
+
+        Raises ApiError: 404 (pod gone), 409 (uid precondition: a new pod of that name).
+        """
+        meta = pod["metadata"]
+        patch = two_way_patch(self.base(pod), status)
+        if not patch:
+            return None
+        body = {"metadata": {"uid": meta["uid"]}, "status": patch}
+        updated = call_json(
+            self._core.patch_namespaced_pod_status,
+            meta["name"],
+            meta["namespace"],
+            body,
+            _content_type=STRATEGIC_MERGE_PATCH,
+        )
+        with self._lock:
+            self._written[meta["uid"]] = (_rv(updated), updated.get("status") or {})
+            self.writes += 1
+        return updated
+
+    def forget(self, uid: str) -> None:
+        with self._lock:
+            self._written.pop(uid, None)
+
+
+def delete_pod_finally(api: client.ApiClient, namespace: str, name: str, uid: str) -> None:
+    """The kubelet's last word on a deleted pod: DELETE with grace 0 and a uid precondition.
+
+    Without it a gracefully deleted pod would stay Terminating forever.
+    """
+    body = {
+        "apiVersion": "v1",
+        "kind": "DeleteOptions",
+        "gracePeriodSeconds": 0,
+        "preconditions": {"uid": uid},
+    }
+    request_json(api, "DELETE", f"/api/v1/namespaces/{namespace}/pods/{name}", body)
