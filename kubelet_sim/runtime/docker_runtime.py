@@ -1,11 +1,35 @@
-"""The Docker engine behind the node: the only place (with its siblings) that imports `docker`."""
+"""The Docker engine behind the node: the only place (with its siblings) that imports `docker`.
+
+Speaks the CRI contract (`kubelet_sim.cri`) the way dockershim did. Every engine call is
+counted in `stats`: Docker calls are what a node with many pods pays for.
+"""
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+import math
+import re
+import threading
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, cast
 
 import docker
-from docker.errors import DockerException
+from docker.errors import APIError, DockerException, NotFound
+
+from kubelet_sim import cri
+from kubelet_sim.logs import get_logger
+from kubelet_sim.runtime import images, translate
+from kubelet_sim.runtime.parse import observed_from_inspect
+from kubelet_sim.runtime.pod_files import PodFiles
+
+DEFAULT_ROOT_DIR = Path("/var/lib/kubelet-sim")
+# kubecontainer.MaxContainerTerminationMessageLogLines / ...LogLength (FallbackToLogsOnError)
+LOG_TAIL_LINES = 80
+LOG_TAIL_BYTES = 2048
+
+_CONFLICT = re.compile(r'already in use by container "?([0-9a-f]{12,64})"?')
+
+status_image_id = images.status_image_id  # re-exported: the imageID string of an ImageInfo
 
 
 class RuntimeUnavailable(Exception):
@@ -13,13 +37,52 @@ class RuntimeUnavailable(Exception):
 
 
 @dataclass
+class RuntimeStats:
+    """Engine calls made so far, by kind (thread-safe counters)."""
+
+    lists: int = 0
+    inspects: int = 0
+    image_inspects: int = 0
+    creates: int = 0
+    starts: int = 0
+    stops: int = 0
+    removes: int = 0
+    pulls: int = 0
+    _lock: threading.Lock = field(default_factory=threading.Lock, repr=False, compare=False)
+
+    def add(self, kind: str) -> None:
+        with self._lock:
+            setattr(self, kind, getattr(self, kind) + 1)
+
+
+@dataclass
 class DockerRuntime:
-    """A connected Docker client plus what the node reports about it."""
+    """A connected Docker client plus what the node reports about it.
+
+    `node_name` selects our containers (LABEL_NODE); `root_dir` holds termination-log files,
+    which must be on the file system the engine sees (it bind-mounts them).
+    """
 
     client: docker.DockerClient
+    node_name: str = ""
+    root_dir: Path = DEFAULT_ROOT_DIR
+    stats: RuntimeStats = field(default_factory=RuntimeStats)
+    _image_ids: dict[str, str] = field(default_factory=dict, init=False, repr=False)
+    # sandbox id → (host network, host pid): containers share the sandbox's namespaces.
+    _sandbox_ns: dict[str, tuple[bool, bool]] = field(default_factory=dict, init=False, repr=False)
+
+    def __post_init__(self) -> None:
+        self.files = PodFiles(self.root_dir)
+        self.log = get_logger("kubelet_sim.runtime", node=self.node_name)
 
     @classmethod
-    def connect(cls, base_url: str | None = None) -> DockerRuntime:
+    def connect(
+        cls,
+        base_url: str | None = None,
+        *,
+        node_name: str = "",
+        root_dir: Path = DEFAULT_ROOT_DIR,
+    ) -> DockerRuntime:
         """Connect ($DOCKER_HOST or the default socket) and ping, so a dead engine fails fast."""
         try:
             docker_client = (
@@ -30,7 +93,7 @@ class DockerRuntime:
             where = base_url or "DOCKER_HOST or unix:///var/run/docker.sock"
             reason = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
             raise RuntimeUnavailable(f"Docker not reachable at {where}: {reason}") from exc
-        return cls(client=docker_client)
+        return cls(client=docker_client, node_name=node_name, root_dir=root_dir)
 
     def version(self) -> str:
         """The engine version, as nodeInfo.containerRuntimeVersion wants it (docker://X)."""
@@ -44,3 +107,206 @@ class DockerRuntime:
 
     def close(self) -> None:
         self.client.close()
+
+    @property
+    def _api(self) -> Any:
+        """The low-level client, untyped: several of its stubs lack annotations."""
+        return self.client.api
+
+    # Images
+
+    def image_status(self, ref: str) -> cri.ImageInfo | None:
+        """The local image for `ref`, or None; never touches the network."""
+        self.stats.add("image_inspects")
+        return images.inspect_image(self._api, ref)
+
+    def pull_image(self, ref: str, auth: cri.RegistryAuth | None = None) -> cri.ImageInfo:
+        """Pull `ref`; ImagePullError carries the message the pod's ErrImagePull shows."""
+        log = self.log.bind(image=ref, registry=auth.server if auth else None)
+        log.info("pulling image")
+        self.stats.add("pulls")
+        images.pull(self._api, ref, auth)
+        self._image_ids.clear()  # a pull can add repo digests to an image we cached
+        info = self.image_status(ref)
+        if info is None:
+            raise cri.ImagePullError("the image is not present after the pull")
+        log.info("pulled image", image_id=info.id)
+        return info
+
+    # Sandboxes and containers
+
+    def run_sandbox(self, cfg: cri.SandboxConfig) -> cri.ObservedContainer:
+        """Create and start the pod's pause container; returned inspected, with the pod IP."""
+        log = self.log.bind(pod=f"{cfg.pod.namespace}/{cfg.pod.name}", container="POD")
+        container_id = self._create(translate.sandbox_name(cfg), translate.sandbox_body(cfg))
+        self._sandbox_ns[container_id] = (cfg.host_network, cfg.host_pid)
+        try:
+            self.start_container(container_id)
+        except cri.ContainerStartError:
+            self.remove_container(container_id)  # a retry reuses the name
+            raise
+        observed = self.inspect(container_id)
+        if observed is None:
+            raise cri.ContainerStartError(f"sandbox {container_id[:12]} vanished after start")
+        log.debug("sandbox running", id=container_id[:12], ip=observed.ip)
+        return observed
+
+    def create_container(self, cfg: cri.ContainerConfig, sandbox_id: str) -> str:
+        """Create (not start) a container in the sandbox's namespaces, or ContainerStartError."""
+        host_network, host_pid = self._sandbox_namespaces(sandbox_id)
+        log_path: str | None = None
+        try:
+            if cfg.termination_message_path:
+                log_path = str(
+                    self.files.create_termination_log(cfg.pod.uid, cfg.name, cfg.attempt)
+                )
+            body = translate.container_body(
+                cfg,
+                sandbox_id,
+                termination_log=log_path,
+                host_network=host_network,
+                host_pid=host_pid,
+            )
+        except (OSError, ValueError) as exc:
+            raise cri.ContainerStartError(str(exc)) from None
+        container_id = self._create(translate.container_name(cfg), body)
+        self.log.debug(
+            "container created",
+            pod=f"{cfg.pod.namespace}/{cfg.pod.name}",
+            container=cfg.name,
+            id=container_id[:12],
+        )
+        return container_id
+
+    def start_container(self, container_id: str) -> None:
+        """Start; ContainerStartError with Docker's words (e.g. executable not found)."""
+        self.stats.add("starts")
+        try:
+            self.client.api.start(container_id)
+        except APIError as exc:
+            raise cri.ContainerStartError(_explain(exc)) from None
+
+    def stop_container(self, container_id: str, grace_seconds: float) -> None:
+        """SIGTERM (or the image's STOPSIGNAL), SIGKILL when the grace period ends; Docker waits."""
+        self.stats.add("stops")
+        try:
+            self.client.api.stop(container_id, timeout=max(0, math.ceil(grace_seconds)))
+        except NotFound:
+            return
+        except APIError as exc:
+            if "is not running" not in _explain(exc):
+                raise
+
+    def remove_container(self, container_id: str) -> None:
+        """Force-remove (with anonymous volumes); a container already gone is fine."""
+        self.stats.add("removes")
+        self._sandbox_ns.pop(container_id, None)
+        try:
+            self.client.api.remove_container(container_id, v=True, force=True)
+        except NotFound:
+            return
+        except APIError as exc:
+            if "already in progress" not in _explain(exc):
+                raise
+
+    def remove_pod_dir(self, pod_uid: str) -> None:
+        """Drop the pod's termination logs once its containers are removed."""
+        self.files.remove_pod_dir(pod_uid)
+
+    def termination_message(self, observed: cri.ObservedContainer) -> str:
+        """What the container wrote to terminationMessagePath (last 4 KiB), "" if nothing."""
+        return self.files.read_termination_message(
+            observed.pod.uid, observed.name, observed.attempt
+        )
+
+    def logs_tail(
+        self, container_id: str, max_lines: int = LOG_TAIL_LINES, max_bytes: int = LOG_TAIL_BYTES
+    ) -> str:
+        """The end of stdout+stderr, for FallbackToLogsOnError: last lines, then last bytes."""
+        try:
+            raw = self.client.api.logs(container_id, stdout=True, stderr=True, tail=max_lines)
+        except (NotFound, APIError):
+            return ""
+        return raw[-max_bytes:].decode("utf-8", errors="replace")
+
+    # Observation
+
+    def inspect(self, container_id: str) -> cri.ObservedContainer | None:
+        """One container as Docker sees it now; None if gone or not one of ours."""
+        self.stats.add("inspects")
+        try:
+            attrs = cast(dict[str, Any], self.client.api.inspect_container(container_id))
+        except NotFound:
+            return None
+        return observed_from_inspect(attrs, self._status_image_id(str(attrs.get("Image", ""))))
+
+    def list_containers(self, node_name: str | None = None) -> list[cri.ObservedContainer]:
+        """All containers of the node (running or not): one list call, then one inspect each."""
+        node = node_name if node_name is not None else self.node_name
+        if not node:
+            raise ValueError("list_containers needs a node name")
+        self.stats.add("lists")
+        summaries = self.client.api.containers(
+            all=True, filters={"label": f"{cri.LABEL_NODE}={node}"}
+        )
+        found = (self.inspect(str(s["Id"])) for s in summaries)
+        return [c for c in found if c is not None]
+
+    # Internals
+
+    def _create(self, name: str, body: dict[str, Any]) -> str:
+        """POST /containers/create; on a name conflict remove the stale holder and retry once.
+
+        dockershim did the same: a leftover from a crash between create and record must not
+        block the pod forever; a running holder is not removed (then the error stands).
+        """
+        self.stats.add("creates")
+        try:
+            return self._create_once(name, body)
+        except APIError as exc:
+            match = _CONFLICT.search(_explain(exc)) if exc.status_code == 409 else None
+            if match is None:
+                raise cri.ContainerStartError(_explain(exc)) from None
+            try:
+                self.client.api.remove_container(match.group(1), v=True)
+            except APIError:
+                raise cri.ContainerStartError(_explain(exc)) from None
+            self.log.info("removed a stale container holding the name", name=name)
+            try:
+                return self._create_once(name, body)
+            except APIError as again:
+                raise cri.ContainerStartError(_explain(again)) from None
+
+    def _create_once(self, name: str, body: dict[str, Any]) -> str:
+        result = self._api.create_container_from_config(body, name=name)
+        return str(result["Id"])
+
+    def _sandbox_namespaces(self, sandbox_id: str) -> tuple[bool, bool]:
+        """Host network/pid of a sandbox: known if we ran it, else inspected once and cached."""
+        known = self._sandbox_ns.get(sandbox_id)
+        if known is not None:
+            return known
+        self.stats.add("inspects")
+        try:
+            attrs = cast(dict[str, Any], self.client.api.inspect_container(sandbox_id))
+        except NotFound:
+            raise cri.ContainerStartError(f"sandbox {sandbox_id[:12]} not found") from None
+        host = attrs.get("HostConfig") or {}
+        known = (host.get("NetworkMode") == "host", host.get("PidMode") == "host")
+        self._sandbox_ns[sandbox_id] = known
+        return known
+
+    def _status_image_id(self, image_sha: str) -> str:
+        """The imageID string for a container's image, inspected once per image."""
+        if not image_sha:
+            return ""
+        cached = self._image_ids.get(image_sha)
+        if cached is None:
+            info = self.image_status(image_sha)
+            cached = images.status_image_id(info) if info else images.IMAGE_ID_PREFIX + image_sha
+            self._image_ids[image_sha] = cached
+        return cached
+
+
+def _explain(exc: APIError) -> str:
+    return str(exc.explanation or exc).strip()

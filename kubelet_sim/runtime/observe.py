@@ -1,0 +1,272 @@
+"""An in-memory view of the node's containers, kept current by Docker's events stream.
+
+Like the kubelet's PLEG, but event-driven: one list at start (and after each reconnect), then
+only the container an event names is inspected. Pod workers read the view; they never list.
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass
+from typing import Any, Protocol, cast
+
+from kubelet_sim import cri
+from kubelet_sim.backoff import Backoff
+from kubelet_sim.logs import get_logger
+from kubelet_sim.runtime.docker_runtime import DockerRuntime
+
+# Events that change what we report; exec_*, attach, kill, stop, oom... are followed by one of
+# these or change nothing (probes exec often: inspecting on those would cost the most).
+INSPECT_ACTIONS = frozenset({"create", "start", "die", "pause", "unpause", "restart"})
+RESTART_ACTIONS = frozenset({"start", "restart", "unpause"})
+_IMPLIED_STATE = {"start": cri.ContainerState.RUNNING, "die": cri.ContainerState.EXITED}
+_RANK = {
+    cri.ContainerState.UNKNOWN: 0,
+    cri.ContainerState.CREATED: 0,
+    cri.ContainerState.RUNNING: 1,
+    cri.ContainerState.EXITED: 2,
+}
+_GONE_REMEMBERED = 4096
+
+
+class _EventStream(Protocol):
+    def __iter__(self) -> Iterator[dict[str, Any]]: ...
+    def close(self) -> None: ...
+
+
+@dataclass
+class WatcherStats:
+    lists: int = 0
+    events: int = 0
+    reconnects: int = 0
+    inspects: int = 0
+
+
+def _since_arg(ns: int) -> str:
+    """Docker's `since` as seconds.nanoseconds, so resuming loses no sub-second events."""
+    return f"{ns // 1_000_000_000}.{ns % 1_000_000_000:09d}"
+
+
+class ContainerWatcher:
+    """A thread watching one node's containers; `on_change(pod_uid)` after each change.
+
+    A container's state only moves forward (created → running → exited): an older observation
+    (e.g. one `record`ed by a pod worker) never overwrites a newer one.
+    """
+
+    def __init__(
+        self,
+        runtime: DockerRuntime,
+        on_change: Callable[[str], None] | None = None,
+        *,
+        node_name: str | None = None,
+        backoff: Backoff | None = None,
+        since_margin: float = 1.0,
+    ) -> None:
+        self.runtime = runtime
+        self.node = node_name if node_name is not None else runtime.node_name
+        if not self.node:
+            raise ValueError("ContainerWatcher needs a node name")
+        self.on_change = on_change or (lambda _uid: None)
+        self.backoff = backoff or Backoff(initial=0.2, cap=5.0)
+        self.since_margin = since_margin  # clock slack for the first subscription
+        self.stats = WatcherStats()
+        self.log = get_logger("kubelet_sim.runtime.observe", node=self.node)
+        self._lock = threading.Lock()
+        self._by_id: dict[str, cri.ObservedContainer] = {}
+        self._gone: dict[str, None] = {}  # destroyed ids, oldest first
+        self._stream: _EventStream | None = None
+        self._last_event_ns: int | None = None
+        self._stopping = threading.Event()
+        self._synced = threading.Event()
+        self._thread = threading.Thread(
+            target=self._run, name=f"container-watcher-{self.node}", daemon=True
+        )
+
+    # Lifecycle
+
+    def start(self) -> None:
+        self._thread.start()
+
+    def stop(self, timeout: float = 1.0) -> None:
+        """Close the events stream and join; returns within about `timeout` seconds."""
+        self._stopping.set()
+        self._close_stream()
+        if self._thread.is_alive():
+            self._thread.join(timeout)
+
+    def wait_synced(self, timeout: float | None = None) -> bool:
+        """True once the first list is in the view (pod workers should wait for it)."""
+        return self._synced.wait(timeout)
+
+    @property
+    def synced(self) -> bool:
+        return self._synced.is_set()
+
+    def reconnect(self) -> None:
+        """Drop the events stream; the watcher relists and resubscribes, as after an outage."""
+        self._close_stream()
+
+    # The view
+
+    def pod_containers(self, pod_uid: str) -> list[cri.ObservedContainer]:
+        with self._lock:
+            return [c for c in self._by_id.values() if c.pod.uid == pod_uid]
+
+    def pod_uids(self) -> set[str]:
+        with self._lock:
+            return {c.pod.uid for c in self._by_id.values()}
+
+    def get(self, container_id: str) -> cri.ObservedContainer | None:
+        with self._lock:
+            return self._by_id.get(container_id)
+
+    def all_containers(self) -> list[cri.ObservedContainer]:
+        with self._lock:
+            return list(self._by_id.values())
+
+    def record(self, observed: cri.ObservedContainer) -> None:
+        """Put what a caller just learned (e.g. from run_sandbox) in the view without a call.
+
+        Closes the gap until the event arrives, so a pod worker never creates a container twice.
+        """
+        if self._upsert(observed):
+            self._notify(observed.pod.uid)
+
+    # The thread
+
+    def _run(self) -> None:
+        while not self._stopping.is_set():
+            began = time.monotonic()
+            failed = False
+            try:
+                self._session()
+            except Exception as exc:
+                failed = True
+                self.log.warning("docker events failed", error=str(exc) or type(exc).__name__)
+            if self._stopping.is_set():
+                break
+            if failed or time.monotonic() - began < 1.0:
+                self._stopping.wait(self.backoff.next_delay())
+            else:
+                self.backoff.reset()
+            self.stats.reconnects += 1
+
+    def _session(self) -> None:
+        """List, subscribe from where we left off (or just before the list), follow events."""
+        resume_ns = self._last_event_ns
+        listed_at = time.time()
+        self._relist()
+        since = (
+            _since_arg(resume_ns)
+            if resume_ns is not None
+            else _since_arg(int((listed_at - self.since_margin) * 1e9))
+        )
+        stream = self.runtime.client.api.events(
+            decode=True,
+            filters={"type": "container", "label": f"{cri.LABEL_NODE}={self.node}"},
+            since=cast(Any, since),  # the stub says int; the API takes seconds.nanos
+        )
+        with self._lock:
+            self._stream = stream
+        if self._stopping.is_set():
+            stream.close()
+            return
+        for event in stream:
+            if self._stopping.is_set():
+                return
+            self._handle(event)
+        if not self._stopping.is_set():
+            self.log.info("docker events stream ended; resubscribing")
+
+    def _relist(self) -> None:
+        observed = self.runtime.list_containers(self.node)
+        self.stats.lists += 1
+        self.stats.inspects += len(observed)
+        fresh = {c.id: c for c in observed}
+        with self._lock:
+            old = self._by_id
+            self._by_id = fresh
+        changed = {c.pod.uid for c in old.values() if fresh.get(c.id) != c}
+        changed |= {c.pod.uid for c in fresh.values() if old.get(c.id) != c}
+        self._synced.set()
+        for uid in sorted(changed):
+            self._notify(uid)
+
+    def _handle(self, event: dict[str, Any]) -> None:
+        if event.get("Type", "container") != "container":
+            return
+        self.stats.events += 1
+        if event.get("timeNano"):
+            self._last_event_ns = max(self._last_event_ns or 0, int(event["timeNano"]))
+        action = str(event.get("Action") or event.get("status") or "").split(":")[0].strip()
+        actor = event.get("Actor") or {}
+        container_id = str(event.get("id") or actor.get("ID") or "")
+        if not container_id:
+            return
+        uid: str | None
+        if action == "destroy":
+            uid = self._remove(container_id) or (actor.get("Attributes") or {}).get(
+                cri.LABEL_POD_UID
+            )
+        elif action in INSPECT_ACTIONS and self._needs_inspect(action, container_id):
+            self.stats.inspects += 1
+            observed = self.runtime.inspect(container_id)
+            if observed is None:
+                uid = self._remove(container_id)
+            else:
+                restarted = action in RESTART_ACTIONS  # the one way back to running
+                uid = observed.pod.uid if self._upsert(observed, force=restarted) else None
+        else:
+            return
+        if uid:
+            self._notify(uid)
+
+    def _needs_inspect(self, action: str, container_id: str) -> bool:
+        """Skip events the view already reflects: replays after a (re)list, or a `record`ed
+        create. An exited container that starts again (docker start) is still inspected."""
+        current = self.get(container_id)
+        if current is None:
+            return True
+        implied = _IMPLIED_STATE.get(action)
+        if action == "create":
+            return False
+        return implied is None or current.state != implied
+
+    def _upsert(self, observed: cri.ObservedContainer, *, force: bool = False) -> bool:
+        """Store unless destroyed or older than what we have; True if the view changed."""
+        with self._lock:
+            if observed.id in self._gone:
+                return False
+            current = self._by_id.get(observed.id)
+            if current is not None and (
+                current == observed or (not force and _RANK[observed.state] < _RANK[current.state])
+            ):
+                return False
+            self._by_id[observed.id] = observed
+            return True
+
+    def _remove(self, container_id: str) -> str | None:
+        with self._lock:
+            self._gone[container_id] = None
+            if len(self._gone) > _GONE_REMEMBERED:
+                del self._gone[next(iter(self._gone))]
+            removed = self._by_id.pop(container_id, None)
+        return removed.pod.uid if removed else None
+
+    def _notify(self, pod_uid: str) -> None:
+        try:
+            self.on_change(pod_uid)
+        except Exception:
+            self.log.exception("on_change failed", pod_uid=pod_uid)
+
+    def _close_stream(self) -> None:
+        with self._lock:
+            stream, self._stream = self._stream, None
+        if stream is not None:
+            try:
+                stream.close()
+            except Exception as exc:
+                self.log.debug("closing the events stream", error=str(exc))

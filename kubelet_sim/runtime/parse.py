@@ -1,0 +1,101 @@
+"""Docker inspect JSON → ObservedContainer, with dockershim's reading of Docker's State. Pure."""
+
+from __future__ import annotations
+
+from datetime import datetime
+from typing import Any
+
+from kubelet_sim import cri
+
+DOCKER_ZERO_TIME = "0001-01-01T00:00:00Z"
+
+
+def parse_time(value: str | None) -> datetime | None:
+    """Docker's RFC 3339 (nanoseconds, Z) as an aware datetime; its zero time means never."""
+    if not value or value.startswith("0001-01-01"):
+        return None
+    try:
+        return datetime.fromisoformat(value)  # 3.11 takes the Z and drops digits past micros
+    except ValueError:
+        return None
+
+
+def container_state(state: dict[str, Any]) -> cri.ContainerState:
+    """Running (also paused/restarting: the process exists), exited, or created.
+
+    As dockershim: finished, dead, or a failed start (never started, exit code or error set) is
+    exited, so the pod logic sees a terminated container (ContainerCannotRun) and restarts it.
+    """
+    if state.get("Running"):
+        return cri.ContainerState.RUNNING
+    if parse_time(state.get("FinishedAt")) is not None or state.get("Dead"):
+        return cri.ContainerState.EXITED
+    if state.get("ExitCode") or state.get("Error"):
+        return cri.ContainerState.EXITED
+    status = state.get("Status")
+    if status == "created":
+        return cri.ContainerState.CREATED
+    if status in ("exited", "dead", "removing"):
+        return cri.ContainerState.EXITED
+    return cri.ContainerState.UNKNOWN
+
+
+def _int(value: str | None, default: int = 0) -> int:
+    try:
+        return int(value) if value is not None else default
+    except ValueError:
+        return default
+
+
+def pod_of(labels: dict[str, str]) -> cri.PodRef | None:
+    """The pod a container belongs to, from its labels; None for containers not made by us."""
+    uid = labels.get(cri.LABEL_POD_UID)
+    if not uid:
+        return None
+    return cri.PodRef(
+        node=labels.get(cri.LABEL_NODE, ""),
+        name=labels.get(cri.LABEL_POD_NAME, ""),
+        namespace=labels.get(cri.LABEL_POD_NAMESPACE, ""),
+        uid=uid,
+    )
+
+
+def observed_from_inspect(
+    attrs: dict[str, Any], image_id: str = ""
+) -> cri.ObservedContainer | None:
+    """One `docker inspect` result in CRI terms; `image_id` is the kubelet's imageID string."""
+    config = attrs.get("Config") or {}
+    labels: dict[str, str] = config.get("Labels") or {}
+    pod = pod_of(labels)
+    if pod is None:
+        return None
+    is_sandbox = labels.get(cri.LABEL_CONTAINER_TYPE) == "podsandbox"
+    name = cri.SANDBOX_CONTAINER_NAME if is_sandbox else labels.get(cri.LABEL_CONTAINER_NAME, "")
+    state_json = attrs.get("State") or {}
+    state = container_state(state_json)
+    network = attrs.get("NetworkSettings") or {}
+    return cri.ObservedContainer(
+        id=str(attrs.get("Id", "")),
+        pod=pod,
+        name=name,
+        attempt=_int(labels.get(cri.LABEL_RESTART_COUNT), _attempt_from_name(attrs)),
+        state=state,
+        image=str(config.get("Image", "")),
+        image_id=image_id,
+        spec_hash=labels.get(cri.LABEL_CONTAINER_HASH, ""),
+        created_at=parse_time(attrs.get("Created")),
+        started_at=parse_time(state_json.get("StartedAt")),
+        finished_at=parse_time(state_json.get("FinishedAt")),
+        exit_code=int(state_json.get("ExitCode", 0))
+        if state == cri.ContainerState.EXITED
+        else None,
+        oom_killed=bool(state_json.get("OOMKilled")),
+        error=str(state_json.get("Error") or ""),
+        ip=str(network.get("IPAddress") or "") if is_sandbox else "",
+    )
+
+
+def _attempt_from_name(attrs: dict[str, Any]) -> int:
+    """The `_<attempt>` suffix of a dockershim name, for containers that lack the label."""
+    name = str(attrs.get("Name", ""))
+    return _int(name.rsplit("_", 1)[-1]) if "_" in name else 0

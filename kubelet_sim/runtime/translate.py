@@ -1,0 +1,213 @@
+"""CRI configs → Docker Engine API create bodies, as dockershim built them. Pure: no Docker calls.
+
+The bodies are the JSON of `POST /containers/create`, so what we ask Docker for is visible in one
+place and testable without an engine.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from kubelet_sim import cri
+
+# dockershim disabled image health checks: the kubelet runs its own probes.
+_NO_HEALTHCHECK = {"Test": ["NONE"]}
+
+
+class TranslateError(ValueError):
+    """A config Docker cannot express (dockershim refused the same: CreateContainerError)."""
+
+
+def sandbox_name(cfg: cri.SandboxConfig) -> str:
+    """dockershim's `k8s_POD_<pod>_<namespace>_<uid>_<attempt>`."""
+    pod = cfg.pod
+    return f"k8s_{cri.SANDBOX_CONTAINER_NAME}_{pod.name}_{pod.namespace}_{pod.uid}_{cfg.attempt}"
+
+
+def container_name(cfg: cri.ContainerConfig) -> str:
+    """dockershim's `k8s_<container>_<pod>_<namespace>_<uid>_<attempt>`."""
+    pod = cfg.pod
+    return f"k8s_{cfg.name}_{pod.name}_{pod.namespace}_{pod.uid}_{cfg.attempt}"
+
+
+def _pod_labels(pod: cri.PodRef, name: str, kind: str, attempt: int) -> dict[str, str]:
+    return {
+        cri.LABEL_NODE: pod.node,
+        cri.LABEL_POD_NAME: pod.name,
+        cri.LABEL_POD_NAMESPACE: pod.namespace,
+        cri.LABEL_POD_UID: pod.uid,
+        cri.LABEL_CONTAINER_NAME: name,
+        cri.LABEL_CONTAINER_TYPE: kind,
+        cri.LABEL_RESTART_COUNT: str(attempt),
+    }
+
+
+def sandbox_labels(cfg: cri.SandboxConfig) -> dict[str, str]:
+    own = _pod_labels(cfg.pod, cri.SANDBOX_CONTAINER_NAME, "podsandbox", cfg.attempt)
+    return {**cfg.extra_labels, **own}  # ours win: state is rebuilt from them
+
+
+def container_labels(cfg: cri.ContainerConfig) -> dict[str, str]:
+    own = _pod_labels(cfg.pod, cfg.name, "container", cfg.attempt)
+    own |= {
+        cri.LABEL_CONTAINER_HASH: cfg.spec_hash,
+        cri.LABEL_TERMINATION_MESSAGE_PATH: cfg.termination_message_path,
+        cri.LABEL_TERMINATION_MESSAGE_POLICY: cfg.termination_message_policy,
+        cri.LABEL_TERMINATION_GRACE_PERIOD: str(cfg.termination_grace_period),
+    }
+    return {**cfg.extra_labels, **own}
+
+
+def _port_key(port: cri.PortMapping) -> str:
+    return f"{port.container_port}/{port.protocol.lower()}"
+
+
+def sandbox_body(cfg: cri.SandboxConfig) -> dict[str, Any]:
+    """The pause container: owns the pod's network (bridge or host), IPC (shareable) and ports.
+
+    A port with hostPort 0 is only exposed, not published: Kubernetes publishes nothing for it.
+    """
+    host: dict[str, Any] = {
+        "NetworkMode": "host" if cfg.host_network else "bridge",
+        "IpcMode": "host" if cfg.host_ipc else "shareable",
+    }
+    if cfg.host_pid:
+        host["PidMode"] = "host"
+    body: dict[str, Any] = {
+        "Image": cfg.image,
+        "Labels": sandbox_labels(cfg),
+        "Healthcheck": _NO_HEALTHCHECK,
+    }
+    if cfg.host_network:
+        host["UTSMode"] = "host"  # the node's hostname, as for hostNetwork pods
+    else:
+        body["Hostname"] = cfg.hostname
+        if cfg.port_mappings:
+            body["ExposedPorts"] = {_port_key(p): {} for p in cfg.port_mappings}
+            bindings: dict[str, list[dict[str, str]]] = {}
+            for p in cfg.port_mappings:
+                if p.host_port:
+                    bindings.setdefault(_port_key(p), []).append(
+                        {"HostIp": p.host_ip, "HostPort": str(p.host_port)}
+                    )
+            host["PortBindings"] = bindings
+        if cfg.dns_servers:
+            host["Dns"] = list(cfg.dns_servers)
+        if cfg.dns_searches:
+            host["DnsSearch"] = list(cfg.dns_searches)
+        if cfg.dns_options:
+            host["DnsOptions"] = list(cfg.dns_options)
+    body["HostConfig"] = host
+    return body
+
+
+def command_fields(cfg: cri.ContainerConfig) -> dict[str, list[str] | None]:
+    """Entrypoint/Cmd: `command` replaces the image's entrypoint AND its cmd; `args` its cmd.
+
+    An empty list means unset in Kubernetes, so `()` is treated as None. With an entrypoint, an
+    explicit empty Cmd makes sure the image's CMD never runs.
+    """
+    entrypoint = list(cfg.entrypoint) if cfg.entrypoint else None
+    cmd = list(cfg.cmd) if cfg.cmd else None
+    if entrypoint is not None and cmd is None:
+        cmd = []
+    return {"Entrypoint": entrypoint, "Cmd": cmd}
+
+
+def user_field(sec: cri.SecurityConfig) -> str:
+    """`uid` or `uid:gid`; a group without a user is refused, as dockershim did."""
+    if sec.run_as_user is None:
+        if sec.run_as_group is not None:
+            raise TranslateError("runAsGroup is specified without a runAsUser")
+        return ""
+    if sec.run_as_group is None:
+        return str(sec.run_as_user)
+    return f"{sec.run_as_user}:{sec.run_as_group}"
+
+
+def _resources(res: cri.Resources) -> dict[str, int]:
+    out: dict[str, int] = {}
+    if res.cpu_period is not None:
+        out["CpuPeriod"] = res.cpu_period
+    if res.cpu_quota is not None:
+        out["CpuQuota"] = res.cpu_quota
+    if res.cpu_shares is not None:
+        out["CpuShares"] = res.cpu_shares
+    if res.memory_limit_bytes is not None:
+        out["Memory"] = res.memory_limit_bytes
+        # Nodes run without swap (the kubelet's default), so the limit is the whole limit.
+        out["MemorySwap"] = res.memory_limit_bytes
+    return out
+
+
+def container_body(
+    cfg: cri.ContainerConfig,
+    sandbox_id: str,
+    *,
+    termination_log: str | None = None,
+    host_network: bool = False,
+    host_pid: bool = False,
+) -> dict[str, Any]:
+    """An app/init container joining its sandbox's network and IPC namespaces.
+
+    `termination_log` is the host file bind-mounted at terminationMessagePath;
+    `host_network`/`host_pid` are the sandbox's, which the container shares (dockershim).
+    """
+    sandbox_ns = f"container:{sandbox_id}"
+    sec = cfg.security
+    binds = [
+        f"{m.host_path}:{m.container_path}{':ro' if m.read_only else ''}"
+        for m in cfg.mounts
+        if not m.tmpfs
+    ]
+    if termination_log and cfg.termination_message_path:
+        binds.append(f"{termination_log}:{cfg.termination_message_path}")
+    host: dict[str, Any] = {
+        "NetworkMode": sandbox_ns,
+        "IpcMode": sandbox_ns,
+        "Binds": binds,
+        "Privileged": sec.privileged,
+        "ReadonlyRootfs": sec.read_only_rootfs,
+        **_resources(cfg.resources),
+    }
+    tmpfs = {m.container_path: "" for m in cfg.mounts if m.tmpfs}
+    if tmpfs:
+        host["Tmpfs"] = tmpfs
+    if host_network:
+        host["UTSMode"] = "host"
+    if host_pid:
+        host["PidMode"] = "host"
+    if sec.capabilities_add:
+        host["CapAdd"] = list(sec.capabilities_add)
+    if sec.capabilities_drop:
+        host["CapDrop"] = list(sec.capabilities_drop)
+    if sec.no_new_privileges:
+        host["SecurityOpt"] = ["no-new-privileges"]
+    body: dict[str, Any] = {
+        "Image": cfg.image,
+        **command_fields(cfg),
+        "Env": [f"{k}={v}" for k, v in cfg.env],
+        "Labels": container_labels(cfg),
+        "User": user_field(sec),
+        "Tty": cfg.tty,
+        "OpenStdin": cfg.stdin,
+        "StdinOnce": cfg.stdin_once,
+        "Healthcheck": _NO_HEALTHCHECK,
+        "HostConfig": host,
+    }
+    if cfg.working_dir:
+        body["WorkingDir"] = cfg.working_dir
+    return body
+
+
+def created_observation(cfg: cri.ContainerConfig, container_id: str) -> cri.ObservedContainer:
+    """What a successful create means, without asking Docker again (to seed a watcher's view)."""
+    return cri.ObservedContainer(
+        id=container_id,
+        pod=cfg.pod,
+        name=cfg.name,
+        attempt=cfg.attempt,
+        state=cri.ContainerState.CREATED,
+        image=cfg.image,
+        spec_hash=cfg.spec_hash,
+    )

@@ -1,0 +1,257 @@
+"""The `cluster` fixture: a fresh namespace and node name on the fake or on a real cluster.
+
+Set KUBELET_SIM_TEST_KUBECONFIG to run the same tests against a real cluster (e.g. kind);
+otherwise one in-process `FakeApiServer` serves the whole session.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import os
+import queue
+import secrets
+import socket
+import threading
+import time
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass
+from typing import Any
+
+import pytest
+
+from tests.fakeapi import FakeApiServer
+
+__all__ = [
+    "Cluster",
+    "EventStream",
+    "cluster",
+    "cluster_session",
+    "fake_api",
+    "open_watch",
+    "pod_body",
+    "wait_for",
+]
+
+KUBECONFIG_ENV = "KUBELET_SIM_TEST_KUBECONFIG"
+
+
+def wait_for(predicate: Callable[[], Any], timeout: float = 5.0, message: str = "condition") -> Any:
+    """Poll `predicate` until it returns something truthy; fail the test at the deadline."""
+    deadline = time.monotonic() + timeout
+    while True:
+        value = predicate()
+        if value:
+            return value
+        if time.monotonic() >= deadline:
+            pytest.fail(f"timed out after {timeout}s waiting for {message}")
+        time.sleep(0.02)
+
+
+@dataclass
+class _Session:
+    kubeconfig: str
+    fake: FakeApiServer | None
+
+
+@dataclass
+class Cluster:
+    """What a test gets: clients, a fresh namespace, a unique node name, maybe the fake."""
+
+    api: Any  # kubernetes.client.ApiClient
+    core: Any  # kubernetes.client.CoreV1Api
+    coordination: Any  # kubernetes.client.CoordinationV1Api
+    kubeconfig: str
+    fake: FakeApiServer | None
+    namespace: str
+    node_name: str
+
+    @property
+    def is_fake(self) -> bool:
+        """True when the API server is the in-process fake."""
+        return self.fake is not None
+
+    def require_fake(self, reason: str) -> FakeApiServer:
+        """Skip on a real cluster (fault hooks exist only in the fake); returns the fake."""
+        if self.fake is None:
+            pytest.skip(f"needs the fake API server: {reason}")
+        return self.fake
+
+
+@pytest.fixture(scope="session")
+def cluster_session(tmp_path_factory: pytest.TempPathFactory) -> Iterator[_Session]:
+    """The real cluster named by the environment, or one fake for the whole session."""
+    real = os.environ.get(KUBECONFIG_ENV)
+    if real:
+        yield _Session(real, None)
+        return
+    fake = FakeApiServer().start()
+    path = fake.write_kubeconfig(tmp_path_factory.mktemp("fakeapi") / "kubeconfig")
+    try:
+        yield _Session(str(path), fake)
+    finally:
+        fake.stop()
+
+
+@pytest.fixture
+def fake_api(cluster_session: _Session) -> FakeApiServer:
+    """The session's fake API server (skips on a real cluster)."""
+    if cluster_session.fake is None:
+        pytest.skip("needs the fake API server")
+    return cluster_session.fake
+
+
+def _wait_default_service_account(core: Any, namespace: str) -> None:
+    """On a real cluster pods are rejected until the SA controller made `default`."""
+
+    def exists() -> bool:
+        items = core.list_namespaced_service_account(
+            namespace, field_selector="metadata.name=default"
+        )
+        return bool(items.items)
+
+    wait_for(exists, 30, f"serviceaccount {namespace}/default")
+
+
+def _cleanup(core: Any, session: _Session, namespace: str, node_name: str) -> None:
+    from kubernetes.client import ApiException, V1DeleteOptions
+
+    if session.fake is None:
+        for pod in core.list_namespaced_pod(namespace).items:
+            try:
+                core.delete_namespaced_pod(
+                    pod.metadata.name, namespace, body=V1DeleteOptions(grace_period_seconds=0)
+                )
+            except ApiException as exc:
+                if exc.status != 404:
+                    raise
+    for delete, args in ((core.delete_namespace, (namespace,)), (core.delete_node, (node_name,))):
+        try:
+            delete(*args, _preload_content=False)
+        except ApiException as exc:
+            if exc.status != 404:
+                raise
+
+
+@pytest.fixture
+def cluster(cluster_session: _Session) -> Iterator[Cluster]:
+    """A fresh namespace `ks-test-<random>` and node name `ks-node-<random>` per test."""
+    from kubernetes import client, config
+
+    api = config.new_client_from_config(config_file=cluster_session.kubeconfig)  # type: ignore[no-untyped-call]
+    core = client.CoreV1Api(api)
+    suffix = secrets.token_hex(4)
+    namespace, node_name = f"ks-test-{suffix}", f"ks-node-{suffix}"
+    core.create_namespace(client.V1Namespace(metadata=client.V1ObjectMeta(name=namespace)))
+    if cluster_session.fake is None:
+        _wait_default_service_account(core, namespace)
+    c = Cluster(
+        api=api,
+        core=core,
+        coordination=client.CoordinationV1Api(api),
+        kubeconfig=cluster_session.kubeconfig,
+        fake=cluster_session.fake,
+        namespace=namespace,
+        node_name=node_name,
+    )
+    try:
+        yield c
+    finally:
+        if cluster_session.fake is not None:
+            cluster_session.fake.reset_faults()
+        try:
+            _cleanup(core, cluster_session, namespace, node_name)
+        finally:
+            api.close()
+
+
+class EventStream:
+    """Reads a watch response on a thread so tests can wait for events with a deadline."""
+
+    def __init__(self, response: Any) -> None:
+        self.response = response
+        self.events: queue.Queue[dict[str, Any] | None] = queue.Queue()
+        self.seen: list[dict[str, Any]] = []
+        self.ended = threading.Event()
+        self.error: BaseException | None = None
+        self._thread = threading.Thread(target=self._read, daemon=True)
+        self._thread.start()
+
+    def _read(self) -> None:
+        buffer = b""
+        try:
+            for chunk in self.response.stream(amt=None, decode_content=False):
+                buffer += chunk
+                while b"\n" in buffer:
+                    line, buffer = buffer.split(b"\n", 1)
+                    if line.strip():
+                        self.events.put(json.loads(line))
+        except Exception as exc:  # a cut connection: the test looks at `ended`/`error`
+            self.error = exc
+        finally:
+            self.ended.set()
+            self.events.put(None)
+
+    def next(self, timeout: float = 5.0) -> dict[str, Any]:
+        """The next event; fails the test if none comes in time or the stream ended."""
+        try:
+            event = self.events.get(timeout=timeout)
+        except queue.Empty:
+            pytest.fail(f"no watch event within {timeout}s (seen: {self._summary()})")
+        if event is None:
+            self.events.put(None)
+            pytest.fail(f"watch stream ended (seen: {self._summary()}, error: {self.error!r})")
+        self.seen.append(event)
+        return event
+
+    def wait(
+        self, predicate: Callable[[dict[str, Any]], bool], timeout: float = 5.0
+    ) -> dict[str, Any]:
+        """Skip events until one satisfies `predicate`."""
+        deadline = time.monotonic() + timeout
+        while True:
+            event = self.next(max(deadline - time.monotonic(), 0.01))
+            if predicate(event):
+                return event
+
+    def take(self, n: int, timeout: float = 5.0) -> list[dict[str, Any]]:
+        """The next n events."""
+        return [self.next(timeout) for _ in range(n)]
+
+    def assert_ends(self, timeout: float = 5.0) -> list[dict[str, Any]]:
+        """Wait for the stream to end; returns the events still unread."""
+        if not self.ended.wait(timeout):
+            pytest.fail(f"watch stream still open after {timeout}s")
+        rest = []
+        while (event := self.events.get(timeout=1)) is not None:
+            rest.append(event)
+        self.events.put(None)
+        return rest
+
+    def _summary(self) -> str:
+        return ", ".join(
+            f"{e['type']} {e['object'].get('metadata', {}).get('name', '')}"
+            for e in self.seen[-10:]
+        )
+
+    def close(self) -> None:
+        """Cut the connection (a blocked reader would deadlock a plain close), then close."""
+        sock = getattr(getattr(self.response, "connection", None), "sock", None)
+        if sock is not None:
+            with contextlib.suppress(OSError):
+                sock.shutdown(socket.SHUT_RDWR)
+        self.ended.wait(5)
+        self.response.close()
+
+
+def open_watch(list_call: Callable[..., Any], *args: Any, **kwargs: Any) -> EventStream:
+    """Start a watch through a client list call, e.g. open_watch(core.list_namespaced_pod, ns)."""
+    kwargs.setdefault("_request_timeout", 30)
+    response = list_call(*args, watch=True, _preload_content=False, **kwargs)
+    return EventStream(response)
+
+
+def pod_body(name: str, image: str = "busybox:1.36", **spec: Any) -> dict[str, Any]:
+    """A minimal pod manifest; extra keyword arguments go into `spec`."""
+    container = {"name": "main", "image": image, "command": ["sleep", "3600"]}
+    return {"metadata": {"name": name}, "spec": {"containers": [container], **spec}}

@@ -1,0 +1,475 @@
+"""Pod semantics: defaulting, validation, status isolation, patches, binding, deletion.
+
+These run unchanged on the fake and on a real cluster (KUBELET_SIM_TEST_KUBECONFIG).
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from typing import Any
+
+import pytest
+from kubernetes.client import ApiException, V1DeleteOptions, V1Preconditions
+
+from tests.cluster import Cluster, pod_body
+
+SA_PATH = "/var/run/secrets/kubernetes.io/serviceaccount"
+MERGE = "application/merge-patch+json"
+JSON_PATCH = "application/json-patch+json"
+STRATEGIC = "application/strategic-merge-patch+json"
+T0 = "2026-01-01T00:00:00Z"
+
+
+def _status(exc: ApiException) -> dict[str, Any]:
+    body: dict[str, Any] = json.loads(exc.body)
+    return body
+
+
+def _bind(cluster: Cluster, name: str, node: str | None = None) -> Any:
+    """POST a Binding; the server answers a Status, which the client can't parse as V1Binding."""
+    body = {
+        "metadata": {"name": name},
+        "target": {"kind": "Node", "apiVersion": "v1", "name": node or cluster.node_name},
+    }
+    response = cluster.core.create_namespaced_binding(
+        cluster.namespace, body, _preload_content=False
+    )
+    return json.loads(response.data)
+
+
+def _bound_pod(cluster: Cluster, name: str, **spec: Any) -> Any:
+    return cluster.core.create_namespaced_pod(
+        cluster.namespace, pod_body(name, nodeName=cluster.node_name, **spec)
+    )
+
+
+def test_pod_defaults(cluster: Cluster) -> None:
+    pod = cluster.core.create_namespaced_pod(
+        cluster.namespace,
+        pod_body("p", image="busybox:1.36", containers=[
+            {"name": "main", "image": "busybox:1.36", "ports": [{"containerPort": 80}]},
+            {"name": "latest", "image": "busybox:latest"},
+            {"name": "untagged", "image": "registry.local:5000/team/busybox"},
+            {"name": "digest", "image": "busybox@sha256:" + "a" * 64},
+        ]),
+    )  # fmt: skip
+    spec, meta = pod.spec, pod.metadata
+    assert meta.generation == 1
+    assert (spec.restart_policy, spec.termination_grace_period_seconds, spec.dns_policy) == (
+        "Always",
+        30,
+        "ClusterFirst",
+    )
+    assert (spec.scheduler_name, spec.enable_service_links, spec.priority) == (
+        "default-scheduler",
+        True,
+        0,
+    )
+    assert spec.preemption_policy == "PreemptLowerPriority"
+    assert (spec.service_account_name, spec.service_account) == ("default", "default")
+    assert spec.security_context is not None
+    tolerations = {(t.key, t.operator, t.effect, t.toleration_seconds) for t in spec.tolerations}
+    assert tolerations == {
+        ("node.kubernetes.io/not-ready", "Exists", "NoExecute", 300),
+        ("node.kubernetes.io/unreachable", "Exists", "NoExecute", 300),
+    }
+    policies = {c.name: c.image_pull_policy for c in spec.containers}
+    assert policies == {
+        "main": "IfNotPresent",
+        "latest": "Always",
+        "untagged": "Always",
+        "digest": "IfNotPresent",
+    }
+    main = spec.containers[0]
+    assert (main.termination_message_path, main.termination_message_policy) == (
+        "/dev/termination-log",
+        "File",
+    )
+    assert main.ports[0].protocol == "TCP"
+    assert pod.status.phase == "Pending"
+    assert pod.status.qos_class == "BestEffort"
+    assert not pod.status.conditions
+
+
+def test_service_account_volume(cluster: Cluster) -> None:
+    pod = cluster.core.create_namespaced_pod(cluster.namespace, pod_body("p"))
+    [volume] = pod.spec.volumes
+    assert re.fullmatch(r"kube-api-access-[a-z0-9]{5}", volume.name)
+    sources = volume.projected.sources
+    assert sources[0].service_account_token.expiration_seconds == 3607
+    assert sources[0].service_account_token.path == "token"
+    assert sources[1].config_map.name == "kube-root-ca.crt"
+    assert [(i.key, i.path) for i in sources[1].config_map.items] == [("ca.crt", "ca.crt")]
+    assert sources[2].downward_api.items[0].field_ref.field_path == "metadata.namespace"
+    [mount] = pod.spec.containers[0].volume_mounts
+    assert (mount.name, mount.mount_path, mount.read_only) == (volume.name, SA_PATH, True)
+    no_token = cluster.core.create_namespaced_pod(
+        cluster.namespace, pod_body("q", automountServiceAccountToken=False)
+    )
+    assert not no_token.spec.volumes
+    assert not no_token.spec.containers[0].volume_mounts
+
+
+@pytest.mark.parametrize(
+    ("resources", "qos"),
+    [
+        ({}, "BestEffort"),
+        ({"requests": {"cpu": "100m"}}, "Burstable"),
+        ({"limits": {"cpu": "500m", "memory": "64Mi"}}, "Guaranteed"),
+        (
+            {
+                "requests": {"cpu": "0.5", "memory": "64Mi"},
+                "limits": {"cpu": "500m", "memory": "67108864"},
+            },
+            "Guaranteed",
+        ),
+        (
+            {
+                "requests": {"cpu": "100m", "memory": "64Mi"},
+                "limits": {"cpu": "500m", "memory": "64Mi"},
+            },
+            "Burstable",
+        ),
+    ],
+)
+def test_qos_class(cluster: Cluster, resources: dict[str, Any], qos: str) -> None:
+    body = pod_body("p")
+    body["spec"]["containers"][0]["resources"] = resources
+    pod = cluster.core.create_namespaced_pod(cluster.namespace, body)
+    assert pod.status.qos_class == qos
+    if "limits" in resources and "requests" not in resources:
+        assert pod.spec.containers[0].resources.requests == resources["limits"]
+
+
+@pytest.mark.parametrize(
+    ("spec", "message"),
+    [
+        ({"containers": []}, 'Pod "p" is invalid: spec.containers: Required value'),
+        (
+            {"containers": [{"name": "a", "image": ""}]},
+            'Pod "p" is invalid: spec.containers[0].image: Required value',
+        ),
+        (
+            {"containers": [{"name": "a", "image": "x"}, {"name": "a", "image": "y"}]},
+            'Pod "p" is invalid: spec.containers[1].name: Duplicate value: "a"',
+        ),
+    ],
+)
+def test_pod_validation(cluster: Cluster, spec: dict[str, Any], message: str) -> None:
+    with pytest.raises(ApiException) as err:
+        cluster.core.create_namespaced_pod(
+            cluster.namespace, {"metadata": {"name": "p"}, "spec": spec}
+        )
+    body = _status(err.value)
+    assert err.value.status == 422
+    assert body["reason"] == "Invalid"
+    assert body["message"] == message
+    assert body["details"]["kind"] == "Pod"
+    assert body["details"]["causes"]
+
+
+def test_pod_spec_update_is_mostly_forbidden(cluster: Cluster) -> None:
+    ns = cluster.namespace
+    cluster.core.create_namespaced_pod(ns, pod_body("p"))
+    image = cluster.core.patch_namespaced_pod(
+        "p", ns, {"spec": {"containers": [{"name": "main", "image": "busybox:1.37"}]}}
+    )
+    assert image.spec.containers[0].image == "busybox:1.37"
+    assert image.metadata.generation == 2
+    deadline = cluster.core.patch_namespaced_pod("p", ns, {"spec": {"activeDeadlineSeconds": 60}})
+    assert deadline.spec.active_deadline_seconds == 60
+    with pytest.raises(ApiException) as err:
+        cluster.core.patch_namespaced_pod("p", ns, {"spec": {"restartPolicy": "Never"}})
+    body = _status(err.value)
+    assert err.value.status == 422
+    assert body["message"].startswith(
+        'Pod "p" is invalid: spec: Forbidden: pod updates may not change fields other than '
+        "`spec.containers[*].image`,`spec.initContainers[*].image`,`spec.activeDeadlineSeconds`"
+    )
+
+
+def test_status_subresource_and_main_resource_are_isolated(cluster: Cluster) -> None:
+    ns = cluster.namespace
+    cluster.core.create_namespaced_pod(ns, pod_body("p", nodeName=cluster.node_name))
+    main = cluster.core.patch_namespaced_pod(
+        "p", ns, {"metadata": {"labels": {"a": "b"}}, "status": {"phase": "Running"}}
+    )
+    assert main.status.phase == "Pending"
+    assert main.metadata.labels == {"a": "b"}
+    status = cluster.core.patch_namespaced_pod_status(
+        "p",
+        ns,
+        {
+            "metadata": {"labels": {"c": "d"}},
+            "spec": {"nodeName": "elsewhere"},
+            "status": {"phase": "Running"},
+        },
+    )
+    assert status.status.phase == "Running"
+    assert status.spec.node_name == cluster.node_name
+    assert "c" not in (status.metadata.labels or {})
+    pod = cluster.core.read_namespaced_pod_status("p", ns)
+    pod.status.message = "hello"
+    replaced = cluster.core.replace_namespaced_pod_status("p", ns, pod)
+    assert replaced.status.message == "hello"
+    assert replaced.status.qos_class == "BestEffort"
+
+
+def test_noop_patch_keeps_resource_version(cluster: Cluster) -> None:
+    ns = cluster.namespace
+    pod = cluster.core.create_namespaced_pod(ns, pod_body("p", nodeName=cluster.node_name))
+    same = cluster.core.patch_namespaced_pod_status("p", ns, {"status": {"phase": "Pending"}})
+    assert same.metadata.resource_version == pod.metadata.resource_version
+
+
+def test_strategic_merge_of_conditions_and_container_statuses(cluster: Cluster) -> None:
+    ns = cluster.namespace
+    _bound_pod(cluster, "p")
+    first = {
+        "status": {
+            "phase": "Running",
+            "conditions": [
+                {"type": "Ready", "status": "False", "lastTransitionTime": T0},
+                {"type": "Initialized", "status": "True", "lastTransitionTime": T0},
+            ],
+            "containerStatuses": [
+                {
+                    "name": "main",
+                    "ready": False,
+                    "restartCount": 0,
+                    "image": "busybox:1.36",
+                    "imageID": "",
+                    "state": {"waiting": {"reason": "ContainerCreating"}},
+                }
+            ],
+        }
+    }  # fmt: skip
+    cluster.core.patch_namespaced_pod_status("p", ns, first, _content_type=STRATEGIC)
+    second = {
+        "status": {
+            "$setElementOrder/conditions": [{"type": "Initialized"}, {"type": "Ready"}],
+            "conditions": [{"type": "Ready", "status": "True"}],
+            "containerStatuses": [
+                {
+                    "name": "main",
+                    "ready": True,
+                    "state": {"$patch": "replace", "running": {"startedAt": T0}},
+                }
+            ],
+        }
+    }  # fmt: skip
+    pod = cluster.core.patch_namespaced_pod_status("p", ns, second, _content_type=STRATEGIC)
+    assert [(c.type, c.status) for c in pod.status.conditions] == [
+        ("Initialized", "True"),
+        ("Ready", "True"),
+    ]
+    [cs] = pod.status.container_statuses
+    assert cs.ready
+    assert cs.image == "busybox:1.36"
+    assert cs.state.waiting is None
+    assert cs.state.running
+    raw = json.loads(cluster.core.read_namespaced_pod_status("p", ns, _preload_content=False).data)
+    assert not any(k.startswith("$") for k in raw["status"])
+    dropped = {"status": {"conditions": [{"type": "Ready", "$patch": "delete"}]}}
+    pod = cluster.core.patch_namespaced_pod_status("p", ns, dropped, _content_type=STRATEGIC)
+    assert [c.type for c in pod.status.conditions] == ["Initialized"]
+
+
+def test_strategic_merge_lists_without_key_are_replaced(cluster: Cluster) -> None:
+    ns = cluster.namespace
+    cluster.core.create_namespaced_pod(ns, pod_body("p"))
+    pod = cluster.core.patch_namespaced_pod(
+        "p", ns, {"metadata": {"finalizers": ["example.com/a"]}}, _content_type=STRATEGIC
+    )
+    pod = cluster.core.patch_namespaced_pod(
+        "p", ns, {"metadata": {"finalizers": ["example.com/b"]}}, _content_type=STRATEGIC
+    )
+    assert pod.metadata.finalizers == ["example.com/a", "example.com/b"]
+    pod = cluster.core.patch_namespaced_pod(
+        "p",
+        ns,
+        {"metadata": {"$deleteFromPrimitiveList/finalizers": ["example.com/a", "example.com/b"]}},
+        _content_type=STRATEGIC,
+    )
+    assert not pod.metadata.finalizers
+    cluster.core.create_node({"metadata": {"name": cluster.node_name}})
+    taint = {"key": "a", "value": "1", "effect": "NoSchedule"}
+    cluster.core.patch_node(
+        cluster.node_name, {"spec": {"taints": [taint]}}, _content_type=STRATEGIC
+    )
+    other = {"key": "b", "value": "2", "effect": "NoSchedule"}
+    node = cluster.core.patch_node(
+        cluster.node_name, {"spec": {"taints": [other]}}, _content_type=STRATEGIC
+    )
+    assert [t.key for t in node.spec.taints] == ["b"]
+
+
+def test_merge_and_json_patch(cluster: Cluster) -> None:
+    ns = cluster.namespace
+    cluster.core.create_namespaced_config_map(
+        ns, {"metadata": {"name": "cm", "labels": {"a": "1", "b": "2"}}, "data": {"x": "1"}}
+    )
+    cm = cluster.core.patch_namespaced_config_map(
+        "cm", ns, {"metadata": {"labels": {"a": None, "c": "3"}}}, _content_type=MERGE
+    )
+    assert cm.metadata.labels == {"b": "2", "c": "3"}
+    ops = [
+        {"op": "test", "path": "/data/x", "value": "1"},
+        {"op": "add", "path": "/data/y", "value": "2"},
+        {"op": "replace", "path": "/data/x", "value": "9"},
+        {"op": "copy", "from": "/data/y", "path": "/data/z"},
+        {"op": "move", "from": "/data/z", "path": "/data/w"},
+        {"op": "remove", "path": "/metadata/labels/b"},
+        {"op": "add", "path": "/metadata/labels/app.kubernetes.io~1name", "value": "n"},
+    ]
+    cm = cluster.core.patch_namespaced_config_map("cm", ns, ops, _content_type=JSON_PATCH)
+    assert cm.data == {"x": "9", "y": "2", "w": "2"}
+    assert cm.metadata.labels == {"c": "3", "app.kubernetes.io/name": "n"}
+    with pytest.raises(ApiException) as err:
+        cluster.core.patch_namespaced_config_map(
+            "cm", ns, [{"op": "test", "path": "/data/x", "value": "0"}], _content_type=JSON_PATCH
+        )
+    assert err.value.status == 422
+
+
+def test_patch_preconditions_and_missing_object(cluster: Cluster) -> None:
+    ns = cluster.namespace
+    cm = cluster.core.create_namespaced_config_map(ns, {"metadata": {"name": "cm"}})
+    with pytest.raises(ApiException) as err:
+        cluster.core.patch_namespaced_config_map(
+            "cm",
+            ns,
+            {"metadata": {"uid": "00000000-0000-0000-0000-000000000000"}, "data": {"a": "1"}},
+        )
+    body = _status(err.value)
+    assert err.value.status == 409
+    assert body["message"] == (
+        'Operation cannot be fulfilled on configmaps "cm": Precondition failed: UID in '
+        f"precondition: 00000000-0000-0000-0000-000000000000, UID in object meta: {cm.metadata.uid}"
+    )
+    with pytest.raises(ApiException) as err:
+        cluster.core.patch_namespaced_config_map(
+            "cm", ns, {"metadata": {"resourceVersion": "1"}, "data": {"a": "1"}}
+        )
+    assert err.value.status == 409
+    ok = cluster.core.patch_namespaced_config_map(
+        "cm",
+        ns,
+        {
+            "metadata": {"uid": cm.metadata.uid, "resourceVersion": cm.metadata.resource_version},
+            "data": {"a": "1"},
+        },
+    )
+    assert ok.data == {"a": "1"}
+    with pytest.raises(ApiException) as err:
+        cluster.core.patch_namespaced_config_map("nope", ns, {"data": {"a": "1"}})
+    assert err.value.status == 404
+
+
+def test_unsupported_patch_type_is_415(cluster: Cluster) -> None:
+    cluster.core.create_namespaced_config_map(cluster.namespace, {"metadata": {"name": "cm"}})
+    with pytest.raises(ApiException) as err:
+        cluster.core.patch_namespaced_config_map(
+            "cm", cluster.namespace, {"data": {}}, _content_type="application/xml+json"
+        )
+    assert err.value.status == 415
+
+
+def test_binding(cluster: Cluster) -> None:
+    ns = cluster.namespace
+    cluster.core.create_namespaced_pod(ns, pod_body("p"))
+    assert _bind(cluster, "p")["status"] == "Success"
+    pod = cluster.core.read_namespaced_pod("p", ns)
+    assert pod.spec.node_name == cluster.node_name
+    [cond] = pod.status.conditions
+    assert (cond.type, cond.status, cond.last_probe_time) == ("PodScheduled", "True", None)
+    assert cond.last_transition_time is not None
+    with pytest.raises(ApiException) as err:
+        _bind(cluster, "p", "other-node")
+    assert err.value.status == 409
+    assert (
+        f'pod p is already assigned to node "{cluster.node_name}"' in _status(err.value)["message"]
+    )
+
+
+def test_pod_created_with_node_name_has_no_scheduled_condition(cluster: Cluster) -> None:
+    pod = _bound_pod(cluster, "p")
+    assert pod.spec.node_name == cluster.node_name
+    assert not pod.status.conditions
+
+
+def test_graceful_deletion_of_bound_pod(cluster: Cluster) -> None:
+    ns = cluster.namespace
+    pod = _bound_pod(cluster, "p", terminationGracePeriodSeconds=20)
+    deleted = cluster.core.delete_namespaced_pod("p", ns)
+    assert deleted.metadata.deletion_timestamp is not None
+    assert deleted.metadata.deletion_grace_period_seconds == 20
+    assert int(deleted.metadata.resource_version) > int(pod.metadata.resource_version)
+    still = cluster.core.read_namespaced_pod("p", ns)
+    assert still.metadata.deletion_grace_period_seconds == 20
+    longer = cluster.core.delete_namespaced_pod(
+        "p", ns, body=V1DeleteOptions(grace_period_seconds=60)
+    )
+    assert longer.metadata.deletion_grace_period_seconds == 20
+    shorter = cluster.core.delete_namespaced_pod(
+        "p", ns, body=V1DeleteOptions(grace_period_seconds=5)
+    )
+    assert shorter.metadata.deletion_grace_period_seconds == 5
+    cluster.core.delete_namespaced_pod("p", ns, body=V1DeleteOptions(grace_period_seconds=0))
+    with pytest.raises(ApiException) as err:
+        cluster.core.read_namespaced_pod("p", ns)
+    assert err.value.status == 404
+
+
+@pytest.mark.parametrize("case", ["unbound", "terminal", "grace0"])
+def test_immediate_pod_deletion(cluster: Cluster, case: str) -> None:
+    ns = cluster.namespace
+    if case == "unbound":
+        cluster.core.create_namespaced_pod(ns, pod_body("p"))
+        options = None
+    else:
+        _bound_pod(cluster, "p")
+        options = V1DeleteOptions(grace_period_seconds=0) if case == "grace0" else None
+        if case == "terminal":
+            cluster.core.patch_namespaced_pod_status("p", ns, {"status": {"phase": "Succeeded"}})
+    deleted = cluster.core.delete_namespaced_pod("p", ns, body=options)
+    assert deleted.metadata.name == "p"
+    with pytest.raises(ApiException) as err:
+        cluster.core.read_namespaced_pod("p", ns)
+    assert err.value.status == 404
+
+
+def test_delete_preconditions(cluster: Cluster) -> None:
+    ns = cluster.namespace
+    pod = cluster.core.create_namespaced_pod(ns, pod_body("p"))
+    wrong = V1DeleteOptions(
+        preconditions=V1Preconditions(uid="00000000-0000-0000-0000-000000000000")
+    )
+    with pytest.raises(ApiException) as err:
+        cluster.core.delete_namespaced_pod("p", ns, body=wrong)
+    assert err.value.status == 409
+    assert (
+        "Precondition failed: UID in precondition: 00000000-0000-0000-0000-000000000000"
+        in _status(err.value)["message"]
+    )
+    right = V1DeleteOptions(
+        preconditions=V1Preconditions(uid=pod.metadata.uid), propagation_policy="Background"
+    )
+    cluster.core.delete_namespaced_pod("p", ns, body=right)
+
+
+def test_finalizers_hold_deletion(cluster: Cluster) -> None:
+    ns = cluster.namespace
+    cluster.core.create_namespaced_config_map(
+        ns, {"metadata": {"name": "cm", "finalizers": ["example.com/hold"]}}
+    )
+    cluster.core.delete_namespaced_config_map("cm", ns)
+    held = cluster.core.read_namespaced_config_map("cm", ns)
+    assert held.metadata.deletion_timestamp is not None
+    cluster.core.patch_namespaced_config_map(
+        "cm", ns, {"metadata": {"finalizers": None}}, _content_type=MERGE
+    )
+    with pytest.raises(ApiException) as err:
+        cluster.core.read_namespaced_config_map("cm", ns)
+    assert err.value.status == 404
