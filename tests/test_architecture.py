@@ -17,7 +17,8 @@ ALLOWED: dict[str, set[str]] = {
     "runtime": SHARED,
     "pod": SHARED,
     "node": SHARED | {"kube", "runtime", "pod"},
-    "agent": SHARED | {"kube", "runtime", "pod", "node"},
+    "podworkers": SHARED | {"kube", "runtime", "pod"},
+    "agent": SHARED | {"kube", "runtime", "pod", "node", "podworkers"},
     "cli": SHARED | {"kube", "runtime", "node", "agent"},
     "__main__": {"cli"},
 }

@@ -31,6 +31,12 @@ class KeyedBackoff:
                 return False
             return now - event_time < entry.backoff
 
+    def in_backoff_since_update(self, key: str, now: float) -> bool:
+        """Image pulls: still waiting since the last failed attempt was recorded?"""
+        with self._lock:
+            entry = self._entries.get(key)
+            return entry is not None and now - entry.last_update < entry.backoff
+
     def next(self, key: str, event_time: float, now: float) -> None:
         """Record a retry for a failure at `event_time`: the next wait doubles."""
         with self._lock:

@@ -84,6 +84,24 @@ class PodView:
     def api_phase(self) -> str:
         return str(self.status.get("phase") or "Pending")
 
+    @property
+    def spec(self) -> Json:
+        """The raw `spec` of the pod object (empty when absent)."""
+        spec = self.raw.get("spec")
+        return spec if isinstance(spec, dict) else {}
+
+    @property
+    def host_network(self) -> bool:
+        return bool(self.spec.get("hostNetwork"))
+
+    @property
+    def host_pid(self) -> bool:
+        return bool(self.spec.get("hostPID"))
+
+    @property
+    def host_ipc(self) -> bool:
+        return bool(self.spec.get("hostIPC"))
+
 
 def _container(raw: Json) -> ContainerView:
     image = str(raw.get("image") or "")

@@ -328,7 +328,7 @@ def _terminated(observed: ObservedContainer, termination_message: str) -> Json:
     if observed.oom_killed:
         reason = "OOMKilled"
     elif observed.error:
-        reason = "StartError"
+        reason = "ContainerCannotRun"  # dockershim's reason for a start Docker refused
     else:
         reason = "Completed" if exit_code == 0 else "Error"
     message = observed.error

@@ -6,6 +6,7 @@ import contextlib
 import json
 import queue
 import socket
+import sys
 import threading
 import time
 import traceback
@@ -36,6 +37,12 @@ class _HttpServer(ThreadingHTTPServer):
     daemon_threads = True
     allow_reuse_address = True
     owner: FakeApiServer
+
+    def handle_error(self, request: Any, client_address: Any) -> None:
+        """A client that hangs up (a cut watch, a timed-out read) is normal, not a traceback."""
+        if isinstance(sys.exc_info()[1], ConnectionError | TimeoutError):
+            return
+        super().handle_error(request, client_address)
 
 
 class _Handler(BaseHTTPRequestHandler):
