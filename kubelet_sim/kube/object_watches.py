@@ -8,6 +8,7 @@ credentials may do, and drops the watch when the last pod using it goes.
 from __future__ import annotations
 
 import threading
+import time
 from collections.abc import Callable, Iterable
 
 from kubernetes import client
@@ -88,6 +89,22 @@ class ReferencedObjectWatches:
     def is_synced(self, ref: Ref) -> bool:
         informer = self._informers.get(ref)
         return informer is not None and informer.synced.is_set()
+
+    def wait_synced(self, refs: Iterable[Ref], timeout: float) -> bool:
+        """Block until every ref's first list is in (so "absent" really means absent)."""
+        deadline = time.monotonic() + timeout
+        for ref in refs:
+            informer = self._informers.get(ref)
+            if informer is None:
+                return False
+            if not informer.synced.wait(max(0.0, deadline - time.monotonic())):
+                return False
+        return True
+
+    def users_of(self, ref: Ref) -> set[str]:
+        """The pod uids that use an object (to resync them when it changes)."""
+        with self._lock:
+            return set(self._users.get(ref, set()))
 
     def watched(self) -> set[Ref]:
         with self._lock:

@@ -1,0 +1,161 @@
+"""Whether the node accepts a pod bound to it: the kubelet's admit handlers, in miniature.
+
+A pod the scheduler placed here can still be refused: the kubelet re-runs the scheduler's resource
+fit against the pods it already runs (lifecycle/predicate.go, noderesources/fit.go) and, before
+v1.15, refused privileged pods unless started with --allow-privileged (privilegeAdmitHandler). A
+refused pod is marked Failed with the reason and the message returned here (kubelet.rejectPod).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+from kubelet_sim.pod.quantity import milli_value, value
+from kubelet_sim.pod.spec import ContainerView, PodView
+
+REJECTED_PREFIX = "Pod was rejected: "  # kubelet.rejectPod writes this before every message
+FORBIDDEN = "Forbidden"
+
+
+@dataclass(frozen=True)
+class Allocatable:
+    """What the node offers to pods (Node.status.allocatable)."""
+
+    cpu_milli: int
+    memory_bytes: int
+    pods: int
+
+
+@dataclass(frozen=True)
+class Rejection:
+    """Why the pod may not run here: its status reason and message (phase Failed)."""
+
+    reason: str
+    message: str
+
+
+@dataclass(frozen=True)
+class Requests:
+    """A pod's effective requests, as the scheduler and the kubelet count them."""
+
+    cpu_milli: int = 0
+    memory_bytes: int = 0
+
+    def __add__(self, other: Requests) -> Requests:
+        return Requests(self.cpu_milli + other.cpu_milli, self.memory_bytes + other.memory_bytes)
+
+    def max(self, other: Requests) -> Requests:
+        return Requests(
+            max(self.cpu_milli, other.cpu_milli), max(self.memory_bytes, other.memory_bytes)
+        )
+
+
+def admit(
+    pod: PodView,
+    *,
+    active_pods: Sequence[PodView],
+    allocatable: Allocatable,
+    allow_privileged: bool,
+) -> Rejection | None:
+    """None if the pod may run; else the first reason the kubelet would give for refusing it.
+
+    `active_pods` are the other pods already admitted and not terminated (not `pod` itself).
+    """
+    if not allow_privileged:
+        forbidden = forbidden_message(pod)
+        if forbidden:
+            return Rejection(FORBIDDEN, REJECTED_PREFIX + forbidden)
+    return _fit(pod, active_pods, allocatable)
+
+
+def forbidden_message(pod: PodView) -> str | None:
+    """canRunPod's message for the first privileged request of the pod, if any.
+
+    Upstream gates host namespaces by pod source (HostNetworkSources etc.); kubelet-sim gates
+    them with the same switch as privileged containers (--allow-privileged).
+    """
+    checks = (
+        (any(_privileged(c) for c in pod.containers), "privileged container"),
+        (any(_privileged(c) for c in pod.init_containers), "privileged init container"),
+        (pod.host_network, "host networking"),
+        (pod.host_pid, "host PID"),
+        (pod.host_ipc, "host ipc"),
+    )
+    for asked, what in checks:
+        if asked:
+            return f'pod with UID "{pod.uid}" specified {what}, but is disallowed'
+    return None
+
+
+def _privileged(container: ContainerView) -> bool:
+    """securitycontext.HasPrivilegedRequest."""
+    return bool((container.raw.get("securityContext") or {}).get("privileged"))
+
+
+def _fit(
+    pod: PodView, active_pods: Sequence[PodView], allocatable: Allocatable
+) -> Rejection | None:
+    """fitsRequest: pod count, then cpu, then memory; the kubelet reports only the first."""
+    if len(active_pods) + 1 > allocatable.pods:
+        return _insufficient("pods", 1, len(active_pods), allocatable.pods)
+    wanted = pod_requests(pod)
+    if wanted.cpu_milli == 0 and wanted.memory_bytes == 0:
+        return None
+    used = total_requests(active_pods)
+    if wanted.cpu_milli > allocatable.cpu_milli - used.cpu_milli:
+        return _insufficient("cpu", wanted.cpu_milli, used.cpu_milli, allocatable.cpu_milli)
+    if wanted.memory_bytes > allocatable.memory_bytes - used.memory_bytes:
+        return _insufficient(
+            "memory", wanted.memory_bytes, used.memory_bytes, allocatable.memory_bytes
+        )
+    return None
+
+
+def _insufficient(resource: str, requested: int, used: int, capacity: int) -> Rejection:
+    """InsufficientResourceError, as the predicate admit handler turns it into a rejection."""
+    return Rejection(
+        f"OutOf{resource}",
+        f"{REJECTED_PREFIX}Node didn't have enough resource: {resource}, "
+        f"requested: {requested}, used: {used}, capacity: {capacity}",
+    )
+
+
+def pod_requests(pod: PodView) -> Requests:
+    """resourcehelper.PodRequests: max(app containers + sidecars, each init step) + overhead.
+
+    An init container runs alongside the sidecars (restartPolicy Always) declared before it;
+    sidecars keep running with the app containers, so they add to their sum.
+    """
+    total = sum((container_requests(c) for c in pod.containers), Requests())
+    sidecars, init_peak = Requests(), Requests()
+    for init in pod.init_containers:
+        own = container_requests(init)
+        if init.restart_policy == "Always":
+            total += own
+            sidecars += own
+            init_peak = init_peak.max(sidecars)
+        else:
+            init_peak = init_peak.max(own + sidecars)
+    return total.max(init_peak) + _requests_of(pod.spec.get("overhead") or {})
+
+
+def container_requests(container: ContainerView) -> Requests:
+    """requests, each defaulting to the limit when unset (the API server's defaulting)."""
+    resources = container.raw.get("resources") or {}
+    limits = resources.get("limits") or {}
+    requests = {**limits, **(resources.get("requests") or {})}
+    return _requests_of(requests)
+
+
+def _requests_of(resources: Mapping[str, Any]) -> Requests:
+    return Requests(
+        cpu_milli=milli_value(resources["cpu"]) if "cpu" in resources else 0,
+        memory_bytes=value(resources["memory"]) if "memory" in resources else 0,
+    )
+
+
+def total_requests(pods: Iterable[PodView]) -> Requests:
+    """What a set of pods asks of the node (Node.status bookkeeping, `used` above)."""
+    return sum((pod_requests(p) for p in pods), Requests())

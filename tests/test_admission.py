@@ -1,0 +1,153 @@
+"""The kubelet's admission of a bound pod: privilege gate, then the scheduler's resource fit."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+
+from kubelet_sim.pod.admission import (
+    Allocatable,
+    Rejection,
+    Requests,
+    admit,
+    pod_requests,
+    total_requests,
+)
+from kubelet_sim.pod.spec import PodView
+
+Json = dict[str, Any]
+NODE = Allocatable(cpu_milli=2000, memory_bytes=4 * 2**30, pods=3)
+
+
+def container(name: str = "c", requests: Json | None = None, **extra: Any) -> Json:
+    body: Json = {"name": name, "image": "busybox", **extra}
+    if requests is not None:
+        body["resources"] = {"requests": requests}
+    return body
+
+
+def pod(*containers: Json, uid: str = "u-1", init: tuple[Json, ...] = (), **spec: Any) -> PodView:
+    return PodView.from_api(
+        {
+            "metadata": {"name": "p", "namespace": "ns", "uid": uid},
+            "spec": {"containers": list(containers), "initContainers": list(init), **spec},
+        }
+    )
+
+
+def check(candidate: PodView, *active: PodView, allow_privileged: bool = False) -> Rejection | None:
+    return admit(candidate, active_pods=active, allocatable=NODE, allow_privileged=allow_privileged)
+
+
+def test_a_pod_that_fits_is_admitted() -> None:
+    running = pod(container(requests={"cpu": "1", "memory": "1Gi"}), uid="a")
+    assert check(pod(container(requests={"cpu": "1", "memory": "3Gi"})), running) is None
+
+
+def test_a_pod_without_requests_only_needs_a_pod_slot() -> None:
+    hog = pod(container(requests={"cpu": "2", "memory": "4Gi"}), uid="a")
+    assert check(pod(container()), hog) is None
+
+
+def test_too_many_pods() -> None:
+    others = [pod(container(), uid=str(i)) for i in range(3)]
+    assert check(pod(container()), *others) == Rejection(
+        "OutOfpods",
+        "Pod was rejected: Node didn't have enough resource: pods, requested: 1, used: 3,"
+        " capacity: 3",
+    )
+
+
+def test_out_of_cpu_reports_millicores() -> None:
+    running = pod(container(requests={"cpu": "500m"}), uid="a")
+    rejection = check(pod(container(requests={"cpu": "1.6"})), running)
+    assert rejection == Rejection(
+        "OutOfcpu",
+        "Pod was rejected: Node didn't have enough resource: cpu, requested: 1600, used: 500,"
+        " capacity: 2000",
+    )
+
+
+def test_out_of_memory_reports_bytes() -> None:
+    running = pod(container(requests={"memory": "3Gi"}), uid="a")
+    rejection = check(pod(container(requests={"memory": "1536Mi"})), running)
+    assert rejection == Rejection(
+        "OutOfmemory",
+        "Pod was rejected: Node didn't have enough resource: memory, requested: 1610612736,"
+        " used: 3221225472, capacity: 4294967296",
+    )
+
+
+def test_cpu_is_reported_before_memory() -> None:
+    rejection = check(pod(container(requests={"cpu": "3", "memory": "5Gi"})))
+    assert rejection is not None
+    assert rejection.reason == "OutOfcpu"
+
+
+def test_exact_fit_is_admitted() -> None:
+    running = pod(container(requests={"cpu": "1500m"}), uid="a")
+    assert check(pod(container(requests={"cpu": "500m", "memory": "4Gi"})), running) is None
+
+
+def test_effective_requests_are_the_max_of_app_sum_and_init_containers() -> None:
+    app = (container("a", {"cpu": "300m", "memory": "100"}), container("b", {"cpu": "200m"}))
+    small_init = pod(*app, init=(container("i", {"cpu": "400m", "memory": "500"}),))
+    assert pod_requests(small_init) == Requests(cpu_milli=500, memory_bytes=500)
+    big_init = pod(*app, init=(container("i", {"cpu": "1"}), container("j", {"cpu": "700m"})))
+    assert pod_requests(big_init).cpu_milli == 1000
+
+
+def test_init_container_requests_can_reject_a_pod() -> None:
+    rejection = check(
+        pod(container(requests={"cpu": "100m"}), init=(container("i", {"cpu": "3"}),))
+    )
+    assert rejection is not None
+    assert rejection.message.endswith("cpu, requested: 3000, used: 0, capacity: 2000")
+
+
+def test_sidecars_add_to_the_app_containers_and_to_later_init_steps() -> None:
+    sidecar = container("side", {"cpu": "200m"}, restartPolicy="Always")
+    later_init = container("migrate", {"cpu": "1"})
+    candidate = pod(container(requests={"cpu": "500m"}), init=(sidecar, later_init))
+    assert pod_requests(candidate).cpu_milli == 1200  # max(500 + 200, 200 + 1000)
+
+
+def test_limits_stand_in_for_missing_requests_and_overhead_counts() -> None:
+    limited = pod(
+        {"name": "c", "image": "i", "resources": {"limits": {"cpu": "1", "memory": "1Mi"}}}
+    )
+    assert pod_requests(limited) == Requests(cpu_milli=1000, memory_bytes=2**20)
+    with_overhead = pod(container(requests={"cpu": "100m"}), overhead={"cpu": "250m"})
+    assert pod_requests(with_overhead).cpu_milli == 350
+    assert total_requests([limited, with_overhead]) == Requests(1350, 2**20)
+
+
+@pytest.mark.parametrize(
+    ("candidate", "what"),
+    [
+        (pod(container(securityContext={"privileged": True})), "privileged container"),
+        (
+            pod(container(), init=(container("i", securityContext={"privileged": True}),)),
+            "privileged init container",
+        ),
+        (pod(container(), hostNetwork=True), "host networking"),
+        (pod(container(), hostPID=True), "host PID"),
+        (pod(container(), hostIPC=True), "host ipc"),
+    ],
+)
+def test_privileged_requests_are_forbidden_unless_allowed(candidate: PodView, what: str) -> None:
+    assert check(candidate) == Rejection(
+        "Forbidden", f'Pod was rejected: pod with UID "u-1" specified {what}, but is disallowed'
+    )
+    assert check(candidate, allow_privileged=True) is None
+
+
+def test_privileged_false_is_fine() -> None:
+    assert check(pod(container(securityContext={"privileged": False}))) is None
+
+
+def test_the_privilege_gate_comes_before_resources() -> None:
+    rejection = check(pod(container(requests={"cpu": "99"}), hostNetwork=True))
+    assert rejection is not None
+    assert rejection.reason == "Forbidden"
