@@ -3,30 +3,51 @@
 from __future__ import annotations
 
 import threading
+from dataclasses import dataclass
 
 from kubelet_sim.kube.client import KubeConnection, wait_for_api_server
+from kubelet_sim.kube.events import EventRecorder
 from kubelet_sim.kube.informer import DELETED, Informer
 from kubelet_sim.kube.node_api import NodeApi
 from kubelet_sim.kube.object_watches import Ref, ReferencedObjectWatches
+from kubelet_sim.kube.pod_api import PodStatusWriter, delete_pod_finally
 from kubelet_sim.kube.rest import Json
 from kubelet_sim.kube.watches import own_node, pods_on_node
 from kubelet_sim.logs import get_logger
 from kubelet_sim.node.lifecycle import NodeLifecycle
+from kubelet_sim.node.node_object import resources
 from kubelet_sim.node.settings import NodeSettings
+from kubelet_sim.pod.admission import Allocatable
+from kubelet_sim.pod.quantity import milli_value, value
 from kubelet_sim.pod.references import referenced_objects
+from kubelet_sim.podworkers.sync import PodSyncer, SyncSettings
+from kubelet_sim.podworkers.workers import PodWorkers
 from kubelet_sim.runtime.docker_runtime import DockerRuntime
+from kubelet_sim.runtime.observe import ContainerWatcher
+
+
+@dataclass(frozen=True)
+class PodSettings:
+    pause_image: str = "registry.k8s.io/pause:3.10"
+    allow_privileged: bool = False
+    workers: int = 8
 
 
 class Agent:
     """Owns every long-running part of the node; `run` returns once `stop` is set.
 
     Start order: API server reachable → Node registered (Lease and status threads) → watches
-    on the Node and on the pods bound to it. Stop order is the reverse; running pods are
-    left alone, as the kubelet leaves them.
+    on the Node, the pods bound to it and the node's containers → pod workers, once both the
+    pod list and the container list are in (so nothing is mistaken for an orphan). Stop order
+    is the reverse; running pods are left alone, as the kubelet leaves them.
     """
 
     def __init__(
-        self, settings: NodeSettings, kube: KubeConnection, runtime: DockerRuntime
+        self,
+        settings: NodeSettings,
+        kube: KubeConnection,
+        runtime: DockerRuntime,
+        pods: PodSettings | None = None,
     ) -> None:
         self.settings = settings
         self.kube = kube
@@ -43,6 +64,28 @@ class Agent:
         self.pod_informer = Informer(
             pods_on_node(kube.api, self.node_name), self._on_pod_event, node=self.node_name
         )
+        self.events = EventRecorder(kube.api, self.node_name)
+        self._pods: dict[str, Json] = {}
+        self._pods_lock = threading.Lock()
+        pod_settings = pods or PodSettings()
+        self.syncer = PodSyncer(
+            SyncSettings(
+                node_name=self.node_name,
+                node_ip=settings.node_ip or self.lifecycle.host.node_ip or "127.0.0.1",
+                pause_image=pod_settings.pause_image,
+                allow_privileged=pod_settings.allow_privileged,
+                allocatable=self._allocatable(),
+            ),
+            runtime,
+            watcher=ContainerWatcher(runtime, self._on_container_change, node_name=self.node_name),
+            status=PodStatusWriter(kube.api),
+            events=self.events,
+            objects=self.objects,
+            final_delete=lambda ns, name, uid: delete_pod_finally(kube.api, ns, name, uid),
+            pod_of=self.pod_of,
+            active_pods=self.active_pods,
+        )
+        self.workers = PodWorkers(self.syncer, workers=pod_settings.workers)
 
     def run(self, stop: threading.Event) -> None:
         self.log.info(
@@ -57,15 +100,46 @@ class Agent:
         stopper = threading.Thread(target=self._stop_lifecycle_on, args=(stop,), daemon=True)
         stopper.start()
         if self.lifecycle.start():
-            self.node_informer.start()
-            self.pod_informer.start()
+            self._run_controllers(stop)
+        stopper.join()  # the lifecycle's stop may still be deleting the Node
+
+    def _run_controllers(self, stop: threading.Event) -> None:
+        watcher = self.syncer.watcher
+        self.events.start()
+        self.node_informer.start()
+        self.pod_informer.start()
+        watcher.start()
+        while not stop.is_set() and not (self.pod_informer.synced.is_set() and watcher.synced):
+            stop.wait(0.05)
+        if not stop.is_set():
+            self.workers.start()
+            for uid in {*self._pod_uids(), *watcher.pod_uids()}:
+                self.workers.enqueue(uid)
             self.log.info("running")
             stop.wait()
-            self.log.info("stopping")
-            self.pod_informer.stop()
-            self.node_informer.stop()
-            self.objects.stop()
-        stopper.join()  # the lifecycle's stop may still be deleting the Node
+        self.log.info("stopping")
+        self.pod_informer.stop()
+        self.node_informer.stop()
+        self.workers.stop()
+        watcher.stop()
+        self.objects.stop()
+        self.events.stop()
+
+    # -- the pod index (by uid) for the workers --------------------------------------------
+
+    def pod_of(self, uid: str) -> Json | None:
+        with self._pods_lock:
+            return self._pods.get(uid)
+
+    def active_pods(self) -> list[Json]:
+        with self._pods_lock:
+            return list(self._pods.values())
+
+    def _pod_uids(self) -> set[str]:
+        with self._pods_lock:
+            return set(self._pods)
+
+    # -- handlers (run on informer and watcher threads: quick, they only enqueue) ----------
 
     def _stop_lifecycle_on(self, stop: threading.Event) -> None:
         """Stop the node lifecycle as soon as asked, even during a registration retry loop."""
@@ -83,14 +157,31 @@ class Agent:
         meta = pod.get("metadata") or {}
         uid = str(meta.get("uid", ""))
         log = self.log.bind(pod=f"{meta.get('namespace')}/{meta.get('name')}", uid=uid)
+        with self._pods_lock:
+            if kind == DELETED:
+                self._pods.pop(uid, None)
+            else:
+                self._pods[uid] = pod
         if kind == DELETED:
             self.objects.forget_pod(uid)
             log.info("pod removed from the API")
-            return
-        refs = referenced_objects(pod)
-        self.objects.set_pod_references(uid, refs)
-        if kind == "ADDED":
-            log.info("pod bound to this node", phase=(pod.get("status") or {}).get("phase"))
+        else:
+            self.objects.set_pod_references(uid, referenced_objects(pod))
+            if kind == "ADDED":
+                log.info("pod bound to this node", phase=(pod.get("status") or {}).get("phase"))
+        self.workers.enqueue(uid)
+
+    def _on_container_change(self, uid: str) -> None:
+        self.workers.enqueue(uid)
 
     def _on_object_change(self, ref: Ref) -> None:
-        self.log.debug("referenced object changed", kind=ref[0], namespace=ref[1], name=ref[2])
+        for uid in self.objects.users_of(ref):
+            self.workers.enqueue(uid)
+
+    def _allocatable(self) -> Allocatable:
+        _, allocatable = resources(self.settings, self.lifecycle.host)
+        return Allocatable(
+            cpu_milli=milli_value(allocatable["cpu"]),
+            memory_bytes=value(allocatable["memory"]),
+            pods=int(allocatable["pods"]),
+        )

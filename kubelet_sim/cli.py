@@ -6,13 +6,14 @@ import signal
 import sys
 import threading
 from enum import StrEnum
+from pathlib import Path
 from types import FrameType
 from typing import Annotated, NoReturn
 
 import typer
 
 from kubelet_sim import __version__
-from kubelet_sim.agent import Agent
+from kubelet_sim.agent import Agent, PodSettings
 from kubelet_sim.config import ConfigError
 from kubelet_sim.kube.client import KubeConfigError, connect
 from kubelet_sim.logs import configure_logging, get_logger
@@ -112,6 +113,27 @@ def run(
             help="Delete the Node on exit (demos; node credentials may not).",
         ),
     ] = False,
+    pod_infra_image: Annotated[
+        str,
+        typer.Option(
+            envvar="KUBELET_SIM_POD_INFRA_IMAGE",
+            help="Sandbox image that holds each pod's network namespace.",
+        ),
+    ] = "registry.k8s.io/pause:3.10",
+    allow_privileged: Annotated[
+        bool,
+        typer.Option(
+            envvar="KUBELET_SIM_ALLOW_PRIVILEGED",
+            help="Admit privileged, hostNetwork, hostPID and hostIPC pods (they reach the host).",
+        ),
+    ] = False,
+    root_dir: Annotated[
+        Path,
+        typer.Option(
+            envvar="KUBELET_SIM_ROOT_DIR",
+            help="Where pod files live (volumes, termination logs); Docker must see it.",
+        ),
+    ] = Path("/var/lib/kubelet-sim"),
     version: Annotated[
         bool,
         typer.Option(
@@ -133,12 +155,13 @@ def run(
             delete_node_on_exit=delete_node_on_exit,
         )
         kube = connect(kubeconfig, context)
-        runtime = DockerRuntime.connect()
+        runtime = DockerRuntime.connect(node_name=node_name, root_dir=root_dir / node_name)
     except (ConfigError, KubeConfigError, RuntimeUnavailable) as exc:
         _fail(str(exc))
     stop = _stop_on_signals()
     try:
-        Agent(settings, kube, runtime).run(stop)
+        pod_settings = PodSettings(pause_image=pod_infra_image, allow_privileged=allow_privileged)
+        Agent(settings, kube, runtime, pod_settings).run(stop)
     finally:
         runtime.close()
     get_logger("kubelet_sim.cli", node=node_name).info("stopped")

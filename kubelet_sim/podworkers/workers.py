@@ -1,0 +1,68 @@
+"""Pod workers: pod uids in a de-duplicating queue, each synced by one thread at a time.
+
+As the kubelet's pod_workers.go: one sync per uid at a time, many pods in parallel, and a
+change that arrives during a sync is not lost (the uid is queued again when it finishes).
+"""
+
+from __future__ import annotations
+
+import threading
+
+from kubelet_sim.logs import get_logger
+from kubelet_sim.podworkers.sync import PodSyncer
+from kubelet_sim.workqueue import ShutDown, WorkQueue
+
+RESYNC_SECONDS = 60.0  # the kubelet's syncFrequency
+
+
+class PodWorkers:
+    def __init__(self, syncer: PodSyncer, workers: int = 8, resync: float = RESYNC_SECONDS) -> None:
+        self.syncer = syncer
+        self.queue: WorkQueue[str] = WorkQueue()
+        self.resync = resync
+        self.syncs = 0
+        self._threads = [
+            threading.Thread(target=self._work, name=f"pod-worker-{i}", daemon=True)
+            for i in range(workers)
+        ]
+        self.log = get_logger("kubelet_sim.podworkers", node=syncer.settings.node_name)
+
+    def start(self) -> None:
+        for thread in self._threads:
+            thread.start()
+
+    def stop(self, timeout: float = 5.0) -> None:
+        self.queue.shut_down()
+        for thread in self._threads:
+            thread.join(timeout)
+        self.syncer.shutdown()
+
+    def enqueue(self, uid: str) -> None:
+        if uid:
+            self.queue.add(uid)
+
+    def _work(self) -> None:
+        while True:
+            try:
+                uid = self.queue.get()
+            except ShutDown:
+                return
+            if uid is None:
+                continue
+            try:
+                delay = self._sync(uid)
+            finally:
+                self.queue.done(uid)
+            if delay is not None:
+                self.queue.add_after(uid, delay)
+
+    def _sync(self, uid: str) -> float | None:
+        self.syncs += 1
+        try:
+            delay = self.syncer.sync(uid)
+        except Exception:
+            self.log.exception("pod sync failed", uid=uid)
+            return 10.0
+        if delay is None and self.syncer.pod_of(uid) is not None:
+            return self.resync
+        return delay

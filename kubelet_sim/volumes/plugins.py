@@ -1,0 +1,190 @@
+"""One function per volume type: make the volume's directory right and say how to mount it.
+
+Directory names follow the kubelet's plugin names, so `<root>/pods/<uid>/volumes` reads alike.
+"""
+
+from __future__ import annotations
+
+import os
+import stat
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from kubelet_sim.logs import get_logger
+from kubelet_sim.pod.spec import PodView
+from kubelet_sim.volumes.atomic_writer import write_atomic
+from kubelet_sim.volumes.downward import aggregate, downward_payload
+from kubelet_sim.volumes.objects import (
+    CONFIG_MAP,
+    SECRET,
+    Payload,
+    config_map_payload,
+    fetch,
+    mode_of,
+    secret_payload,
+)
+from kubelet_sim.volumes.types import MountError, ObjectLookup, Prepared, TokenSource
+
+Json = dict[str, Any]
+_log = get_logger("volumes")
+DEFAULT_TOKEN_EXPIRATION = 3600  # the API server's default for serviceAccountToken projections
+
+
+@dataclass(frozen=True)
+class Context:
+    """What every plugin may use for one pod's setup pass."""
+
+    pod: PodView
+    lookup: ObjectLookup
+    token: TokenSource | None
+    volumes_dir: Path  # <root>/pods/<uid>/volumes
+
+    def volume_dir(self, plugin: str, name: str, mode: int = 0o755) -> Path:
+        path = self.volumes_dir / plugin / name
+        path.mkdir(parents=True, exist_ok=True)
+        os.chmod(path, mode)  # whatever the agent's umask
+        return path
+
+
+Plugin = Callable[[Context, str, Json], Prepared]
+
+
+def empty_dir(ctx: Context, name: str, source: Json) -> Prepared:
+    """World-writable like the kubelet's, so any container user can share it."""
+    path = ctx.volume_dir("kubernetes.io~empty-dir", name, 0o777)
+    return Prepared(path, tmpfs=source.get("medium") == "Memory")
+
+
+def config_map(ctx: Context, name: str, source: Json) -> Prepared:
+    optional = bool(source.get("optional"))
+    obj = fetch(ctx.lookup, CONFIG_MAP, ctx.pod.namespace, str(source.get("name", "")), optional)
+    payload = config_map_payload(obj, _items(source), mode_of(source.get("defaultMode")), optional)
+    return _project(ctx, "kubernetes.io~configmap", name, payload)
+
+
+def secret(ctx: Context, name: str, source: Json) -> Prepared:
+    optional = bool(source.get("optional"))
+    obj = fetch(ctx.lookup, SECRET, ctx.pod.namespace, str(source.get("secretName", "")), optional)
+    payload = secret_payload(obj, _items(source), mode_of(source.get("defaultMode")), optional)
+    return _project(ctx, "kubernetes.io~secret", name, payload)
+
+
+def downward_api(ctx: Context, name: str, source: Json) -> Prepared:
+    payload = downward_payload(ctx.pod.raw, _items(source), mode_of(source.get("defaultMode")))
+    return _project(ctx, "kubernetes.io~downward-api", name, payload)
+
+
+def projected(ctx: Context, name: str, source: Json) -> Prepared:
+    """All sources into one directory; every failing source is reported, nothing is written."""
+    default_mode = mode_of(source.get("defaultMode"))
+    payload: Payload = {}
+    errors: list[str] = []
+    for projection in source.get("sources") or []:
+        try:
+            payload.update(_projection(ctx, projection, default_mode))
+        except MountError as exc:
+            errors.append(str(exc))
+    if errors:
+        raise MountError(aggregate(errors))
+    return _project(ctx, "kubernetes.io~projected", name, payload)
+
+
+def host_path(ctx: Context, name: str, source: Json) -> Prepared:
+    """The node's own path, checked (or created) per `type` like the hostPath plugin."""
+    path = Path(str(source.get("path", "")))
+    _check_host_path(path, str(source.get("type") or ""))
+    return Prepared(path)
+
+
+PLUGINS: dict[str, Plugin] = {
+    "emptyDir": empty_dir,
+    "configMap": config_map,
+    "secret": secret,
+    "downwardAPI": downward_api,
+    "projected": projected,
+    "hostPath": host_path,
+}
+
+
+def _items(source: Json) -> list[Json]:
+    return list(source.get("items") or [])
+
+
+def _project(ctx: Context, plugin: str, name: str, payload: Payload) -> Prepared:
+    path = ctx.volume_dir(plugin, name)
+    try:
+        changed = write_atomic(path, payload)
+    except OSError as exc:
+        raise MountError(str(exc)) from exc
+    if changed:  # names only: the payload may be secret
+        _log.info("volume content written", pod=ctx.pod.full_name, volume=name, files=len(payload))
+    return Prepared(path, read_only=True)
+
+
+def _projection(ctx: Context, projection: Json, default_mode: int) -> Payload:
+    namespace = ctx.pod.namespace
+    if "configMap" in projection:
+        src = projection["configMap"] or {}
+        optional = bool(src.get("optional"))
+        obj = fetch(ctx.lookup, CONFIG_MAP, namespace, str(src.get("name", "")), optional)
+        return config_map_payload(obj, _items(src), default_mode, optional)
+    if "secret" in projection:
+        src = projection["secret"] or {}
+        optional = bool(src.get("optional"))
+        obj = fetch(ctx.lookup, SECRET, namespace, str(src.get("name", "")), optional)
+        return secret_payload(obj, _items(src), default_mode, optional)
+    if "downwardAPI" in projection:
+        return downward_payload(ctx.pod.raw, _items(projection["downwardAPI"] or {}), default_mode)
+    if "serviceAccountToken" in projection:
+        return _token_payload(ctx, projection["serviceAccountToken"] or {}, default_mode)
+    kinds = ", ".join(sorted(projection)) or "empty"
+    raise MountError(f"projected volume source {kinds} is not supported by kubelet-sim")
+
+
+def _token_payload(ctx: Context, src: Json, default_mode: int) -> Payload:
+    """A bound token for the pod's service account; no audience means the API server's."""
+    if ctx.token is None:
+        raise MountError("no service account token source is configured")
+    account = str(ctx.pod.spec.get("serviceAccountName") or "default")
+    expiration = int(src.get("expirationSeconds") or DEFAULT_TOKEN_EXPIRATION)
+    audiences = [str(src["audience"])] if src.get("audience") else []
+    try:
+        token = ctx.token(ctx.pod.namespace, account, expiration, audiences)
+    except Exception as exc:  # the token source's error is the FailedMount message
+        raise MountError(str(exc)) from exc
+    from kubelet_sim.volumes.atomic_writer import FileProjection
+
+    return {str(src.get("path", "")): FileProjection(token.encode(), default_mode)}
+
+
+_HOST_PATH_CHECKS: dict[str, tuple[Callable[[int], bool], str]] = {
+    "Directory": (stat.S_ISDIR, "a directory"),
+    "File": (stat.S_ISREG, "a file"),
+    "Socket": (stat.S_ISSOCK, "a socket file"),
+    "CharDevice": (stat.S_ISCHR, "a character device"),
+    "BlockDevice": (stat.S_ISBLK, "a block device"),
+}
+
+
+def _check_host_path(path: Path, kind: str) -> None:
+    if kind == "":
+        return  # no check, as upstream
+    if kind == "DirectoryOrCreate" and not path.exists():
+        path.mkdir(mode=0o755, parents=True)
+        return
+    if kind == "FileOrCreate" and not path.exists():
+        path.parent.mkdir(mode=0o755, parents=True, exist_ok=True)
+        path.touch(mode=0o644)
+        return
+    check = _HOST_PATH_CHECKS.get(kind.removesuffix("OrCreate"))
+    if check is None:
+        raise MountError(f"{kind} is an invalid volume type")
+    predicate, what = check
+    try:
+        mode = path.stat().st_mode
+    except OSError:
+        mode = 0
+    if not predicate(mode):
+        raise MountError(f"hostPath type check failed: {path} is not {what}")
