@@ -60,7 +60,7 @@ def test_agent_registers_logs_json_and_stops_cleanly_on_sigterm(
         assert seen["node"] == cluster.node_name
         started = time.monotonic()
         code = agent.terminate()
-        assert code == 0
+        assert code == 0, "\n".join(agent.lines[-8:])
         assert time.monotonic() - started < 5
         events = [r["event"] for r in agent.records()]
         assert events[-1] == "stopped"

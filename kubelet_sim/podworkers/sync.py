@@ -175,6 +175,8 @@ class PodSyncer:
             pause_image=self.settings.pause_image,
         )
         try:
+            if self.runtime.image_status(cfg.image) is None:
+                self.runtime.pull_image(cfg.image)  # ensureSandboxImageExists
             sandbox = self.runtime.run_sandbox(cfg)
         except Exception as exc:  # any runtime failure: report it the kubelet's way, retry
             message = f"Failed to create pod sandbox: {exc}"

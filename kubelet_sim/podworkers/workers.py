@@ -34,7 +34,8 @@ class PodWorkers:
     def stop(self, timeout: float = 5.0) -> None:
         self.queue.shut_down()
         for thread in self._threads:
-            thread.join(timeout)
+            if thread.is_alive():
+                thread.join(timeout)
         self.syncer.shutdown()
 
     def enqueue(self, uid: str) -> None:

@@ -1,11 +1,17 @@
-"""Pod volumes on the node: the directories that containers bind-mount (the kubelet's volume manager).
+"""Pod volumes on the node: the directories containers bind-mount (the kubelet's volume manager).
 
 This layer owns file-system side effects under `<root>/pods/<uid>/volumes`; pod logic stays pure.
 """
 
 from kubelet_sim.volumes.manager import VolumeManager
 from kubelet_sim.volumes.mounts import mounts_for
-from kubelet_sim.volumes.types import MountError, ObjectLookup, TokenSource, VolumeError, VolumeSetup
+from kubelet_sim.volumes.types import (
+    MountError,
+    ObjectLookup,
+    TokenSource,
+    VolumeError,
+    VolumeSetup,
+)
 
 __all__ = [
     "MountError",

@@ -86,7 +86,8 @@ def _paths_to_remove(payload: Mapping[str, FileProjection], old_ts: Path) -> set
         for name in dirnames + filenames:
             current.add(os.path.normpath(os.path.join(rel, name)))
     wanted: set[str] = set()
-    for path in payload:
+    for file in payload:
+        path = file
         while path:
             wanted.add(path)
             path = os.path.dirname(path)
@@ -157,6 +158,6 @@ def _remove_old_timestamp_dirs(target: Path, keep: str) -> None:
     """The previous version, and any left behind by an interrupted write."""
     for entry in target.iterdir():
         name = entry.name
-        if name.startswith("..") and name not in (keep, DATA_DIR, NEW_DATA_DIR):
-            if entry.is_dir() and not entry.is_symlink():
-                shutil.rmtree(entry, ignore_errors=True)
+        ours = name.startswith("..") and name not in (keep, DATA_DIR, NEW_DATA_DIR)
+        if ours and entry.is_dir() and not entry.is_symlink():
+            shutil.rmtree(entry, ignore_errors=True)

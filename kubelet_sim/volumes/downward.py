@@ -11,7 +11,15 @@ from kubelet_sim.volumes.types import MountError
 
 Json = dict[str, Any]
 _log = get_logger("volumes")
-_GO_ESCAPES = {"\a": r"\a", "\b": r"\b", "\f": r"\f", "\n": r"\n", "\r": r"\r", "\t": r"\t", "\v": r"\v"}
+_GO_ESCAPES = {
+    "\a": r"\a",
+    "\b": r"\b",
+    "\f": r"\f",
+    "\n": r"\n",
+    "\r": r"\r",
+    "\t": r"\t",
+    "\v": r"\v",
+}
 
 
 def downward_payload(pod: Json, items: list[Json], default_mode: int) -> Payload:
@@ -51,7 +59,7 @@ def field_value(pod: Json, field_path: str) -> str:
 
 
 def format_map(values: dict[str, Any]) -> str:
-    """fieldpath.FormatMap: `key="value"` lines sorted by key, values Go-quoted, no final newline."""
+    """fieldpath.FormatMap: `key="value"` lines sorted by key, Go-quoted, no final newline."""
     return "\n".join(f"{key}={_go_quote(str(values[key]))}" for key in sorted(values))
 
 

@@ -36,10 +36,14 @@ def fetch(lookup: ObjectLookup, kind: str, namespace: str, name: str, optional: 
     raise MountError(f'{kind.lower()} "{name}" not found')
 
 
-def config_map_payload(config_map: Json, items: list[Json], default_mode: int, optional: bool) -> Payload:
+def config_map_payload(
+    config_map: Json, items: list[Json], default_mode: int, optional: bool
+) -> Payload:
     """configmap.MakePayload: all of `data` and `binaryData`, or just the listed keys."""
     values = _config_map_values(config_map)
-    return _payload(values, items, default_mode, optional, "configmap references non-existent config key")
+    return _payload(
+        values, items, default_mode, optional, "configmap references non-existent config key"
+    )
 
 
 def secret_payload(secret: Json, items: list[Json], default_mode: int, optional: bool) -> Payload:
@@ -49,9 +53,13 @@ def secret_payload(secret: Json, items: list[Json], default_mode: int, optional:
 
 
 def _config_map_values(config_map: Json) -> dict[str, bytes]:
-    values = {key: _decode(key, value) for key, value in (config_map.get("binaryData") or {}).items()}
+    values = {
+        key: _decode(key, value) for key, value in (config_map.get("binaryData") or {}).items()
+    }
     # a key is in `data` or `binaryData`, never both (API validation); `data` wins as upstream
-    values.update({key: str(value).encode() for key, value in (config_map.get("data") or {}).items()})
+    values.update(
+        {key: str(value).encode() for key, value in (config_map.get("data") or {}).items()}
+    )
     return values
 
 
@@ -67,7 +75,9 @@ def _payload(
             if optional:
                 continue
             raise MountError(f"{missing}: {key}")
-        payload[str(item.get("path", ""))] = FileProjection(values[key], mode_of(item.get("mode"), default_mode))
+        payload[str(item.get("path", ""))] = FileProjection(
+            values[key], mode_of(item.get("mode"), default_mode)
+        )
     return payload
 
 

@@ -14,7 +14,7 @@ from typing import Any
 
 from kubelet_sim.logs import get_logger
 from kubelet_sim.pod.spec import PodView
-from kubelet_sim.volumes.atomic_writer import write_atomic
+from kubelet_sim.volumes.atomic_writer import FileProjection, write_atomic
 from kubelet_sim.volumes.downward import aggregate, downward_payload
 from kubelet_sim.volumes.objects import (
     CONFIG_MAP,
@@ -154,14 +154,14 @@ def _token_payload(ctx: Context, src: Json, default_mode: int) -> Payload:
         token = ctx.token(ctx.pod.namespace, account, expiration, audiences)
     except Exception as exc:  # the token source's error is the FailedMount message
         raise MountError(str(exc)) from exc
-    from kubelet_sim.volumes.atomic_writer import FileProjection
-
     return {str(src.get("path", "")): FileProjection(token.encode(), default_mode)}
 
 
 _HOST_PATH_CHECKS: dict[str, tuple[Callable[[int], bool], str]] = {
     "Directory": (stat.S_ISDIR, "a directory"),
+    "DirectoryOrCreate": (stat.S_ISDIR, "a directory"),
     "File": (stat.S_ISREG, "a file"),
+    "FileOrCreate": (stat.S_ISREG, "a file"),
     "Socket": (stat.S_ISSOCK, "a socket file"),
     "CharDevice": (stat.S_ISCHR, "a character device"),
     "BlockDevice": (stat.S_ISBLK, "a block device"),
@@ -171,14 +171,15 @@ _HOST_PATH_CHECKS: dict[str, tuple[Callable[[int], bool], str]] = {
 def _check_host_path(path: Path, kind: str) -> None:
     if kind == "":
         return  # no check, as upstream
-    if kind == "DirectoryOrCreate" and not path.exists():
-        path.mkdir(mode=0o755, parents=True)
-        return
-    if kind == "FileOrCreate" and not path.exists():
-        path.parent.mkdir(mode=0o755, parents=True, exist_ok=True)
-        path.touch(mode=0o644)
-        return
-    check = _HOST_PATH_CHECKS.get(kind.removesuffix("OrCreate"))
+    try:
+        if kind == "DirectoryOrCreate" and not path.exists():
+            path.mkdir(mode=0o755, parents=True)
+        elif kind == "FileOrCreate" and not path.exists():
+            path.parent.mkdir(mode=0o755, parents=True, exist_ok=True)
+            path.touch(mode=0o644)
+    except OSError as exc:
+        raise MountError(str(exc)) from exc
+    check = _HOST_PATH_CHECKS.get(kind)
     if check is None:
         raise MountError(f"{kind} is an invalid volume type")
     predicate, what = check
