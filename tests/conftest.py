@@ -2,3 +2,4 @@
 
 from tests.cluster import *  # noqa: F403
 from tests.docker_env import *  # noqa: F403
+from tests.agent_fixture import *  # noqa: F403

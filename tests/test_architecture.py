@@ -16,9 +16,10 @@ ALLOWED: dict[str, set[str]] = {
     "kube": SHARED,
     "runtime": SHARED,
     "pod": SHARED,
+    "volumes": SHARED | {"pod"},
     "node": SHARED | {"kube", "runtime", "pod"},
-    "podworkers": SHARED | {"kube", "runtime", "pod"},
-    "agent": SHARED | {"kube", "runtime", "pod", "node", "podworkers"},
+    "podworkers": SHARED | {"kube", "runtime", "pod", "volumes"},
+    "agent": SHARED | {"kube", "runtime", "pod", "node", "podworkers", "volumes"},
     "cli": SHARED | {"kube", "runtime", "node", "agent"},
     "__main__": {"cli"},
 }

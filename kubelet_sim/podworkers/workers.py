@@ -21,6 +21,7 @@ class PodWorkers:
         self.queue: WorkQueue[str] = WorkQueue()
         self.resync = resync
         self.syncs = 0
+        self.started = threading.Event()
         self._threads = [
             threading.Thread(target=self._work, name=f"pod-worker-{i}", daemon=True)
             for i in range(workers)
@@ -30,6 +31,7 @@ class PodWorkers:
     def start(self) -> None:
         for thread in self._threads:
             thread.start()
+        self.started.set()
 
     def stop(self, timeout: float = 5.0) -> None:
         self.queue.shut_down()

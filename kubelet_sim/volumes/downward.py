@@ -10,7 +10,6 @@ from kubelet_sim.volumes.objects import Payload, mode_of
 from kubelet_sim.volumes.types import MountError
 
 Json = dict[str, Any]
-_log = get_logger("volumes")
 _GO_ESCAPES = {
     "\a": r"\a",
     "\b": r"\b",
@@ -30,7 +29,9 @@ def downward_payload(pod: Json, items: list[Json], default_mode: int) -> Payload
         path = str(item.get("path", ""))
         if "fieldRef" not in item:
             # resourceFieldRef needs the node's allocatable; not written (a known gap)
-            _log.warning("downward API item not supported, skipped", path=path)
+            get_logger("kubelet_sim.volumes").warning(
+                "downward API item not supported, skipped", path=path
+            )
             continue
         try:
             value = field_value(pod, str((item["fieldRef"] or {}).get("fieldPath", "")))

@@ -18,8 +18,6 @@ from kubelet_sim.pod.spec import PodView
 from kubelet_sim.volumes.plugins import PLUGINS, Context
 from kubelet_sim.volumes.types import MountError, ObjectLookup, Prepared, TokenSource, VolumeSetup
 
-_log = get_logger("volumes")
-
 
 def _safe(part: str) -> str:
     """Path parts come from the API (uid, volume name): refuse anything that could escape."""
@@ -64,7 +62,9 @@ class VolumeManager:
                 result.add(name, _setup_one(ctx, name, volume))
             except MountError as exc:
                 result.errors.append(failed_mount(name, str(exc)))
-                _log.warning("volume setup failed", pod=pod.full_name, volume=name, error=str(exc))
+                get_logger("kubelet_sim.volumes").warning(
+                    "volume setup failed", pod=pod.full_name, volume=name, error=str(exc)
+                )
         return result
 
     def teardown(self, pod_uid: str) -> None:

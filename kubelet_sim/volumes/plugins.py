@@ -28,7 +28,6 @@ from kubelet_sim.volumes.objects import (
 from kubelet_sim.volumes.types import MountError, ObjectLookup, Prepared, TokenSource
 
 Json = dict[str, Any]
-_log = get_logger("volumes")
 DEFAULT_TOKEN_EXPIRATION = 3600  # the API server's default for serviceAccountToken projections
 
 
@@ -119,7 +118,9 @@ def _project(ctx: Context, plugin: str, name: str, payload: Payload) -> Prepared
     except OSError as exc:
         raise MountError(str(exc)) from exc
     if changed:  # names only: the payload may be secret
-        _log.info("volume content written", pod=ctx.pod.full_name, volume=name, files=len(payload))
+        get_logger("kubelet_sim.volumes").info(
+            "volume content written", pod=ctx.pod.full_name, volume=name, files=len(payload)
+        )
     return Prepared(path, read_only=True)
 
 

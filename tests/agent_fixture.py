@@ -1,0 +1,57 @@
+"""An agent running in this process against the test's cluster and the real Docker engine."""
+
+from __future__ import annotations
+
+import threading
+from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from kubelet_sim.agent import Agent, PodSettings
+from kubelet_sim.kube.client import connect
+from kubelet_sim.node.settings import NodeSettings
+from kubelet_sim.runtime.docker_runtime import DockerRuntime
+from tests.cluster import Cluster, wait_for
+from tests.docker_env import DockerEnv
+
+__all__ = ["RunningAgent", "agent", "start_agent"]
+
+
+@dataclass
+class RunningAgent:
+    agent: Agent
+    stop_event: threading.Event
+    thread: threading.Thread
+
+    def stop(self) -> None:
+        self.stop_event.set()
+        self.thread.join(15)
+        assert not self.thread.is_alive(), "the agent did not stop"
+
+
+def start_agent(cluster: Cluster, docker_env: DockerEnv, root: Path, **pod: Any) -> RunningAgent:
+    runtime = DockerRuntime.connect(node_name=cluster.node_name, root_dir=root)
+    settings = NodeSettings(node_name=cluster.node_name, node_ip="127.0.0.1")
+    agent = Agent(
+        settings,
+        connect(cluster.kubeconfig),
+        runtime,
+        PodSettings(pause_image=docker_env.pause_image, **pod),
+    )
+    stop = threading.Event()
+    thread = threading.Thread(target=agent.run, args=(stop,), name="agent", daemon=True)
+    thread.start()
+    running = RunningAgent(agent, stop, thread)
+    wait_for(agent.workers.started.is_set, 20, "the agent's pod workers to start")
+    return running
+
+
+@pytest.fixture
+def agent(cluster: Cluster, docker_env: DockerEnv, tmp_path: Path) -> Iterator[RunningAgent]:
+    running = start_agent(cluster, docker_env, tmp_path / "root")
+    yield running
+    if running.thread.is_alive():
+        running.stop()

@@ -1,0 +1,93 @@
+"""Helpers for pod tests: bodies, reading status, and the pod's containers in Docker."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from kubernetes.client.exceptions import ApiException
+
+from kubelet_sim import cri
+from tests.cluster import Cluster, wait_for
+from tests.docker_env import DockerEnv
+
+BUSYBOX = "kubelet-sim.local/busybox:test"
+# PID 1 ignores SIGTERM unless it traps it; this one exits at once on SIGTERM.
+SLEEP_FOREVER = ["sh", "-c", "trap 'exit 0' TERM; while :; do sleep 1 & wait $!; done"]
+
+
+def container(name: str = "c", command: list[str] | None = None, **extra: Any) -> dict[str, Any]:
+    return {"name": name, "image": BUSYBOX, "command": command or SLEEP_FOREVER, **extra}
+
+
+def make_pod(
+    cluster: Cluster,
+    name: str,
+    *containers: dict[str, Any],
+    restart: str = "Always",
+    **spec: Any,
+) -> dict[str, Any]:
+    body = {
+        "apiVersion": "v1",
+        "kind": "Pod",
+        "metadata": {"name": name},
+        "spec": {
+            "nodeName": cluster.node_name,
+            "restartPolicy": restart,
+            "automountServiceAccountToken": False,
+            "terminationGracePeriodSeconds": 5,
+            "containers": list(containers) or [container()],
+            **spec,
+        },
+    }
+    created = cluster.core.create_namespaced_pod(cluster.namespace, body)
+    return cluster.api.sanitize_for_serialization(created)  # type: ignore[no-any-return]
+
+
+def get_pod(cluster: Cluster, name: str) -> dict[str, Any] | None:
+    try:
+        pod = cluster.core.read_namespaced_pod(name, cluster.namespace)
+    except ApiException as exc:
+        if exc.status == 404:
+            return None
+        raise
+    return cluster.api.sanitize_for_serialization(pod)  # type: ignore[no-any-return]
+
+
+def status_of(cluster: Cluster, name: str) -> dict[str, Any]:
+    pod = get_pod(cluster, name)
+    return (pod or {}).get("status") or {}
+
+
+def condition(status: dict[str, Any], kind: str) -> dict[str, Any]:
+    return next((c for c in status.get("conditions") or [] if c["type"] == kind), {})
+
+
+def container_status(status: dict[str, Any], name: str = "c", init: bool = False) -> dict[str, Any]:
+    key = "initContainerStatuses" if init else "containerStatuses"
+    return next((c for c in status.get(key) or [] if c["name"] == name), {})
+
+
+def wait_status(
+    cluster: Cluster, name: str, predicate: Any, timeout: float, what: str
+) -> dict[str, Any]:
+    def check() -> dict[str, Any] | None:
+        st = status_of(cluster, name)
+        return st if predicate(st) else None
+
+    result: dict[str, Any] = wait_for(check, timeout, f"{name}: {what}")
+    return result
+
+
+def pod_containers(docker_env: DockerEnv, uid: str) -> list[Any]:
+    return list(
+        docker_env.client.containers.list(all=True, filters={"label": f"{cri.LABEL_POD_UID}={uid}"})
+    )
+
+
+def running_ready(st: dict[str, Any]) -> bool:
+    return st.get("phase") == "Running" and condition(st, "Ready").get("status") == "True"
+
+
+def kubelet_events(cluster: Cluster, name: str) -> list[Any]:
+    items = cluster.core.list_namespaced_event(cluster.namespace).items
+    return [e for e in items if e.involved_object.name == name and e.source.component == "kubelet"]

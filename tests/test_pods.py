@@ -1,0 +1,334 @@
+"""Pods bound to the node run as real Docker containers, and their status tells the truth.
+
+Each test checks both sides: the pod object in the API and the containers in Docker.
+"""
+
+from __future__ import annotations
+
+import time
+
+import pytest
+
+from kubelet_sim import cri
+from tests.agent_fixture import RunningAgent
+from tests.cluster import Cluster, wait_for
+from tests.docker_env import DockerEnv
+from tests.pods import (
+    container,
+    container_status,
+    get_pod,
+    kubelet_events,
+    make_pod,
+    pod_containers,
+    running_ready,
+    wait_status,
+)
+
+pytestmark = pytest.mark.docker
+
+
+def test_sleep_pod_runs_with_ip_and_is_ready(
+    cluster: Cluster, docker_env: DockerEnv, agent: RunningAgent
+) -> None:
+    pod = make_pod(cluster, "sleeper")
+    st = wait_status(cluster, "sleeper", running_ready, 20, "Running and Ready")
+    cs = container_status(st)
+    assert cs["ready"] is True
+    assert cs["started"] is True
+    assert cs["restartCount"] == 0
+    assert "running" in cs["state"]
+    assert st["hostIP"] == "127.0.0.1"
+    assert st["startTime"]
+    containers = {
+        c.labels[cri.LABEL_CONTAINER_NAME]: c
+        for c in pod_containers(docker_env, pod["metadata"]["uid"])
+    }
+    assert set(containers) == {"POD", "c"}
+    app, sandbox = containers["c"], containers["POD"]
+    assert cs["containerID"] == f"docker://{app.id}"
+    assert app.status == "running"
+    assert sandbox.attrs["NetworkSettings"]["IPAddress"] == st["podIP"]
+    assert st["podIPs"] == [{"ip": st["podIP"]}]
+    assert app.name == f"k8s_c_sleeper_{cluster.namespace}_{pod['metadata']['uid']}_0"
+    reasons = [e.reason for e in kubelet_events(cluster, "sleeper")]
+    assert {"Pulled", "Created", "Started"} <= set(reasons)
+
+
+def test_exit_zero_with_never_succeeds(
+    cluster: Cluster, docker_env: DockerEnv, agent: RunningAgent
+) -> None:
+    pod = make_pod(cluster, "once", container(command=["true"]), restart="Never")
+    st = wait_status(cluster, "once", lambda s: s.get("phase") == "Succeeded", 20, "Succeeded")
+    term = container_status(st)["state"]["terminated"]
+    assert term["reason"] == "Completed"
+    assert term["exitCode"] == 0
+    ready = next(c for c in st["conditions"] if c["type"] == "Ready")
+    assert (ready["status"], ready.get("reason")) == ("False", "PodCompleted")
+    assert get_pod(cluster, "once") is not None, "the kubelet does not delete a finished pod"
+    [app] = [
+        c
+        for c in pod_containers(docker_env, pod["metadata"]["uid"])
+        if c.labels[cri.LABEL_CONTAINER_NAME] == "c"
+    ]
+    assert app.status == "exited"
+
+
+def test_failure_with_always_crash_loops_with_growing_waits(
+    cluster: Cluster, docker_env: DockerEnv, agent: RunningAgent
+) -> None:
+    make_pod(
+        cluster,
+        "crasher",
+        container(command=["sh", "-c", "echo boom > /dev/termination-log; exit 1"]),
+    )
+
+    def waiting(st: dict, wait: str, count: int) -> bool:  # type: ignore[type-arg]
+        cs = container_status(st)
+        state = (cs.get("state") or {}).get("waiting") or {}
+        return (
+            cs.get("restartCount") == count
+            and state.get("reason") == "CrashLoopBackOff"
+            and wait in state.get("message", "")
+        )
+
+    st = wait_status(
+        cluster, "crasher", lambda s: waiting(s, "back-off 10s", 1), 30, "first back-off"
+    )
+    cs = container_status(st)
+    assert st["phase"] == "Running"
+    assert cs["lastState"]["terminated"]["reason"] == "Error"
+    assert cs["lastState"]["terminated"]["exitCode"] == 1
+    assert cs["lastState"]["terminated"]["message"] == "boom\n"
+    uid = get_pod(cluster, "crasher")["metadata"]["uid"]  # type: ignore[index]
+    assert (
+        cs["state"]["waiting"]["message"]
+        == f"back-off 10s restarting failed container=c pod=crasher_{cluster.namespace}({uid})"
+    )
+    wait_status(
+        cluster, "crasher", lambda s: waiting(s, "back-off 20s", 2), 30, "second, longer back-off"
+    )
+    attempts = [
+        c for c in pod_containers(docker_env, uid) if c.labels[cri.LABEL_CONTAINER_NAME] == "c"
+    ]
+    assert len(attempts) == 3
+    assert "BackOff" in {e.reason for e in kubelet_events(cluster, "crasher")}
+
+
+def test_on_failure_restarts_failures_only(
+    cluster: Cluster, docker_env: DockerEnv, agent: RunningAgent
+) -> None:
+    make_pod(cluster, "ok", container(command=["true"]), restart="OnFailure")
+    make_pod(cluster, "bad", container(command=["false"]), restart="OnFailure")
+    wait_status(cluster, "ok", lambda s: s.get("phase") == "Succeeded", 20, "Succeeded")
+    st = wait_status(
+        cluster, "bad", lambda s: container_status(s).get("restartCount", 0) >= 1, 30, "a restart"
+    )
+    assert st["phase"] == "Running"
+    assert (
+        container_status(status_ok := wait_status(cluster, "ok", lambda s: True, 1, "status"))[
+            "restartCount"
+        ]
+        == 0
+    )
+    assert status_ok["phase"] == "Succeeded"
+
+
+def test_init_containers_run_in_order_before_app(
+    cluster: Cluster, docker_env: DockerEnv, agent: RunningAgent
+) -> None:
+    make_pod(
+        cluster,
+        "inits",
+        container(),
+        initContainers=[container("one", ["sh", "-c", "sleep 0.3"]), container("two", ["true"])],
+    )
+    st = wait_status(cluster, "inits", running_ready, 30, "Running")
+    one, two = container_status(st, "one", init=True), container_status(st, "two", init=True)
+    assert one["state"]["terminated"]["reason"] == "Completed"
+    assert two["state"]["terminated"]["reason"] == "Completed"
+    assert one["state"]["terminated"]["finishedAt"] <= two["state"]["terminated"]["startedAt"]
+    assert (
+        two["state"]["terminated"]["finishedAt"]
+        <= container_status(st)["state"]["running"]["startedAt"]
+    )
+    assert next(c for c in st["conditions"] if c["type"] == "Initialized")["status"] == "True"
+
+
+def test_failing_init_with_never_fails_the_pod(
+    cluster: Cluster, docker_env: DockerEnv, agent: RunningAgent
+) -> None:
+    pod = make_pod(
+        cluster,
+        "badinit",
+        container(),
+        restart="Never",
+        initContainers=[container("setup", ["false"])],
+    )
+    st = wait_status(cluster, "badinit", lambda s: s.get("phase") == "Failed", 30, "Failed")
+    assert container_status(st, "setup", init=True)["state"]["terminated"]["exitCode"] == 1
+    assert container_status(st)["state"]["waiting"]["reason"] == "PodInitializing"
+    names = {
+        c.labels[cri.LABEL_CONTAINER_NAME]
+        for c in pod_containers(docker_env, pod["metadata"]["uid"])
+    }
+    assert "c" not in names, "the app container never starts"
+
+
+@pytest.mark.parametrize(
+    ("image", "policy", "reasons"),
+    [
+        ("127.0.0.1:1/nope/img:1", "IfNotPresent", {"ErrImagePull", "ImagePullBackOff"}),
+        ("Not/A:Valid:Ref", "IfNotPresent", {"InvalidImageName"}),
+        ("kubelet-sim.local/absent:1", "Never", {"ErrImageNeverPull"}),
+    ],
+)
+def test_bad_images_wait_with_the_kubelet_reason(
+    cluster: Cluster,
+    docker_env: DockerEnv,
+    agent: RunningAgent,
+    image: str,
+    policy: str,
+    reasons: set[str],
+) -> None:
+    pod = make_pod(cluster, "img", container(image=image, imagePullPolicy=policy))
+    st = wait_status(
+        cluster,
+        "img",
+        lambda s: (
+            ((container_status(s).get("state") or {}).get("waiting") or {}).get("reason") in reasons
+        ),
+        20,
+        f"waiting with {reasons}",
+    )
+    assert st["phase"] == "Pending"
+    names = {
+        c.labels[cri.LABEL_CONTAINER_NAME]
+        for c in pod_containers(docker_env, pod["metadata"]["uid"])
+    }
+    assert "c" not in names
+    assert {e.reason for e in kubelet_events(cluster, "img")} & {
+        "Failed",
+        "InspectFailed",
+        "ErrImageNeverPull",
+    }
+
+
+def test_deleted_pod_is_stopped_and_leaves_the_api(
+    cluster: Cluster, docker_env: DockerEnv, agent: RunningAgent
+) -> None:
+    pod = make_pod(cluster, "doomed")
+    wait_status(cluster, "doomed", running_ready, 20, "Running")
+    cluster.core.delete_namespaced_pod("doomed", cluster.namespace)
+    wait_for(lambda: get_pod(cluster, "doomed") is None, 15, "the pod to leave the API")
+    assert "Killing" in {e.reason for e in kubelet_events(cluster, "doomed")}
+    wait_for(
+        lambda: not pod_containers(docker_env, pod["metadata"]["uid"]), 10, "containers removed"
+    )
+
+
+def test_container_ignoring_sigterm_is_killed_after_the_grace_period(
+    cluster: Cluster, docker_env: DockerEnv, agent: RunningAgent
+) -> None:
+    make_pod(
+        cluster,
+        "stubborn",
+        container(command=["sh", "-c", "trap '' TERM; while :; do sleep 1; done"]),
+        terminationGracePeriodSeconds=3,
+    )
+    wait_status(cluster, "stubborn", running_ready, 20, "Running")
+    started = time.monotonic()
+    cluster.core.delete_namespaced_pod("stubborn", cluster.namespace)
+    wait_for(lambda: get_pod(cluster, "stubborn") is None, 20, "the pod to leave the API")
+    took = time.monotonic() - started
+    assert took >= 3, f"killed before its grace period ended ({took:.1f}s)"
+
+
+def test_container_removed_behind_our_back_is_recreated(
+    cluster: Cluster, docker_env: DockerEnv, agent: RunningAgent
+) -> None:
+    pod = make_pod(cluster, "victim")
+    st = wait_status(cluster, "victim", running_ready, 20, "Running")
+    first = container_status(st)["containerID"].removeprefix("docker://")
+    docker_env.client.containers.get(first).remove(force=True)
+    st = wait_status(
+        cluster,
+        "victim",
+        lambda s: running_ready(s) and container_status(s)["containerID"] != f"docker://{first}",
+        30,
+        "a new container",
+    )
+    assert container_status(st)["restartCount"] == 1
+    apps = [
+        c
+        for c in pod_containers(docker_env, pod["metadata"]["uid"])
+        if c.labels[cri.LABEL_CONTAINER_NAME] == "c"
+    ]
+    assert [c.status for c in apps] == ["running"]
+
+
+def test_privileged_pod_is_refused(
+    cluster: Cluster, docker_env: DockerEnv, agent: RunningAgent
+) -> None:
+    pod = make_pod(cluster, "root", container(securityContext={"privileged": True}))
+    st = wait_status(cluster, "root", lambda s: s.get("phase") == "Failed", 20, "Failed")
+    assert st["reason"] == "Forbidden"
+    assert "privileged" in st["message"]
+    assert not pod_containers(docker_env, pod["metadata"]["uid"])
+    assert "Forbidden" in {e.reason for e in kubelet_events(cluster, "root")}
+
+
+def test_active_deadline_fails_the_pod(
+    cluster: Cluster, docker_env: DockerEnv, agent: RunningAgent
+) -> None:
+    make_pod(cluster, "deadline", activeDeadlineSeconds=2)
+    st = wait_status(cluster, "deadline", lambda s: s.get("phase") == "Failed", 20, "Failed")
+    assert st["reason"] == "DeadlineExceeded"
+    assert st["message"] == "Pod was active on the node longer than the specified deadline"
+
+
+def test_missing_configmap_then_created(
+    cluster: Cluster, docker_env: DockerEnv, agent: RunningAgent
+) -> None:
+    env = [
+        {"name": "COLOR", "valueFrom": {"configMapKeyRef": {"name": "settings", "key": "color"}}}
+    ]
+    make_pod(cluster, "configured", container(env=env))
+    st = wait_status(
+        cluster,
+        "configured",
+        lambda s: (
+            ((container_status(s).get("state") or {}).get("waiting") or {}).get("reason")
+            == "CreateContainerConfigError"
+        ),
+        20,
+        "CreateContainerConfigError",
+    )
+    assert container_status(st)["state"]["waiting"]["message"] == 'configmap "settings" not found'
+    cluster.core.create_namespaced_config_map(
+        cluster.namespace, {"metadata": {"name": "settings"}, "data": {"color": "blue"}}
+    )
+    wait_status(cluster, "configured", running_ready, 30, "Running once the ConfigMap exists")
+
+
+def test_agent_restart_keeps_containers(
+    cluster: Cluster, docker_env: DockerEnv, agent: RunningAgent, tmp_path: object
+) -> None:
+    from tests.agent_fixture import start_agent
+
+    pod = make_pod(cluster, "survivor")
+    st = wait_status(cluster, "survivor", running_ready, 20, "Running")
+    before = container_status(st)["containerID"]
+    agent.stop()
+    second = start_agent(cluster, docker_env, tmp_path / "root")  # type: ignore[operator]
+    try:
+        wait_for(lambda: second.agent.workers.syncs > 0, 10, "a sync after restart")
+        st = wait_status(cluster, "survivor", running_ready, 10, "still Running")
+        assert container_status(st)["containerID"] == before
+        assert container_status(st)["restartCount"] == 0
+        names = sorted(
+            c.labels[cri.LABEL_CONTAINER_NAME]
+            for c in pod_containers(docker_env, pod["metadata"]["uid"])
+        )
+        assert names == ["POD", "c"], "nothing restarted or duplicated"
+    finally:
+        second.stop()

@@ -1,0 +1,556 @@
+"""Pod volumes on disk: content, modes, errors as the kubelet words them, atomic updates, mounts."""
+
+from __future__ import annotations
+
+import base64
+import os
+import re
+import stat
+from pathlib import Path
+from typing import Any
+
+import pytest
+import structlog
+
+from kubelet_sim import cri
+from kubelet_sim.pod.spec import PodView
+from kubelet_sim.volumes import VolumeError, VolumeManager, VolumeSetup, mounts_for
+from tests.cluster import wait_for
+from tests.docker_env import TEST_LABEL, DockerEnv
+
+UID = "0b7c5a9e-1111-2222-3333-444455556666"
+
+
+def b64(text: str) -> str:
+    return base64.b64encode(text.encode()).decode()
+
+
+class Objects:
+    """A fake object store behind the ObjectLookup the agent passes in."""
+
+    def __init__(self) -> None:
+        self.items: dict[tuple[str, str], dict[str, Any]] = {}
+
+    def put(self, kind: str, name: str, **fields: Any) -> None:
+        self.items[kind, name] = {"metadata": {"name": name, "namespace": "ns"}, **fields}
+
+    def lookup(self, kind: str, namespace: str, name: str) -> dict[str, Any] | None:
+        assert namespace == "ns"
+        return self.items.get((kind, name))
+
+
+def make_pod(volumes: list[dict[str, Any]], mounts: list[dict[str, Any]] | None = None) -> PodView:
+    return PodView.from_api(
+        {
+            "metadata": {
+                "name": "web",
+                "namespace": "ns",
+                "uid": UID,
+                "labels": {"app": "web", "tier": 'front "end"'},
+                "annotations": {"note": "line1\nline2"},
+            },
+            "spec": {
+                "serviceAccountName": "builder",
+                "containers": [{"name": "app", "image": "busybox:1", "volumeMounts": mounts or []}],
+                "volumes": volumes,
+            },
+        }
+    )
+
+
+@pytest.fixture
+def manager(tmp_path: Path) -> VolumeManager:
+    return VolumeManager(tmp_path)
+
+
+@pytest.fixture
+def objects() -> Objects:
+    return Objects()
+
+
+def run(manager: VolumeManager, objects: Objects, pod: PodView, token: Any = None) -> VolumeSetup:
+    return manager.setup(pod, objects.lookup, token, host_ip="10.0.0.1", pod_ip="10.1.0.5")
+
+
+def mode(path: Path) -> int:
+    return stat.S_IMODE(path.stat().st_mode)
+
+
+def visible(path: Path) -> set[str]:
+    return {p.name for p in path.iterdir() if not p.name.startswith("..")}
+
+
+# --- configMap -----------------------------------------------------------------------------
+
+
+def test_config_map_files_are_symlinks_into_data_with_default_mode(
+    manager: VolumeManager, objects: Objects, tmp_path: Path
+) -> None:
+    objects.put("ConfigMap", "cfg", data={"a.conf": "x=1"}, binaryData={"blob": b64("\x00\x01")})
+    setup = run(manager, objects, make_pod([{"name": "c", "configMap": {"name": "cfg"}}]))
+
+    assert setup.ok
+    assert setup.errors == []
+    path = setup.paths["c"]
+    assert path == tmp_path / "pods" / UID / "volumes" / "kubernetes.io~configmap" / "c"
+    assert visible(path) == {"a.conf", "blob"}
+    assert (path / "a.conf").read_text() == "x=1"
+    assert (path / "blob").read_bytes() == b"\x00\x01"
+    assert os.readlink(path / "a.conf") == "..data/a.conf"
+    ts_dir = os.readlink(path / "..data")
+    assert ts_dir.startswith("..20")
+    assert mode(path / "a.conf") == 0o644
+    assert mode(path) == 0o755
+    assert mode(path / ts_dir) == 0o755
+    assert "c" in setup.read_only
+
+
+def test_config_map_items_modes_and_nested_paths(manager: VolumeManager, objects: Objects) -> None:
+    objects.put("ConfigMap", "cfg", data={"a": "A", "b": "B", "unused": "U"})
+    source = {
+        "name": "cfg",
+        "defaultMode": 0o400,
+        "items": [{"key": "a", "path": "conf/app.ini", "mode": 0o640}, {"key": "b", "path": "b"}],
+    }
+    setup = run(manager, objects, make_pod([{"name": "c", "configMap": source}]))
+
+    path = setup.paths["c"]
+    assert visible(path) == {"conf", "b"}
+    assert (path / "conf" / "app.ini").read_text() == "A"
+    assert mode(path / "conf" / "app.ini") == 0o640
+    assert mode(path / "b") == 0o400
+    assert mode(path / "..data" / "conf") == 0o755
+
+
+def test_missing_config_map_fails_mount_with_kubelet_message(
+    manager: VolumeManager, objects: Objects
+) -> None:
+    setup = run(manager, objects, make_pod([{"name": "cfg", "configMap": {"name": "missing"}}]))
+
+    assert not setup.ok
+    assert setup.errors == [
+        'MountVolume.SetUp failed for volume "cfg" : configmap "missing" not found'
+    ]
+    assert "cfg" not in setup.paths
+
+
+def test_optional_missing_config_map_gives_empty_volume(
+    manager: VolumeManager, objects: Objects
+) -> None:
+    volume = {"name": "cfg", "configMap": {"name": "missing", "optional": True}}
+    setup = run(manager, objects, make_pod([volume]))
+
+    assert setup.ok
+    assert visible(setup.paths["cfg"]) == set()
+    assert (setup.paths["cfg"] / "..data").is_symlink()
+
+
+def test_missing_key_in_items_fails_unless_optional(
+    manager: VolumeManager, objects: Objects
+) -> None:
+    objects.put("ConfigMap", "cfg", data={"a": "A"})
+    items = [{"key": "a", "path": "a"}, {"key": "nope", "path": "n"}]
+    failed = run(
+        manager, objects, make_pod([{"name": "v", "configMap": {"name": "cfg", "items": items}}])
+    )
+    optional = {"name": "cfg", "items": items, "optional": True}
+    passed = run(manager, objects, make_pod([{"name": "v", "configMap": optional}]))
+
+    assert failed.errors == [
+        'MountVolume.SetUp failed for volume "v" : '
+        "configmap references non-existent config key: nope"
+    ]
+    assert passed.ok
+    assert visible(passed.paths["v"]) == {"a"}
+
+
+def test_item_path_may_not_leave_the_volume(manager: VolumeManager, objects: Objects) -> None:
+    objects.put("ConfigMap", "cfg", data={"a": "A"})
+    items = [{"key": "a", "path": "../evil"}]
+    setup = run(
+        manager, objects, make_pod([{"name": "v", "configMap": {"name": "cfg", "items": items}}])
+    )
+
+    assert setup.errors == [
+        "MountVolume.SetUp failed for volume \"v\" : invalid path: must not contain '..': ../evil"
+    ]
+
+
+# --- secret --------------------------------------------------------------------------------
+
+
+def test_secret_values_are_decoded_with_default_mode(
+    manager: VolumeManager, objects: Objects
+) -> None:
+    objects.put("Secret", "creds", data={"user": b64("admin"), "pass": b64("s3cr3t")})
+    volume = {"name": "s", "secret": {"secretName": "creds", "defaultMode": 0o440}}
+    setup = run(manager, objects, make_pod([volume]))
+
+    path = setup.paths["s"]
+    assert path.parent.name == "kubernetes.io~secret"
+    assert (path / "user").read_text() == "admin"
+    assert (path / "pass").read_text() == "s3cr3t"
+    assert mode(path / "pass") == 0o440
+    assert "s" in setup.read_only
+
+
+def test_secret_errors_use_kubelet_wording(manager: VolumeManager, objects: Objects) -> None:
+    objects.put("Secret", "creds", data={"user": b64("admin")})
+    missing_key = {"secretName": "creds", "items": [{"key": "token", "path": "t"}]}
+    setup = run(
+        manager,
+        objects,
+        make_pod(
+            [
+                {"name": "gone", "secret": {"secretName": "absent"}},
+                {"name": "key", "secret": missing_key},
+                {"name": "opt", "secret": {"secretName": "absent", "optional": True}},
+            ]
+        ),
+    )
+
+    assert setup.errors == [
+        'MountVolume.SetUp failed for volume "gone" : secret "absent" not found',
+        'MountVolume.SetUp failed for volume "key" : references non-existent secret key: token',
+    ]
+    assert set(setup.paths) == {"opt"}
+
+
+def test_secret_volume_logs_names_never_values(manager: VolumeManager, objects: Objects) -> None:
+    objects.put("Secret", "creds", data={"pass": b64("hunter2-value")})
+    with structlog.testing.capture_logs() as logs:
+        run(manager, objects, make_pod([{"name": "s", "secret": {"secretName": "creds"}}]))
+
+    assert [entry["volume"] for entry in logs] == ["s"]
+    assert "hunter2" not in repr(logs)
+
+
+# --- downward API --------------------------------------------------------------------------
+
+
+def test_downward_api_files(manager: VolumeManager, objects: Objects) -> None:
+    items = [
+        {"path": "name", "fieldRef": {"fieldPath": "metadata.name"}},
+        {"path": "ns", "fieldRef": {"fieldPath": "metadata.namespace"}},
+        {"path": "uid", "fieldRef": {"fieldPath": "metadata.uid"}, "mode": 0o600},
+        {"path": "labels", "fieldRef": {"fieldPath": "metadata.labels"}},
+        {"path": "annotations", "fieldRef": {"fieldPath": "metadata.annotations"}},
+        {"path": "app", "fieldRef": {"fieldPath": "metadata.labels['app']"}},
+    ]
+    setup = run(manager, objects, make_pod([{"name": "info", "downwardAPI": {"items": items}}]))
+
+    path = setup.paths["info"]
+    assert path.parent.name == "kubernetes.io~downward-api"
+    assert (path / "name").read_text() == "web"
+    assert (path / "ns").read_text() == "ns"
+    assert (path / "uid").read_text() == UID
+    assert mode(path / "uid") == 0o600
+    assert mode(path / "name") == 0o644
+    assert (path / "labels").read_text() == 'app="web"\ntier="front \\"end\\""'
+    assert (path / "annotations").read_text() == 'note="line1\\nline2"'
+    assert (path / "app").read_text() == "web"
+
+
+def test_downward_api_unsupported_field(manager: VolumeManager, objects: Objects) -> None:
+    items = [{"path": "ip", "fieldRef": {"fieldPath": "status.podIP"}}]
+    setup = run(manager, objects, make_pod([{"name": "info", "downwardAPI": {"items": items}}]))
+
+    assert setup.errors == [
+        'MountVolume.SetUp failed for volume "info" : unsupported fieldPath: status.podIP'
+    ]
+
+
+# --- projected -----------------------------------------------------------------------------
+
+
+class Tokens:
+    def __init__(self) -> None:
+        self.calls: list[tuple[str, str, int, list[str]]] = []
+
+    def __call__(self, namespace: str, account: str, expiration: int, audiences: list[str]) -> str:
+        self.calls.append((namespace, account, expiration, audiences))
+        return f"token-{len(self.calls)}"
+
+
+def test_projected_sources_share_one_directory(manager: VolumeManager, objects: Objects) -> None:
+    objects.put("ConfigMap", "cfg", data={"ca.crt": "CERT"})
+    objects.put("Secret", "creds", data={"pass": b64("pw")})
+    sources = [
+        {"serviceAccountToken": {"path": "token", "expirationSeconds": 600, "audience": "vault"}},
+        {"configMap": {"name": "cfg"}},
+        {"secret": {"name": "creds", "items": [{"key": "pass", "path": "sec/pass"}]}},
+        {
+            "downwardAPI": {
+                "items": [{"path": "ns", "fieldRef": {"fieldPath": "metadata.namespace"}}]
+            }
+        },
+    ]
+    tokens = Tokens()
+    setup = run(
+        manager, objects, make_pod([{"name": "p", "projected": {"sources": sources}}]), tokens
+    )
+
+    path = setup.paths["p"]
+    assert setup.ok
+    assert path.parent.name == "kubernetes.io~projected"
+    assert visible(path) == {"token", "ca.crt", "sec", "ns"}
+    assert (path / "token").read_text() == "token-1"
+    assert (path / "sec" / "pass").read_text() == "pw"
+    assert (path / "ns").read_text() == "ns"
+    assert {mode(path / f) for f in ("token", "ca.crt", "ns")} == {0o644}
+    assert tokens.calls == [("ns", "builder", 600, ["vault"])]
+    assert "p" in setup.read_only
+
+
+def test_projected_token_defaults_and_default_mode(
+    manager: VolumeManager, objects: Objects
+) -> None:
+    sources = [{"serviceAccountToken": {"path": "token"}}]
+    tokens = Tokens()
+    volume = {"name": "p", "projected": {"sources": sources, "defaultMode": 0o600}}
+    setup = run(manager, objects, make_pod([volume]), tokens)
+
+    assert tokens.calls == [("ns", "builder", 3600, [])]
+    assert mode(setup.paths["p"] / "token") == 0o600
+
+
+def test_projected_reports_every_failing_source(manager: VolumeManager, objects: Objects) -> None:
+    def failing(*_: Any) -> str:
+        raise RuntimeError("token request refused")
+
+    sources = [
+        {"configMap": {"name": "nocm"}},
+        {"secret": {"name": "nosecret"}},
+        {"serviceAccountToken": {"path": "token"}},
+    ]
+    setup = run(
+        manager, objects, make_pod([{"name": "p", "projected": {"sources": sources}}]), failing
+    )
+
+    assert setup.errors == [
+        'MountVolume.SetUp failed for volume "p" : [configmap "nocm" not found, '
+        'secret "nosecret" not found, token request refused]'
+    ]
+
+
+# --- updates -------------------------------------------------------------------------------
+
+
+def test_resync_swaps_data_link_and_prunes_removed_keys(
+    manager: VolumeManager, objects: Objects
+) -> None:
+    objects.put("ConfigMap", "cfg", data={"keep": "1", "drop": "x"})
+    pod = make_pod([{"name": "c", "configMap": {"name": "cfg"}}])
+    path = run(manager, objects, pod).paths["c"]
+    first = os.readlink(path / "..data")
+
+    objects.put("ConfigMap", "cfg", data={"keep": "2", "new": "n"})
+    assert run(manager, objects, pod).ok
+    second = os.readlink(path / "..data")
+
+    assert second != first
+    assert not (path / first).exists()
+    assert visible(path) == {"keep", "new"}
+    assert (path / "keep").read_text() == "2"
+    assert (path / "new").read_text() == "n"
+    assert not (path / "..data_tmp").exists()
+
+
+def test_resync_without_changes_rewrites_nothing(manager: VolumeManager, objects: Objects) -> None:
+    objects.put("ConfigMap", "cfg", data={"a": "1"})
+    pod = make_pod([{"name": "c", "configMap": {"name": "cfg"}}])
+    path = run(manager, objects, pod).paths["c"]
+    first = os.readlink(path / "..data")
+
+    assert run(manager, objects, pod).ok
+    assert os.readlink(path / "..data") == first
+    assert sorted(p.name for p in path.iterdir()) == sorted(["a", "..data", first])
+
+
+def test_config_map_created_later_is_picked_up_on_resync(
+    manager: VolumeManager, objects: Objects
+) -> None:
+    pod = make_pod([{"name": "c", "configMap": {"name": "late"}}])
+    assert not run(manager, objects, pod).ok
+
+    objects.put("ConfigMap", "late", data={"a": "1"})
+    setup = run(manager, objects, pod)
+    assert setup.ok
+    assert (setup.paths["c"] / "a").read_text() == "1"
+
+
+# --- emptyDir, hostPath, unsupported ---------------------------------------------------------
+
+
+def test_empty_dir_is_world_writable_and_memory_is_tmpfs(
+    manager: VolumeManager, objects: Objects
+) -> None:
+    pod = make_pod(
+        [{"name": "scratch", "emptyDir": {}}, {"name": "ram", "emptyDir": {"medium": "Memory"}}],
+        [{"name": "scratch", "mountPath": "/scratch"}, {"name": "ram", "mountPath": "/ram"}],
+    )
+    setup = run(manager, objects, pod)
+
+    assert setup.paths["scratch"].parent.name == "kubernetes.io~empty-dir"
+    assert mode(setup.paths["scratch"]) == 0o777
+    assert mounts_for(pod.containers[0], setup) == [
+        cri.Mount(str(setup.paths["scratch"]), "/scratch"),
+        cri.Mount(str(setup.paths["ram"]), "/ram", tmpfs=True),
+    ]
+
+
+def test_empty_dir_content_survives_resync(manager: VolumeManager, objects: Objects) -> None:
+    pod = make_pod([{"name": "scratch", "emptyDir": {}}])
+    (run(manager, objects, pod).paths["scratch"] / "f").write_text("kept")
+
+    assert (run(manager, objects, pod).paths["scratch"] / "f").read_text() == "kept"
+
+
+def test_host_path_types(manager: VolumeManager, objects: Objects, tmp_path: Path) -> None:
+    created = tmp_path / "node" / "data"
+    setup = run(
+        manager,
+        objects,
+        make_pod(
+            [
+                {"name": "made", "hostPath": {"path": str(created), "type": "DirectoryOrCreate"}},
+                {"name": "plain", "hostPath": {"path": str(tmp_path / "whatever")}},
+                {"name": "dir", "hostPath": {"path": str(tmp_path / "nope"), "type": "Directory"}},
+            ]
+        ),
+    )
+
+    assert created.is_dir()
+    assert mode(created) == 0o755
+    assert setup.paths["made"] == created
+    assert setup.paths["plain"] == tmp_path / "whatever"
+    assert setup.errors == [
+        f'MountVolume.SetUp failed for volume "dir" : '
+        f"hostPath type check failed: {tmp_path / 'nope'} is not a directory"
+    ]
+
+
+def test_unsupported_volume_type_is_a_mount_error_not_a_crash(
+    manager: VolumeManager, objects: Objects
+) -> None:
+    pod = make_pod(
+        [
+            {"name": "data", "persistentVolumeClaim": {"claimName": "pvc"}},
+            {"name": "e", "emptyDir": {}},
+        ]
+    )
+    setup = run(manager, objects, pod)
+
+    assert setup.errors == [
+        'MountVolume.SetUp failed for volume "data" : '
+        "volume type persistentVolumeClaim is not supported by kubelet-sim"
+    ]
+    assert set(setup.paths) == {"e"}
+
+
+# --- mounts --------------------------------------------------------------------------------
+
+
+def test_mounts_honour_read_only_and_sub_path(manager: VolumeManager, objects: Objects) -> None:
+    objects.put("ConfigMap", "cfg", data={"app.ini": "A"})
+    pod = make_pod(
+        [{"name": "c", "configMap": {"name": "cfg"}}, {"name": "e", "emptyDir": {}}],
+        [
+            {"name": "c", "mountPath": "/etc/app"},
+            {"name": "c", "mountPath": "/etc/app.ini", "subPath": "app.ini"},
+            {"name": "e", "mountPath": "/data", "readOnly": True},
+            {"name": "e", "mountPath": "/logs", "subPath": "logs/app"},
+        ],
+    )
+    setup = run(manager, objects, pod)
+    cfg, scratch = setup.paths["c"], setup.paths["e"]
+    ts_dir = os.readlink(cfg / "..data")
+
+    assert mounts_for(pod.containers[0], setup) == [
+        cri.Mount(str(cfg), "/etc/app", read_only=True),
+        cri.Mount(str(cfg / ts_dir / "app.ini"), "/etc/app.ini", read_only=True),
+        cri.Mount(str(scratch), "/data", read_only=True),
+        cri.Mount(str(scratch / "logs" / "app"), "/logs"),
+    ]
+    assert mode(scratch / "logs" / "app") == 0o777
+
+
+@pytest.mark.parametrize(
+    ("mount", "message"),
+    [
+        ({"name": "x", "mountPath": "/x"}, "cannot find volume 'x' to mount into container 'app'"),
+        (
+            {"name": "e", "mountPath": "/x", "subPath": "/etc"},
+            "error SubPath `/etc` must not be an absolute path",
+        ),
+        (
+            {"name": "e", "mountPath": "/x", "subPath": "a/../.."},
+            "unable to provision SubPath `a/../..`: must not contain '..'",
+        ),
+        ({"name": "e", "mountPath": "/x", "subPath": "escape"}, "not within volume path"),
+    ],
+)
+def test_bad_mounts_are_refused(
+    manager: VolumeManager, objects: Objects, mount: dict[str, Any], message: str
+) -> None:
+    pod = make_pod([{"name": "e", "emptyDir": {}}], [mount])
+    setup = run(manager, objects, pod)
+    os.symlink("/etc", setup.paths["e"] / "escape")  # what a container could plant
+
+    with pytest.raises(VolumeError, match=re.escape(message)):
+        mounts_for(pod.containers[0], setup)
+
+
+def test_teardown_removes_the_pods_volumes(
+    manager: VolumeManager, objects: Objects, tmp_path: Path
+) -> None:
+    objects.put("ConfigMap", "cfg", data={"a": "1"})
+    host = tmp_path / "host"
+    pod = make_pod(
+        [
+            {"name": "c", "configMap": {"name": "cfg"}},
+            {"name": "e", "emptyDir": {}},
+            {"name": "h", "hostPath": {"path": str(host), "type": "DirectoryOrCreate"}},
+        ]
+    )
+    run(manager, objects, pod)
+
+    manager.teardown(UID)
+
+    assert not (tmp_path / "pods" / UID / "volumes").exists()
+    assert host.is_dir()
+    manager.teardown(UID)  # idempotent
+
+
+# --- a real container ------------------------------------------------------------------------
+
+
+@pytest.mark.docker
+def test_config_map_update_reaches_a_running_container(
+    manager: VolumeManager, objects: Objects, docker_env: DockerEnv, request: pytest.FixtureRequest
+) -> None:
+    objects.put("ConfigMap", "cfg", data={"greeting": "hello"})
+    pod = make_pod(
+        [{"name": "c", "configMap": {"name": "cfg"}}], [{"name": "c", "mountPath": "/etc/cfg"}]
+    )
+    [mount] = mounts_for(pod.containers[0], run(manager, objects, pod))
+    container = docker_env.client.containers.run(
+        docker_env.busybox_image,
+        ["sleep", "3600"],
+        detach=True,
+        remove=False,
+        user="65534",  # a non-root reader, as most pods run
+        labels={TEST_LABEL: request.node.nodeid},
+        volumes={mount.host_path: {"bind": mount.container_path, "mode": "ro"}},
+    )
+
+    def read() -> str:
+        result = container.exec_run(["cat", "/etc/cfg/greeting"])
+        output = result.output
+        return output.decode() if isinstance(output, bytes) and result.exit_code == 0 else ""
+
+    assert wait_for(read, timeout=15, message="the configMap file in the container") == "hello"
+    objects.put("ConfigMap", "cfg", data={"greeting": "bye"})
+    assert run(manager, objects, pod).ok
+    wait_for(lambda: read() == "bye", timeout=15, message="the update inside the container")
+    assert container.exec_run(["touch", "/etc/cfg/x"]).exit_code != 0
