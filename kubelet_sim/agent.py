@@ -12,6 +12,7 @@ from kubelet_sim.kube.node_api import NodeApi
 from kubelet_sim.kube.object_watches import Ref, ReferencedObjectWatches
 from kubelet_sim.kube.pod_api import PodStatusWriter, delete_pod_finally
 from kubelet_sim.kube.rest import Json
+from kubelet_sim.kube.tokens import TokenManager
 from kubelet_sim.kube.watches import own_node, pods_on_node
 from kubelet_sim.logs import get_logger
 from kubelet_sim.node.lifecycle import NodeLifecycle
@@ -24,6 +25,7 @@ from kubelet_sim.podworkers.sync import PodSyncer, SyncSettings
 from kubelet_sim.podworkers.workers import PodWorkers
 from kubelet_sim.runtime.docker_runtime import DockerRuntime
 from kubelet_sim.runtime.observe import ContainerWatcher
+from kubelet_sim.volumes import VolumeManager
 
 
 @dataclass(frozen=True)
@@ -84,6 +86,8 @@ class Agent:
             final_delete=lambda ns, name, uid: delete_pod_finally(kube.api, ns, name, uid),
             pod_of=self.pod_of,
             active_pods=self.active_pods,
+            volumes=VolumeManager(runtime.root_dir),
+            tokens=TokenManager(kube.api),
         )
         self.workers = PodWorkers(self.syncer, workers=pod_settings.workers)
 

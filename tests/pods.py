@@ -39,6 +39,8 @@ def make_pod(
             **spec,
         },
     }
+    if spec.get("automountServiceAccountToken", False) is None:
+        del body["spec"]["automountServiceAccountToken"]  # type: ignore[attr-defined]
     created = cluster.core.create_namespaced_pod(cluster.namespace, body)
     return cluster.api.sanitize_for_serialization(created)  # type: ignore[no-any-return]
 

@@ -81,10 +81,20 @@ def test_latency(cluster: Cluster) -> None:
 def test_freeze_holds_requests_and_silences_watches(cluster: Cluster) -> None:
     fake = cluster.require_fake("freeze")
     ns = cluster.namespace
-    stream = open_watch(cluster.core.list_namespaced_config_map, ns, allow_watch_bookmarks=True)
+    # kube-root-ca.crt is in every namespace (as on a real cluster); watch only what we make.
+    stream = open_watch(
+        cluster.core.list_namespaced_config_map,
+        ns,
+        allow_watch_bookmarks=True,
+        label_selector="made-by=test",
+    )
     wait_for(lambda: fake.requests(verb="watch", namespace=ns), 5, "the watch request")
     fake.freeze()
-    fake.registry.create(fake.registry_resource("configmaps"), ns, {"metadata": {"name": "during"}})
+    fake.registry.create(
+        fake.registry_resource("configmaps"),
+        ns,
+        {"metadata": {"name": "during", "labels": {"made-by": "test"}}},
+    )
     result: dict[str, Any] = {}
 
     def held_request() -> None:

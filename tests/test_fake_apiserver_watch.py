@@ -11,9 +11,12 @@ from typing import Any
 
 from tests.cluster import Cluster, open_watch, pod_body
 
+# Every namespace of a real cluster holds kube-root-ca.crt; watches select only ours.
+OURS = "made-by=test"
+
 
 def _cm(cluster: Cluster, name: str, **labels: str) -> Any:
-    body = {"metadata": {"name": name, "labels": labels}, "data": {"v": "1"}}
+    body = {"metadata": {"name": name, "labels": {"made-by": "test", **labels}}, "data": {"v": "1"}}
     return cluster.core.create_namespaced_config_map(cluster.namespace, body)
 
 
@@ -27,7 +30,10 @@ def test_watch_from_empty_and_zero_rv_lists_current_objects_first(cluster: Clust
     _cm(cluster, "b")
     for rv in ("", "0"):
         stream = open_watch(
-            cluster.core.list_namespaced_config_map, cluster.namespace, resource_version=rv or None
+            cluster.core.list_namespaced_config_map,
+            cluster.namespace,
+            resource_version=rv or None,
+            label_selector=OURS,
         )
         try:
             first = stream.take(2)
@@ -82,7 +88,7 @@ def test_selector_transitions_become_added_and_deleted(cluster: Cluster) -> None
         deleted = stream.next()
         assert (deleted["type"], _name(deleted)) == ("DELETED", "a")
         assert deleted["object"]["metadata"]["resourceVersion"] == moved.metadata.resource_version
-        assert deleted["object"]["metadata"]["labels"] == {"app": "web"}
+        assert deleted["object"]["metadata"]["labels"] == {"made-by": "test", "app": "web"}
         assert int(moved.metadata.resource_version) > int(cm.metadata.resource_version)
     finally:
         stream.close()

@@ -332,3 +332,101 @@ def test_agent_restart_keeps_containers(
         assert names == ["POD", "c"], "nothing restarted or duplicated"
     finally:
         second.stop()
+
+
+def _exec(docker_env: DockerEnv, uid: str, name: str, command: str) -> str:
+    [target] = [
+        c for c in pod_containers(docker_env, uid) if c.labels[cri.LABEL_CONTAINER_NAME] == name
+    ]
+    code, out = target.exec_run(["sh", "-c", command])
+    return f"{code}:{out.decode()}"
+
+
+def test_volumes_reach_the_containers(
+    cluster: Cluster, docker_env: DockerEnv, agent: RunningAgent
+) -> None:
+    ns = cluster.namespace
+    cluster.core.create_namespaced_config_map(
+        ns, {"metadata": {"name": "web"}, "data": {"index.html": "v1"}}
+    )
+    cluster.core.create_namespaced_secret(
+        ns, {"metadata": {"name": "creds"}, "stringData": {"password": "hunter2"}}
+    )
+    writer = container(
+        "writer",
+        ["sh", "-c", "echo shared > /scratch/note; exec sleep 3600"],
+        volumeMounts=[{"name": "scratch", "mountPath": "/scratch"}],
+    )
+    reader = container(
+        "reader",
+        volumeMounts=[
+            {"name": "scratch", "mountPath": "/scratch"},
+            {"name": "web", "mountPath": "/web"},
+            {"name": "creds", "mountPath": "/creds"},
+        ],
+    )
+    pod = make_pod(
+        cluster,
+        "volumes",
+        writer,
+        reader,
+        automountServiceAccountToken=None,
+        volumes=[
+            {"name": "scratch", "emptyDir": {}},
+            {"name": "web", "configMap": {"name": "web"}},
+            {"name": "creds", "secret": {"secretName": "creds", "defaultMode": 0o400}},
+        ],
+    )
+    uid = pod["metadata"]["uid"]
+    wait_status(cluster, "volumes", running_ready, 30, "Running")
+    wait_for(
+        lambda: _exec(docker_env, uid, "reader", "cat /scratch/note") == "0:shared\n",
+        10,
+        "emptyDir shared",
+    )
+    assert _exec(docker_env, uid, "reader", "cat /web/index.html") == "0:v1"
+    assert _exec(docker_env, uid, "reader", "cat /creds/password") == "0:hunter2"
+    assert (
+        _exec(docker_env, uid, "reader", "touch /web/x 2>/dev/null || echo read-only")
+        == "0:read-only\n"
+    )
+    token_dir = "/var/run/secrets/kubernetes.io/serviceaccount"
+    assert _exec(docker_env, uid, "reader", f"cat {token_dir}/namespace") == f"0:{ns}"
+    assert (
+        _exec(docker_env, uid, "reader", f"test -s {token_dir}/token && echo token") == "0:token\n"
+    )
+    cluster.core.patch_namespaced_config_map("web", ns, {"data": {"index.html": "v2"}})
+    wait_for(
+        lambda: _exec(docker_env, uid, "reader", "cat /web/index.html") == "0:v2",
+        15,
+        "the update in the volume",
+    )
+
+
+def test_missing_configmap_volume_waits_with_failed_mount(
+    cluster: Cluster, docker_env: DockerEnv, agent: RunningAgent
+) -> None:
+    make_pod(
+        cluster,
+        "unmounted",
+        container(volumeMounts=[{"name": "cfg", "mountPath": "/cfg"}]),
+        volumes=[{"name": "cfg", "configMap": {"name": "later"}}],
+    )
+    wait_for(
+        lambda: "FailedMount" in {e.reason for e in kubelet_events(cluster, "unmounted")},
+        15,
+        "FailedMount",
+    )
+    failed = next(e for e in kubelet_events(cluster, "unmounted") if e.reason == "FailedMount")
+    assert (
+        failed.message == 'MountVolume.SetUp failed for volume "cfg" : configmap "later" not found'
+    )
+    st = wait_status(
+        cluster, "unmounted", lambda s: bool(s.get("containerStatuses")), 10, "a status"
+    )
+    assert st["phase"] == "Pending"
+    assert container_status(st)["state"]["waiting"]["reason"] == "ContainerCreating"
+    cluster.core.create_namespaced_config_map(
+        cluster.namespace, {"metadata": {"name": "later"}, "data": {"k": "v"}}
+    )
+    wait_status(cluster, "unmounted", running_ready, 30, "Running once the ConfigMap exists")

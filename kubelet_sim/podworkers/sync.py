@@ -17,6 +17,7 @@ from kubelet_sim.kube.events import NORMAL, WARNING, EventRecorder, EventRef
 from kubelet_sim.kube.object_watches import ReferencedObjectWatches
 from kubelet_sim.kube.pod_api import PodStatusWriter
 from kubelet_sim.kube.rest import ApiError, Json
+from kubelet_sim.kube.tokens import TokenManager
 from kubelet_sim.logs import get_logger
 from kubelet_sim.pod.actions import compute_actions, latest_sandbox
 from kubelet_sim.pod.admission import Allocatable, admit
@@ -36,6 +37,7 @@ from kubelet_sim.podworkers.state import PodState
 from kubelet_sim.runtime.docker_runtime import DockerRuntime
 from kubelet_sim.runtime.observe import ContainerWatcher
 from kubelet_sim.runtime.translate import created_observation
+from kubelet_sim.volumes import VolumeError, VolumeManager, VolumeSetup, mounts_for
 
 DEADLINE_MESSAGE = "Pod was active on the node longer than the specified deadline"
 ERROR_RETRY = 10.0  # the kubelet's pod worker backoff after a failed sync
@@ -65,6 +67,8 @@ class PodSyncer:
         final_delete: Callable[[str, str, str], None],
         pod_of: Callable[[str], Json | None],
         active_pods: Callable[[], list[Json]],
+        volumes: VolumeManager,
+        tokens: TokenManager,
     ) -> None:
         self.settings = settings
         self.runtime = runtime
@@ -77,6 +81,10 @@ class PodSyncer:
         self.active_pods = active_pods
         self.puller = ImagePuller(runtime, events)
         self.crash_backoff = KeyedBackoff(initial=10.0, maximum=300.0)
+        self.volumes = volumes
+        self.tokens = tokens
+        # The volume manager's retry: 2 s doubling to about 2 minutes per pod.
+        self.mount_backoff = KeyedBackoff(initial=2.0, maximum=122.0)
         self.states: dict[str, PodState] = {}
         self.stoppers = ThreadPoolExecutor(max_workers=16, thread_name_prefix="stop")
         self.log = get_logger("kubelet_sim.podworkers", node=settings.node_name)
@@ -146,6 +154,12 @@ class PodSyncer:
         observed = self.watcher.pod_containers(view.uid)
         actions = compute_actions(view, observed, spec_hash)
         retry: list[float | None] = [deadline]
+        volumes = self._setup_volumes(view, observed)
+        wants_to_start = (
+            actions.create_sandbox or actions.init_to_start or actions.containers_to_start
+        )
+        if not volumes.ok and wants_to_start and not actions.kill_pod:
+            return self.mount_backoff.get(view.uid)
         if actions.kill_pod and not actions.create_sandbox:
             self._stop_all(view, observed, state, grace=view.termination_grace_period)
             self._write(pod, view, state)
@@ -162,10 +176,34 @@ class PodSyncer:
             self._stop(view, victim, state, view.termination_grace_period, message)
         starts = [actions.init_to_start] if actions.init_to_start else actions.containers_to_start
         for container in starts:
-            retry.append(self._start(view, container, sandbox, state))
+            retry.append(self._start(view, container, sandbox, state, volumes))
         self._write(pod, view, state)
         pending = [r for r in retry if r is not None]
         return min(pending) if pending else None
+
+    def _setup_volumes(
+        self, view: PodView, observed: Sequence[cri.ObservedContainer]
+    ) -> VolumeSetup:
+        """Set up (or refresh) the pod's volumes; FailedMount events while any fails."""
+        sandbox = latest_sandbox(observed)
+
+        def token(namespace: str, account: str, seconds: int, audiences: list[str]) -> str:
+            return self.tokens.token(namespace, account, seconds, audiences, view.name, view.uid)
+
+        setup = self.volumes.setup(
+            view,
+            self._lookup,
+            token,
+            host_ip=self.settings.node_ip,
+            pod_ip=sandbox.ip if sandbox else "",
+        )
+        if setup.ok:
+            return setup
+        now = time.time()
+        self.mount_backoff.next(view.uid, now, now)
+        for error in setup.errors:
+            self.events.event(self._ref(view), WARNING, "FailedMount", error)
+        return setup
 
     def _create_sandbox(self, view: PodView, attempt: int) -> cri.ObservedContainer | None:
         cfg = sandbox_config(
@@ -192,6 +230,7 @@ class PodSyncer:
         container: ContainerView,
         sandbox: cri.ObservedContainer,
         state: PodState,
+        volumes: VolumeSetup,
     ) -> float | None:
         """startContainer: backoff, image, config, create, start; the retry delay if waiting."""
         observed = self.watcher.pod_containers(view.uid)
@@ -210,6 +249,7 @@ class PodSyncer:
             return image.retry_in
         attempt = self._next_attempt(view, container, latest)
         try:
+            mounts = mounts_for(container, volumes)
             cfg = container_config(
                 view,
                 container,
@@ -218,8 +258,9 @@ class PodSyncer:
                 host_ip=self.settings.node_ip,
                 pod_ip=sandbox.ip,
                 lookup=self._lookup,
+                mounts=mounts,
             )
-        except ContainerConfigError as exc:
+        except (ContainerConfigError, VolumeError) as exc:
             return self._failed(state, container, ref, "CreateContainerConfigError", str(exc))
         try:
             container_id = self.runtime.create_container(cfg, sandbox.id)
@@ -373,7 +414,10 @@ class PodSyncer:
             if container.state is cri.ContainerState.RUNNING:
                 self.runtime.stop_container(container.id, MIN_GRACE)
             self.runtime.remove_container(container.id)
+        self.volumes.teardown(uid)
         self.runtime.remove_pod_dir(uid)
+        self.tokens.forget_pod(uid)
+        self.mount_backoff.forget_prefix(uid)
         self.states.pop(uid, None)
         self.status.forget(uid)
         self.puller.forget_pod(uid)

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import copy
 import json
 import uuid
@@ -9,7 +10,7 @@ from collections.abc import Callable
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
-from tests.fakeapi import defaults, errors, patch, resources
+from tests.fakeapi import controllers, defaults, errors, patch, resources
 from tests.fakeapi.errors import ApiError
 from tests.fakeapi.resources import NAMESPACES, PODS, Resource
 from tests.fakeapi.store import Store
@@ -103,7 +104,14 @@ class Registry:
                 meta["generation"] = 1
             else:
                 meta.pop("generation", None)
-            return self.store.put(res.name, obj, None)
+            created = self.store.put(res.name, obj, None)
+        if res is NAMESPACES:
+            for resource, child in controllers.namespace_objects(name):
+                child_res = resources.lookup("", resource)
+                assert child_res is not None
+                with contextlib.suppress(ApiError):
+                    self.create(child_res, name, child)
+        return created
 
     def _check_namespace(self, namespace: str) -> None:
         """NamespaceLifecycle admission."""
@@ -121,6 +129,7 @@ class Registry:
     def _admit_create(self, res: Resource, obj: Obj) -> None:
         name = obj["metadata"].get("name") or ""
         if res is PODS:
+            self._admit_service_account(obj)
             defaults.admit_new_pod(obj)
             problems = defaults.validate_pod(obj)
         elif res is NAMESPACES:
@@ -135,6 +144,29 @@ class Registry:
                 obj.setdefault("status", {})
         if problems:
             raise errors.invalid(res, name, problems)
+
+    def _admit_service_account(self, pod: Obj) -> None:
+        """ServiceAccount admission: the pod's service account must exist."""
+        meta, spec = pod["metadata"], pod.get("spec") or {}
+        account = spec.get("serviceAccountName") or spec.get("serviceAccount") or "default"
+        namespace = meta.get("namespace") or ""
+        if self.store.get("serviceaccounts", namespace, account) is None:
+            name = meta.get("name") or meta.get("generateName") or ""
+            raise ApiError(
+                403,
+                f'pods "{name}" is forbidden: error looking up service account'
+                f' {namespace}/{account}: serviceaccount "{account}" not found',
+                "Forbidden",
+            )
+
+    # --- token requests -----------------------------------------------------------------------
+
+    def token_request(self, namespace: str, name: str, body: Any) -> Obj:
+        """serviceaccounts/token: a bound token for an existing service account."""
+        if not isinstance(body, dict):
+            raise errors.bad_request("the body of the request must be a JSON object")
+        self.get(resources.SERVICEACCOUNTS, namespace, name)
+        return controllers.issue_token(namespace, name, body)
 
     # --- read -------------------------------------------------------------------------------
 

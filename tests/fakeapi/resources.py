@@ -50,8 +50,18 @@ SECRETS = Resource("secrets", "Secret")
 EVENTS = Resource("events", "Event")
 BINDINGS = Resource("bindings", "Binding")
 LEASES = Resource("leases", "Lease", group="coordination.k8s.io")
+SERVICEACCOUNTS = Resource("serviceaccounts", "ServiceAccount", subresources=frozenset({"token"}))
 
-ALL: tuple[Resource, ...] = (PODS, NAMESPACES, NODES, CONFIGMAPS, SECRETS, EVENTS, LEASES)
+ALL: tuple[Resource, ...] = (
+    PODS,
+    NAMESPACES,
+    NODES,
+    CONFIGMAPS,
+    SECRETS,
+    EVENTS,
+    LEASES,
+    SERVICEACCOUNTS,
+)
 
 BY_GROUP: dict[tuple[str, str], Resource] = {(r.group, r.name): r for r in (*ALL, BINDINGS)}
 

@@ -358,6 +358,8 @@ class FakeApiServer:
             self._send(h, record, 200, body, {})
         elif verb == "get":
             self._send(h, record, 200, typed(res, self.registry.get(res, ns or "", name)), {})
+        elif verb == "create" and route.sub == "token":
+            self._send(h, record, 201, self.registry.token_request(ns or "", name, _json(raw)), {})
         elif verb == "create" and route.sub == "binding":
             self._send(h, record, 201, self.registry.bind(ns or "", name, _json(raw)), {})
         elif verb == "create":
