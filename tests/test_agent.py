@@ -1,0 +1,97 @@
+"""The agent as a whole: its own Node, and pods that changed while it was away."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+from kubernetes import client
+
+from kubelet_sim import cri
+from tests.agent_fixture import RunningAgent, start_agent
+from tests.cluster import Cluster, wait_for
+from tests.docker_env import DockerEnv
+from tests.pods import (
+    container,
+    container_status,
+    make_pod,
+    pod_containers,
+    running_ready,
+    wait_status,
+)
+
+pytestmark = pytest.mark.docker
+
+
+def _node_uid(cluster: Cluster) -> str | None:
+    try:
+        return str(cluster.core.read_node(cluster.node_name).metadata.uid)
+    except client.ApiException:
+        return None
+
+
+def test_deleted_node_is_registered_again(cluster: Cluster, agent: RunningAgent) -> None:
+    first = wait_for(lambda: _node_uid(cluster), 10, "the Node")
+    cluster.core.delete_node(cluster.node_name)
+    second = wait_for(
+        lambda: (uid := _node_uid(cluster)) not in (None, first) and uid, 15, "a new Node"
+    )
+    assert second != first
+
+
+def test_pod_deleted_while_away_has_its_containers_removed(
+    cluster: Cluster, docker_env: DockerEnv, agent: RunningAgent, tmp_path: Path
+) -> None:
+    pod = make_pod(cluster, "orphan")
+    wait_status(cluster, "orphan", running_ready, 20, "Running")
+    agent.stop()
+    cluster.core.delete_namespaced_pod("orphan", cluster.namespace, grace_period_seconds=0)
+    second = start_agent(cluster, docker_env, tmp_path / "root")
+    try:
+        wait_for(
+            lambda: not pod_containers(docker_env, pod["metadata"]["uid"]), 20, "orphans removed"
+        )
+    finally:
+        second.stop()
+
+
+def test_pod_too_big_for_the_node_is_refused(
+    cluster: Cluster, docker_env: DockerEnv, agent: RunningAgent
+) -> None:
+    huge = container(resources={"requests": {"cpu": "1000"}})
+    pod = make_pod(cluster, "huge", huge)
+    st = wait_status(cluster, "huge", lambda s: s.get("phase") == "Failed", 20, "Failed")
+    assert st["reason"] == "OutOfcpu"
+    assert st["message"].startswith(
+        "Pod was rejected: Node didn't have enough resource: cpu, requested: 1000000"
+    )
+    assert not pod_containers(docker_env, pod["metadata"]["uid"])
+
+
+def test_fallback_to_logs_on_error(
+    cluster: Cluster, docker_env: DockerEnv, agent: RunningAgent
+) -> None:
+    failing = container(
+        command=["sh", "-c", "echo last words; exit 3"],
+        terminationMessagePolicy="FallbackToLogsOnError",
+    )
+    make_pod(cluster, "talker", failing, restart="Never")
+    st = wait_status(cluster, "talker", lambda s: s.get("phase") == "Failed", 20, "Failed")
+    term = container_status(st)["state"]["terminated"]
+    assert (term["exitCode"], term["reason"], term["message"]) == (3, "Error", "last words\n")
+
+
+def test_every_container_is_labelled_for_recovery(
+    cluster: Cluster, docker_env: DockerEnv, agent: RunningAgent
+) -> None:
+    pod = make_pod(cluster, "labelled")
+    wait_status(cluster, "labelled", running_ready, 20, "Running")
+    for c in pod_containers(docker_env, pod["metadata"]["uid"]):
+        labels = c.labels
+        assert labels[cri.LABEL_NODE] == cluster.node_name
+        assert labels[cri.LABEL_POD_NAME] == "labelled"
+        assert labels[cri.LABEL_POD_NAMESPACE] == cluster.namespace
+        assert labels[cri.LABEL_CONTAINER_TYPE] in ("podsandbox", "container")
+        if labels[cri.LABEL_CONTAINER_TYPE] == "container":
+            assert labels[cri.LABEL_RESTART_COUNT] == "0"
+            assert labels[cri.LABEL_CONTAINER_HASH]
