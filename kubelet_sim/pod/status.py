@@ -417,22 +417,12 @@ def _initialized(pod: PodView, status: Json, phase: str) -> Json:
     ]
     if phase == "Succeeded" and not unknown:
         return {"type": "Initialized", "status": "True", "reason": "PodCompleted"}
-    started = {s["name"] for s in status["containerStatuses"] if s.get("started")}
-    if started:
+    # HasAnyRegularContainerStarted: a pod whose app containers ran was initialized before.
+    if any(
+        "running" in s["state"] or "terminated" in s["state"] for s in status["containerStatuses"]
+    ):
         return {"type": "Initialized", "status": "True"}
-    messages = []
-    if unknown:
-        messages.append(f"containers with unknown status: {_go_list(unknown)}")
-    if incomplete:
-        messages.append(f"containers with incomplete status: {_go_list(incomplete)}")
-    if messages:
-        return {
-            "type": "Initialized",
-            "status": "False",
-            "reason": "ContainersNotInitialized",
-            "message": ", ".join(messages),
-        }
-    return {"type": "Initialized", "status": "True"}
+    return _not_ready("Initialized", "ContainersNotInitialized", unknown, incomplete, "incomplete")
 
 
 def _containers_ready(pod: PodView, status: Json, phase: str) -> Json:
@@ -443,16 +433,18 @@ def _containers_ready(pod: PodView, status: Json, phase: str) -> Json:
         return {"type": "ContainersReady", "status": "False", "reason": "PodCompleted"}
     if phase == "Failed":
         return {"type": "ContainersReady", "status": "False", "reason": "PodFailed"}
+    return _not_ready("ContainersReady", "ContainersNotReady", unknown, unready, "unready")
+
+
+def _not_ready(
+    kind: str, reason: str, unknown: Sequence[str], not_ready: Sequence[str], adjective: str
+) -> Json:
+    """False with the kubelet's message listing the containers, or True when none is listed."""
     messages = []
     if unknown:
         messages.append(f"containers with unknown status: {_go_list(unknown)}")
-    if unready:
-        messages.append(f"containers with unready status: {_go_list(unready)}")
-    if messages:
-        return {
-            "type": "ContainersReady",
-            "status": "False",
-            "reason": "ContainersNotReady",
-            "message": ", ".join(messages),
-        }
-    return {"type": "ContainersReady", "status": "True"}
+    if not_ready:
+        messages.append(f"containers with {adjective} status: {_go_list(not_ready)}")
+    if not messages:
+        return {"type": kind, "status": "True"}
+    return {"type": kind, "status": "False", "reason": reason, "message": ", ".join(messages)}
