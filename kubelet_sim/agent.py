@@ -105,7 +105,8 @@ class Agent:
         stopper.start()
         if self.lifecycle.start():
             self._run_controllers(stop)
-        stopper.join()  # the lifecycle's stop may still be deleting the Node
+        stopper.join()
+        self.lifecycle.stop()  # again: a registration that finished during the first stop
 
     def _run_controllers(self, stop: threading.Event) -> None:
         watcher = self.syncer.watcher

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from typing import Any
 
 from kubernetes.client.exceptions import ApiException
@@ -80,10 +81,24 @@ def wait_status(
     return result
 
 
-def pod_containers(docker_env: DockerEnv, uid: str) -> list[Any]:
-    return list(
-        docker_env.client.containers.list(all=True, filters={"label": f"{cri.LABEL_POD_UID}={uid}"})
+@dataclass(frozen=True)
+class SeenContainer:
+    """A container as one `docker ps -a` saw it (no inspect: it may be gone a moment later)."""
+
+    id: str
+    name: str
+    labels: dict[str, str]
+    status: str  # created, running, exited, ...
+
+
+def pod_containers(docker_env: DockerEnv, uid: str) -> list[SeenContainer]:
+    listed = docker_env.client.api.containers(
+        all=True, filters={"label": f"{cri.LABEL_POD_UID}={uid}"}
     )
+    return [
+        SeenContainer(c["Id"], c["Names"][0].lstrip("/"), c.get("Labels") or {}, c["State"])
+        for c in listed
+    ]
 
 
 def running_ready(st: dict[str, Any]) -> bool:

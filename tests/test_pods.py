@@ -47,7 +47,8 @@ def test_sleep_pod_runs_with_ip_and_is_ready(
     app, sandbox = containers["c"], containers["POD"]
     assert cs["containerID"] == f"docker://{app.id}"
     assert app.status == "running"
-    assert sandbox.attrs["NetworkSettings"]["IPAddress"] == st["podIP"]
+    sandbox_ip = docker_env.client.api.inspect_container(sandbox.id)["NetworkSettings"]["IPAddress"]
+    assert sandbox_ip == st["podIP"]
     assert st["podIPs"] == [{"ip": st["podIP"]}]
     assert app.name == f"k8s_c_sleeper_{cluster.namespace}_{pod['metadata']['uid']}_0"
     reasons = [e.reason for e in kubelet_events(cluster, "sleeper")]
@@ -338,7 +339,7 @@ def _exec(docker_env: DockerEnv, uid: str, name: str, command: str) -> str:
     [target] = [
         c for c in pod_containers(docker_env, uid) if c.labels[cri.LABEL_CONTAINER_NAME] == name
     ]
-    code, out = target.exec_run(["sh", "-c", command])
+    code, out = docker_env.client.containers.get(target.id).exec_run(["sh", "-c", command])
     return f"{code}:{out.decode()}"
 
 

@@ -42,7 +42,9 @@ class NodeLifecycle:
             settings, node_api, self.host, runtime_probe, self._registrar.register, self._log
         )
         self._lease = LeaseController(settings, node_api, self._log)
-        self._started = False
+        self._registered = False
+        self._deleted = False
+        self._stop_lock = threading.Lock()
 
     def start(self) -> bool:
         """Register (blocking, with retries), then start the threads. False if stopped first."""
@@ -54,19 +56,25 @@ class NodeLifecycle:
         node = self._registrar.register(self._stop)
         if node is None:
             return False
+        self._registered = True
         self._status.adopt(node)
         self._status.start()
         self._lease.start()
-        self._started = True
         return True
 
     def stop(self) -> None:
-        """Stop the threads; with delete_node_on_exit, delete the Node (needs admin rights)."""
+        """Stop the threads; with delete_node_on_exit, delete the Node (needs admin rights).
+
+        Safe to call more than once and from another thread while `start` still registers:
+        the Node is deleted once, by whichever call comes after the registration.
+        """
         self._stop.set()
-        self._status.stop()
-        self._lease.stop()
-        if self.settings.delete_node_on_exit and self._started:
-            self._delete_node()
+        with self._stop_lock:
+            self._status.stop()
+            self._lease.stop()
+            if self.settings.delete_node_on_exit and self._registered and not self._deleted:
+                self._deleted = True
+                self._delete_node()
 
     def node_deleted(self) -> None:
         """For the agent's Node informer: our Node was deleted, register it again."""
