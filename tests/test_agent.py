@@ -95,3 +95,31 @@ def test_every_container_is_labelled_for_recovery(
         if labels[cri.LABEL_CONTAINER_TYPE] == "container":
             assert labels[cri.LABEL_RESTART_COUNT] == "0"
             assert labels[cri.LABEL_CONTAINER_HASH]
+
+
+def test_object_watches_follow_the_pods_that_use_them(
+    cluster: Cluster, docker_env: DockerEnv, agent: RunningAgent
+) -> None:
+    ns = cluster.namespace
+    cluster.core.create_namespaced_config_map(
+        ns, {"metadata": {"name": "shared"}, "data": {"k": "v"}}
+    )
+    env = [{"name": "K", "valueFrom": {"configMapKeyRef": {"name": "shared", "key": "k"}}}]
+    make_pod(cluster, "first", container(env=env))
+    make_pod(cluster, "second", container(env=env))
+    ref = ("ConfigMap", ns, "shared")
+    wait_for(lambda: ref in agent.agent.objects.watched(), 10, "the ConfigMap watched")
+    wait_status(cluster, "second", running_ready, 20, "Running")
+    cluster.core.delete_namespaced_pod("first", ns, grace_period_seconds=0)
+    wait_for(
+        lambda: agent.agent.pod_of(_uid(cluster, "second")) is not None, 5, "second still known"
+    )
+    assert ref in agent.agent.objects.watched(), "still used by the second pod"
+    cluster.core.delete_namespaced_pod("second", ns, grace_period_seconds=0)
+    wait_for(
+        lambda: ref not in agent.agent.objects.watched(), 10, "the watch stopped with the last pod"
+    )
+
+
+def _uid(cluster: Cluster, name: str) -> str:
+    return str(cluster.core.read_namespaced_pod(name, cluster.namespace).metadata.uid)
