@@ -123,3 +123,17 @@ def test_object_watches_follow_the_pods_that_use_them(
 
 def _uid(cluster: Cluster, name: str) -> str:
     return str(cluster.core.read_namespaced_pod(name, cluster.namespace).metadata.uid)
+
+
+def test_status_write_failure_is_retried(
+    cluster: Cluster, docker_env: DockerEnv, agent: RunningAgent
+) -> None:
+    fake = cluster.require_fake("fails a status write")
+    make_pod(cluster, "flaky", container(command=["sh", "-c", "sleep 1"]), restart="Never")
+    wait_status(cluster, "flaky", lambda s: s.get("phase") == "Running", 20, "Running")
+    fake.fail_next(1, 503, verb="patch", resource="pods")
+    wait_status(
+        cluster, "flaky", lambda s: s.get("phase") == "Succeeded", 30, "Succeeded after a retry"
+    )
+    failed = [r for r in fake.requests(verb="patch", resource="pods") if r.code == 503]
+    assert len(failed) == 1, "the first write after the exit failed and was retried"

@@ -21,3 +21,5 @@ class PodState:
     deadline_reported: bool = False
     # The final DELETE was sent; wait for the informer to drop the pod.
     finally_deleted: bool = False
+    # The last status write failed (API unreachable); retry soon.
+    status_unsent: bool = False

@@ -42,6 +42,7 @@ from kubelet_sim.volumes import VolumeError, VolumeManager, VolumeSetup, mounts_
 DEADLINE_MESSAGE = "Pod was active on the node longer than the specified deadline"
 ERROR_RETRY = 10.0  # the kubelet's pod worker backoff after a failed sync
 MIN_GRACE = 2.0  # killContainer's minimumGracePeriodInSeconds
+STATUS_RETRY = 10.0  # the status manager's sync period
 
 
 @dataclass(frozen=True)
@@ -108,8 +109,12 @@ class PodSyncer:
             return self._finish_if_deleted(view, state)
         deadline_left = self._deadline_left(view)
         if view.being_deleted or view.api_phase in ("Succeeded", "Failed") or deadline_left == 0:
-            return self._terminate(pod, view, state, deadline=deadline_left == 0)
-        return self._run(pod, view, state, deadline_left)
+            delay = self._terminate(pod, view, state, deadline=deadline_left == 0)
+        else:
+            delay = self._run(pod, view, state, deadline_left)
+        if state.status_unsent:  # the status manager's retry: within 10 s
+            return min(delay, STATUS_RETRY) if delay is not None else STATUS_RETRY
+        return delay
 
     def shutdown(self) -> None:
         self.stoppers.shutdown(wait=False, cancel_futures=True)
@@ -452,12 +457,15 @@ class PodSyncer:
                 evicted=evicted,
             )
         )
+        state.status_unsent = False
         try:
             self.status.write(pod, status)
         except ApiError as exc:
             if not (exc.not_found or exc.conflict):
+                state.status_unsent = True
                 self.log.warning("status write failed", pod=self._name(view), error=str(exc))
-        except Exception as exc:  # API unreachable: the next sync writes it
+        except Exception as exc:  # API unreachable: retried soon (sync returns STATUS_RETRY)
+            state.status_unsent = True
             self.log.warning("status write failed", pod=self._name(view), error=str(exc)[:200])
 
     def _read_messages(
