@@ -125,6 +125,18 @@ class Agent:
         self.log.info("stopping")
         self.pod_informer.stop()
         self.node_informer.stop()
+        for name, informer in (("pods", self.pod_informer), ("node", self.node_informer)):
+            stats = informer.stats
+            self.log.info(
+                "watch counters",
+                watch=name,
+                lists=stats.lists,
+                relists=stats.relists,
+                watches=stats.watches,
+                expired=stats.expired,
+                reconnects=stats.reconnects,
+                events=dict(stats.events),
+            )
         self.workers.stop()
         watcher.stop()
         self.objects.stop()
