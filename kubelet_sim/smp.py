@@ -31,7 +31,8 @@ def two_way_patch(original: Json, modified: Json) -> Json:
     for key, new in modified.items():
         old = original.get(key)
         if key not in original:
-            patch[key] = new
+            if new is not None:  # null and absent mean the same: nothing to send
+                patch[key] = new
         elif old == new:
             continue
         elif isinstance(old, dict) and isinstance(new, dict):
@@ -44,8 +45,8 @@ def two_way_patch(original: Json, modified: Json) -> Json:
                 patch[f"$setElementOrder/{key}"] = order
         else:
             patch[key] = new
-    for key in original:
-        if key not in modified:
+    for key, old in original.items():
+        if key not in modified and old is not None:
             patch[key] = None
     return patch
 
@@ -62,8 +63,8 @@ def _list_patch(
         before = old_by_key.get(item[merge_key])
         if before is None:
             items.append(item)
-        elif before != item:
-            items.append({merge_key: item[merge_key], **two_way_patch(before, item)})
+        elif before != item and (changes := two_way_patch(before, item)):
+            items.append({merge_key: item[merge_key], **changes})
     for key, item in old_by_key.items():
         if key not in new_keys:
             items.append({merge_key: item[merge_key], "$patch": "delete"})

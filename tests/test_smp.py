@@ -40,3 +40,10 @@ def test_lists_without_merge_key_are_replaced_and_removed_keys_nulled() -> None:
     old = {"args": ["a"], "message": "x"}
     new = {"args": ["b"]}
     assert two_way_patch(old, new) == {"args": ["b"], "message": None}
+
+
+def test_null_and_absent_are_the_same() -> None:
+    """A null deletes a key, so a server that stored none must not be sent it again."""
+    stored = {"conditions": [{"type": "Ready", "status": "True"}], "reason": None}
+    wanted = {"conditions": [{"type": "Ready", "status": "True", "lastProbeTime": None}]}
+    assert two_way_patch(stored, wanted) == {}

@@ -64,6 +64,10 @@ class PodStatusWriter:
             self.writes += 1
         return updated
 
+    def has_written(self, uid: str) -> bool:
+        with self._lock:
+            return uid in self._written
+
     def forget(self, uid: str) -> None:
         with self._lock:
             self._written.pop(uid, None)

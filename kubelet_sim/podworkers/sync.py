@@ -87,6 +87,7 @@ class PodSyncer:
         # The volume manager's retry: 2 s doubling to about 2 minutes per pod.
         self.mount_backoff = KeyedBackoff(initial=2.0, maximum=122.0)
         self.states: dict[str, PodState] = {}
+        self.sandbox_images: set[str] = set()
         self.stoppers = ThreadPoolExecutor(max_workers=16, thread_name_prefix="stop")
         self.log = get_logger("kubelet_sim.podworkers", node=settings.node_name)
 
@@ -155,7 +156,8 @@ class PodSyncer:
         refs = referenced_objects(pod)
         if refs and not self.objects.wait_synced(refs, timeout=5.0):
             return 0.5
-        self._write(pod, view, state)
+        if not self.status.has_written(view.uid):
+            self._write(pod, view, state)  # the kubelet's first word: Pending, ContainerCreating
         observed = self.watcher.pod_containers(view.uid)
         actions = compute_actions(view, observed, spec_hash)
         retry: list[float | None] = [deadline]
@@ -218,8 +220,10 @@ class PodSyncer:
             pause_image=self.settings.pause_image,
         )
         try:
-            if self.runtime.image_status(cfg.image) is None:
-                self.runtime.pull_image(cfg.image)  # ensureSandboxImageExists
+            if cfg.image not in self.sandbox_images:  # ensureSandboxImageExists, once
+                if self.runtime.image_status(cfg.image) is None:
+                    self.runtime.pull_image(cfg.image)
+                self.sandbox_images.add(cfg.image)
             sandbox = self.runtime.run_sandbox(cfg)
         except Exception as exc:  # any runtime failure: report it the kubelet's way, retry
             message = f"Failed to create pod sandbox: {exc}"
@@ -415,10 +419,7 @@ class PodSyncer:
     def _cleanup(self, uid: str) -> None:
         """The pod is gone from the API: remove everything it left on the node."""
         observed = self.watcher.pod_containers(uid)
-        for container in observed:
-            if container.state is cri.ContainerState.RUNNING:
-                self.runtime.stop_container(container.id, MIN_GRACE)
-            self.runtime.remove_container(container.id)
+        list(self.stoppers.map(self._remove, observed))
         self.volumes.teardown(uid)
         self.runtime.remove_pod_dir(uid)
         self.tokens.forget_pod(uid)
@@ -428,6 +429,11 @@ class PodSyncer:
         self.puller.forget_pod(uid)
         if observed:
             self.log.info("removed containers of a pod gone from the API", uid=uid)
+
+    def _remove(self, container: cri.ObservedContainer) -> None:
+        if container.state is cri.ContainerState.RUNNING:
+            self.runtime.stop_container(container.id, MIN_GRACE)
+        self.runtime.remove_container(container.id)
 
     # -- status --------------------------------------------------------------------------
 

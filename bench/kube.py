@@ -1,0 +1,141 @@
+"""The bench's own API client: pods to create, a namespace per run, an independent watch.
+
+The bench is a client like any other: its user agent is its own, so the agent's requests can
+be told apart in the API server's log.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import secrets
+import socket
+import threading
+import time
+from collections.abc import Callable
+from typing import Any
+
+from kubernetes import client, config
+from kubernetes.client.exceptions import ApiException
+
+BENCH_USER_AGENT = "kubelet-sim-bench/0.1"
+BUSYBOX = "kubelet-sim.local/busybox:test"
+# PID 1 ignores SIGTERM unless it traps it; this one exits at once on SIGTERM.
+SLEEP_FOREVER = ["sh", "-c", "trap 'exit 0' TERM; while :; do sleep 1 & wait $!; done"]
+
+Json = dict[str, Any]
+
+
+def api_client(kubeconfig: str, pool: int = 64) -> client.ApiClient:
+    """A client whose connection pool is big enough for the concurrent creates."""
+    configuration = client.Configuration()
+    config.load_kube_config(config_file=kubeconfig, client_configuration=configuration)  # type: ignore[no-untyped-call]
+    configuration.connection_pool_maxsize = pool
+    configuration.retries = False
+    api = client.ApiClient(configuration=configuration)
+    api.user_agent = BENCH_USER_AGENT
+    return api
+
+
+def pod_body(name: str, node: str) -> Json:
+    """The benchmark pod: local image, no token volume, exits on SIGTERM."""
+    return {
+        "apiVersion": "v1",
+        "kind": "Pod",
+        "metadata": {"name": name, "labels": {"app": "kubelet-sim-bench"}},
+        "spec": {
+            "nodeName": node,
+            "automountServiceAccountToken": False,
+            "restartPolicy": "Always",
+            "containers": [
+                {
+                    "name": "app",
+                    "image": BUSYBOX,
+                    "imagePullPolicy": "IfNotPresent",
+                    "command": SLEEP_FOREVER,
+                }
+            ],
+        },
+    }
+
+
+def create_namespace(core: Any, prefix: str, timeout: float = 30.0) -> str:
+    """A fresh namespace; waits for its `default` ServiceAccount (admission needs it)."""
+    name = f"{prefix}-{secrets.token_hex(3)}"
+    core.create_namespace({"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": name}})
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        found = core.list_namespaced_service_account(name, field_selector="metadata.name=default")
+        if found.items:
+            break
+        time.sleep(0.1)
+    return name
+
+
+def delete_namespace(core: Any, namespace: str, force_pods: bool) -> None:
+    """Delete the run's namespace; on a real cluster first its pods with grace 0."""
+    if force_pods:
+        with contextlib.suppress(ApiException):
+            core.delete_collection_namespaced_pod(namespace, grace_period_seconds=0)
+    with contextlib.suppress(ApiException):
+        core.delete_namespace(namespace, _preload_content=False)
+
+
+def is_ready(pod: Json) -> bool:
+    conditions = (pod.get("status") or {}).get("conditions") or []
+    return any(c.get("type") == "Ready" and c.get("status") == "True" for c in conditions)
+
+
+class PodWatch:
+    """A watch on the namespace's pods on its own thread; `on_event(type, pod, t)` is called
+    with the receipt time, before any parsing beyond the JSON line."""
+
+    def __init__(
+        self,
+        core: Any,
+        namespace: str,
+        on_event: Callable[[str, Json, float], None],
+        timeout: float,
+    ) -> None:
+        listing = core.list_namespaced_pod(namespace)
+        self._response = core.list_namespaced_pod(
+            namespace,
+            watch=True,
+            resource_version=listing.metadata.resource_version,
+            allow_watch_bookmarks=False,
+            timeout_seconds=int(timeout),
+            _preload_content=False,
+            _request_timeout=timeout + 10,
+        )
+        self._on_event = on_event
+        self.error: BaseException | None = None  # set only if the stream ended before close()
+        self._closing = threading.Event()
+        self.ended = threading.Event()
+        self._thread = threading.Thread(target=self._read, name="bench-watch", daemon=True)
+        self._thread.start()
+
+    def _read(self) -> None:
+        buffer = b""
+        try:
+            for chunk in self._response.stream(amt=None, decode_content=False):
+                buffer += chunk
+                while b"\n" in buffer:
+                    line, buffer = buffer.split(b"\n", 1)
+                    received = time.time()
+                    if line.strip():
+                        event = json.loads(line)
+                        self._on_event(str(event.get("type")), event.get("object") or {}, received)
+        except Exception as exc:  # a cut connection ends the watch; the run reports it
+            if not self._closing.is_set():
+                self.error = exc
+        finally:
+            self.ended.set()
+
+    def close(self) -> None:
+        self._closing.set()
+        sock = getattr(getattr(self._response, "connection", None), "sock", None)
+        if sock is not None:
+            with contextlib.suppress(OSError):
+                sock.shutdown(socket.SHUT_RDWR)
+        self.ended.wait(5)
+        self._response.close()

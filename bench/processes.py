@@ -1,0 +1,169 @@
+"""The processes the bench owns: the fake API server and the agent, both real subprocesses.
+
+The agent is measured as users run it: its own process, JSON logs on stderr. The bench reads
+those logs for the moment the agent saw each pod ("pod bound to this node").
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import os
+import signal
+import subprocess
+import sys
+import threading
+import time
+import urllib.parse
+import urllib.request
+from datetime import datetime
+from pathlib import Path
+from typing import Any
+
+REPO = Path(__file__).resolve().parent.parent
+AGENT_USER_AGENT_PREFIX = "kubelet-sim/"
+
+
+def parse_time(stamp: str) -> float:
+    """An RFC 3339 time (Docker's nanoseconds or structlog's micros) as epoch seconds."""
+    head, _, frac = stamp.rstrip("Z").partition(".")
+    seconds = datetime.fromisoformat(head + "+00:00").timestamp()
+    return seconds + (float("0." + frac) if frac else 0.0)
+
+
+def _terminate(proc: subprocess.Popen[Any], timeout: float) -> None:
+    if proc.poll() is None:
+        proc.send_signal(signal.SIGTERM)
+        try:
+            proc.wait(timeout)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            proc.wait(5)
+
+
+class FakeProcess:
+    """`python -m tests.fakeapi` in a subprocess; reads its request log over /debug/requests."""
+
+    def __init__(self, kubeconfig: Path, timeout: float = 15.0) -> None:
+        self.kubeconfig = kubeconfig
+        self.proc = subprocess.Popen(
+            [sys.executable, "-m", "tests.fakeapi", "--kubeconfig", str(kubeconfig)],
+            cwd=REPO,
+            stdout=subprocess.PIPE,
+            text=True,
+        )
+        assert self.proc.stdout is not None
+        line: list[str] = []
+        reader = threading.Thread(target=lambda: line.append(self.proc.stdout.readline()))  # type: ignore[union-attr]
+        reader.start()
+        reader.join(timeout)
+        if not line or not line[0].startswith("http"):
+            self.stop()
+            raise RuntimeError("the fake API server did not print its URL")
+        self.url = line[0].strip()
+
+    @property
+    def pid(self) -> int:
+        return self.proc.pid
+
+    def requests(self, since: float, user_agent_prefix: str) -> list[dict[str, Any]]:
+        """The fake's request records since `since` whose user agent starts with the prefix."""
+        query = f"since={since}&userAgentPrefix={urllib.parse.quote(user_agent_prefix)}"
+        with urllib.request.urlopen(f"{self.url}/debug/requests?{query}", timeout=10) as answer:
+            records: list[dict[str, Any]] = json.loads(answer.read())
+        return records
+
+    def stop(self) -> None:
+        _terminate(self.proc, 10)
+
+
+class AgentProcess:
+    """`python -m kubelet_sim` with JSON logs; keeps when it first saw each pod uid."""
+
+    def __init__(
+        self,
+        node: str,
+        kubeconfig: str,
+        root_dir: Path,
+        pause_image: str,
+        docker_host: str | None,
+        log_file: Path,
+    ) -> None:
+        env = dict(os.environ)
+        if docker_host:
+            env["DOCKER_HOST"] = docker_host
+        self.node = node
+        self.proc = subprocess.Popen(
+            [
+                sys.executable,
+                "-m",
+                "kubelet_sim",
+                "--node-name",
+                node,
+                "--kubeconfig",
+                kubeconfig,
+                "--pod-infra-image",
+                pause_image,
+                "--root-dir",
+                str(root_dir),
+                "--log-format",
+                "json",
+            ],
+            cwd=REPO,
+            stdout=subprocess.DEVNULL,
+            stderr=subprocess.PIPE,
+            text=True,
+            env=env,
+        )
+        self._log = log_file.open("w")
+        self._lock = threading.Lock()
+        self.bound: dict[str, float] = {}  # pod uid → log time of "pod bound to this node"
+        self.running = threading.Event()
+        self.warnings: list[str] = []
+        self._reader = threading.Thread(target=self._read, name="agent-log", daemon=True)
+        self._reader.start()
+
+    @property
+    def pid(self) -> int:
+        return self.proc.pid
+
+    def _read(self) -> None:
+        assert self.proc.stderr is not None
+        for line in self.proc.stderr:
+            self._log.write(line)
+            try:
+                record = json.loads(line)
+            except ValueError:
+                continue
+            event = record.get("event")
+            if event == "pod bound to this node" and record.get("uid"):
+                with self._lock:
+                    self.bound.setdefault(str(record["uid"]), parse_time(record["timestamp"]))
+            elif event == "running" and record.get("logger") == "kubelet_sim.agent":
+                self.running.set()
+            elif record.get("level") in ("warning", "error"):
+                with self._lock:
+                    self.warnings.append(line.strip()[:300])
+        self._log.flush()
+
+    def bound_at(self, uid: str) -> float | None:
+        with self._lock:
+            return self.bound.get(uid)
+
+    def warning_count(self) -> int:
+        with self._lock:
+            return len(self.warnings)
+
+    def wait_running(self, timeout: float) -> None:
+        deadline = time.monotonic() + timeout
+        while not self.running.wait(0.1):
+            if self.proc.poll() is not None:
+                raise RuntimeError(f"kubelet-sim exited with {self.proc.returncode}")
+            if time.monotonic() > deadline:
+                raise RuntimeError(f"kubelet-sim not running after {timeout}s")
+
+    def stop(self) -> None:
+        _terminate(self.proc, 20)
+        self._reader.join(5)
+        with contextlib.suppress(OSError):
+            self._log.close()

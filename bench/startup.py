@@ -1,0 +1,184 @@
+"""`python -m bench.startup`: pod start-up and tear-down latency of kubelet-sim, and its cost.
+
+Against the in-repo fake API server (started here, in a subprocess) or any cluster given by
+--kubeconfig, with kubelet-sim in its own process. See bench/README.md for the method.
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import os
+import shutil
+import signal
+import sys
+import tempfile
+import threading
+import time
+from pathlib import Path
+from typing import Any
+
+from kubernetes import client
+
+from bench import dockerside, measure, report
+from bench.dockerproxy import DockerProxy
+from bench.kube import BUSYBOX, api_client
+from bench.processes import AGENT_USER_AGENT_PREFIX, AgentProcess, FakeProcess
+
+PAUSE = "kubelet-sim.local/pause:test"
+RESULTS = Path(__file__).resolve().parent / "results"
+GRACE_AFTER_DEADLINE = 90.0  # cleanup time before the watchdog ends the process regardless
+
+
+def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
+    p = argparse.ArgumentParser(prog="python -m bench.startup", description=__doc__)
+    p.add_argument("--kubeconfig", help="a real cluster (default: start the fake API server)")
+    p.add_argument("--node-name", default="bench-node", help="node kubelet-sim runs as")
+    p.add_argument(
+        "--no-start-agent",
+        action="store_true",
+        help="use an already-running agent called --node-name (no CPU/RSS/Docker counts)",
+    )
+    p.add_argument("--compare-node", help="run the same workload on this node too (ratios)")
+    p.add_argument(
+        "--compare-user-agent",
+        default="kubelet/",
+        help="user-agent prefix of the compare node's requests (fake only)",
+    )
+    p.add_argument("--sizes", default="1,10,30,100", help="pods created at once, per run")
+    p.add_argument(
+        "--idle-seconds", type=float, default=20.0, help="idle window at the largest size"
+    )
+    p.add_argument("--deadline", type=float, default=900.0, help="global limit in seconds")
+    p.add_argument("--pause-image", default=PAUSE)
+    p.add_argument(
+        "--no-docker-proxy",
+        action="store_true",
+        help="talk to Docker directly (no Docker call counts; removes the proxy's latency)",
+    )
+    p.add_argument("--results-dir", type=Path, default=RESULTS)
+    args = p.parse_args(argv)
+    args.size_list = [int(s) for s in args.sizes.split(",") if s.strip()]
+    return args
+
+
+class _Owned:
+    """What the bench started, so cleanup (and the watchdog) can stop exactly that."""
+
+    def __init__(self) -> None:
+        self.fake: FakeProcess | None = None
+        self.agent: AgentProcess | None = None
+        self.proxy: DockerProxy | None = None
+        self.tmp: Path | None = None
+
+    def stop_processes(self) -> None:
+        for stop in (
+            self.agent.stop if self.agent else None,
+            self.proxy.stop if self.proxy else None,
+            self.fake.stop if self.fake else None,
+        ):
+            if stop is not None:
+                with contextlib.suppress(Exception):
+                    stop()
+
+
+def _watchdog(owned: _Owned, seconds: float) -> None:
+    """Make sure the bench ends by itself even if a wait or the cleanup hangs."""
+
+    def fire() -> None:
+        print("bench: global deadline passed; stopping", file=sys.stderr, flush=True)
+        for proc in (
+            owned.agent.proc if owned.agent else None,
+            owned.fake.proc if owned.fake else None,
+        ):
+            if proc is not None and proc.poll() is None:
+                with contextlib.suppress(OSError):
+                    os.kill(proc.pid, signal.SIGKILL)
+        os._exit(3)
+
+    timer = threading.Timer(seconds, fire)
+    timer.daemon = True
+    timer.start()
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = parse_args(argv)
+    deadline = measure.Deadline(args.deadline)
+    owned = _Owned()
+    _watchdog(owned, args.deadline + GRACE_AFTER_DEADLINE)
+    dk = dockerside.connect()
+    for image in (BUSYBOX, args.pause_image):
+        if not dk.api.images(name=image):
+            print(f"bench: image {image} missing (see kubelet_sim.runtime.local_images)")
+            return 2
+    owned.tmp = Path(tempfile.mkdtemp(prefix="kubelet-sim-bench-"))
+    results: list[measure.RunResult] = []
+    try:
+        kubeconfig = args.kubeconfig
+        if kubeconfig is None:
+            owned.fake = FakeProcess(owned.tmp / "kubeconfig")
+            kubeconfig = str(owned.fake.kubeconfig)
+            print(f"bench: fake API server at {owned.fake.url}")
+        if not args.no_start_agent:
+            if not args.no_docker_proxy:
+                owned.proxy = DockerProxy(owned.tmp / "docker.sock").start()
+            owned.agent = AgentProcess(
+                args.node_name,
+                kubeconfig,
+                owned.tmp / "root",
+                args.pause_image,
+                owned.proxy.url if owned.proxy else None,
+                owned.tmp / "agent.log",
+            )
+            owned.agent.wait_running(deadline.left(60))
+            print(f"bench: kubelet-sim running as {args.node_name} (pid {owned.agent.pid})")
+        api = api_client(kubeconfig)
+        ctx = measure.Context(
+            core=client.CoreV1Api(api),
+            dk=dk,
+            fake=owned.fake,
+            proxy=owned.proxy,
+            deadline=deadline,
+            real_cluster=owned.fake is None,
+        )
+        if ctx.real_cluster:
+            print("bench: API requests per user agent need the apiserver's audit log: n/a here")
+        targets = [measure.Target(args.node_name, owned.agent, AGENT_USER_AGENT_PREFIX)]
+        if args.compare_node:
+            targets.append(measure.Target(args.compare_node, None, args.compare_user_agent))
+        largest = max(args.size_list)
+        for target in targets:
+            for size in args.size_list:
+                if deadline.passed:
+                    print("bench: deadline passed; skipping the remaining runs")
+                    break
+                idle = args.idle_seconds if size == largest and target.agent else 0.0
+                print(f"bench: {size} pod(s) on {target.node} ...", flush=True)
+                run = measure.run(ctx, target, size, idle)
+                results.append(run)
+                print(report.render([run]), flush=True)
+                time.sleep(2)  # let the node settle between runs
+        if results:
+            extra: dict[str, Any] = {"docker": dk.version().get("Version")}
+            options = {k: v for k, v in vars(args).items() if k != "results_dir"}
+            path = report.write_json(results, options, extra, args.results_dir)
+            print(f"\nbench: results in {path}")
+            if args.compare_node:
+                print(report.render_ratios(results, args.node_name, args.compare_node))
+        if owned.agent and owned.agent.warnings:
+            print(f"bench: the agent logged {len(owned.agent.warnings)} warning(s), first ones:")
+            for line in owned.agent.warnings[:5]:
+                print("  " + line)
+        return 0 if results else 1
+    finally:
+        owned.stop_processes()
+        removed = dockerside.remove_node_containers(dk, args.node_name)
+        if removed:
+            print(f"bench: removed {removed} leftover container(s) of {args.node_name}")
+        dk.close()
+        if owned.tmp is not None:
+            shutil.rmtree(owned.tmp, ignore_errors=True)
+
+
+if __name__ == "__main__":
+    sys.exit(main())
