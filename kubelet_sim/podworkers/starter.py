@@ -1,0 +1,190 @@
+"""Starting a pod's sandbox and containers, as the kubelet's startContainer does.
+
+Crash-loop backoff first, then the image, the container config, create and start, each failure
+ending in the kubelet's waiting reason and event (CrashLoopBackOff, ErrImagePull,
+CreateContainerConfigError, CreateContainerError, RunContainerError).
+"""
+
+from __future__ import annotations
+
+import time
+
+from kubelet_sim import cri
+from kubelet_sim.kube.events import NORMAL, WARNING, EventRecorder, EventRef
+from kubelet_sim.kube.pod_api import PodStatusWriter
+from kubelet_sim.logs import get_logger
+from kubelet_sim.pod.container_config import (
+    ContainerConfigError,
+    ObjectLookup,
+    container_config,
+    sandbox_config,
+)
+from kubelet_sim.pod.pull_secrets import auths_for
+from kubelet_sim.pod.restart_backoff import KeyedBackoff, go_duration
+from kubelet_sim.pod.spec import ContainerView, PodView
+from kubelet_sim.pod.status import WaitingReason, attempts_of
+from kubelet_sim.podworkers.event_refs import event_ref, pod_name
+from kubelet_sim.podworkers.images import ImagePuller
+from kubelet_sim.podworkers.settings import SyncSettings
+from kubelet_sim.podworkers.state import PodState
+from kubelet_sim.podworkers.stopper import ContainerStopper
+from kubelet_sim.runtime.docker_runtime import DockerRuntime
+from kubelet_sim.runtime.observe import ContainerWatcher
+from kubelet_sim.runtime.translate import created_observation
+from kubelet_sim.volumes import VolumeError, VolumeSetup, mounts_for
+
+ERROR_RETRY = 10.0  # the kubelet's pod worker backoff after a failed sync
+
+
+class ContainerStarter:
+    def __init__(
+        self,
+        settings: SyncSettings,
+        runtime: DockerRuntime,
+        watcher: ContainerWatcher,
+        events: EventRecorder,
+        status: PodStatusWriter,
+        stopper: ContainerStopper,
+        lookup: ObjectLookup,
+    ) -> None:
+        self.settings = settings
+        self.runtime = runtime
+        self.watcher = watcher
+        self.events = events
+        self.status = status
+        self.stopper = stopper
+        self.lookup = lookup
+        self.puller = ImagePuller(runtime, events)
+        self.crash_backoff = KeyedBackoff(initial=10.0, maximum=300.0)
+        self.sandbox_images: set[str] = set()
+        self.log = get_logger("kubelet_sim.podworkers", node=settings.node_name)
+
+    def create_sandbox(self, view: PodView, attempt: int) -> cri.ObservedContainer | None:
+        cfg = sandbox_config(
+            view,
+            node=self.settings.node_name,
+            attempt=attempt,
+            pause_image=self.settings.pause_image,
+        )
+        try:
+            if cfg.image not in self.sandbox_images:  # ensureSandboxImageExists, once
+                if self.runtime.image_status(cfg.image) is None:
+                    self.runtime.pull_image(cfg.image)
+                self.sandbox_images.add(cfg.image)
+            sandbox = self.runtime.run_sandbox(cfg)
+        except Exception as exc:  # any runtime failure: report it the kubelet's way, retry
+            message = f"Failed to create pod sandbox: {exc}"
+            self.events.event(event_ref(view), WARNING, "FailedCreatePodSandBox", message)
+            self.log.warning("sandbox failed", pod=pod_name(view), error=str(exc)[:300])
+            return None
+        self.watcher.record(sandbox)
+        return sandbox
+
+    def start(
+        self,
+        view: PodView,
+        container: ContainerView,
+        sandbox: cri.ObservedContainer,
+        state: PodState,
+        volumes: VolumeSetup,
+    ) -> float | None:
+        """startContainer: backoff, image, config, create, start; the retry delay if waiting."""
+        attempts = attempts_of(self.watcher.pod_containers(view.uid), container.name)
+        latest = attempts[0] if attempts else None
+        ref = event_ref(view, container)
+        if latest is not None and latest.state is cri.ContainerState.EXITED:
+            waiting = self._crash_loop_wait(view, container, latest, state, ref)
+            if waiting is not None:
+                return waiting
+        auths = auths_for(container.image, self._pull_secrets(view))
+        image = self.puller.ensure(view, container, ref, auths)
+        if not image.ready:
+            assert image.waiting is not None
+            state.waiting[container.name] = image.waiting
+            return image.retry_in
+        try:
+            cfg = container_config(
+                view,
+                container,
+                node=self.settings.node_name,
+                attempt=self._next_attempt(view, container, latest),
+                host_ip=self.settings.node_ip,
+                pod_ip=sandbox.ip,
+                lookup=self.lookup,
+                mounts=mounts_for(container, volumes),
+            )
+        except (ContainerConfigError, VolumeError) as exc:
+            return self._failed(state, container, ref, "CreateContainerConfigError", str(exc))
+        try:
+            container_id = self.runtime.create_container(cfg, sandbox.id)
+        except cri.ContainerStartError as exc:
+            return self._failed(state, container, ref, "CreateContainerError", str(exc))
+        self.watcher.record(created_observation(cfg, container_id))
+        self.events.event(ref, NORMAL, "Created", f"Created container: {container.name}")
+        try:
+            self.runtime.start_container(container_id)
+        except cri.ContainerStartError as exc:
+            self.stopper.refresh(container_id)
+            return self._failed(state, container, ref, "RunContainerError", str(exc))
+        self.events.event(ref, NORMAL, "Started", f"Started container {container.name}")
+        self.stopper.refresh(container_id)
+        state.waiting.pop(container.name, None)
+        return None
+
+    def forget_pod(self, uid: str) -> None:
+        self.puller.forget_pod(uid)
+
+    def _crash_loop_wait(
+        self,
+        view: PodView,
+        container: ContainerView,
+        latest: cri.ObservedContainer,
+        state: PodState,
+        ref: EventRef,
+    ) -> float | None:
+        key = f"{view.name}_{view.namespace}_{view.uid}_{container.name}"
+        finished = latest.finished_at or latest.created_at
+        event_time = finished.timestamp() if finished else time.time()
+        now = time.time()
+        if not self.crash_backoff.in_backoff_since(key, event_time, now):
+            self.crash_backoff.next(key, event_time, now)
+            return None
+        wait = self.crash_backoff.get(key)
+        message = (
+            f"back-off {go_duration(wait)} restarting failed container={container.name}"
+            f" pod={view.full_name}"
+        )
+        waiting = WaitingReason("CrashLoopBackOff", message)
+        if state.waiting.get(container.name) != waiting:
+            self.events.event(
+                ref,
+                WARNING,
+                "BackOff",
+                f"Back-off restarting failed container {container.name} in pod {view.full_name}",
+            )
+        state.waiting[container.name] = waiting
+        return max(0.05, self.crash_backoff.remaining(key, event_time, now))
+
+    def _next_attempt(
+        self, view: PodView, container: ContainerView, latest: cri.ObservedContainer | None
+    ) -> int:
+        """One more than the last attempt; if Docker lost it, one more than the API's count."""
+        if latest is not None:
+            return latest.attempt + 1
+        for key in ("containerStatuses", "initContainerStatuses"):
+            for st in self.status.base(view.raw).get(key) or []:
+                if st.get("name") == container.name and st.get("containerID"):
+                    return int(st.get("restartCount", 0)) + 1
+        return 0
+
+    def _failed(
+        self, state: PodState, container: ContainerView, ref: EventRef, reason: str, message: str
+    ) -> float:
+        state.waiting[container.name] = WaitingReason(reason, message)
+        self.events.event(ref, WARNING, "Failed", f"Error: {message}")
+        return ERROR_RETRY
+
+    def _pull_secrets(self, view: PodView) -> list[dict[str, object]]:
+        names = [s.get("name", "") for s in view.spec.get("imagePullSecrets") or []]
+        found = [self.lookup("Secret", view.namespace, n) for n in names if n]
+        return [s for s in found if s is not None]
