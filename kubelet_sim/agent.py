@@ -21,6 +21,7 @@ from kubelet_sim.node.settings import NodeSettings
 from kubelet_sim.pod.admission import Allocatable
 from kubelet_sim.pod.quantity import milli_value, value
 from kubelet_sim.pod.references import referenced_objects
+from kubelet_sim.podworkers.gc import ContainerGC
 from kubelet_sim.podworkers.sync import PodSyncer, SyncSettings
 from kubelet_sim.podworkers.workers import PodWorkers
 from kubelet_sim.runtime.docker_runtime import DockerRuntime
@@ -90,6 +91,7 @@ class Agent:
             tokens=TokenManager(kube.api),
         )
         self.workers = PodWorkers(self.syncer, workers=pod_settings.workers)
+        self.gc = ContainerGC(self.syncer.watcher, self.syncer.stopper, self.node_name)
 
     def run(self, stop: threading.Event) -> None:
         self.log.info(
@@ -118,6 +120,7 @@ class Agent:
             stop.wait(0.05)
         if not stop.is_set():
             self.workers.start()
+            self.gc.start()
             for uid in {*self._pod_uids(), *watcher.pod_uids()}:
                 self.workers.enqueue(uid)
             self.log.info("running")
@@ -137,6 +140,7 @@ class Agent:
                 reconnects=stats.reconnects,
                 events=dict(stats.events),
             )
+        self.gc.stop()
         self.workers.stop()
         watcher.stop()
         self.objects.stop()

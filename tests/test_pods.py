@@ -113,6 +113,13 @@ def test_failure_with_always_crash_loops_with_growing_waits(
     ]
     assert len(attempts) == 3
     assert "BackOff" in {e.reason for e in kubelet_events(cluster, "crasher")}
+    assert agent.agent.gc.collect() == 2, "the container GC keeps only the newest dead attempt"
+    [kept] = [
+        c for c in pod_containers(docker_env, uid) if c.labels[cri.LABEL_CONTAINER_NAME] == "c"
+    ]
+    assert kept.labels[cri.LABEL_RESTART_COUNT] == "2"
+    st = wait_status(cluster, "crasher", lambda s: True, 1, "status")
+    assert container_status(st)["restartCount"] == 2, "GC does not change the restart count"
 
 
 def test_on_failure_restarts_failures_only(

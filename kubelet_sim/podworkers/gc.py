@@ -1,0 +1,53 @@
+"""The container garbage collector: once a minute, as the kubelet's ContainerGCPeriod."""
+
+from __future__ import annotations
+
+import threading
+
+from kubelet_sim.logs import get_logger
+from kubelet_sim.pod.gc import garbage
+from kubelet_sim.podworkers.stopper import ContainerStopper
+from kubelet_sim.runtime.observe import ContainerWatcher
+
+GC_PERIOD = 60.0
+
+
+class ContainerGC:
+    def __init__(
+        self,
+        watcher: ContainerWatcher,
+        stopper: ContainerStopper,
+        node: str,
+        period: float = GC_PERIOD,
+    ) -> None:
+        self.watcher = watcher
+        self.stopper = stopper
+        self.period = period
+        self.removed = 0
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._run, name="container-gc", daemon=True)
+        self.log = get_logger("kubelet_sim.gc", node=node)
+
+    def start(self) -> None:
+        self._thread.start()
+
+    def stop(self) -> None:
+        self._stop.set()
+        if self._thread.is_alive():
+            self._thread.join(5)
+
+    def collect(self) -> int:
+        """One pass; the number of containers removed."""
+        doomed = garbage(self.watcher.all_containers())
+        if doomed:
+            self.stopper.remove_all(doomed)
+            self.removed += len(doomed)
+            self.log.info("removed dead containers", count=len(doomed))
+        return len(doomed)
+
+    def _run(self) -> None:
+        while not self._stop.wait(self.period):
+            try:
+                self.collect()
+            except Exception:  # Docker hiccup: the next pass tries again
+                self.log.exception("container GC failed")

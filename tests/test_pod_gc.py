@@ -1,0 +1,30 @@
+"""Container GC: the newest dead attempt per container stays, older ones and sandboxes go."""
+
+from __future__ import annotations
+
+from kubelet_sim.cri import ContainerState, ObservedContainer, PodRef
+from kubelet_sim.pod.gc import garbage
+
+REF = PodRef("n", "p", "ns", "u")
+
+
+def c(name: str, attempt: int, state: ContainerState) -> ObservedContainer:
+    return ObservedContainer(
+        id=f"{name}{attempt}", pod=REF, name=name, attempt=attempt, state=state, image="i"
+    )
+
+
+def test_keeps_newest_dead_attempt_and_the_running_one() -> None:
+    containers = [
+        c("app", 0, ContainerState.EXITED),
+        c("app", 1, ContainerState.EXITED),
+        c("app", 2, ContainerState.RUNNING),
+        c("POD", 0, ContainerState.EXITED),
+        c("POD", 1, ContainerState.RUNNING),
+        c("done", 0, ContainerState.EXITED),
+    ]
+    assert sorted(x.id for x in garbage(containers)) == ["POD0", "app0"]
+
+
+def test_nothing_to_collect_for_a_healthy_pod() -> None:
+    assert garbage([c("POD", 0, ContainerState.RUNNING), c("app", 0, ContainerState.RUNNING)]) == []
