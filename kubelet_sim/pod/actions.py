@@ -11,8 +11,9 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 
 from kubelet_sim.cri import ContainerState, ObservedContainer
+from kubelet_sim.pod.attempts import latest_attempt, latest_sandbox
 from kubelet_sim.pod.spec import ContainerView, PodView
-from kubelet_sim.pod.status import attempts_of, should_restart
+from kubelet_sim.pod.status import should_restart
 
 
 @dataclass
@@ -24,11 +25,6 @@ class PodActions:
     containers_to_start: list[ContainerView] = field(default_factory=list)
     containers_to_kill: list[tuple[ObservedContainer, str]] = field(default_factory=list)
     init_failed: bool = False
-
-
-def latest_sandbox(observed: Sequence[ObservedContainer]) -> ObservedContainer | None:
-    sandboxes = [c for c in observed if c.is_sandbox]
-    return max(sandboxes, key=lambda c: c.attempt) if sandboxes else None
 
 
 def compute_actions(
@@ -60,7 +56,7 @@ def compute_actions(
         return actions
     keep = 0
     for container in pod.containers:
-        latest = next(iter(attempts_of(observed, container.name)), None)
+        latest = latest_attempt(observed, container.name)
         if latest is None or latest.state is not ContainerState.RUNNING:
             if should_restart(container, pod, latest):
                 actions.containers_to_start.append(container)
@@ -77,14 +73,14 @@ def compute_actions(
 
 
 def _succeeded(container: ContainerView, observed: Sequence[ObservedContainer]) -> bool:
-    latest = next(iter(attempts_of(observed, container.name)), None)
+    latest = latest_attempt(observed, container.name)
     return latest is not None and latest.state is ContainerState.EXITED and latest.exit_code == 0
 
 
 def _init_actions(pod: PodView, observed: Sequence[ObservedContainer], actions: PodActions) -> bool:
     """Init containers one at a time, in order, each to success; True once all succeeded."""
     for container in pod.init_containers:
-        latest = next(iter(attempts_of(observed, container.name)), None)
+        latest = latest_attempt(observed, container.name)
         if latest is None:
             actions.init_to_start = container
             return False

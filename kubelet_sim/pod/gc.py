@@ -9,9 +9,9 @@ from __future__ import annotations
 
 from collections import defaultdict
 from collections.abc import Sequence
-from datetime import UTC, datetime
 
 from kubelet_sim.cri import ContainerState, ObservedContainer
+from kubelet_sim.pod.attempts import newest_first
 
 MAX_PER_POD_CONTAINER = 1
 
@@ -20,16 +20,14 @@ def garbage(
     containers: Sequence[ObservedContainer], keep: int = MAX_PER_POD_CONTAINER
 ) -> list[ObservedContainer]:
     """The dead containers to remove: all but the newest `keep` per (pod, container name)."""
-    epoch = datetime.min.replace(tzinfo=UTC)
     groups: dict[tuple[str, str], list[ObservedContainer]] = defaultdict(list)
     for c in containers:
         groups[(c.pod.uid, c.name)].append(c)
     doomed: list[ObservedContainer] = []
     for (_, name), group in groups.items():
-        newest_first = sorted(group, key=lambda c: (c.attempt, c.created_at or epoch), reverse=True)
         if name == "POD":  # sandboxes: only the newest one may stay, running or not
-            doomed += [c for c in newest_first[1:] if c.state is not ContainerState.RUNNING]
+            doomed += [c for c in newest_first(group)[1:] if c.state is not ContainerState.RUNNING]
             continue
-        dead = [c for c in newest_first if c.state is ContainerState.EXITED]
+        dead = [c for c in newest_first(group) if c.state is ContainerState.EXITED]
         doomed += dead[keep:]
     return doomed

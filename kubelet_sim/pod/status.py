@@ -14,6 +14,7 @@ from datetime import UTC, datetime
 from typing import Any
 
 from kubelet_sim.cri import ContainerState, ObservedContainer
+from kubelet_sim.pod.attempts import attempts_of, latest_attempt, latest_sandbox
 from kubelet_sim.pod.spec import ContainerView, PodView
 
 Json = dict[str, Any]
@@ -57,7 +58,7 @@ def generate_status(inp: StatusInput) -> Json:
     pod = inp.pod
     old: Json = inp.previous if inp.previous is not None else pod.status
     has_init = bool(pod.init_containers)
-    sandbox = _latest_sandbox(inp.containers)
+    sandbox = latest_sandbox(inp.containers)
     status: Json = {}
     if sandbox is not None and sandbox.ip:
         status["podIP"] = sandbox.ip
@@ -188,21 +189,6 @@ def should_restart(
     return not (pod.restart_policy == "OnFailure" and latest.exit_code == 0)
 
 
-def attempts_of(containers: Sequence[ObservedContainer], name: str) -> list[ObservedContainer]:
-    """A container's attempts, newest first (by restart count, then creation time)."""
-    mine = [c for c in containers if c.name == name and not c.is_sandbox]
-    epoch = datetime.min.replace(tzinfo=UTC)
-    return sorted(mine, key=lambda c: (c.attempt, c.created_at or epoch), reverse=True)
-
-
-def _latest_sandbox(containers: Sequence[ObservedContainer]) -> ObservedContainer | None:
-    sandboxes = [c for c in containers if c.is_sandbox]
-    if not sandboxes:
-        return None
-    epoch = datetime.min.replace(tzinfo=UTC)
-    return max(sandboxes, key=lambda c: (c.attempt, c.created_at or epoch))
-
-
 def _container_statuses(
     inp: StatusInput,
     containers: Sequence[ContainerView],
@@ -245,7 +231,7 @@ def _container_statuses(
                 st["lastState"] = converted["state"]
         statuses[container.name] = st
     for container in containers:
-        latest = next(iter(attempts_of(inp.containers, container.name)), None)
+        latest = latest_attempt(inp.containers, container.name)
         init_succeeded = (
             latest is not None and latest.state is ContainerState.EXITED and latest.exit_code == 0
         )

@@ -13,6 +13,7 @@ from kubelet_sim import cri
 from kubelet_sim.kube.events import NORMAL, WARNING, EventRecorder, EventRef
 from kubelet_sim.kube.pod_api import PodStatusWriter
 from kubelet_sim.logs import get_logger
+from kubelet_sim.pod.attempts import latest_attempt
 from kubelet_sim.pod.container_config import (
     ContainerConfigError,
     ObjectLookup,
@@ -22,7 +23,7 @@ from kubelet_sim.pod.container_config import (
 from kubelet_sim.pod.pull_secrets import auths_for
 from kubelet_sim.pod.restart_backoff import KeyedBackoff, go_duration
 from kubelet_sim.pod.spec import ContainerView, PodView
-from kubelet_sim.pod.status import WaitingReason, attempts_of
+from kubelet_sim.pod.status import WaitingReason
 from kubelet_sim.podworkers.event_refs import event_ref, pod_name
 from kubelet_sim.podworkers.images import ImagePuller
 from kubelet_sim.podworkers.settings import SyncSettings
@@ -89,8 +90,7 @@ class ContainerStarter:
         volumes: VolumeSetup,
     ) -> float | None:
         """startContainer: backoff, image, config, create, start; the retry delay if waiting."""
-        attempts = attempts_of(self.watcher.pod_containers(view.uid), container.name)
-        latest = attempts[0] if attempts else None
+        latest = latest_attempt(self.watcher.pod_containers(view.uid), container.name)
         ref = event_ref(view, container)
         if latest is not None and latest.state is cri.ContainerState.EXITED:
             waiting = self._crash_loop_wait(view, container, latest, state, ref)

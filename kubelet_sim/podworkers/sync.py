@@ -18,8 +18,9 @@ from kubelet_sim.kube.pod_api import PodStatusWriter
 from kubelet_sim.kube.rest import ApiError, Json
 from kubelet_sim.kube.tokens import TokenManager
 from kubelet_sim.logs import get_logger
-from kubelet_sim.pod.actions import compute_actions, latest_sandbox
+from kubelet_sim.pod.actions import compute_actions
 from kubelet_sim.pod.admission import admit
+from kubelet_sim.pod.attempts import latest_sandbox
 from kubelet_sim.pod.container_config import spec_hash
 from kubelet_sim.pod.references import referenced_objects
 from kubelet_sim.pod.restart_backoff import KeyedBackoff
