@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 import signal
 import sys
 import threading
@@ -128,12 +129,13 @@ def run(
         ),
     ] = False,
     root_dir: Annotated[
-        Path,
+        Path | None,
         typer.Option(
             envvar="KUBELET_SIM_ROOT_DIR",
-            help="Where pod files live (volumes, termination logs); Docker must see it.",
+            help="Where pod files live (volumes, termination logs); Docker must see it."
+            " Default: /var/lib/kubelet-sim as root, else ~/.local/share/kubelet-sim.",
         ),
-    ] = Path("/var/lib/kubelet-sim"),
+    ] = None,
     version: Annotated[
         bool,
         typer.Option(
@@ -155,7 +157,8 @@ def run(
             delete_node_on_exit=delete_node_on_exit,
         )
         kube = connect(kubeconfig, context)
-        runtime = DockerRuntime.connect(node_name=node_name, root_dir=root_dir / node_name)
+        node_dir = usable_root_dir(root_dir) / node_name
+        runtime = DockerRuntime.connect(node_name=node_name, root_dir=node_dir)
     except (ConfigError, KubeConfigError, RuntimeUnavailable) as exc:
         _fail(str(exc))
     stop = _stop_on_signals()
@@ -165,6 +168,23 @@ def run(
     finally:
         runtime.close()
     get_logger("kubelet_sim.cli", node=node_name).info("stopped")
+
+
+def usable_root_dir(explicit: Path | None) -> Path:
+    """The pod files directory, created now so that a read-only place fails in one line."""
+    if explicit is not None:
+        root = explicit
+    elif os.geteuid() == 0:
+        root = Path("/var/lib/kubelet-sim")
+    else:
+        root = Path(os.environ.get("XDG_DATA_HOME") or Path.home() / ".local/share") / "kubelet-sim"
+    try:
+        root.mkdir(parents=True, exist_ok=True)
+    except OSError as exc:
+        raise ConfigError(f"cannot use --root-dir {root}: {exc.strerror}") from exc
+    if not os.access(root, os.W_OK):
+        raise ConfigError(f"cannot use --root-dir {root}: not writable")
+    return root
 
 
 def _stop_on_signals() -> threading.Event:
