@@ -210,6 +210,7 @@ class Informer:
     def _list(self) -> None:
         response = self._call(_request_timeout=REQUEST_TIMEOUT)
         body = json.loads(response.data)
+        response.release_conn()
         self.stats.lists += 1
         if self.synced.is_set():
             self.stats.relists += 1
@@ -242,6 +243,9 @@ class Informer:
             return _Outcome.CLOSED
         finally:
             self._response = None
+            # Never hand a watch connection back for reuse: after a cut or a stop its stream is
+            # mid-chunk, and the next request on it would read chunk sizes as a status line.
+            response.close()
             response.release_conn()
 
     def _handle_line(self, line: bytes) -> _Outcome | None:

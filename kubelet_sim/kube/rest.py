@@ -76,6 +76,7 @@ def call_json(method: Callable[..., Any], *args: Any, **kwargs: Any) -> Json:
     except ApiException as exc:
         raise ApiError.from_exception(exc) from exc
     data = response.data
+    response.release_conn()  # fully read: the connection is safe to reuse
     body: Json = json.loads(data) if data else {}
     return body
 
