@@ -14,6 +14,7 @@ import pytest
 
 from kubelet_sim import cri
 from kubelet_sim.backoff import Backoff
+from kubelet_sim.runtime import translate
 from kubelet_sim.runtime.docker_runtime import DockerRuntime, status_image_id
 from kubelet_sim.runtime.observe import ContainerWatcher
 from kubelet_sim.runtime.translate import created_observation
@@ -336,7 +337,9 @@ def test_create_body_in_inspect(pod: Pod, docker_env: DockerEnv, tmp_path: Path)
     log = tmp_path / "pods" / pod.ref.uid / "containers" / "app" / "0-termination-log"
     assert f"{log}:/dev/termination-log" in host["Binds"]
     assert log.stat().st_mode & 0o777 == 0o666
-    assert host["Tmpfs"] == {"/cache": ""}
+    [memory] = host["Mounts"]  # emptyDir medium Memory: a tmpfs volume the pod shares
+    assert (memory["Type"], memory["Target"]) == ("volume", "/cache")
+    assert memory["Source"] == translate.tmpfs_volume_name(pod.ref.uid, "")
     assert (attrs["Config"]["Tty"], attrs["Config"]["OpenStdin"]) == (True, True)
     labels = attrs["Config"]["Labels"]
     assert labels[cri.LABEL_CONTAINER_TYPE] == "container"

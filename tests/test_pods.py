@@ -438,3 +438,34 @@ def test_missing_configmap_volume_waits_with_failed_mount(
         cluster.namespace, {"metadata": {"name": "later"}, "data": {"k": "v"}}
     )
     wait_status(cluster, "unmounted", running_ready, 30, "Running once the ConfigMap exists")
+
+
+def test_memory_empty_dir_is_one_tmpfs_shared_by_the_pod(
+    cluster: Cluster, docker_env: DockerEnv, agent: RunningAgent
+) -> None:
+    mount = [{"name": "mem", "mountPath": "/mem"}]
+    writer = container(
+        "writer", ["sh", "-c", "echo hi > /mem/x; exec sleep 3600"], volumeMounts=mount
+    )
+    pod = make_pod(
+        cluster,
+        "memory",
+        writer,
+        container("reader", volumeMounts=mount),
+        volumes=[{"name": "mem", "emptyDir": {"medium": "Memory"}}],
+    )
+    uid = pod["metadata"]["uid"]
+    wait_status(cluster, "memory", running_ready, 30, "Running")
+    wait_for(lambda: _exec(docker_env, uid, "reader", "cat /mem/x") == "0:hi\n", 10, "shared tmpfs")
+    assert "tmpfs" in _exec(docker_env, uid, "reader", "grep ' /mem ' /proc/mounts")
+    cluster.core.delete_namespaced_pod("memory", cluster.namespace)
+    wait_for(lambda: get_pod(cluster, "memory") is None, 20, "the pod to leave the API")
+    wait_for(
+        lambda: (
+            not docker_env.client.api.volumes(filters={"label": f"{cri.LABEL_POD_UID}={uid}"})[
+                "Volumes"
+            ]
+        ),
+        10,
+        "the pod's memory volume removed",
+    )

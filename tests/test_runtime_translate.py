@@ -133,7 +133,10 @@ def test_container_body_mounts_and_host_namespaces() -> None:
     )
     host = body["HostConfig"]
     assert host["Binds"] == ["/h/a:/a", "/h/b:/b:ro"]  # no message path: no log mount
-    assert host["Tmpfs"] == {"/mem": ""}
+    [memory] = host["Mounts"]
+    assert memory["Type"] == "volume"
+    assert memory["Target"] == "/mem"
+    assert memory["VolumeOptions"]["DriverConfig"]["Options"]["type"] == "tmpfs"
     assert (host["NetworkMode"], host["IpcMode"]) == ("container:sb", "container:sb")
     assert (host["UTSMode"], host["PidMode"]) == ("host", "host")
     assert "SecurityOpt" not in host

@@ -6,6 +6,7 @@ counted in `stats`: Docker calls are what a node with many pods pays for.
 
 from __future__ import annotations
 
+import contextlib
 import math
 import re
 import threading
@@ -210,8 +211,12 @@ class DockerRuntime:
                 raise
 
     def remove_pod_dir(self, pod_uid: str) -> None:
-        """Drop the pod's termination logs once its containers are removed."""
+        """Drop the pod's termination logs and memory volumes once its containers are gone."""
         self.files.remove_pod_dir(pod_uid)
+        listed = self._api.volumes(filters={"label": f"{cri.LABEL_POD_UID}={pod_uid}"})
+        for volume in (listed or {}).get("Volumes") or []:
+            with contextlib.suppress(NotFound, APIError):
+                self._api.remove_volume(volume["Name"], force=True)
 
     def termination_message(self, observed: cri.ObservedContainer) -> str:
         """What the container wrote to terminationMessagePath (last 4 KiB), "" if nothing."""

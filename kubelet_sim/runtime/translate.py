@@ -6,6 +6,7 @@ place and testable without an engine.
 
 from __future__ import annotations
 
+import hashlib
 from typing import Any
 
 from kubelet_sim import cri
@@ -170,9 +171,9 @@ def container_body(
         "ReadonlyRootfs": sec.read_only_rootfs,
         **_resources(cfg.resources),
     }
-    tmpfs = {m.container_path: "" for m in cfg.mounts if m.tmpfs}
-    if tmpfs:
-        host["Tmpfs"] = tmpfs
+    shared_tmpfs = [_tmpfs_volume_mount(cfg, m) for m in cfg.mounts if m.tmpfs]
+    if shared_tmpfs:
+        host["Mounts"] = shared_tmpfs
     if host_network:
         host["UTSMode"] = "host"
     if host_pid:
@@ -211,3 +212,26 @@ def created_observation(cfg: cri.ContainerConfig, container_id: str) -> cri.Obse
         image=cfg.image,
         spec_hash=cfg.spec_hash,
     )
+
+
+def tmpfs_volume_name(pod_uid: str, host_path: str) -> str:
+    """One Docker volume per memory-backed emptyDir, so the pod's containers share it."""
+    digest = hashlib.sha256(f"{pod_uid}:{host_path}".encode()).hexdigest()[:24]
+    return f"k8s-tmpfs-{digest}"
+
+
+def _tmpfs_volume_mount(cfg: cri.ContainerConfig, mount: cri.Mount) -> dict[str, Any]:
+    """emptyDir with medium Memory: a tmpfs the local volume driver makes on first use."""
+    return {
+        "Type": "volume",
+        "Source": tmpfs_volume_name(cfg.pod.uid, mount.host_path),
+        "Target": mount.container_path,
+        "ReadOnly": mount.read_only,
+        "VolumeOptions": {
+            "Labels": {cri.LABEL_NODE: cfg.pod.node, cri.LABEL_POD_UID: cfg.pod.uid},
+            "DriverConfig": {
+                "Name": "local",
+                "Options": {"type": "tmpfs", "device": "tmpfs", "o": "mode=1777"},
+            },
+        },
+    }
