@@ -6,7 +6,10 @@ worker calls `done`, so two workers never sync the same key at once and no chang
 
 from __future__ import annotations
 
+import heapq
+import itertools
 import threading
+import time
 from collections import deque
 from collections.abc import Hashable
 from typing import Generic, TypeVar
@@ -23,42 +26,71 @@ class WorkQueue(Generic[K]):
         self._queue: deque[K] = deque()
         self._dirty: set[K] = set()
         self._processing: set[K] = set()
-        self._cond = threading.Condition()
+        self._lock = threading.Lock()
+        self._cond = threading.Condition(self._lock)
         self._shutting_down = False
-        self._timers: set[threading.Timer] = set()
+        # Delayed adds (client-go's delaying queue): one thread, a heap, the earliest time per key.
+        self._ready_at: dict[K, float] = {}
+        self._heap: list[tuple[float, int, K]] = []
+        self._seq = itertools.count()
+        self._delay_cond = threading.Condition(self._lock)
+        self._delay_thread: threading.Thread | None = None
 
     def add(self, key: K) -> None:
-        with self._cond:
-            if self._shutting_down or key in self._dirty:
-                return
-            self._dirty.add(key)
-            if key not in self._processing:
-                self._queue.append(key)
-                self._cond.notify()
+        with self._lock:
+            self._add_locked(key)
+
+    def _add_locked(self, key: K) -> None:
+        if self._shutting_down or key in self._dirty:
+            return
+        self._dirty.add(key)
+        if key not in self._processing:
+            self._queue.append(key)
+            self._cond.notify()
 
     def add_after(self, key: K, delay: float) -> None:
-        """Queue `key` after `delay` seconds (backoffs, periodic resyncs)."""
+        """Queue `key` after `delay` seconds (backoffs, periodic resyncs).
+
+        A key already waiting keeps the earlier of its two times, so a pod that is resynced
+        often holds one pending entry, not one per sync.
+        """
         if delay <= 0:
             self.add(key)
             return
-        timer = threading.Timer(delay, self._fire, args=(key,))
-        timer.daemon = True
-        with self._cond:
+        ready = time.monotonic() + delay
+        with self._lock:
             if self._shutting_down:
                 return
-            self._timers.add(timer)
-        timer.start()
+            if key in self._ready_at and self._ready_at[key] <= ready:
+                return
+            self._ready_at[key] = ready
+            heapq.heappush(self._heap, (ready, next(self._seq), key))
+            if self._delay_thread is None:
+                self._delay_thread = threading.Thread(
+                    target=self._deliver_delayed, name="workqueue-delay", daemon=True
+                )
+                self._delay_thread.start()
+            self._delay_cond.notify()
 
-    def _fire(self, key: K) -> None:
-        with self._cond:
-            self._timers = {
-                t for t in self._timers if t.is_alive() and t is not threading.current_thread()
-            }
-        self.add(key)
+    def _deliver_delayed(self) -> None:
+        with self._lock:
+            while not self._shutting_down:
+                if not self._heap:
+                    self._delay_cond.wait()
+                    continue
+                ready, _, key = self._heap[0]
+                wait = ready - time.monotonic()
+                if wait > 0:
+                    self._delay_cond.wait(wait)
+                    continue
+                heapq.heappop(self._heap)
+                if self._ready_at.get(key) == ready:  # not superseded by an earlier time
+                    del self._ready_at[key]
+                    self._add_locked(key)
 
     def get(self, timeout: float | None = None) -> K | None:
         """The next key, or None after `timeout`; raises ShutDown once shut down and drained."""
-        with self._cond:
+        with self._lock:
             if not self._cond.wait_for(lambda: self._queue or self._shutting_down, timeout):
                 return None
             if not self._queue:
@@ -69,20 +101,25 @@ class WorkQueue(Generic[K]):
             return key
 
     def done(self, key: K) -> None:
-        with self._cond:
+        with self._lock:
             self._processing.discard(key)
             if key in self._dirty:
                 self._queue.append(key)
                 self._cond.notify()
 
     def shut_down(self) -> None:
-        with self._cond:
+        with self._lock:
             self._shutting_down = True
-            for timer in self._timers:
-                timer.cancel()
-            self._timers.clear()
+            self._heap.clear()
+            self._ready_at.clear()
             self._cond.notify_all()
+            self._delay_cond.notify_all()
+
+    def pending_delayed(self) -> int:
+        """How many keys wait for a delayed add (one per key at most)."""
+        with self._lock:
+            return len(self._ready_at)
 
     def __len__(self) -> int:
-        with self._cond:
+        with self._lock:
             return len(self._queue)

@@ -50,3 +50,15 @@ def test_shut_down_wakes_waiting_workers() -> None:
     queue.shut_down()
     thread.join(2)
     assert raised.is_set()
+
+
+def test_delayed_adds_keep_one_entry_per_key_at_the_earliest_time() -> None:
+    queue: WorkQueue[str] = WorkQueue()
+    queue.add_after("a", 60)
+    queue.add_after("a", 60)
+    queue.add_after("a", 0.05)
+    queue.add_after("b", 60)
+    assert queue.pending_delayed() == 2
+    assert queue.get(2.0) == "a"
+    assert queue.get(0.1) is None, "the later entries for the key were superseded"
+    queue.shut_down()
