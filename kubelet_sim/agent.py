@@ -116,8 +116,9 @@ class Agent:
         self.node_informer.start()
         self.pod_informer.start()
         watcher.start()
-        while not stop.is_set() and not (self.pod_informer.synced.is_set() and watcher.synced):
-            stop.wait(0.05)
+        for synced in (self.pod_informer.synced.wait, watcher.wait_synced):
+            while not stop.is_set() and not synced(0.5):  # wakes only to notice a stop
+                pass
         if not stop.is_set():
             self.workers.start()
             self.gc.start()

@@ -28,7 +28,3 @@ class Backoff:
 
     def reset(self) -> None:
         self._current = 0.0
-
-    @property
-    def failures_seen(self) -> bool:
-        return self._current > 0

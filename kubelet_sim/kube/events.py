@@ -38,7 +38,6 @@ class EventRef:
 class _Seen:
     name: str
     count: int
-    first_timestamp: str
 
 
 class EventRecorder:
@@ -140,7 +139,7 @@ class EventRecorder:
         created = request_json(
             self._api, "POST", f"/api/v1/namespaces/{ref.namespace}/events", body
         )
-        self._remember(key, _Seen(created["metadata"]["name"], 1, ts))
+        self._remember(key, _Seen(created["metadata"]["name"], 1))
 
     def _bump(self, key: tuple[str, ...], seen: _Seen, ref: EventRef, ts: str) -> None:
         patch = {"count": seen.count + 1, "lastTimestamp": ts}

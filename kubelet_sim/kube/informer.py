@@ -163,7 +163,8 @@ class Informer:
                 outcome = self._watch_once()
             except ApiError as exc:
                 if exc.gone:
-                    need_list = self._expired(str(exc))
+                    self._expired(str(exc))
+                    need_list = True
                 else:
                     self._wait_after_error(exc)
                 continue
@@ -172,16 +173,16 @@ class Informer:
                     self._wait_after_error(exc)
                 continue
             if outcome is _Outcome.EXPIRED:
-                need_list = self._expired("ERROR event with 410")
+                self._expired("ERROR event with 410")
+                need_list = True
             # A clean close: watch again at once from the last resourceVersion, no relist.
         self.log.debug("informer stopped")
 
-    def _expired(self, why: str) -> bool:
+    def _expired(self, why: str) -> None:
         self.stats.expired += 1
         self.log.info(
             "resourceVersion expired; relisting", resource_version=self.resource_version, why=why
         )
-        return True
 
     def _wait_after_error(self, exc: BaseException) -> None:
         self.stats.reconnects += 1

@@ -7,12 +7,12 @@ from typing import Any
 
 from kubelet_sim import cri
 
-DOCKER_ZERO_TIME = "0001-01-01T00:00:00Z"
+DOCKER_ZERO_TIME_PREFIX = "0001-01-01"  # Go's zero time: Docker's "never"
 
 
 def parse_time(value: str | None) -> datetime | None:
     """Docker's RFC 3339 (nanoseconds, Z) as an aware datetime; its zero time means never."""
-    if not value or value.startswith("0001-01-01"):
+    if not value or value.startswith(DOCKER_ZERO_TIME_PREFIX):
         return None
     try:
         return datetime.fromisoformat(value)  # 3.11 takes the Z and drops digits past micros
