@@ -12,6 +12,7 @@ from kubelet_sim.kube.node_api import NodeApi
 from kubelet_sim.kube.object_watches import Ref, ReferencedObjectWatches
 from kubelet_sim.kube.pod_api import PodStatusWriter, delete_pod_finally
 from kubelet_sim.kube.rest import Json
+from kubelet_sim.kube.schema import ServerSchema
 from kubelet_sim.kube.tokens import TokenManager
 from kubelet_sim.kube.watches import own_node, pods_on_node
 from kubelet_sim.logs import get_logger
@@ -57,7 +58,8 @@ class Agent:
         self.runtime = runtime
         self.node_name = settings.node_name
         self.log = get_logger("kubelet_sim.agent", node=self.node_name)
-        self.lifecycle = NodeLifecycle(settings, NodeApi(kube.api), runtime)
+        self.schema = ServerSchema()  # filled once the server answers
+        self.lifecycle = NodeLifecycle(settings, NodeApi(kube.api, self.schema), runtime)
         self.objects = ReferencedObjectWatches(
             kube.api, self._on_object_change, node=self.node_name
         )
@@ -81,7 +83,7 @@ class Agent:
             ),
             runtime,
             watcher=ContainerWatcher(runtime, self._on_container_change, node_name=self.node_name),
-            status=PodStatusWriter(kube.api),
+            status=PodStatusWriter(kube.api, self.schema),
             events=self.events,
             objects=self.objects,
             final_delete=lambda ns, name, uid: delete_pod_finally(kube.api, ns, name, uid),
@@ -103,6 +105,7 @@ class Agent:
         if wait_for_api_server(self.kube, stop) is None:
             self.log.info("stopped before the API server answered")
             return
+        self.schema.load(self.kube.api)
         stopper = threading.Thread(target=self._stop_lifecycle_on, args=(stop,), daemon=True)
         stopper.start()
         if self.lifecycle.start():

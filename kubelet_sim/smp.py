@@ -1,44 +1,53 @@
 """Two-way strategic merge patches, as the kubelet's status manager sends for pod status.
 
 A plain merge of a new status onto the old would keep stale keys (a `waiting` beside the new
-`running`); the diff sets them to null, merges lists by their keys, deletes vanished items with
-`$patch: delete` and fixes the order with `$setElementOrder/<list>`.
+`running`); the diff sets them to null, merges the lists that have a merge key by that key,
+deletes vanished items with `$patch: delete` and fixes their order with
+`$setElementOrder/<list>`. Every other list is sent whole: a real API server cannot apply
+`$setElementOrder` to a list without a merge key (v1.24 panics on it), and that is how the kubelet
+sends `containerStatuses`.
 """
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from typing import Any
 
 Json = dict[str, Any]
 
-# Lists that Kubernetes merges by a key (the patchMergeKey of their Go types) among the fields
-# we patch; any other list is replaced whole.
-MERGE_KEYS: dict[str, str] = {
+# Merge keys of the lists that have one, by dotted path from the patched object (list items add
+# no path element). A list not named here is replaced whole. From the
+# `x-kubernetes-patch-merge-key` extensions in the API server's /openapi/v2 (v1.24, plus fields
+# later versions added); tests/test_patch_schema.py compares them with a real server's.
+PatchSchema = Mapping[str, str]
+
+POD_STATUS_SCHEMA: PatchSchema = {
     "conditions": "type",
-    "containerStatuses": "name",
-    "initContainerStatuses": "name",
-    "ephemeralContainerStatuses": "name",
     "podIPs": "ip",
-    "hostIPs": "ip",
+    "hostIPs": "ip",  # v1.28+
+    "resourceClaimStatuses": "name",  # v1.28+
+}
+NODE_STATUS_SCHEMA: PatchSchema = {
     "addresses": "type",
-    "volumeMounts": "mountPath",
+    "conditions": "type",
 }
 
 
-def two_way_patch(original: Json, modified: Json) -> Json:
+def two_way_patch(original: Json, modified: Json, schema: PatchSchema, path: str = "") -> Json:
     """The patch that turns `original` into `modified` (empty when they are equal)."""
     patch: Json = {}
     for key, new in modified.items():
         old = original.get(key)
+        field = f"{path}{key}"
         if key not in original:
             if new is not None:  # null and absent mean the same: nothing to send
                 patch[key] = new
         elif old == new:
             continue
         elif isinstance(old, dict) and isinstance(new, dict):
-            patch[key] = two_way_patch(old, new)
-        elif isinstance(old, list) and isinstance(new, list) and key in MERGE_KEYS:
-            items, order = _list_patch(old, new, MERGE_KEYS[key])
+            patch[key] = two_way_patch(old, new, schema, f"{field}.")
+        elif isinstance(old, list) and isinstance(new, list) and field in schema:
+            items, order = _list_patch(old, new, schema[field], schema, f"{field}.")
             if items is not None:
                 patch[key] = items
             if order is not None:
@@ -52,7 +61,7 @@ def two_way_patch(original: Json, modified: Json) -> Json:
 
 
 def _list_patch(
-    old: list[Any], new: list[Any], merge_key: str
+    old: list[Any], new: list[Any], merge_key: str, schema: PatchSchema, path: str
 ) -> tuple[list[Json] | None, list[Json] | None]:
     if not all(isinstance(i, dict) and merge_key in i for i in old + new):
         return list(new), None
@@ -63,7 +72,7 @@ def _list_patch(
         before = old_by_key.get(item[merge_key])
         if before is None:
             items.append(item)
-        elif before != item and (changes := two_way_patch(before, item)):
+        elif before != item and (changes := two_way_patch(before, item, schema, path)):
             items.append({merge_key: item[merge_key], **changes})
     for key, item in old_by_key.items():
         if key not in new_keys:

@@ -37,7 +37,7 @@ def start_agent(cluster: Cluster, docker_env: DockerEnv, root: Path, **pod: Any)
     settings = NodeSettings(node_name=cluster.node_name, node_ip="127.0.0.1")
     agent = Agent(
         settings,
-        connect(cluster.kubeconfig),
+        connect(cluster.node_kubeconfig),
         runtime,
         PodSettings(pause_image=docker_env.pause_image, **pod),
     )

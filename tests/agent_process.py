@@ -70,7 +70,7 @@ def running_agent(
             "--node-name",
             cluster.node_name,
             "--kubeconfig",
-            cluster.kubeconfig,
+            cluster.node_kubeconfig,
             "--log-format",
             "json",
             *extra,

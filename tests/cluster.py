@@ -1,7 +1,9 @@
-"""The `cluster` fixture: a fresh namespace and node name on the fake or on a real cluster.
+"""The `cluster` fixture: a fresh namespace and node name on the fake or on a real API server.
 
-Set KUBELET_SIM_TEST_KUBECONFIG to run the same tests against a real cluster (e.g. kind);
-otherwise one in-process `FakeApiServer` serves the whole session.
+`KUBELET_SIM_TEST_API` picks the server for the session: `fake` (the default: one in-process
+`FakeApiServer`) or `real`: the cluster named by `KUBELET_SIM_TEST_KUBECONFIG` (e.g. kind), or
+else a control plane started from real binaries (`tests/kubeenv.py`, envtest's convention).
+Setting only `KUBELET_SIM_TEST_KUBECONFIG` also means `real`.
 """
 
 from __future__ import annotations
@@ -21,9 +23,11 @@ from typing import Any
 import pytest
 
 from tests.fakeapi import FakeApiServer
+from tests.kubeenv import KubeEnv, KubeEnvError, find_binaries
 
 __all__ = [
     "Cluster",
+    "api_mode",
     "EventStream",
     "cluster",
     "cluster_session",
@@ -34,6 +38,15 @@ __all__ = [
 ]
 
 KUBECONFIG_ENV = "KUBELET_SIM_TEST_KUBECONFIG"
+API_ENV = "KUBELET_SIM_TEST_API"
+
+
+def api_mode() -> str:
+    """`fake` or `real`: which API server this test session talks to."""
+    mode = os.environ.get(API_ENV) or ("real" if os.environ.get(KUBECONFIG_ENV) else "fake")
+    if mode not in ("fake", "real"):
+        raise pytest.UsageError(f"{API_ENV} must be 'fake' or 'real', not {mode!r}")
+    return mode
 
 
 def wait_for(predicate: Callable[[], Any], timeout: float = 5.0, message: str = "condition") -> Any:
@@ -52,6 +65,17 @@ def wait_for(predicate: Callable[[], Any], timeout: float = 5.0, message: str = 
 class _Session:
     kubeconfig: str
     fake: FakeApiServer | None
+    env: KubeEnv | None = None  # a control plane this session started itself
+
+    def node_kubeconfig(self, node_name: str) -> str:
+        """What a kubelet for `node_name` runs with: node credentials where we can mint them.
+
+        On the fake (no authorization) and on a cluster given by kubeconfig (we hold no CA key)
+        it is the session's own kubeconfig.
+        """
+        if self.env is None:
+            return self.kubeconfig
+        return str(self.env.node_kubeconfig(node_name))
 
 
 @dataclass
@@ -65,6 +89,16 @@ class Cluster:
     fake: FakeApiServer | None
     namespace: str
     node_name: str
+    session: _Session
+
+    @property
+    def node_kubeconfig(self) -> str:
+        """Credentials of a kubelet for `node_name` (`system:node:<name>` on a real server)."""
+        if self._node_kubeconfig is None:
+            self._node_kubeconfig = self.session.node_kubeconfig(self.node_name)
+        return self._node_kubeconfig
+
+    _node_kubeconfig: str | None = None
 
     @property
     def is_fake(self) -> bool:
@@ -80,10 +114,9 @@ class Cluster:
 
 @pytest.fixture(scope="session")
 def cluster_session(tmp_path_factory: pytest.TempPathFactory) -> Iterator[_Session]:
-    """The real cluster named by the environment, or one fake for the whole session."""
-    real = os.environ.get(KUBECONFIG_ENV)
-    if real:
-        yield _Session(real, None)
+    """The real cluster named by the environment, a control plane we start, or one fake."""
+    if api_mode() == "real":
+        yield from _real_session()
         return
     fake = FakeApiServer().start()
     path = fake.write_kubeconfig(tmp_path_factory.mktemp("fakeapi") / "kubeconfig")
@@ -91,6 +124,22 @@ def cluster_session(tmp_path_factory: pytest.TempPathFactory) -> Iterator[_Sessi
         yield _Session(str(path), fake)
     finally:
         fake.stop()
+
+
+def _real_session() -> Iterator[_Session]:
+    given = os.environ.get(KUBECONFIG_ENV)
+    if given:
+        yield _Session(given, None)
+        return
+    try:
+        binaries = find_binaries()
+    except KubeEnvError as exc:
+        pytest.skip(f"no real API server: {exc}")
+    env = KubeEnv(binaries).start()
+    try:
+        yield _Session(str(env.admin_kubeconfig), None, env)
+    finally:
+        env.stop()
 
 
 @pytest.fixture
@@ -101,8 +150,12 @@ def fake_api(cluster_session: _Session) -> FakeApiServer:
     return cluster_session.fake
 
 
-def _wait_default_service_account(core: Any, namespace: str) -> None:
-    """On a real cluster pods are rejected until the SA controller made `default`."""
+def _wait_default_service_account(core: Any, session: _Session, namespace: str) -> None:
+    """On a real server pods are refused until `default` exists; without the controller that
+    makes it (a control plane without kube-controller-manager), make it ourselves."""
+    if session.env is not None and "kube-controller-manager" not in session.env.components:
+        core.create_namespaced_service_account(namespace, {"metadata": {"name": "default"}})
+        return
 
     def exists() -> bool:
         items = core.list_namespaced_service_account(
@@ -144,7 +197,7 @@ def cluster(cluster_session: _Session) -> Iterator[Cluster]:
     namespace, node_name = f"ks-test-{suffix}", f"ks-node-{suffix}"
     core.create_namespace(client.V1Namespace(metadata=client.V1ObjectMeta(name=namespace)))
     if cluster_session.fake is None:
-        _wait_default_service_account(core, namespace)
+        _wait_default_service_account(core, cluster_session, namespace)
     c = Cluster(
         api=api,
         core=core,
@@ -153,6 +206,7 @@ def cluster(cluster_session: _Session) -> Iterator[Cluster]:
         fake=cluster_session.fake,
         namespace=namespace,
         node_name=node_name,
+        session=cluster_session,
     )
     try:
         yield c

@@ -13,6 +13,7 @@ from collections.abc import Callable
 from kubernetes import client
 
 from kubelet_sim.kube.rest import ApiError, Json, call_json, request_json
+from kubelet_sim.kube.schema import NODE_STATUS, ServerSchema
 
 LEASE_API = "/apis/coordination.k8s.io/v1"
 STRATEGIC_MERGE_PATCH = "application/strategic-merge-patch+json"
@@ -21,8 +22,9 @@ STRATEGIC_MERGE_PATCH = "application/strategic-merge-patch+json"
 class NodeApi:
     """Node and Lease reads and writes for one node agent; errors come as `ApiError`."""
 
-    def __init__(self, api: client.ApiClient) -> None:
+    def __init__(self, api: client.ApiClient, schema: ServerSchema | None = None) -> None:
         self._api = api
+        self._schema = schema or ServerSchema()
         self._core = client.CoreV1Api(api)
         self._coordination = client.CoordinationV1Api(api)
 
@@ -37,8 +39,12 @@ class NodeApi:
         name = body["metadata"]["name"]
         return request_json(self._api, "PUT", f"/api/v1/nodes/{name}", body)
 
-    def patch_node_status(self, name: str, patch: Json) -> Json:
-        """Strategic merge patch on nodes/status (the client would default to JSON patch)."""
+    def patch_node_status(self, name: str, status: Json) -> Json:
+        """Strategic merge patch of our whole status (conditions and addresses merge by type).
+
+        Fields the server does not know are left out, as it would drop them.
+        """
+        patch = {"status": self._schema.prune(status, NODE_STATUS)}
         return call_json(
             self._core.patch_node_status, name, patch, _content_type=STRATEGIC_MERGE_PATCH
         )

@@ -7,7 +7,8 @@ import threading
 from kubernetes import client
 
 from kubelet_sim.kube.rest import Json, call_json, request_json
-from kubelet_sim.smp import two_way_patch
+from kubelet_sim.kube.schema import POD_STATUS, ServerSchema
+from kubelet_sim.smp import POD_STATUS_SCHEMA, two_way_patch
 
 STRATEGIC_MERGE_PATCH = "application/strategic-merge-patch+json"
 
@@ -25,10 +26,12 @@ class PodStatusWriter:
     The base of each patch is the newest status we know the API holds: the pod the informer
     delivered, or the answer to our own last write if that is newer. An unchanged status is
     never written; the patch carries `metadata.uid` so a replaced pod is never written to.
+    Fields the server does not know are left out, since it would drop them.
     """
 
-    def __init__(self, api: client.ApiClient) -> None:
+    def __init__(self, api: client.ApiClient, schema: ServerSchema | None = None) -> None:
         self._core = client.CoreV1Api(api)
+        self._schema = schema or ServerSchema()
         self._written: dict[str, tuple[int, Json]] = {}
         self._lock = threading.Lock()
         self.writes = 0
@@ -48,7 +51,8 @@ class PodStatusWriter:
         Raises ApiError: 404 (pod gone), 409 (uid precondition: a new pod of that name).
         """
         meta = pod["metadata"]
-        patch = two_way_patch(self.base(pod), status)
+        status = self._schema.prune(status, POD_STATUS)
+        patch = two_way_patch(self.base(pod), status, POD_STATUS_SCHEMA)
         if not patch:
             return None
         body = {"metadata": {"uid": meta["uid"]}, "status": patch}

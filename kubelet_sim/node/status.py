@@ -162,7 +162,7 @@ class NodeStatusController:
     def _write(self, status: Json) -> str:
         """PATCH the status: "written", "missing" (the Node is gone) or "failed"."""
         try:
-            self._api.patch_node_status(self._settings.node_name, {"status": status})
+            self._api.patch_node_status(self._settings.node_name, status)
         except ApiError as exc:
             if exc.not_found:
                 return "missing"

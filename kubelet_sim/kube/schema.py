@@ -1,0 +1,97 @@
+"""The fields this API server knows, read once from its /openapi/v2.
+
+An older server drops fields it does not know from a write (v1.24 and `hostIPs`), so a status
+that carries them never matches what the server stored: every sync would write again, and a
+`$setElementOrder` for such a list is refused with a 500. Pruning what we send to the server's
+own schema keeps the versioned status cache honest on every server version.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+from typing import Any
+
+from kubernetes import client
+
+from kubelet_sim.kube.rest import request_json
+from kubelet_sim.logs import get_logger
+
+Json = dict[str, Any]
+
+POD_STATUS = "io.k8s.api.core.v1.PodStatus"
+NODE_STATUS = "io.k8s.api.core.v1.NodeStatus"
+_REF_PREFIX = "#/definitions/"
+
+
+class ServerSchema:
+    """Known properties by definition name; unknown definitions prune nothing."""
+
+    def __init__(self, definitions: dict[str, Json] | None = None) -> None:
+        self._definitions = definitions or {}
+
+    def load(
+        self, api: client.ApiClient, roots: Iterable[str] = (POD_STATUS, NODE_STATUS)
+    ) -> None:
+        """Read the server's schema; on failure prune nothing (a newer server knows more)."""
+        log = get_logger(__name__)
+        try:
+            document = request_json(api, "GET", "/openapi/v2", timeout=(5.0, 60.0))
+        except Exception as exc:  # ApiError, urllib3's transport errors, a body that is not JSON
+            log.warning("cannot read the API server's schema; sending status as is", error=str(exc))
+            return
+        self._definitions = reachable(document.get("definitions") or {}, roots)
+        log.debug("read the API server's schema", definitions=len(self._definitions))
+
+    def knows(self, definition: str) -> bool:
+        return definition in self._definitions
+
+    def prune(self, value: Any, definition: str) -> Any:
+        """`value` without the fields the server's `definition` lacks, recursively."""
+        schema = self._definitions.get(definition)
+        if schema is None:
+            return value
+        return self._prune(value, schema)
+
+    def _prune(self, value: Any, schema: Json) -> Any:
+        ref = schema.get("$ref")
+        if isinstance(ref, str) and ref.startswith(_REF_PREFIX):
+            return self.prune(value, ref[len(_REF_PREFIX) :])
+        if isinstance(value, dict):
+            props = schema.get("properties")
+            if isinstance(props, dict):
+                return {k: self._prune(v, props[k]) for k, v in value.items() if k in props}
+            extra = schema.get("additionalProperties")
+            if isinstance(extra, dict):
+                return {k: self._prune(v, extra) for k, v in value.items()}
+            return value
+        if isinstance(value, list) and isinstance(schema.get("items"), dict):
+            return [self._prune(v, schema["items"]) for v in value]
+        return value
+
+
+def reachable(definitions: dict[str, Json], roots: Iterable[str]) -> dict[str, Json]:
+    """The definitions `roots` refer to, directly or not (the rest of 3 MB is not kept)."""
+    kept: dict[str, Json] = {}
+    pending = [r for r in roots if r in definitions]
+    while pending:
+        name = pending.pop()
+        if name in kept:
+            continue
+        kept[name] = definitions[name]
+        for ref in _refs(definitions[name]):
+            if ref in definitions and ref not in kept:
+                pending.append(ref)
+    return kept
+
+
+def _refs(schema: Any) -> Iterable[str]:
+    if isinstance(schema, dict):
+        ref = schema.get("$ref")
+        if isinstance(ref, str) and ref.startswith(_REF_PREFIX):
+            yield ref[len(_REF_PREFIX) :]
+        for value in schema.values():
+            yield from _refs(value)
+    elif isinstance(schema, list):
+        for value in schema:
+            yield from _refs(value)
+
