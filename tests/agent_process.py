@@ -63,14 +63,18 @@ class AgentProcess:
 
 @contextmanager
 def running_agent(
-    cluster: Cluster, *extra: str, env: dict[str, str] | None = None
+    cluster: Cluster,
+    *extra: str,
+    env: dict[str, str] | None = None,
+    kubeconfig: str | None = None,
 ) -> Iterator[AgentProcess]:
+    """The agent as a process, with a kubelet's credentials unless `kubeconfig` says other."""
     agent = AgentProcess(
         [
             "--node-name",
             cluster.node_name,
             "--kubeconfig",
-            cluster.node_kubeconfig,
+            kubeconfig or cluster.node_kubeconfig,
             "--log-format",
             "json",
             *extra,

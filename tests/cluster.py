@@ -27,8 +27,8 @@ from tests.kubeenv import KubeEnv, KubeEnvError, find_binaries
 
 __all__ = [
     "Cluster",
-    "api_mode",
     "EventStream",
+    "api_mode",
     "cluster",
     "cluster_session",
     "fake_api",

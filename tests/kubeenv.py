@@ -65,9 +65,7 @@ def find_binaries() -> Binaries:
         )
         where = ", ".join(f"{e}={os.environ.get(e, '')!r}" for e in ASSETS_ENVS)
         raise KubeEnvError(f"no {missing} found ({where}): {HOW_TO_GET_BINARIES}")
-    return Binaries(
-        apiserver, etcd, find("kube-controller-manager"), find("kube-scheduler")
-    )
+    return Binaries(apiserver, etcd, find("kube-controller-manager"), find("kube-scheduler"))
 
 
 def _free_port() -> int:

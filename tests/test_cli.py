@@ -71,7 +71,8 @@ def test_agent_registers_logs_json_and_stops_cleanly_on_sigterm(
 
 
 def test_delete_node_on_exit(cluster: Cluster, docker_env: object) -> None:
-    with running_agent(cluster, "--delete-node-on-exit") as agent:
+    """With credentials that may delete Nodes (a kubelet's may not; see test_node_lifecycle)."""
+    with running_agent(cluster, "--delete-node-on-exit", kubeconfig=cluster.kubeconfig) as agent:
         wait_for(lambda: _node_ready(cluster), 15, "the Node to be Ready")
         assert agent.terminate() == 0, "\n".join(agent.lines)
     from kubernetes.client.exceptions import ApiException

@@ -123,6 +123,9 @@ def test_deleted_event_carries_last_state_with_new_rv(cluster: Cluster) -> None:
         from kubernetes.client import V1DeleteOptions
 
         cluster.core.delete_namespaced_pod("p", ns, body=V1DeleteOptions(grace_period_seconds=0))
+        shortened = stream.next()  # pod deletion is an update first, even with grace 0
+        assert shortened["type"] == "MODIFIED"
+        assert shortened["object"]["metadata"]["deletionGracePeriodSeconds"] == 0
         deleted = stream.next()
         assert deleted["type"] == "DELETED"
         assert int(deleted["object"]["metadata"]["resourceVersion"]) > int(

@@ -48,7 +48,7 @@ class PodStatusWriter:
     def write(self, pod: Json, status: Json) -> Json | None:
         """PATCH pods/status if `status` differs; returns the updated pod, or None if unchanged.
 
-        Raises ApiError: 404 (pod gone), 409 (uid precondition: a new pod of that name).
+        Raises ApiError: 404 (pod gone), `uid_changed` (a new pod of that name).
         """
         meta = pod["metadata"]
         status = self._schema.prune(status, POD_STATUS)

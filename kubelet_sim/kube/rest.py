@@ -43,6 +43,15 @@ class ApiError(Exception):
         return self.status == 409 and self.reason == "AlreadyExists"
 
     @property
+    def uid_changed(self) -> bool:
+        """A write whose `metadata.uid` is not the stored object's: a new object of that name.
+
+        Real servers answer a patch with 422 ("metadata.uid ... field is immutable"), a delete
+        precondition with 409.
+        """
+        return self.conflict or (self.status == 422 and "metadata.uid" in self.message)
+
+    @property
     def gone(self) -> bool:
         return self.status == 410
 

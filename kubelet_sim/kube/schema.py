@@ -29,9 +29,7 @@ class ServerSchema:
     def __init__(self, definitions: dict[str, Json] | None = None) -> None:
         self._definitions = definitions or {}
 
-    def load(
-        self, api: client.ApiClient, roots: Iterable[str] = (POD_STATUS, NODE_STATUS)
-    ) -> None:
+    def load(self, api: client.ApiClient, roots: Iterable[str] = (POD_STATUS, NODE_STATUS)) -> None:
         """Read the server's schema; on failure prune nothing (a newer server knows more)."""
         log = get_logger(__name__)
         try:
@@ -94,4 +92,3 @@ def _refs(schema: Any) -> Iterable[str]:
     elif isinstance(schema, list):
         for value in schema:
             yield from _refs(value)
-

@@ -283,7 +283,7 @@ class PodSyncer:
         try:
             self.status.write(pod, status)
         except ApiError as exc:
-            if not (exc.not_found or exc.conflict):
+            if not (exc.not_found or exc.uid_changed):
                 state.status_unsent = True
                 self.log.warning("status write failed", pod=pod_name(view), error=str(exc))
         except Exception as exc:  # API unreachable: retried soon (sync returns STATUS_RETRY)

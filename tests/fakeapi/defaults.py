@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import base64
 import copy
+import ipaddress
 import random
 import re
 from fractions import Fraction
@@ -42,10 +43,10 @@ DEFAULT_TOLERATIONS = [
     },
 ]
 POD_UPDATE_FORBIDDEN = (
-    "Forbidden: pod updates may not change fields other than `spec.containers[*].image`,"
-    "`spec.initContainers[*].image`,`spec.activeDeadlineSeconds`,`spec.tolerations` (only "
-    "additions to existing tolerations),`spec.terminationGracePeriodSeconds` (allow it to be set "
-    "to 1 if it was previously negative)"
+    "Forbidden: pod updates may not change fields other than `spec.containers[*].image`, "
+    "`spec.initContainers[*].image`, `spec.activeDeadlineSeconds`, `spec.tolerations` (only "
+    "additions to existing tolerations) or `spec.terminationGracePeriodSeconds` (allow it to be "
+    "set to 1 if it was previously negative)"
 )
 
 
@@ -332,6 +333,38 @@ def validate_pod_update(new: Obj, old: Obj) -> list[dict[str, str]]:
 
 
 # --- other kinds --------------------------------------------------------------------------
+
+
+def normalize_pod_ips(status: Obj) -> None:
+    """The v1 ↔ internal conversion: `podIP` wins over a different `podIPs[0]`, and the
+    stored `podIP` is always `podIPs[0]`."""
+    pod_ip, pod_ips = status.get("podIP"), status.get("podIPs") or []
+    if pod_ip and (not pod_ips or pod_ips[0].get("ip") != pod_ip):
+        status["podIPs"] = [{"ip": pod_ip}]
+    elif pod_ips:
+        status["podIP"] = pod_ips[0].get("ip")
+    if not status.get("podIPs"):
+        status.pop("podIPs", None)
+        status.pop("podIP", None)
+
+
+def validate_pod_status(status: Obj) -> list[dict[str, str]]:
+    """ValidatePodStatusUpdate (v1.24): what it checks of what a node writes (pod IPs)."""
+    problems = []
+    for i, item in enumerate(status.get("podIPs") or []):
+        ip = str(item.get("ip", ""))
+        try:
+            ipaddress.ip_address(ip)
+        except ValueError:
+            problems.append(
+                cause(
+                    "FieldValueInvalid",
+                    f"status.podIPs[{i}]",
+                    f'Invalid value: "{ip}": must be a valid IP address, '
+                    "(e.g. 10.9.8.7 or 2001:db8::ffff)",
+                )
+            )
+    return problems
 
 
 def default_secret(secret: Obj) -> None:

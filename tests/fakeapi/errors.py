@@ -95,19 +95,46 @@ def stale(res: Resource, name: str) -> ApiError:
     return conflict(res, name, STALE)
 
 
+def uid_immutable(res: Resource, name: str, want: str) -> ApiError:
+    """422 for a write whose metadata.uid is not the stored one (the kubelet's status patch
+    precondition): validation finds the immutable field changed."""
+    return invalid(
+        res,
+        name,
+        [
+            cause(
+                "FieldValueInvalid", "metadata.uid", f'Invalid value: "{want}": field is immutable'
+            )
+        ],
+    )
+
+
+def _precondition_conflict(res: Resource, name: str, why: str) -> ApiError:
+    """409 as the storage layer words a failed delete precondition (it names the Kind)."""
+    return ApiError(
+        409,
+        f'Operation cannot be fulfilled on {res.kind} "{name}": {why}',
+        "Conflict",
+        _details(res, name),
+    )
+
+
 def uid_precondition(res: Resource, name: str, want: str, have: str) -> ApiError:
-    """409 for a UID precondition that does not match the stored object."""
-    why = f"Precondition failed: UID in precondition: {want}, UID in object meta: {have}"
-    return conflict(res, name, why)
+    """409 for a delete whose UID precondition does not match the stored object."""
+    why = (
+        f"the UID in the precondition ({want}) does not match the UID in record ({have}). "
+        "The object might have been deleted and then recreated"
+    )
+    return _precondition_conflict(res, name, why)
 
 
 def rv_precondition(res: Resource, name: str, want: str, have: str) -> ApiError:
-    """409 for a resourceVersion precondition on delete that does not match."""
+    """409 for a delete whose resourceVersion precondition does not match."""
     why = (
-        f"Precondition failed: ResourceVersion in precondition: {want}, "
-        f"ResourceVersion in object meta: {have}"
+        f"the ResourceVersion in the precondition ({want}) does not match the ResourceVersion "
+        f"in record ({have}). The object might have been modified"
     )
-    return conflict(res, name, why)
+    return _precondition_conflict(res, name, why)
 
 
 def invalid(res: Resource, name: str, causes: list[dict[str, str]]) -> ApiError:

@@ -5,8 +5,9 @@ from __future__ import annotations
 import copy
 from typing import Any
 
+from tests.fakeapi import openapi
+
 Obj = dict[str, Any]
-Path = tuple[str, ...]
 
 
 class PatchError(Exception):
@@ -141,54 +142,34 @@ def json_patch(doc: Any, ops: Any) -> Any:
 
 
 # --- strategic merge patch ------------------------------------------------------------------
-
-# How lists merge, by field path (list items do not add a path element). A string is the merge
-# key of a list of maps; "" marks a merged list of primitives (a set). Absent: replaced.
-_COMMON: dict[Path, str] = {
-    ("metadata", "ownerReferences"): "uid",
-    ("metadata", "finalizers"): "",
-}
-_CONTAINER: dict[str, str] = {
-    "env": "name",
-    "ports": "containerPort",
-    "volumeMounts": "mountPath",
-    "volumeDevices": "devicePath",
-}
-_POD: dict[Path, str] = {
-    ("spec", "volumes"): "name",
-    ("spec", "imagePullSecrets"): "name",
-    ("spec", "hostAliases"): "ip",
-    ("status", "conditions"): "type",
-    ("status", "containerStatuses"): "name",
-    ("status", "initContainerStatuses"): "name",
-    ("status", "ephemeralContainerStatuses"): "name",
-    ("status", "podIPs"): "ip",
-    ("status", "hostIPs"): "ip",
-    ("status", "resourceClaimStatuses"): "name",
-}
-for _kind in ("containers", "initContainers", "ephemeralContainers"):
-    _POD[("spec", _kind)] = "name"
-    for _field, _key in _CONTAINER.items():
-        _POD[("spec", _kind, _field)] = _key
-
-MERGE_KEYS: dict[str, dict[Path, str]] = {
-    "pods": _POD,
-    "nodes": {
-        ("spec", "podCIDRs"): "",
-        ("status", "conditions"): "type",
-        ("status", "addresses"): "type",
-    },
-    "namespaces": {("status", "conditions"): "type"},
-}
+# Driven by the real server's schema (tests/fakeapi/openapi.py): a list merges by its
+# `x-kubernetes-patch-merge-key` when its `x-kubernetes-patch-strategy` says `merge`, a merged
+# list without a key is a set of primitives, any other list is replaced whole.
 
 
-def strategic_merge(original: Obj, patch: Obj, resource: str) -> Obj:
-    """Apply a strategic merge patch with the merge keys Kubernetes declares for `resource`."""
+class PatchServerError(PatchError):
+    """What a real server fails on itself (a 500, or a panic that drops the connection)."""
+
+
+def strategic_merge(original: Obj, patch: Obj, definition: str) -> Obj:
+    """Apply a strategic merge patch to an object of the schema's `definition`."""
     if not isinstance(patch, dict):
         raise PatchError("strategic merge patch must be a JSON object")
-    keys = {**_COMMON, **MERGE_KEYS.get(resource, {})}
-    merged = _merge_map(original, patch, (), keys)
+    merged = _merge_map(original, patch, {"$ref": openapi.REF_PREFIX + definition})
     return merged if merged is not None else {}
+
+
+def _strategy(schema: Obj | None) -> tuple[bool, str | None]:
+    """(merges, merge key) of a list field."""
+    schema = schema or {}
+    merges = "merge" in str(schema.get("x-kubernetes-patch-strategy", "")).split(",")
+    key = schema.get("x-kubernetes-patch-merge-key")
+    return merges, (str(key) if merges and key else None)
+
+
+def _type_name(schema: Obj | None) -> str:
+    ref = str((schema or {}).get("$ref", ""))
+    return ref.rsplit(".", 1)[-1] if ref else "object"
 
 
 def _strip(value: Any) -> Any:
@@ -202,7 +183,7 @@ def _strip(value: Any) -> Any:
     return copy.deepcopy(value)
 
 
-def _merge_map(original: Any, patch: Obj, path: Path, keys: dict[Path, str]) -> Obj | None:
+def _merge_map(original: Any, patch: Obj, schema: Obj | None) -> Obj | None:
     directive = patch.get("$patch")
     if directive == "delete":
         return None
@@ -215,7 +196,9 @@ def _merge_map(original: Any, patch: Obj, path: Path, keys: dict[Path, str]) -> 
     orders: dict[str, list[Any]] = {}
     for key, value in patch.items():
         if key.startswith("$setElementOrder/"):
-            orders[key.split("/", 1)[1]] = value
+            field = key.split("/", 1)[1]
+            _check_order_directive(schema, field)
+            orders[field] = value
         elif key.startswith("$deleteFromPrimitiveList/"):
             field = key.split("/", 1)[1]
             result[field] = [x for x in result.get(field) or [] if x not in value]
@@ -224,44 +207,61 @@ def _merge_map(original: Any, patch: Obj, path: Path, keys: dict[Path, str]) -> 
         elif value is None:
             result.pop(key, None)
         elif isinstance(value, dict):
-            merged = _merge_map(result.get(key), value, (*path, key), keys)
+            merged = _merge_map(result.get(key), value, openapi.field_schema(schema, key))
             if merged is None:
                 result.pop(key, None)
             else:
                 result[key] = merged
         elif isinstance(value, list):
-            result[key] = _merge_list(result.get(key), value, (*path, key), keys)
+            result[key] = _merge_list(result.get(key), value, openapi.field_schema(schema, key))
         else:
             result[key] = copy.deepcopy(value)
     for field, order in orders.items():
         if isinstance(result.get(field), list):
-            result[field] = _order(result[field], order, keys.get((*path, field)))
+            _, key = _strategy(openapi.field_schema(schema, field))
+            result[field] = _order(result[field], order, key)
     return result
 
 
-def _merge_list(original: Any, patch: list[Any], path: Path, keys: dict[Path, str]) -> list[Any]:
-    strategy = keys.get(path)
+def _check_order_directive(schema: Obj | None, field: str) -> None:
+    """`$setElementOrder` on a field the type lacks is a 500 on a real server; on a list that
+    merges by no key it panics there (v1.24 drops the connection): never a silent success."""
+    field_schema = openapi.field_schema(schema, field)
+    if field_schema is None:
+        raise PatchServerError(
+            f'unable to find api field in struct {_type_name(schema)} for the json field "{field}"'
+        )
+    merges, _ = _strategy(field_schema)
+    if not merges:
+        raise PatchServerError(
+            f"$setElementOrder/{field}: {field} has no patch strategy; a real API server panics "
+            "on this patch (comparing uncomparable type map[string]interface {})"
+        )
+
+
+def _merge_list(original: Any, patch: list[Any], schema: Obj | None) -> list[Any]:
+    merges, merge_key = _strategy(schema)
     if any(isinstance(i, dict) and i.get("$patch") == "replace" for i in patch):
         return _strip(patch)  # type: ignore[no-any-return]
-    if strategy is None or not isinstance(original, list):
+    if not merges or not isinstance(original, list):
         return _strip(patch)  # type: ignore[no-any-return]
-    if strategy == "":
-        result = list(original)
-        result.extend(x for x in patch if x not in result)
-        return result
+    if merge_key is None:  # a set of primitives: the patch's items first, as the real server
+        patched = [x for x in patch if not isinstance(x, dict)]
+        return patched + [x for x in original if x not in patched]
+    items = openapi.items_schema(schema)
     result = copy.deepcopy(original)
     for item in patch:
         if not isinstance(item, dict):
-            raise PatchError(f"list item of {'.'.join(path)} is not a map")
+            raise PatchError(f"list item is not a map (merge key {merge_key})")
         pos = next(
-            (i for i, old in enumerate(result) if old.get(strategy) == item.get(strategy)), None
+            (i for i, old in enumerate(result) if old.get(merge_key) == item.get(merge_key)), None
         )
         if item.get("$patch") == "delete":
-            result = [r for r in result if r.get(strategy) != item.get(strategy)]
+            result = [r for r in result if r.get(merge_key) != item.get(merge_key)]
         elif pos is None:
-            result.append(_merge_map({}, item, path, keys))
+            result.append(_merge_map({}, item, items))
         else:
-            result[pos] = _merge_map(result[pos], item, path, keys)
+            result[pos] = _merge_map(result[pos], item, items)
     return result
 
 

@@ -10,7 +10,7 @@ from collections.abc import Callable
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
-from tests.fakeapi import controllers, defaults, errors, patch, resources
+from tests.fakeapi import controllers, defaults, errors, openapi, patch, resources
 from tests.fakeapi.errors import ApiError
 from tests.fakeapi.resources import NAMESPACES, PODS, Resource
 from tests.fakeapi.store import Store
@@ -62,6 +62,16 @@ def _meta(obj: Obj) -> Obj:
     return meta
 
 
+def _decoded(res: Resource, obj: Obj) -> Obj:
+    """The body as the server decodes it into its type: unknown fields dropped, or a 400."""
+    try:
+        return openapi.prune_object(res, obj)
+    except openapi.DecodeError as exc:
+        raise errors.bad_request(
+            f'{res.kind} in version "{res.version}" cannot be handled as a {res.kind}: {exc}'
+        ) from None
+
+
 class Registry:
     """Create/get/list/update/patch/delete with the real server's rules."""
 
@@ -74,7 +84,7 @@ class Registry:
         """POST: name generation, defaulting/admission, validation, server-owned metadata."""
         if not isinstance(body, dict):
             raise errors.bad_request("the body of the request must be a JSON object")
-        obj = _untyped(copy.deepcopy(body))
+        obj = _decoded(res, _untyped(copy.deepcopy(body)))
         meta = _meta(obj)
         if res.namespaced:
             if meta.get("namespace") not in (None, "", namespace):
@@ -100,10 +110,7 @@ class Registry:
                 meta.pop(key, None)
             meta["uid"] = str(uuid.uuid4())
             meta["creationTimestamp"] = now()
-            if res is PODS:
-                meta["generation"] = 1
-            else:
-                meta.pop("generation", None)
+            meta.pop("generation", None)  # v1.24 keeps none for pods (v1.33+ does)
             created = self.store.put(res.name, obj, None)
         if res is NAMESPACES:
             for resource, child in controllers.namespace_objects(name):
@@ -266,7 +273,9 @@ class Registry:
             elif content_type == MERGE:
                 result = patch.merge_patch(doc, body)
             else:
-                result = patch.strategic_merge(doc, body, res.name)
+                result = patch.strategic_merge(doc, body, openapi.definition_of(res))
+        except patch.PatchServerError as exc:
+            raise ApiError(500, str(exc), "InternalError") from None
         except patch.PatchError as exc:
             raise ApiError(
                 422 if content_type == JSON_PATCH else 400,
@@ -280,10 +289,11 @@ class Registry:
 
     def _apply_update(self, res: Resource, current: Obj, new: Obj, sub: str) -> Obj:
         """Preconditions, strategy PrepareForUpdate, validation, no-op detection, finalizers."""
+        new = _decoded(res, new)
         name = current["metadata"]["name"]
         meta, cur_meta = _meta(new), current["metadata"]
         if meta.get("uid") and meta["uid"] != cur_meta["uid"]:
-            raise errors.uid_precondition(res, name, meta["uid"], cur_meta["uid"])
+            raise errors.uid_immutable(res, name, meta["uid"])
         if meta.get("resourceVersion") and meta["resourceVersion"] != cur_meta["resourceVersion"]:
             raise errors.stale(res, name)
         if meta.get("name", name) != name:
@@ -306,8 +316,20 @@ class Registry:
 
     def _prepare(self, res: Resource, current: Obj, new: Obj, sub: str) -> Obj:
         if sub == "status":
+            # v1.24's status strategies keep the spec (and a pod's ownerReferences) but take
+            # labels, annotations and finalizers from the write; newer servers reset all metadata.
             result = copy.deepcopy(current)
             result["status"] = new.get("status") or {}
+            for key in ("labels", "annotations", "finalizers"):
+                if new["metadata"].get(key):
+                    result["metadata"][key] = new["metadata"][key]
+                else:
+                    result["metadata"].pop(key, None)
+            if res is PODS:
+                defaults.normalize_pod_ips(result["status"])
+                problems = defaults.validate_pod_status(result["status"])
+                if problems:
+                    raise errors.invalid(PODS, current["metadata"]["name"], problems)
             if res is PODS and not result["status"].get("qosClass"):
                 result["status"]["qosClass"] = (current.get("status") or {}).get("qosClass")
             return result
@@ -338,8 +360,6 @@ class Registry:
         problems = defaults.validate_pod_update(new, current)
         if problems:
             raise errors.invalid(PODS, current["metadata"]["name"], problems)
-        if spec != current.get("spec"):
-            new["metadata"]["generation"] = current["metadata"].get("generation", 1) + 1
 
     # --- delete -----------------------------------------------------------------------------
 
@@ -393,13 +413,14 @@ class Registry:
             if not spec.get("nodeName") or phase in ("Succeeded", "Failed"):
                 grace = 0
             deletion_time = now(grace)
-        if grace == 0 and not meta.get("finalizers"):
-            return self.store.remove("pods", current)
         marked = copy.deepcopy(current)
-        if not meta.get("deletionTimestamp"):
-            marked["metadata"]["generation"] = meta.get("generation", 1) + 1
         marked["metadata"].update(deletionTimestamp=deletion_time, deletionGracePeriodSeconds=grace)
-        return self.store.put("pods", marked, current)
+        updated = self.store.put("pods", marked, current)
+        if grace == 0 and not meta.get("finalizers"):
+            # Pod deletion is always graceful: the update (a MODIFIED event with grace 0) comes
+            # before the removal (DELETED), even for a first delete with grace 0.
+            return self.store.remove("pods", updated)
+        return updated
 
     def _delete_namespace(self, current: Obj) -> Obj:
         """Mark Terminating, delete the contents (DELETED events), then the namespace."""

@@ -5,7 +5,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
-from tests.fakeapi import resources
+from tests.fakeapi import openapi, resources
 from tests.fakeapi.resources import Resource
 
 Obj = dict[str, Any]
@@ -53,6 +53,8 @@ def parse(method: str, path: str, params: dict[str, str]) -> Route:
         parts[:2] == ["apis", "coordination.k8s.io"] and len(parts) <= 3
     ):
         return Route("get", document=discovery(parts))
+    if parts == ["openapi", "v2"] and method == "GET":
+        return Route("get", document=openapi.document())
     if parts[:2] == ["api", "v1"]:
         group, rest = "", parts[2:]
     elif len(parts) >= 4 and parts[0] == "apis" and parts[2] == "v1":

@@ -1,0 +1,186 @@
+"""The real API server's schema, as the fake's source of truth for patches and unknown fields.
+
+`openapi_v1_24.json` holds the definitions of the resources the fake serves, copied (without
+descriptions) from the `/openapi/v2` of a real kube-apiserver v1.24 — not written by hand, so
+the fake cannot share the agent's beliefs about merge keys. Regenerate it with
+`python -m tests.fakeapi.openapi` (starts a real control plane, see tests/kubeenv.py);
+tests/test_contract.py checks it against the real server of the test run.
+
+The fake uses it as the real server uses its Go types: strategic merge follows the
+`x-kubernetes-patch-strategy`/`-merge-key` extensions, and fields a type does not have are
+dropped from every write.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from functools import cache
+from pathlib import Path
+from typing import Any
+
+from tests.fakeapi.resources import Resource
+
+Obj = dict[str, Any]
+
+SCHEMA_FILE = Path(__file__).with_name("openapi_v1_24.json")
+REF_PREFIX = "#/definitions/"
+MICRO_TIME = "io.k8s.apimachinery.pkg.apis.meta.v1.MicroTime"
+MICRO_TIME_LAYOUT = "2006-01-02T15:04:05.000000Z07:00"  # Go's RFC3339Micro: exactly 6 digits
+_MICRO_TIME = re.compile(r"\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d\.\d{6}(Z|[+-]\d\d:\d\d)")
+
+
+_ZERO: dict[str, Any] = {"string": "", "integer": 0, "boolean": False}
+
+
+class DecodeError(ValueError):
+    """A body the server cannot decode into its type (it answers 400)."""
+
+
+ROOTS = (
+    "io.k8s.api.core.v1.Pod",
+    "io.k8s.api.core.v1.Node",
+    "io.k8s.api.core.v1.Namespace",
+    "io.k8s.api.core.v1.ConfigMap",
+    "io.k8s.api.core.v1.Secret",
+    "io.k8s.api.core.v1.ServiceAccount",
+    "io.k8s.api.core.v1.Event",
+    "io.k8s.api.core.v1.Binding",
+    "io.k8s.api.coordination.v1.Lease",
+    "io.k8s.api.authentication.v1.TokenRequest",
+    "io.k8s.apimachinery.pkg.apis.meta.v1.Status",
+    "io.k8s.apimachinery.pkg.apis.meta.v1.DeleteOptions",
+)
+
+
+@cache
+def definitions() -> dict[str, Obj]:
+    data: dict[str, Obj] = json.loads(SCHEMA_FILE.read_text())
+    return data
+
+
+def document() -> Obj:
+    """What GET /openapi/v2 answers (only the definitions the fake serves)."""
+    return {
+        "swagger": "2.0",
+        "info": {"title": "Kubernetes", "version": "v1.24.0"},
+        "paths": {},
+        "definitions": definitions(),
+    }
+
+
+def definition_of(res: Resource) -> str:
+    group = {"": "core", "coordination.k8s.io": "coordination"}.get(res.group, res.group)
+    return f"io.k8s.api.{group}.{res.version}.{res.kind}"
+
+
+def resolve(schema: Obj | None) -> Obj | None:
+    """Follow a `$ref` to its definition."""
+    if schema is None:
+        return None
+    ref = schema.get("$ref")
+    if isinstance(ref, str) and ref.startswith(REF_PREFIX):
+        return definitions().get(ref[len(REF_PREFIX) :])
+    return schema
+
+
+def field_schema(schema: Obj | None, field: str) -> Obj | None:
+    """The schema of `field` inside the map `schema` (None: the type has no such field)."""
+    schema = resolve(schema)
+    if schema is None:
+        return None
+    props = schema.get("properties")
+    if isinstance(props, dict):
+        return props.get(field)
+    extra = schema.get("additionalProperties")
+    return extra if isinstance(extra, dict) else {}
+
+
+def items_schema(schema: Obj | None) -> Obj | None:
+    schema = resolve(schema)
+    items = (schema or {}).get("items")
+    return items if isinstance(items, dict) else None
+
+
+def prune(value: Any, schema: Obj | None) -> Any:
+    """Drop the fields the type does not have, as decoding into a Go struct does."""
+    if (schema or {}).get("$ref") == REF_PREFIX + MICRO_TIME and value is not None:
+        if not (isinstance(value, str) and _MICRO_TIME.fullmatch(value)):
+            raise DecodeError(f'parsing time "{value}" as "{MICRO_TIME_LAYOUT}"')
+        return value
+    schema = resolve(schema)
+    if schema is None:
+        return value
+    if isinstance(value, dict):
+        props = schema.get("properties")
+        if isinstance(props, dict):
+            pruned = {k: prune(v, props[k]) for k, v in value.items() if k in props}
+            for field in schema.get("required") or ():  # Go encodes a zero for a missing one
+                zero = _ZERO.get(str((resolve(props.get(field)) or {}).get("type")))
+                if field not in pruned and zero is not None:
+                    pruned[field] = zero
+            return pruned
+        extra = schema.get("additionalProperties")
+        if isinstance(extra, dict):
+            return {k: prune(v, extra) for k, v in value.items()}
+        return value
+    if isinstance(value, list):
+        items = items_schema(schema)
+        return [prune(v, items) for v in value] if items is not None else value
+    return value
+
+
+def prune_object(res: Resource, obj: Obj) -> Obj:
+    """A written object as the server stores it: without fields its type lacks.
+
+    Raises DecodeError where the real server's decoder fails (a MicroTime without 6 digits).
+    """
+    pruned: Obj = prune(obj, {"$ref": REF_PREFIX + definition_of(res)})
+    return pruned
+
+
+def capture(out: Path = SCHEMA_FILE) -> None:
+    """Copy the definitions from a real server's /openapi/v2 (descriptions left out)."""
+    from kubelet_sim.kube.client import connect
+    from kubelet_sim.kube.rest import request_json
+    from tests.kubeenv import KubeEnv, find_binaries
+
+    with KubeEnv(find_binaries(), controllers=False) as env:
+        api = connect(str(env.admin_kubeconfig)).api
+        document = request_json(api, "GET", "/openapi/v2", timeout=(5, 60))
+    out.write_text(json.dumps(trimmed(document["definitions"]), indent=1, sort_keys=True) + "\n")
+
+
+def trimmed(all_definitions: dict[str, Obj]) -> dict[str, Obj]:
+    """The definitions ROOTS reach, without descriptions: what the fake keeps and compares."""
+    kept: dict[str, Obj] = {}
+    pending = list(ROOTS)
+    while pending:
+        name = pending.pop()
+        if name in kept or name not in all_definitions:
+            continue
+        kept[name] = _strip_descriptions(all_definitions[name])
+        pending.extend(_refs(kept[name]))
+    return kept
+
+
+def _strip_descriptions(schema: Any) -> Any:
+    if isinstance(schema, dict):
+        return {k: _strip_descriptions(v) for k, v in schema.items() if k != "description"}
+    if isinstance(schema, list):
+        return [_strip_descriptions(v) for v in schema]
+    return schema
+
+
+def _refs(schema: Any) -> list[str]:
+    if isinstance(schema, dict):
+        found = [str(schema["$ref"])[len(REF_PREFIX) :]] if "$ref" in schema else []
+        return found + [r for v in schema.values() for r in _refs(v)]
+    if isinstance(schema, list):
+        return [r for v in schema for r in _refs(v)]
+    return []
+
+
+if __name__ == "__main__":
+    capture()
+    print(f"wrote {SCHEMA_FILE} ({len(definitions())} definitions)")
