@@ -220,6 +220,7 @@ class KubeEnv:
         return url
 
     def _start_apiserver(self, etcd_url: str, timeout: float) -> None:
+        """Flags as ../shared/kube-bin/README.md says, the issuer (token audience) as kind's."""
         port = _free_port()
         pki = self.workdir / "pki"
         self.url = f"https://127.0.0.1:{port}"
@@ -237,7 +238,7 @@ class KubeEnv:
                 "--enable-admission-plugins", "NodeRestriction",
                 "--service-account-key-file", str(pki / "sa.pub"),
                 "--service-account-signing-key-file", str(pki / "sa.key"),
-                "--service-account-issuer", "https://kubernetes.default.svc",
+                "--service-account-issuer", "https://kubernetes.default.svc.cluster.local",
                 "--service-cluster-ip-range", "10.96.0.0/16",
                 "--allow-privileged=true",
                 "--endpoint-reconciler-type", "none",

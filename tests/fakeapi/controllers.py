@@ -45,7 +45,8 @@ def issue_token(namespace: str, service_account: str, request: Obj) -> Obj:
     """A TokenRequest answer: a JWT-shaped token bound to the pod the request names."""
     spec = dict(request.get("spec") or {})
     spec.setdefault("expirationSeconds", 3600)
-    spec.setdefault("audiences", ["https://kubernetes.default.svc.cluster.local"])
+    if not spec.get("audiences"):  # the API server's own audience, as kind configures it
+        spec["audiences"] = ["https://kubernetes.default.svc.cluster.local"]
     now = int(time.time())
     expires = now + int(spec["expirationSeconds"])
     claims = {
@@ -82,3 +83,34 @@ def issue_token(namespace: str, service_account: str, request: Obj) -> Obj:
             "expirationTimestamp": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime(expires)),
         },
     }
+
+
+NOT_READY_TAINT = {"key": "node.kubernetes.io/not-ready", "effect": "NoSchedule"}
+
+
+def taint_new_node(node: Obj) -> None:
+    """TaintNodesByCondition admission: every new Node starts not-ready for the scheduler."""
+    taints = node.setdefault("spec", {}).setdefault("taints", [])
+    if not any(t.get("key") == NOT_READY_TAINT["key"] for t in taints):
+        taints.append(dict(NOT_READY_TAINT))
+
+
+def sync_not_ready_taint(node: Obj) -> None:
+    """The node lifecycle controller's NoSchedule tainting pass, on each status write: the
+    not-ready taint goes once Ready is True and comes back when it is not."""
+    conditions = (node.get("status") or {}).get("conditions") or []
+    ready = next((c.get("status") for c in conditions if c.get("type") == "Ready"), None)
+    if ready is None:
+        return
+    spec = node.setdefault("spec", {})
+    taints = list(spec.get("taints") or [])
+    tainted = any(t.get("key") == NOT_READY_TAINT["key"] for t in taints)
+    if ready == "True":
+        taints = [t for t in taints if t.get("key") != NOT_READY_TAINT["key"]]
+    elif not tainted:
+        added = time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())
+        taints.append({**NOT_READY_TAINT, "timeAdded": added})
+    if taints:
+        spec["taints"] = taints
+    else:
+        spec.pop("taints", None)

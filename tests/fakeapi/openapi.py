@@ -13,6 +13,7 @@ dropped from every write.
 
 from __future__ import annotations
 
+import copy
 import json
 import re
 from functools import cache
@@ -31,6 +32,16 @@ _MICRO_TIME = re.compile(r"\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d\.\d{6}(Z|[+-]\d\d:\d\d
 
 
 _ZERO: dict[str, Any] = {"string": "", "integer": 0, "boolean": False}
+
+# What Go encodes although the schema calls it optional: struct-valued fields (not pointers) and
+# strings without `omitempty`. The OpenAPI document cannot say this; the Go types do.
+_ALWAYS: dict[str, dict[str, Any]] = {
+    "io.k8s.api.core.v1.ContainerStatus": {"state": {}, "lastState": {}},
+    "io.k8s.api.core.v1.Node": {"spec": {}, "status": {}},
+    "io.k8s.api.core.v1.NodeStatus": {"daemonEndpoints": {}, "nodeInfo": {}},
+    "io.k8s.api.core.v1.NodeDaemonEndpoints": {"kubeletEndpoint": {}},
+    "io.k8s.api.core.v1.Event": {"reportingComponent": "", "reportingInstance": ""},
+}
 
 
 class DecodeError(ValueError):
@@ -69,6 +80,20 @@ def document() -> Obj:
     }
 
 
+def _check_micro_time(value: Any) -> None:
+    """Decode a MicroTime as Go's time.Parse(RFC3339Micro) would, with its error text for the
+    usual mistake (no fraction, or not six digits of it)."""
+    if isinstance(value, str) and _MICRO_TIME.fullmatch(value):
+        return
+    error = f'parsing time "{value}" as "{MICRO_TIME_LAYOUT}"'
+    head = re.match(r"\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d", str(value))
+    if head:
+        rest = str(value)[head.end() :]
+        if not rest.startswith("."):
+            error += f': cannot parse "{rest}" as ".000000"'
+    raise DecodeError(error)
+
+
 def definition_of(res: Resource) -> str:
     group = {"": "core", "coordination.k8s.io": "coordination"}.get(res.group, res.group)
     return f"io.k8s.api.{group}.{res.version}.{res.kind}"
@@ -104,9 +129,9 @@ def items_schema(schema: Obj | None) -> Obj | None:
 
 def prune(value: Any, schema: Obj | None) -> Any:
     """Drop the fields the type does not have, as decoding into a Go struct does."""
-    if (schema or {}).get("$ref") == REF_PREFIX + MICRO_TIME and value is not None:
-        if not (isinstance(value, str) and _MICRO_TIME.fullmatch(value)):
-            raise DecodeError(f'parsing time "{value}" as "{MICRO_TIME_LAYOUT}"')
+    ref = str((schema or {}).get("$ref", ""))[len(REF_PREFIX) :]
+    if ref == MICRO_TIME and value is not None:
+        _check_micro_time(value)
         return value
     schema = resolve(schema)
     if schema is None:
@@ -115,6 +140,9 @@ def prune(value: Any, schema: Obj | None) -> Any:
         props = schema.get("properties")
         if isinstance(props, dict):
             pruned = {k: prune(v, props[k]) for k, v in value.items() if k in props}
+            for field, empty in _ALWAYS.get(ref, {}).items():
+                if field not in pruned:
+                    pruned[field] = prune(copy.deepcopy(empty), props.get(field))
             for field in schema.get("required") or ():  # Go encodes a zero for a missing one
                 zero = _ZERO.get(str((resolve(props.get(field)) or {}).get("type")))
                 if field not in pruned and zero is not None:

@@ -184,6 +184,7 @@ def _strip(value: Any) -> Any:
 
 
 def _merge_map(original: Any, patch: Obj, schema: Obj | None) -> Obj | None:
+    """apimachinery's mergeMap: directives, $retainKeys, $setElementOrder lists, then fields."""
     directive = patch.get("$patch")
     if directive == "delete":
         return None
@@ -193,13 +194,13 @@ def _merge_map(original: Any, patch: Obj, schema: Obj | None) -> Obj | None:
     retain = patch.get("$retainKeys")
     if isinstance(retain, list):
         result = {k: v for k, v in result.items() if k in retain}
-    orders: dict[str, list[Any]] = {}
+    patch = dict(patch)
+    for key in [k for k in patch if k.startswith("$setElementOrder/")]:
+        field = key.split("/", 1)[1]
+        _check_order_directive(schema, field)
+        _merge_ordered(result, patch, field, patch.pop(key), openapi.field_schema(schema, field))
     for key, value in patch.items():
-        if key.startswith("$setElementOrder/"):
-            field = key.split("/", 1)[1]
-            _check_order_directive(schema, field)
-            orders[field] = value
-        elif key.startswith("$deleteFromPrimitiveList/"):
+        if key.startswith("$deleteFromPrimitiveList/"):
             field = key.split("/", 1)[1]
             result[field] = [x for x in result.get(field) or [] if x not in value]
         elif key.startswith("$"):
@@ -216,11 +217,70 @@ def _merge_map(original: Any, patch: Obj, schema: Obj | None) -> Obj | None:
             result[key] = _merge_list(result.get(key), value, openapi.field_schema(schema, key))
         else:
             result[key] = copy.deepcopy(value)
-    for field, order in orders.items():
-        if isinstance(result.get(field), list):
-            _, key = _strategy(openapi.field_schema(schema, field))
-            result[field] = _order(result[field], order, key)
     return result
+
+
+def _merge_ordered(result: Obj, patch: Obj, field: str, order: Any, schema: Obj | None) -> None:
+    """mergePatchIntoOriginal: a list and its `$setElementOrder`, merged and ordered at once."""
+    _, key = _strategy(schema)
+    if not isinstance(order, list):
+        raise PatchError(f"invalid $setElementOrder/{field}: not a list")
+    original, changes = result.get(field), patch.pop(field, None)
+    if original is None and changes is None:
+        return
+    if changes is None:
+        merged = list(original)
+    elif original is None:
+        merged = _strip(changes)
+    else:
+        merged = _merge_list(original, changes, schema)
+    in_order, server_only = _partition(merged, order, key)
+    result[field] = _normalize_order(in_order, server_only, order, original or [], key)
+
+
+def _ident(item: Any, key: str | None) -> Any:
+    return item.get(key) if key and isinstance(item, dict) else item
+
+
+def _partition(items: list[Any], by: list[Any], key: str | None) -> tuple[list[Any], list[Any]]:
+    wanted = [_ident(i, key) for i in by]
+    return (
+        [i for i in items if _ident(i, key) in wanted],
+        [i for i in items if _ident(i, key) not in wanted],
+    )
+
+
+def _normalize_order(
+    patched: list[Any], server_only: list[Any], order: list[Any], live: list[Any], key: str | None
+) -> list[Any]:
+    """normalizeElementOrder + mergeSortedSlice: the patch's items in the patch's order, the
+    server-only items in the live order, interleaved where the live list relates the two."""
+    order_ids = [_ident(i, key) for i in order]
+    live_ids = [_ident(i, key) for i in live]
+    patched = sorted(patched, key=lambda i: order_ids.index(_ident(i, key)))
+    server_only = sorted(server_only, key=lambda i: live_ids.index(_ident(i, key)))
+    out: list[Any] = []
+    i = j = 0
+    while i < len(server_only) or j < len(patched):
+        if j >= len(patched):
+            out.append(server_only[i])
+            i += 1
+        elif i >= len(server_only):
+            out.append(patched[j])
+            j += 1
+        else:
+            left, right = _ident(server_only[i], key), _ident(patched[j], key)
+            if (
+                left in live_ids
+                and right in live_ids
+                and live_ids.index(left) < live_ids.index(right)
+            ):
+                out.append(server_only[i])
+                i += 1
+            else:
+                out.append(patched[j])
+                j += 1
+    return out
 
 
 def _check_order_directive(schema: Obj | None, field: str) -> None:
@@ -240,38 +300,37 @@ def _check_order_directive(schema: Obj | None, field: str) -> None:
 
 
 def _merge_list(original: Any, patch: list[Any], schema: Obj | None) -> list[Any]:
+    """mergeSliceHandler/mergeSlice: replace, or merge by key (or as a set) and reorder."""
     merges, merge_key = _strategy(schema)
-    if any(isinstance(i, dict) and i.get("$patch") == "replace" for i in patch):
-        return _strip(patch)  # type: ignore[no-any-return]
     if not merges or not isinstance(original, list):
         return _strip(patch)  # type: ignore[no-any-return]
-    if merge_key is None:  # a set of primitives: the patch's items first, as the real server
-        patched = [x for x in patch if not isinstance(x, dict)]
-        return patched + [x for x in original if x not in patched]
-    items = openapi.items_schema(schema)
-    result = copy.deepcopy(original)
-    for item in patch:
-        if not isinstance(item, dict):
-            raise PatchError(f"list item is not a map (merge key {merge_key})")
-        pos = next(
-            (i for i, old in enumerate(result) if old.get(merge_key) == item.get(merge_key)), None
-        )
-        if item.get("$patch") == "delete":
-            result = [r for r in result if r.get(merge_key) != item.get(merge_key)]
-        elif pos is None:
-            result.append(_merge_map({}, item, items))
-        else:
-            result[pos] = _merge_map(result[pos], item, items)
-    return result
-
-
-def _order(items: list[Any], order: list[Any], key: str | None) -> list[Any]:
-    """Sort by `$setElementOrder`; items it does not mention keep their place after those."""
-
-    def ident(item: Any) -> Any:
-        return item.get(key) if key and isinstance(item, dict) else item
-
-    wanted = [ident(o) for o in order]
-    ranked = [i for i in items if ident(i) in wanted]
-    ranked.sort(key=lambda i: wanted.index(ident(i)))
-    return ranked + [i for i in items if ident(i) not in wanted]
+    if merge_key is None:  # a set of primitives
+        changes = [x for x in patch if not isinstance(x, dict)]
+        merged: list[Any] = []
+        for x in original + changes:
+            if x not in merged:
+                merged.append(x)
+        live = original
+    else:
+        live, changes = list(original), []
+        for item in patch:
+            if not isinstance(item, dict) or merge_key not in item:
+                raise PatchError(f"map: {item} does not contain declared merge key: {merge_key}")
+            if item.get("$patch") == "delete":
+                live = [r for r in live if r.get(merge_key) != item[merge_key]]
+            elif item.get("$patch") == "replace":
+                return _strip([i for i in patch if "$patch" not in i])  # type: ignore[no-any-return]
+            else:
+                changes.append(item)
+        items = openapi.items_schema(schema)
+        merged = copy.deepcopy(live)
+        for item in changes:
+            pos = next(
+                (n for n, old in enumerate(merged) if old.get(merge_key) == item[merge_key]), None
+            )
+            if pos is None:
+                merged.append(_strip(item))
+            else:
+                merged[pos] = _merge_map(merged[pos], item, items)
+    in_patch, server_only = _partition(merged, changes, merge_key)
+    return _normalize_order(in_patch, server_only, changes, live, merge_key)

@@ -12,7 +12,7 @@ from typing import Any
 
 from tests.fakeapi import controllers, defaults, errors, openapi, patch, resources
 from tests.fakeapi.errors import ApiError
-from tests.fakeapi.resources import NAMESPACES, PODS, Resource
+from tests.fakeapi.resources import NAMESPACES, NODES, PODS, Resource
 from tests.fakeapi.store import Store
 
 Obj = dict[str, Any]
@@ -149,6 +149,8 @@ class Registry:
                 defaults.default_secret(obj)
             if res.has_status:
                 obj.setdefault("status", {})
+            if res is NODES:
+                controllers.taint_new_node(obj)
         if problems:
             raise errors.invalid(res, name, problems)
 
@@ -325,6 +327,8 @@ class Registry:
                     result["metadata"][key] = new["metadata"][key]
                 else:
                     result["metadata"].pop(key, None)
+            if res is NODES:
+                controllers.sync_not_ready_taint(result)
             if res is PODS:
                 defaults.normalize_pod_ips(result["status"])
                 problems = defaults.validate_pod_status(result["status"])
@@ -486,10 +490,11 @@ class Registry:
 def _parse_rv(rv: str | None) -> int | None:
     if rv in (None, ""):
         return None
-    try:
-        value = int(rv or 0)
-    except ValueError:
-        raise errors.bad_request(f"invalid resource version: {rv}") from None
-    if value < 0:
-        raise errors.bad_request(f"invalid resource version: {rv}")
-    return value
+    if not str(rv).isdigit():  # what the storage layer's strconv.ParseUint fails on: a 500
+        raise ApiError(
+            500,
+            f'resourceVersion: Invalid value: "{rv}": strconv.ParseUint: parsing "{rv}": '
+            "invalid syntax",
+            "",
+        )
+    return int(str(rv))

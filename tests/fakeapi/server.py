@@ -80,7 +80,7 @@ class FakeApiServer:
     events and coordination.k8s.io/v1 leases, reachable by the official client over HTTP."""
 
     def __init__(
-        self, *, bookmark_interval: float = 1.0, history_size: int = 1000, port: int = 0
+        self, *, bookmark_interval: float = 60.0, history_size: int = 1000, port: int = 0
     ) -> None:
         self.bookmark_interval = bookmark_interval
         self.store = Store(history_size)

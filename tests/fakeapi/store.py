@@ -55,10 +55,13 @@ class Store:
         self.lock = threading.RLock()
         self._rv = 0
         self._objects: dict[str, dict[Key, Obj]] = {}
-        self._history: deque[Event] = deque()
+        # One window per resource, as the watch cache keeps one per resource: busy pods do not
+        # push a node watch's resume point out of the history.
+        self._history: dict[str, deque[Event]] = {}
         self._history_size = history_size
-        self._floor = 0  # resuming from an RV below this is "too old"
+        self._floor: dict[str, int] = {}  # resuming from an RV below this is "too old"
         self._watchers: set[Watcher] = set()
+        self._compacted_at = 0
 
     # --- reads ------------------------------------------------------------------------------
 
@@ -83,14 +86,13 @@ class Store:
     def list_at(self, resource: str, namespace: str | None, rv: int) -> list[Obj]:
         """The objects as they were at `rv`, rebuilt by undoing later events (Exact reads)."""
         with self.lock:
-            if rv < self._floor:
-                raise expired(rv, self._floor)
+            floor = max(self._floor.get(resource, 0), self._compacted_at)
+            if rv < floor:
+                raise expired(rv, floor)
             state = dict(self._objects.get(resource, {}))
-            for ev in reversed(self._history):
+            for ev in reversed(self._history.get(resource, ())):
                 if ev.rv <= rv:
                     break
-                if ev.resource != resource:
-                    continue
                 key = _key(ev.obj)
                 if ev.prev is None:
                     state.pop(key, None)
@@ -121,9 +123,10 @@ class Store:
             return copy.deepcopy(final)
 
     def _record(self, event: Event) -> None:
-        self._history.append(event)
-        while len(self._history) > self._history_size:
-            self._floor = self._history.popleft().rv
+        history = self._history.setdefault(event.resource, deque())
+        history.append(event)
+        while len(history) > self._history_size:
+            self._floor[event.resource] = history.popleft().rv
         for w in list(self._watchers):
             if w.resource == event.resource:
                 w.events.put(event)
@@ -132,7 +135,7 @@ class Store:
         """Forget all history: any resume from an older RV now gets 410."""
         with self.lock:
             self._history.clear()
-            self._floor = self._rv
+            self._compacted_at = self._rv
 
     # --- watch ------------------------------------------------------------------------------
 
@@ -152,9 +155,10 @@ class Store:
                     if namespace is None or key[0] == namespace
                 ]
             else:
-                if rv < self._floor:
-                    raise expired(rv, self._floor)
-                initial = [e for e in self._history if e.rv > rv and e.resource == resource]
+                floor = max(self._floor.get(resource, 0), self._compacted_at)
+                if rv < floor:
+                    raise expired(rv, floor)
+                initial = [e for e in self._history.get(resource, ()) if e.rv > rv]
             watcher = Watcher(resource, namespace)
             self._watchers.add(watcher)
             return watcher, initial

@@ -1,0 +1,551 @@
+"""The contract between the fake API server and a real one: same requests, same answers.
+
+Runs in the real-API pass: each scenario sends the same requests (every shape of request the
+agent sends: status patches, list and watch with the parameters it uses, deletes with
+preconditions, leases, events, node status) to the real server of the session and to a fresh
+in-process fake, and compares the answers after removing what is allowed to differ (uids,
+resourceVersions, timestamps, generated names). A difference fails the test unless KNOWN_GAPS
+names it with a reason.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+import secrets
+import threading
+import time
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from kubelet_sim.kube.client import connect
+from kubelet_sim.kube.rest import ApiError, request_json
+from tests.cluster import Cluster, api_mode
+from tests.fakeapi import FakeApiServer
+
+SMP = "application/strategic-merge-patch+json"
+MERGE = "application/merge-patch+json"
+T0 = "2026-01-01T00:00:00Z"
+
+# Values that differ between any two servers (or runs) by nature.
+VOLATILE = {
+    "uid",
+    "resourceVersion",
+    "creationTimestamp",
+    "deletionTimestamp",
+    "managedFields",
+    "selfLink",
+    "firstTimestamp",
+    "lastTimestamp",
+    "startTime",
+}
+
+# Known gap: the fake keeps no managedFields (server-side apply bookkeeping nothing here reads).
+IGNORED = {"managedFields"}
+
+# Known, reasoned differences: (scenario, path in the answer) → why it is acceptable.
+KNOWN_GAPS: dict[tuple[str, str], str] = {
+    (
+        "order directive on a list without merge key",
+        "transport",
+    ): "v1.24 panics and drops the connection; the fake answers 500 (both fail, never succeed)",
+}
+
+
+@dataclass
+class Answer:
+    code: int
+    body: Any
+
+
+def _call(
+    api: Any, method: str, path: str, body: Any = None, ct: str = "application/json"
+) -> Answer:
+    try:
+        return Answer(200, request_json(api, method, path, body, content_type=ct))
+    except ApiError as exc:
+        return Answer(exc.status, {"reason": exc.reason, "message": exc.message})
+    except Exception as exc:  # a dropped connection: the server failed on the request
+        return Answer(599, {"transport": type(exc).__name__})
+
+
+_UUID = re.compile(r"[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}")
+_IN_RECORD = re.compile(r"in record \(\d+\)")
+# Written by controllers of the real cluster at their own pace (the TTL controller, the node
+# lifecycle controller's taints); the fake's stand-ins act at once.
+CONTROLLER_ANNOTATIONS = {"node.alpha.kubernetes.io/ttl"}
+CONTROLLER_TAINTS = "node.kubernetes.io/"
+
+
+def _normalize(value: Any) -> Any:
+    """Null and absent are the same to a client; volatile values become placeholders."""
+    if isinstance(value, dict):
+        kept = {
+            k: ("<volatile>" if k in VOLATILE else _normalize(v))
+            for k, v in value.items()
+            if k in VOLATILE or (v is not None and k not in CONTROLLER_ANNOTATIONS)
+            if k not in IGNORED
+        }
+        return {k: v for k, v in kept.items() if v not in ({}, [])}  # omitempty
+    if isinstance(value, list):
+        return [
+            _normalize(v)
+            for v in value
+            if not (isinstance(v, dict) and str(v.get("key", "")).startswith(CONTROLLER_TAINTS))
+        ]
+    if isinstance(value, str):
+        if value.startswith("kube-api-access-"):
+            return "kube-api-access-<random>"
+        return _IN_RECORD.sub("in record (<rv>)", _UUID.sub("<uuid>", value))
+    return value
+
+
+def _diff(a: Any, b: Any, path: str = "") -> list[str]:
+    if isinstance(a, dict) and isinstance(b, dict):
+        out = []
+        for key in sorted(set(a) | set(b)):
+            if key not in a or key not in b:
+                out.append(f"{path}.{key}: real={a.get(key)!r} fake={b.get(key)!r}")
+            else:
+                out += _diff(a[key], b[key], f"{path}.{key}")
+        return out
+    if isinstance(a, list) and isinstance(b, list) and len(a) == len(b):
+        return [
+            d
+            for i, (x, y) in enumerate(zip(a, b, strict=True))
+            for d in _diff(x, y, f"{path}[{i}]")
+        ]
+    return [] if a == b else [f"{path or '.'}: real={a!r} fake={b!r}"]
+
+
+class Side:
+    """One server, addressed with admin credentials, in a namespace of the same name."""
+
+    def __init__(self, name: str, kubeconfig: str, namespace: str) -> None:
+        self.name = name
+        self.api = connect(kubeconfig).api
+        self.ns = namespace
+
+    def __call__(
+        self, method: str, path: str, body: Any = None, ct: str = "application/json"
+    ) -> Answer:
+        return _call(self.api, method, path.format(ns=self.ns), body, ct)
+
+    def watch(
+        self,
+        path: str,
+        rv: str,
+        until: Callable[[list[dict[str, Any]]], bool],
+        selector: str | None = None,
+    ) -> list[dict[str, Any]]:
+        """Events of a watch from `rv`, read until `until(events)` or 10 s."""
+        from kubernetes.client import ApiClient
+
+        assert isinstance(self.api, ApiClient)
+        request = self.api.param_serialize(
+            method="GET",
+            resource_path=path.format(ns=self.ns),
+            query_params=[
+                ("watch", "true"),
+                ("resourceVersion", rv),
+                ("allowWatchBookmarks", "true"),
+                ("timeoutSeconds", "10"),
+                *([("fieldSelector", selector)] if selector else []),
+            ],
+            header_params={"Accept": "application/json"},
+            auth_settings=["BearerToken"],
+        )
+        response = self.api.call_api(*request, _request_timeout=(5, 12))
+        if response.status != 200:  # refused before any event: an error Status
+            return [{"type": "NOT-A-WATCH", "object": json.loads(response.read())}]
+        events: list[dict[str, Any]] = []
+        buffer = b""
+        deadline = time.monotonic() + 10
+        try:
+            for chunk in response.response.stream(1024, decode_content=False):
+                buffer += chunk
+                while b"\n" in buffer:
+                    line, buffer = buffer.split(b"\n", 1)
+                    if line.strip():
+                        event = json.loads(line)
+                        if "type" not in event:  # not a watch stream: an error Status
+                            return [{"type": "NOT-A-WATCH", "object": event}]
+                        if event["type"] != "BOOKMARK":
+                            events.append(event)
+                if until(events) or time.monotonic() > deadline:
+                    break
+        finally:
+            response.response.close()
+        return events
+
+
+@pytest.fixture(scope="module")
+def fake_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[FakeApiServer, Path]]:
+    fake = FakeApiServer().start()
+    path = fake.write_kubeconfig(tmp_path_factory.mktemp("contract") / "kubeconfig")
+    try:
+        yield fake, path
+    finally:
+        fake.stop()
+
+
+@pytest.fixture
+def sides(cluster: Cluster, fake_server: tuple[FakeApiServer, Path]) -> tuple[Side, Side]:
+    if api_mode() != "real":
+        pytest.skip("compares the fake with a real API server: runs in the real-API pass")
+    _, path = fake_server
+    real = Side("real", cluster.kubeconfig, cluster.namespace)
+    fake = Side("fake", str(path), cluster.namespace)
+    fake("POST", "/api/v1/namespaces", {"metadata": {"name": cluster.namespace}})
+    return real, fake
+
+
+def _pod(node: str, name: str = "p") -> dict[str, Any]:
+    return {
+        "metadata": {"name": name, "labels": {"app": "x"}},
+        "spec": {
+            "nodeName": node,
+            "containers": [
+                {"name": "c", "image": "busybox:1.36", "ports": [{"containerPort": 80}]}
+            ],
+        },
+    }
+
+
+def _first_status(node_ip: str) -> dict[str, Any]:
+    """The agent's first status write for a pod with one container."""
+    return {
+        "metadata": {"uid": "<uid>"},
+        "status": {
+            "phase": "Pending",
+            "hostIP": node_ip,
+            "startTime": T0,
+            "conditions": [
+                {
+                    "type": "Initialized",
+                    "status": "True",
+                    "lastProbeTime": None,
+                    "lastTransitionTime": T0,
+                },
+                {
+                    "type": "Ready",
+                    "status": "False",
+                    "lastProbeTime": None,
+                    "lastTransitionTime": T0,
+                    "reason": "ContainersNotReady",
+                    "message": "containers with unready status: [c]",
+                },
+                {
+                    "type": "ContainersReady",
+                    "status": "False",
+                    "lastProbeTime": None,
+                    "lastTransitionTime": T0,
+                    "reason": "ContainersNotReady",
+                    "message": "containers with unready status: [c]",
+                },
+            ],
+            "containerStatuses": [
+                {
+                    "name": "c",
+                    "ready": False,
+                    "restartCount": 0,
+                    "image": "busybox:1.36",
+                    "imageID": "",
+                    "started": False,
+                    "state": {"waiting": {"reason": "ContainerCreating"}},
+                },
+            ],
+        },
+    }
+
+
+def _second_status() -> dict[str, Any]:
+    """The two-way patch once the container runs: merge lists by key, containerStatuses whole."""
+    running = {"running": {"startedAt": T0}}
+    return {
+        "metadata": {"uid": "<uid>"},
+        "status": {
+            "phase": "Running",
+            "podIP": "172.17.0.5",
+            "podIPs": [{"ip": "172.17.0.5"}],
+            "$setElementOrder/conditions": [
+                {"type": "Initialized"},
+                {"type": "Ready"},
+                {"type": "ContainersReady"},
+            ],
+            "conditions": [
+                {"type": "Ready", "status": "True", "reason": None, "message": None},
+                {"type": "ContainersReady", "status": "True", "reason": None, "message": None},
+            ],
+            "containerStatuses": [
+                {
+                    "name": "c",
+                    "ready": True,
+                    "restartCount": 0,
+                    "image": "busybox:1.36",
+                    "imageID": "docker-pullable://busybox@sha256:" + "a" * 64,
+                    "containerID": "docker://" + "b" * 64,
+                    "started": True,
+                    "state": running,
+                },
+            ],
+        },
+    }
+
+
+def _with_uid(body: dict[str, Any], uid: str) -> dict[str, Any]:
+    return json.loads(json.dumps(body).replace("<uid>", uid))
+
+
+Scenario = Callable[[Side, str], list[tuple[str, Answer]]]
+
+
+def scenario_pod_status_writes(s: Side, node: str) -> list[tuple[str, Answer]]:
+    pods = "/api/v1/namespaces/{ns}/pods"
+    created = s("POST", pods, _pod(node))
+    uid = created.body["metadata"]["uid"]
+    first = s("PATCH", pods + "/p/status", _with_uid(_first_status("10.1.2.3"), uid), SMP)
+    second = s("PATCH", pods + "/p/status", _with_uid(_second_status(), uid), SMP)
+    unknown = s("PATCH", pods + "/p/status", {"status": {"notAField": [{"ip": "1.2.3.4"}]}}, SMP)
+    wrong_uid = s(
+        "PATCH",
+        pods + "/p/status",
+        _with_uid(_second_status(), "0" * 8 + "-0000-0000-0000-" + "0" * 12),
+        SMP,
+    )
+    return [
+        ("create", created),
+        ("first status", first),
+        ("second status", second),
+        ("unknown field", unknown),
+        ("wrong uid", wrong_uid),
+    ]
+
+
+def scenario_order_directive(s: Side, node: str) -> list[tuple[str, Answer]]:
+    pods = "/api/v1/namespaces/{ns}/pods"
+    s("POST", pods, _pod(node))
+    body = {
+        "status": {
+            "$setElementOrder/containerStatuses": [{"name": "c"}],
+            "containerStatuses": [{"name": "c", "ready": True}],
+        }
+    }
+    answer = s("PATCH", pods + "/p/status", body, SMP)
+    failed = Answer(500 if answer.code >= 500 else answer.code, {"failed": answer.code >= 500})
+    return [("order directive", failed), ("transport", answer)]
+
+
+def scenario_deletes(s: Side, node: str) -> list[tuple[str, Answer]]:
+    pods = "/api/v1/namespaces/{ns}/pods"
+    created = s("POST", pods, _pod(node))
+    rv, uid = created.body["metadata"]["resourceVersion"], created.body["metadata"]["uid"]
+    wrong = {"preconditions": {"uid": "00000000-0000-0000-0000-000000000000"}}
+    results = [("wrong uid", s("DELETE", pods + "/p", wrong))]
+    results.append(
+        ("wrong rv", s("DELETE", pods + "/p", {"preconditions": {"resourceVersion": "1"}}))
+    )
+    results.append(("graceful", s("DELETE", pods + "/p", {})))
+    final = {"gracePeriodSeconds": 0, "preconditions": {"uid": uid}}
+    results.append(("final", s("DELETE", pods + "/p", final)))
+    results.append(("gone", s("GET", pods + "/p")))
+    events = s.watch(pods, rv, lambda e: any(x["type"] == "DELETED" for x in e))
+    summary = [
+        (e["type"], e["object"]["metadata"].get("deletionGracePeriodSeconds")) for e in events
+    ]
+    results.append(("watch", Answer(200, summary)))
+    return results
+
+
+def scenario_list_and_watch(s: Side, node: str) -> list[tuple[str, Answer]]:
+    """What the agent's informer does: list by node, watch from the list's RV."""
+    pods = "/api/v1/namespaces/{ns}/pods"
+    s("POST", pods, _pod(node, "mine"))
+    s("POST", pods, _pod(node + "-other", "theirs"))
+    listed = s("GET", pods + f"?fieldSelector=spec.nodeName%3D{node}")
+    names = Answer(listed.code, [i["metadata"]["name"] for i in listed.body.get("items", [])])
+    all_nodes = s("GET", f"/api/v1/pods?fieldSelector=spec.nodeName%3D{node}&resourceVersion=0")
+    rv = listed.body["metadata"]["resourceVersion"]
+    s("PATCH", pods + "/mine", {"metadata": {"labels": {"b": "c"}}}, MERGE)
+    s("PATCH", pods + "/theirs", {"metadata": {"labels": {"b": "c"}}}, MERGE)
+    events = s.watch(pods, rv, lambda e: len(e) >= 1, selector=f"spec.nodeName={node}")
+    seen = [(e["type"], e["object"].get("metadata", e["object"]).get("name")) for e in events]
+    bad_selector = s("GET", pods + "?fieldSelector=spec.notAField%3Dx")
+    return [
+        ("list", names),
+        ("list all namespaces", Answer(all_nodes.code, len(all_nodes.body.get("items", [])))),
+        ("watch", Answer(200, seen)),
+        ("bad selector", bad_selector),
+    ]
+
+
+def scenario_lease_and_node(s: Side, node: str) -> list[tuple[str, Answer]]:
+    leases = "/apis/coordination.k8s.io/v1/namespaces/{ns}/leases"
+    lease = {
+        "metadata": {"name": node},
+        "spec": {
+            "holderIdentity": node,
+            "leaseDurationSeconds": 40,
+            "renewTime": "2026-01-01T00:00:00.000000Z",
+        },
+    }
+    created = s("POST", leases, lease)
+    bad = json.loads(json.dumps(created.body))
+    bad["spec"]["renewTime"] = "2026-01-01T00:00:00Z"
+    refused = s("PUT", leases + f"/{node}", bad)
+    body = {
+        "metadata": {"name": node, "labels": {"kubernetes.io/hostname": node}},
+        "status": {
+            "conditions": [
+                {
+                    "type": "Ready",
+                    "status": "True",
+                    "reason": "KubeletReady",
+                    "lastHeartbeatTime": T0,
+                    "lastTransitionTime": T0,
+                }
+            ],
+            "capacity": {"cpu": "2", "pods": "110"},
+            "allocatable": {"cpu": "2", "pods": "110"},
+            "addresses": [{"type": "InternalIP", "address": "10.1.2.3"}],
+        },
+    }
+    node_created = s("POST", "/api/v1/nodes", body)
+    status = {
+        "status": {
+            "conditions": [
+                {
+                    "type": "Ready",
+                    "status": "False",
+                    "reason": "KubeletNotReady",
+                    "lastHeartbeatTime": T0,
+                    "lastTransitionTime": T0,
+                }
+            ],
+            "addresses": [{"type": "Hostname", "address": node}],
+        }
+    }
+    patched = s("PATCH", f"/api/v1/nodes/{node}/status", status, SMP)
+    s("DELETE", f"/api/v1/nodes/{node}")
+    return [
+        ("lease", created),
+        ("lease bad time", refused),
+        ("node", node_created),
+        ("node status", patched),
+    ]
+
+
+def scenario_events(s: Side, node: str) -> list[tuple[str, Answer]]:
+    event = {
+        "metadata": {"name": "p.1"},
+        "involvedObject": {
+            "kind": "Pod",
+            "namespace": s.ns,
+            "name": "p",
+            "apiVersion": "v1",
+            "fieldPath": "spec.containers{c}",
+        },
+        "reason": "Started",
+        "message": "Started container c",
+        "type": "Normal",
+        "source": {"component": "kubelet", "host": node},
+        "count": 1,
+        "firstTimestamp": T0,
+        "lastTimestamp": T0,
+    }
+    events = "/api/v1/namespaces/{ns}/events"
+    created = s("POST", events, event)
+    patched = s("PATCH", events + "/p.1", {"count": 2, "lastTimestamp": T0}, SMP)
+    return [("create", created), ("count", patched)]
+
+
+def scenario_watch_edges(s: Side, node: str) -> list[tuple[str, Answer]]:
+    """A watch from a resourceVersion the server has not reached yet, and a bad one."""
+    pods = "/api/v1/namespaces/{ns}/pods"
+    listed = s("GET", pods)
+    future = str(int(listed.body["metadata"]["resourceVersion"]) + 1_000_000)
+    started = time.monotonic()
+    events = s.watch(pods, future, lambda e: len(e) >= 1)
+    waited = time.monotonic() - started
+    summary = [(e["type"], e["object"].get("code"), e["object"].get("reason")) for e in events]
+    bad = s.watch(pods, "not-a-number", lambda e: len(e) >= 1)
+    bad_summary = [(e["type"], e["object"].get("code"), e["object"].get("reason")) for e in bad]
+    return [
+        ("future rv", Answer(200, summary)),
+        ("future rv waits", Answer(200, waited > 2)),
+        ("bad rv", Answer(200, bad_summary)),
+    ]
+
+
+def scenario_token_request(s: Side, node: str) -> list[tuple[str, Answer]]:
+    """What the agent asks for a pod's projected service account token."""
+    pods = "/api/v1/namespaces/{ns}/pods"
+    pod = s("POST", pods, _pod(node)).body
+    request = {
+        "apiVersion": "authentication.k8s.io/v1",
+        "kind": "TokenRequest",
+        "spec": {
+            "audiences": [],
+            "expirationSeconds": 3607,
+            "boundObjectRef": {
+                "apiVersion": "v1",
+                "kind": "Pod",
+                "name": "p",
+                "uid": pod["metadata"]["uid"],
+            },
+        },
+    }
+    answer = s("POST", "/api/v1/namespaces/{ns}/serviceaccounts/default/token", request)
+    if answer.code == 200:
+        status = answer.body.get("status", {})
+        answer = Answer(
+            200,
+            {
+                "kind": answer.body.get("kind"),
+                "has token": bool(status.get("token")),
+                "spec": answer.body.get("spec"),
+            },
+        )
+    return [("token", answer)]
+
+
+SCENARIOS: dict[str, Scenario] = {
+    "watch edges": scenario_watch_edges,
+    "token request": scenario_token_request,
+    "pod status writes": scenario_pod_status_writes,
+    "order directive on a list without merge key": scenario_order_directive,
+    "deletes": scenario_deletes,
+    "list and watch": scenario_list_and_watch,
+    "lease and node": scenario_lease_and_node,
+    "events": scenario_events,
+}
+
+
+@pytest.mark.parametrize("scenario", SCENARIOS)
+def test_fake_answers_as_the_real_server(sides: tuple[Side, Side], scenario: str) -> None:
+    real, fake = sides
+    node = f"ks-contract-{secrets.token_hex(3)}"
+    results: dict[str, list[tuple[str, Answer]]] = {}
+
+    def run(side: Side) -> None:
+        results[side.name] = SCENARIOS[scenario](side, node)
+
+    threads = [threading.Thread(target=run, args=(side,)) for side in (real, fake)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(60)
+    problems = []
+    for (step, a), (_, b) in zip(results["real"], results["fake"], strict=True):
+        if KNOWN_GAPS.get((scenario, step)):
+            continue
+        if a.code != b.code:
+            problems.append(f"{step}: HTTP real={a.code} fake={b.code} ({a.body} / {b.body})")
+            continue
+        for line in _diff(_normalize(a.body), _normalize(b.body)):
+            problems.append(f"{step}: {line}")
+    assert not problems, "\n".join(problems)
