@@ -169,15 +169,16 @@ def _wait_default_service_account(core: Any, session: _Session, namespace: str) 
 def _cleanup(core: Any, session: _Session, namespace: str, node_name: str) -> None:
     from kubernetes.client import ApiException, V1DeleteOptions
 
-    if session.fake is None:
-        for pod in core.list_namespaced_pod(namespace).items:
-            try:
-                core.delete_namespaced_pod(
-                    pod.metadata.name, namespace, body=V1DeleteOptions(grace_period_seconds=0)
-                )
-            except ApiException as exc:
-                if exc.status != 404:
-                    raise
+    # No kubelet is left to finish graceful deletions: force them, or the namespace controller
+    # (the real one and the fake's) waits for them forever.
+    for pod in core.list_namespaced_pod(namespace).items:
+        try:
+            core.delete_namespaced_pod(
+                pod.metadata.name, namespace, body=V1DeleteOptions(grace_period_seconds=0)
+            )
+        except ApiException as exc:
+            if exc.status != 404:
+                raise
     for delete, args in ((core.delete_namespace, (namespace,)), (core.delete_node, (node_name,))):
         try:
             delete(*args, _preload_content=False)

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import itertools
 from pathlib import Path
 
 import pytest
@@ -137,3 +138,27 @@ def test_status_write_failure_is_retried(
     )
     failed = [r for r in fake.requests(verb="patch", resource="pods") if r.code == 503]
     assert len(failed) == 1, "the first write after the exit failed and was retried"
+
+
+def test_repeated_status_write_failures_back_off_and_are_said_once(
+    cluster: Cluster, docker_env: DockerEnv, tmp_path: Path
+) -> None:
+    from structlog.testing import capture_logs
+
+    fake = cluster.require_fake("fails status writes")
+    with capture_logs() as logs:
+        running = start_agent(cluster, docker_env, tmp_path / "root")
+        try:
+            fake.fail_next(4, 500, verb="patch", resource="pods")
+            make_pod(cluster, "stubborn")
+            wait_status(cluster, "stubborn", running_ready, 40, "Running and Ready")
+        finally:
+            running.stop()
+    failed = [r.time for r in fake.requests(verb="patch", resource="pods") if r.code == 500]
+    assert len(failed) == 4
+    gaps = [b - a for a, b in itertools.pairwise(failed)]
+    assert gaps[-1] > gaps[0] * 1.5, f"retries back off: {gaps}"
+    said = [e for e in logs if e["event"] == "status write failed; retrying with backoff"]
+    assert [e["log_level"] for e in said].count("warning") == 1, said
+    recovered = [e for e in logs if e["event"] == "status write succeeded after failures"]
+    assert [e["attempts"] for e in recovered] == [4]

@@ -135,3 +135,25 @@ def test_unreachable_api_server_is_retried_and_logged(tmp_path: Path) -> None:
     )
     assert retry["retry_in_seconds"] > 0
     assert agent.terminate() == 0
+
+
+def test_insecure_kubeconfig_warns_once_not_per_request(
+    cluster: Cluster, docker_env: object, tmp_path: Path
+) -> None:
+    import json
+
+    config = json.loads(Path(cluster.node_kubeconfig).read_text())
+    server = config["clusters"][0]["cluster"]
+    if not server["server"].startswith("https://"):
+        pytest.skip("needs an API server that speaks TLS (the fake speaks plain HTTP)")
+    server.pop("certificate-authority-data", None)
+    server.pop("certificate-authority", None)
+    server["insecure-skip-tls-verify"] = True
+    insecure = tmp_path / "insecure.kubeconfig"
+    insecure.write_text(json.dumps(config))
+    with running_agent(cluster, kubeconfig=str(insecure)) as agent:
+        wait_for(lambda: _node_ready(cluster), 15, "the Node to be Ready")
+        assert agent.terminate() == 0
+    assert not [line for line in agent.lines if "InsecureRequestWarning" in line]
+    warned = [r for r in agent.records() if "TLS verification" in r.get("event", "")]
+    assert len(warned) == 1, warned

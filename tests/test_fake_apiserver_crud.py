@@ -363,3 +363,36 @@ def test_discovery_and_version(cluster: Cluster) -> None:
     assert "v1" in _raw_get(cluster, "/api")["versions"]
     groups = {g["name"] for g in _raw_get(cluster, "/apis")["groups"]}
     assert "coordination.k8s.io" in groups
+
+
+def test_deleting_a_namespace_waits_for_the_nodes_final_delete_of_bound_pods(
+    cluster: Cluster,
+) -> None:
+    """The namespace controller deletes pods gracefully: a pod bound to a node stays
+    Terminating (and its namespace with it) until the node's kubelet deletes it for good."""
+    from kubernetes.client import V1DeleteOptions
+
+    extra = f"{cluster.namespace}-y"
+    cluster.core.create_namespace({"metadata": {"name": extra}})
+    wait_for(lambda: cluster.core.list_namespaced_service_account(extra).items, 30, "default SA")
+    cluster.core.create_namespaced_pod(extra, pod_body("p", nodeName=cluster.node_name))
+    cluster.core.delete_namespace(extra, _preload_content=False)
+
+    def terminating() -> Any:
+        pod = cluster.core.read_namespaced_pod("p", extra)
+        return pod if pod.metadata.deletion_timestamp else None
+
+    pod = wait_for(terminating, 30, "the pod to be deleted gracefully")
+    assert pod.metadata.deletion_grace_period_seconds == 30
+    assert cluster.core.read_namespace(extra).status.phase == "Terminating"
+    final = V1DeleteOptions(grace_period_seconds=0, preconditions={"uid": pod.metadata.uid})
+    cluster.core.delete_namespaced_pod("p", extra, body=final)
+
+    def gone() -> bool:
+        try:
+            cluster.core.read_namespace(extra)
+        except ApiException as exc:
+            return exc.status == 404
+        return False
+
+    wait_for(gone, 60, f"namespace {extra} to go once its pod is gone")

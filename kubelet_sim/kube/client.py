@@ -7,6 +7,7 @@ import threading
 from dataclasses import dataclass
 from pathlib import Path
 
+import urllib3
 from kubernetes import client, config
 
 from kubelet_sim import __version__
@@ -57,9 +58,19 @@ def connect(kubeconfig: str | None = None, context: str | None = None) -> KubeCo
         )
     # Our loops own retries and backoff; urllib3's silent retries would only hide failures.
     configuration.retries = False
+    if not configuration.verify_ssl:
+        _warn_insecure_once(source)
     api = client.ApiClient(configuration=configuration)
     api.user_agent = USER_AGENT
     return KubeConnection(api=api, host=api.configuration.host, source=source)
+
+
+def _warn_insecure_once(source: str) -> None:
+    """One structured warning instead of urllib3's InsecureRequestWarning on every request."""
+    urllib3.disable_warnings(urllib3.exceptions.InsecureRequestWarning)
+    get_logger(__name__).warning(
+        "TLS verification of the API server is off (insecure-skip-tls-verify)", source=source
+    )
 
 
 def _kubeconfig_path(explicit: str | None) -> str | None:

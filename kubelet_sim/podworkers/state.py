@@ -4,8 +4,22 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
+from kubelet_sim.backoff import Backoff
 from kubelet_sim.pod.admission import Rejection
 from kubelet_sim.pod.status import WaitingReason
+
+
+@dataclass
+class StatusFailure:
+    """A status write that keeps failing: the error, and when to try again."""
+
+    error: str
+    backoff: Backoff = field(default_factory=lambda: Backoff(initial=1.0, cap=300.0))
+    attempts: int = 0
+    next_attempt: float = 0.0  # time.monotonic() of the next try; earlier syncs skip the write
+
+    def retry_in(self, now: float) -> float:
+        return max(self.next_attempt - now, 0.0)
 
 
 @dataclass
@@ -21,5 +35,9 @@ class PodState:
     deadline_reported: bool = False
     # The final DELETE was sent; wait for the informer to drop the pod.
     finally_deleted: bool = False
-    # The last status write failed (API unreachable); retry soon.
-    status_unsent: bool = False
+    # The last status write failed; retried with backoff, said once per distinct error.
+    status_failure: StatusFailure | None = None
+
+    @property
+    def status_unsent(self) -> bool:
+        return self.status_failure is not None

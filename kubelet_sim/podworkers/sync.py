@@ -29,7 +29,7 @@ from kubelet_sim.pod.status import StatusInput, WaitingReason, generate_status
 from kubelet_sim.podworkers.event_refs import container_spec, event_ref, pod_name
 from kubelet_sim.podworkers.settings import SyncSettings
 from kubelet_sim.podworkers.starter import ERROR_RETRY, ContainerStarter
-from kubelet_sim.podworkers.state import PodState
+from kubelet_sim.podworkers.state import PodState, StatusFailure
 from kubelet_sim.podworkers.stopper import ContainerStopper
 from kubelet_sim.runtime.docker_runtime import DockerRuntime
 from kubelet_sim.runtime.observe import ContainerWatcher
@@ -38,7 +38,6 @@ from kubelet_sim.volumes import VolumeManager, VolumeSetup
 __all__ = ["PodSyncer", "SyncSettings"]
 
 DEADLINE_MESSAGE = "Pod was active on the node longer than the specified deadline"
-STATUS_RETRY = 10.0  # the status manager's sync period
 
 
 class PodSyncer:
@@ -100,8 +99,9 @@ class PodSyncer:
             delay = self._terminate(pod, view, state, deadline=deadline_left == 0)
         else:
             delay = self._run(pod, view, state, deadline_left)
-        if state.status_unsent:  # the status manager's retry: within 10 s
-            return min(delay, STATUS_RETRY) if delay is not None else STATUS_RETRY
+        if state.status_failure is not None:  # retried with backoff, not every sync period
+            retry = state.status_failure.retry_in(time.monotonic())
+            return min(delay, retry) if delay is not None else retry
         return delay
 
     def shutdown(self) -> None:
@@ -279,16 +279,43 @@ class PodSyncer:
                 evicted=evicted,
             )
         )
-        state.status_unsent = False
+        failure = state.status_failure
+        if failure is not None and failure.retry_in(time.monotonic()) > 0:
+            return  # backing off: the sync comes back when the wait is over
         try:
             self.status.write(pod, status)
         except ApiError as exc:
             if not (exc.not_found or exc.uid_changed):
-                state.status_unsent = True
-                self.log.warning("status write failed", pod=pod_name(view), error=str(exc))
-        except Exception as exc:  # API unreachable: retried soon (sync returns STATUS_RETRY)
-            state.status_unsent = True
-            self.log.warning("status write failed", pod=pod_name(view), error=str(exc)[:200])
+                self._status_failed(view, state, str(exc))
+                return
+        except Exception as exc:  # API unreachable: retried with backoff
+            self._status_failed(view, state, str(exc)[:200])
+            return
+        if state.status_failure is not None:
+            self.log.info(
+                "status write succeeded after failures",
+                pod=pod_name(view),
+                attempts=state.status_failure.attempts,
+            )
+            state.status_failure = None
+
+    def _status_failed(self, view: PodView, state: PodState, error: str) -> None:
+        """Back off, and say so once per pod and error rather than on every retry."""
+        failure = state.status_failure
+        if failure is None or failure.error != error:
+            failure = state.status_failure = StatusFailure(error)
+            log = self.log.warning
+        else:
+            log = self.log.debug
+        failure.attempts += 1
+        wait = failure.backoff.next_delay()
+        failure.next_attempt = time.monotonic() + wait
+        log(
+            "status write failed; retrying with backoff",
+            pod=pod_name(view),
+            error=error,
+            retry_in_seconds=round(wait, 1),
+        )
 
     def _read_messages(
         self, view: PodView, observed: Sequence[cri.ObservedContainer], state: PodState

@@ -313,7 +313,10 @@ class Registry:
             and meta.get("deletionGracePeriodSeconds") == 0
         )
         if gone:
-            return self.store.remove(res.name, current)
+            removed = self.store.remove(res.name, current)
+            if res is PODS:
+                self._finish_namespace(removed["metadata"].get("namespace") or "")
+            return removed
         return self.store.put(res.name, new, current)
 
     def _prepare(self, res: Resource, current: Obj, new: Obj, sub: str) -> Obj:
@@ -423,11 +426,15 @@ class Registry:
         if grace == 0 and not meta.get("finalizers"):
             # Pod deletion is always graceful: the update (a MODIFIED event with grace 0) comes
             # before the removal (DELETED), even for a first delete with grace 0.
-            return self.store.remove("pods", updated)
+            removed = self.store.remove("pods", updated)
+            self._finish_namespace(removed["metadata"].get("namespace") or "")
+            return removed
         return updated
 
     def _delete_namespace(self, current: Obj) -> Obj:
-        """Mark Terminating, delete the contents (DELETED events), then the namespace."""
+        """Mark Terminating and delete the contents as the namespace controller does: pods
+        gracefully (a bound pod waits for its node's final DELETE), the rest at once; the
+        namespace goes when its last pod has gone."""
         name = current["metadata"]["name"]
         if name in PROTECTED_NAMESPACES:
             raise ApiError(
@@ -443,11 +450,22 @@ class Registry:
         marked["status"] = {"phase": "Terminating"}
         terminating = self.store.put("namespaces", marked, current)
         for res in resources.ALL:
-            if res.namespaced:
+            if res.namespaced and res is not PODS:
                 for obj in self.store.list_objects(res.name, name):
                     self.store.remove(res.name, obj)
-        self.store.remove("namespaces", terminating)
+        for pod in self.store.list_objects("pods", name):
+            if not pod["metadata"].get("deletionTimestamp"):
+                self._delete_pod(pod, None)
+        self._finish_namespace(name)
         return typed(NAMESPACES, terminating)
+
+    def _finish_namespace(self, name: str) -> None:
+        """The namespace controller's last step, once a terminating namespace has no pods."""
+        ns = self.store.get("namespaces", "", name)
+        if ns is None or (ns.get("status") or {}).get("phase") != "Terminating":
+            return
+        if not self.store.list_objects("pods", name):
+            self.store.remove("namespaces", ns)
 
     # --- binding ----------------------------------------------------------------------------
 
