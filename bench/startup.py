@@ -24,6 +24,7 @@ from bench import dockerside, measure, report
 from bench.dockerproxy import DockerProxy
 from bench.kube import BUSYBOX, api_client
 from bench.processes import AGENT_USER_AGENT_PREFIX, AgentProcess, FakeProcess
+from tests.kubeenv import KubeEnv, find_binaries
 
 PAUSE = "kubelet-sim.local/pause:test"
 RESULTS = Path(__file__).resolve().parent / "results"
@@ -33,6 +34,15 @@ GRACE_AFTER_DEADLINE = 90.0  # cleanup time before the watchdog ends the process
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p = argparse.ArgumentParser(prog="python -m bench.startup", description=__doc__)
     p.add_argument("--kubeconfig", help="a real cluster (default: start the fake API server)")
+    p.add_argument(
+        "--real-api",
+        action="store_true",
+        help="start a real control plane (tests/kubeenv.py: KUBEBUILDER_ASSETS or "
+        "KUBELET_SIM_KUBE_BIN) and run the agent with node credentials",
+    )
+    p.add_argument(
+        "--agent-kubeconfig", help="credentials for the agent (default: the same as --kubeconfig)"
+    )
     p.add_argument("--node-name", default="bench-node", help="node kubelet-sim runs as")
     p.add_argument(
         "--no-start-agent",
@@ -70,12 +80,14 @@ class _Owned:
         self.agent: AgentProcess | None = None
         self.proxy: DockerProxy | None = None
         self.tmp: Path | None = None
+        self.env: KubeEnv | None = None
 
     def stop_processes(self) -> None:
         for stop in (
             self.agent.stop if self.agent else None,
             self.proxy.stop if self.proxy else None,
             self.fake.stop if self.fake else None,
+            self.env.stop if self.env else None,
         ):
             if stop is not None:
                 with contextlib.suppress(Exception):
@@ -114,8 +126,13 @@ def main(argv: list[str] | None = None) -> int:
     owned.tmp = Path(tempfile.mkdtemp(prefix="kubelet-sim-bench-"))
     results: list[measure.RunResult] = []
     try:
-        kubeconfig = args.kubeconfig
-        if kubeconfig is None:
+        kubeconfig, agent_kubeconfig = args.kubeconfig, args.agent_kubeconfig
+        if args.real_api:
+            owned.env = KubeEnv(find_binaries()).start()
+            kubeconfig = str(owned.env.admin_kubeconfig)
+            agent_kubeconfig = str(owned.env.node_kubeconfig(args.node_name))
+            print(f"bench: real API server at {owned.env.url} ({', '.join(owned.env.components)})")
+        elif kubeconfig is None:
             owned.fake = FakeProcess(owned.tmp / "kubeconfig")
             kubeconfig = str(owned.fake.kubeconfig)
             print(f"bench: fake API server at {owned.fake.url}")
@@ -124,7 +141,7 @@ def main(argv: list[str] | None = None) -> int:
                 owned.proxy = DockerProxy(owned.tmp / "docker.sock").start()
             owned.agent = AgentProcess(
                 args.node_name,
-                kubeconfig,
+                agent_kubeconfig or kubeconfig,
                 owned.tmp / "root",
                 args.pause_image,
                 owned.proxy.url if owned.proxy else None,

@@ -18,6 +18,7 @@ import threading
 import time
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -70,9 +71,11 @@ class _Session:
     def node_kubeconfig(self, node_name: str) -> str:
         """What a kubelet for `node_name` runs with: node credentials where we can mint them.
 
-        On the fake (no authorization) and on a cluster given by kubeconfig (we hold no CA key)
-        it is the session's own kubeconfig.
+        On a cluster given by kubeconfig (we hold no CA key) it is the session's own kubeconfig.
         """
+        if self.fake is not None:  # the fake authorizes `system:node:` users as a real server
+            path = Path(self.kubeconfig).with_name(f"{node_name}.kubeconfig")
+            return str(self.fake.write_kubeconfig(path, user=f"system:node:{node_name}"))
         if self.env is None:
             return self.kubeconfig
         return str(self.env.node_kubeconfig(node_name))

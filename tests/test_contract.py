@@ -125,10 +125,23 @@ def _diff(a: Any, b: Any, path: str = "") -> list[str]:
 class Side:
     """One server, addressed with admin credentials, in a namespace of the same name."""
 
-    def __init__(self, name: str, kubeconfig: str, namespace: str) -> None:
+    def __init__(
+        self,
+        name: str,
+        kubeconfig: str,
+        namespace: str,
+        node_kubeconfig: Callable[[str], str] | None = None,
+    ) -> None:
         self.name = name
         self.api = connect(kubeconfig).api
         self.ns = namespace
+        self._node_kubeconfig = node_kubeconfig
+
+    def as_node(self, node: str) -> Side:
+        """The same server, with a kubelet's credentials for `node`."""
+        if self._node_kubeconfig is None:
+            pytest.skip("needs node credentials, which only a control plane we start can mint")
+        return Side(self.name, self._node_kubeconfig(node), self.ns)
 
     def __call__(
         self, method: str, path: str, body: Any = None, ct: str = "application/json"
@@ -197,9 +210,22 @@ def fake_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[Fake
 def sides(cluster: Cluster, fake_server: tuple[FakeApiServer, Path]) -> tuple[Side, Side]:
     if api_mode() != "real":
         pytest.skip("compares the fake with a real API server: runs in the real-API pass")
-    _, path = fake_server
-    real = Side("real", cluster.kubeconfig, cluster.namespace)
-    fake = Side("fake", str(path), cluster.namespace)
+    server, path = fake_server
+    env = cluster.session.env
+    real = Side(
+        "real",
+        cluster.kubeconfig,
+        cluster.namespace,
+        (lambda node: str(env.node_kubeconfig(node))) if env is not None else None,
+    )
+    fake = Side(
+        "fake",
+        str(path),
+        cluster.namespace,
+        lambda node: str(
+            server.write_kubeconfig(path.with_name(f"{node}.kubeconfig"), f"system:node:{node}")
+        ),
+    )
     fake("POST", "/api/v1/namespaces", {"metadata": {"name": cluster.namespace}})
     return real, fake
 
@@ -513,7 +539,46 @@ def scenario_token_request(s: Side, node: str) -> list[tuple[str, Answer]]:
     return [("token", answer)]
 
 
+def scenario_node_credentials(s: Side, node: str) -> list[tuple[str, Answer]]:
+    """What the Node authorizer and NodeRestriction allow a kubelet, and what they refuse."""
+    pods = "/api/v1/namespaces/{ns}/pods"
+    mine = _pod(node, "mine")
+    mine["spec"]["volumes"] = [{"name": "v", "configMap": {"name": "used"}}]
+    s("POST", pods, mine)
+    s("POST", pods, _pod(node + "-other", "theirs"))
+    for name in ("used", "unused"):
+        s("POST", "/api/v1/namespaces/{ns}/configmaps", {"metadata": {"name": name}})
+    kubelet = s.as_node(node)
+    node_body = {"metadata": {"name": node, "labels": {"kubernetes.io/hostname": node}}}
+    results = [
+        ("register", kubelet("POST", "/api/v1/nodes", node_body)),
+        ("register another", kubelet("POST", "/api/v1/nodes", {"metadata": {"name": "x" + node}})),
+        ("list own pods", kubelet("GET", f"/api/v1/pods?fieldSelector=spec.nodeName%3D{node}")),
+        ("get used configmap", kubelet("GET", "/api/v1/namespaces/{ns}/configmaps/used")),
+        (
+            "watch used configmap",
+            kubelet("GET", "/api/v1/namespaces/{ns}/configmaps?fieldSelector=metadata.name%3Dused"),
+        ),
+        ("get unused configmap", kubelet("GET", "/api/v1/namespaces/{ns}/configmaps/unused")),
+        ("list configmaps", kubelet("GET", "/api/v1/namespaces/{ns}/configmaps")),
+        ("own pod status", kubelet("PATCH", pods + "/mine/status", {"status": {}}, SMP)),
+        ("other pod status", kubelet("PATCH", pods + "/theirs/status", {"status": {}}, SMP)),
+        ("delete own node", kubelet("DELETE", f"/api/v1/nodes/{node}")),
+        ("read namespace", kubelet("GET", "/api/v1/namespaces/{ns}")),
+    ]
+    s("DELETE", f"/api/v1/nodes/{node}")
+    return [(step, _shape(answer)) for step, answer in results]
+
+
+def _shape(answer: Answer) -> Answer:
+    """A success by its kind (the objects are compared elsewhere), a refusal in full."""
+    if answer.code == 200 and isinstance(answer.body, dict) and "kind" in answer.body:
+        return Answer(200, answer.body["kind"])
+    return answer
+
+
 SCENARIOS: dict[str, Scenario] = {
+    "node credentials": scenario_node_credentials,
     "watch edges": scenario_watch_edges,
     "token request": scenario_token_request,
     "pod status writes": scenario_pod_status_writes,

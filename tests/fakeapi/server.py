@@ -17,7 +17,7 @@ from types import TracebackType
 from typing import Any
 from urllib.parse import parse_qs, urlsplit
 
-from tests.fakeapi import errors, routes, selectors
+from tests.fakeapi import authz, errors, routes, selectors
 from tests.fakeapi.errors import ApiError
 from tests.fakeapi.faults import FailRule, Faults, Predicate, RequestLog, RequestRecord
 from tests.fakeapi.registry import Registry, _parse_rv, typed
@@ -333,6 +333,7 @@ class FakeApiServer:
         res = route.resource
         if res is None:
             raise ApiError(404, "the server could not find the requested resource", "NotFound")
+        authz.check(record.user, route, params, _json_or_none(raw), self.store)
         if res is BINDINGS:
             if route.verb != "create" or route.name is not None:
                 raise ApiError(405, NOT_ALLOWED, "MethodNotAllowed")
@@ -581,6 +582,14 @@ def _json(raw: bytes) -> Any:
         return json.loads(raw or b"null")
     except ValueError as exc:
         raise errors.bad_request(f"error decoding request body: {exc}") from None
+
+
+def _json_or_none(raw: bytes) -> Any:
+    """The body if it is JSON (authorization looks at a created object's name), else None."""
+    try:
+        return json.loads(raw) if raw else None
+    except ValueError:
+        return None
 
 
 def _delete_options(params: dict[str, str], raw: bytes) -> Obj:
