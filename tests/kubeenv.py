@@ -74,6 +74,12 @@ def _free_port() -> int:
         return int(s.getsockname()[1])
 
 
+# Linux's parent-death signal (util-linux setpriv): a killed test run leaves no control plane
+# behind. Set through a wrapper, not preexec_fn, which is unsafe in a process with threads.
+_SETPRIV = shutil.which("setpriv")
+_DIE_WITH_PARENT = [_SETPRIV, "--pdeathsig", "TERM", "--"] if _SETPRIV else []
+
+
 def _openssl(*args: str, cwd: Path) -> None:
     subprocess.run(["openssl", *args], cwd=cwd, check=True, capture_output=True)
 
@@ -195,7 +201,11 @@ class KubeEnv:
     def _spawn(self, name: str, args: list[str]) -> subprocess.Popen[bytes]:
         log = (self.workdir / f"{name}.log").open("wb")
         proc = subprocess.Popen(
-            args, stdout=log, stderr=subprocess.STDOUT, cwd=self.workdir, start_new_session=True
+            [*_DIE_WITH_PARENT, *args],
+            stdout=log,
+            stderr=subprocess.STDOUT,
+            cwd=self.workdir,
+            start_new_session=True,
         )
         log.close()
         self._procs.append((name, proc))
@@ -313,12 +323,14 @@ class KubeEnv:
 
 def main() -> None:
     """Run a control plane until Ctrl-C, for trying the agent by hand."""
+    stop_signals = {signal.SIGINT, signal.SIGTERM}
+    signal.pthread_sigmask(signal.SIG_BLOCK, stop_signals)  # sigwait needs them blocked
     env = KubeEnv(find_binaries()).start()
-    print(f"export KUBECONFIG={env.admin_kubeconfig}  # {', '.join(env.components)}")
+    print(f"export KUBECONFIG={env.admin_kubeconfig}  # {', '.join(env.components)}", flush=True)
     for name in sys.argv[1:]:
-        print(f"{name}: --kubeconfig {env.node_kubeconfig(name)}")
+        print(f"{name}: --kubeconfig {env.node_kubeconfig(name)}", flush=True)
     try:
-        signal.sigwait({signal.SIGINT, signal.SIGTERM})
+        signal.sigwait(stop_signals)
     finally:
         env.stop()
 
