@@ -162,3 +162,19 @@ def test_repeated_status_write_failures_back_off_and_are_said_once(
     assert [e["log_level"] for e in said].count("warning") == 1, said
     recovered = [e for e in logs if e["event"] == "status write succeeded after failures"]
     assert [e["attempts"] for e in recovered] == [4]
+
+
+def test_an_unchanged_status_is_not_written_again(
+    cluster: Cluster, docker_env: DockerEnv, agent: RunningAgent
+) -> None:
+    """Fields the server drops (v1.24 and `hostIPs`) must not make every sync a write."""
+    make_pod(cluster, "steady")
+    wait_status(cluster, "steady", running_ready, 20, "Running and Ready")
+    writer = agent.agent.syncer.status
+    before = writer.unchanged
+    labelled = cluster.core.patch_namespaced_pod(
+        "steady", cluster.namespace, {"metadata": {"labels": {"resync": "please"}}}
+    )
+    wait_for(lambda: writer.unchanged > before, 10, "a sync that found nothing to write")
+    pod = cluster.core.read_namespaced_pod("steady", cluster.namespace)
+    assert pod.metadata.resource_version == labelled.metadata.resource_version

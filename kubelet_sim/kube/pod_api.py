@@ -35,6 +35,7 @@ class PodStatusWriter:
         self._written: dict[str, tuple[int, Json]] = {}
         self._lock = threading.Lock()
         self.writes = 0
+        self.unchanged = 0  # syncs whose status matched what the server holds: nothing sent
 
     def base(self, pod: Json) -> Json:
         uid = pod["metadata"]["uid"]
@@ -54,6 +55,8 @@ class PodStatusWriter:
         status = self._schema.prune(status, POD_STATUS)
         patch = two_way_patch(self.base(pod), status, POD_STATUS_SCHEMA)
         if not patch:
+            with self._lock:
+                self.unchanged += 1
             return None
         body = {"metadata": {"uid": meta["uid"]}, "status": patch}
         updated = call_json(
