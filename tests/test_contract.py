@@ -577,7 +577,43 @@ def _shape(answer: Answer) -> Answer:
     return answer
 
 
+def scenario_status_validation(s: Side, node: str) -> list[tuple[str, Answer]]:
+    """What pods/status validation refuses: leaving `terminated` without a restart policy that
+    allows it, a bad nominatedNodeName, a pod IP that is not one."""
+    pods = "/api/v1/namespaces/{ns}/pods"
+    results = []
+    for policy in ("Never", "OnFailure", "Always"):
+        for code in (0, 1):
+            name = f"{policy.lower()}-{code}"
+            body = _pod(node, name)
+            body["spec"]["restartPolicy"] = policy
+            s("POST", pods, body)
+            state = {
+                "terminated": {"exitCode": code, "reason": "Completed" if code == 0 else "Error"}
+            }
+            ended = {
+                "name": "c",
+                "ready": False,
+                "restartCount": 0,
+                "image": "busybox:1.36",
+                "imageID": "",
+                "state": state,
+            }
+            s("PATCH", pods + f"/{name}/status", {"status": {"containerStatuses": [ended]}}, SMP)
+            again = {**ended, "state": {"waiting": {"reason": "CrashLoopBackOff"}}}
+            answer = s(
+                "PATCH", pods + f"/{name}/status", {"status": {"containerStatuses": [again]}}, SMP
+            )
+            results.append((f"{name} back to waiting", _shape(answer)))
+    nominated = {"status": {"nominatedNodeName": "Not_A_Name"}}
+    results.append(("nominatedNodeName", s("PATCH", pods + "/always-0/status", nominated, SMP)))
+    bad_ip = {"status": {"podIPs": [{"ip": "10.0.0.300"}]}}
+    results.append(("pod IP", s("PATCH", pods + "/always-0/status", bad_ip, SMP)))
+    return results
+
+
 SCENARIOS: dict[str, Scenario] = {
+    "status validation": scenario_status_validation,
     "node credentials": scenario_node_credentials,
     "watch edges": scenario_watch_edges,
     "token request": scenario_token_request,

@@ -348,9 +348,23 @@ def normalize_pod_ips(status: Obj) -> None:
         status.pop("podIP", None)
 
 
-def validate_pod_status(status: Obj) -> list[dict[str, str]]:
-    """ValidatePodStatusUpdate (v1.24): what it checks of what a node writes (pod IPs)."""
+def validate_pod_status(status: Obj, old: Obj) -> list[dict[str, str]]:
+    """ValidatePodStatusUpdate (v1.24): nominatedNodeName, containers that may not leave the
+    terminated state, pod IPs."""
     problems = []
+    nominated = status.get("nominatedNodeName")
+    if nominated and not _SUBDOMAIN.match(nominated):
+        problems.append(
+            cause(
+                "FieldValueInvalid",
+                "status.nominatedNodeName",
+                f'Invalid value: "{nominated}": {_SUBDOMAIN_MSG}',
+            )
+        )
+    policy = (old.get("spec") or {}).get("restartPolicy", "Always")
+    old_status = old.get("status") or {}
+    for field in ("containerStatuses", "initContainerStatuses"):
+        problems += _state_transitions(status.get(field), old_status.get(field), field, policy)
     for i, item in enumerate(status.get("podIPs") or []):
         ip = str(item.get("ip", ""))
         try:
@@ -364,6 +378,34 @@ def validate_pod_status(status: Obj) -> list[dict[str, str]]:
                     "(e.g. 10.9.8.7 or 2001:db8::ffff)",
                 )
             )
+    return problems
+
+
+def _state_transitions(
+    new: list[Obj] | None, old: list[Obj] | None, field: str, policy: str
+) -> list[dict[str, str]]:
+    """ValidateContainerStateTransition: unless the policy restarts it, a terminated container
+    stays terminated."""
+    if policy == "Always":
+        return []
+    problems = []
+    for i, before in enumerate(old or []):
+        terminated = (before.get("state") or {}).get("terminated")
+        if terminated is None:
+            continue
+        if terminated.get("exitCode", 0) != 0 and policy == "OnFailure":
+            continue
+        for after in new or []:
+            if after.get("name") == before.get("name") and not (after.get("state") or {}).get(
+                "terminated"
+            ):
+                problems.append(
+                    cause(
+                        "FieldValueForbidden",
+                        f"status.{field}[{i}].state",
+                        "Forbidden: may not be transitioned to non-terminated state",
+                    )
+                )
     return problems
 
 

@@ -334,7 +334,7 @@ class Registry:
                 controllers.sync_not_ready_taint(result)
             if res is PODS:
                 defaults.normalize_pod_ips(result["status"])
-                problems = defaults.validate_pod_status(result["status"])
+                problems = defaults.validate_pod_status(result["status"], current)
                 if problems:
                     raise errors.invalid(PODS, current["metadata"]["name"], problems)
             if res is PODS and not result["status"].get("qosClass"):
