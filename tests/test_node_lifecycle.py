@@ -220,6 +220,35 @@ def test_ready_follows_the_runtime(cluster: Cluster, start_node: Start) -> None:
     assert back["reason"] == "KubeletReady"
 
 
+def test_conditions_of_other_components_survive_the_nodes_status_writes(
+    cluster: Cluster, start_node: Start
+) -> None:
+    """Node status goes as a strategic merge patch: conditions merge by type (the server's
+    schema), so one the node does not own stays, as a CNI plugin's NetworkUnavailable does."""
+    probe = FakeProbe()
+    start_node(probe)
+    _wait_ready(cluster, "True")
+    network = {
+        "type": "NetworkUnavailable",
+        "status": "False",
+        "reason": "RouteCreated",
+        "message": "set by another component",
+        "lastTransitionTime": "2026-01-01T00:00:00Z",
+        "lastHeartbeatTime": "2026-01-01T00:00:00Z",
+    }
+    cluster.core.patch_node_status(
+        cluster.node_name,
+        {"status": {"conditions": [network]}},
+        _content_type="application/strategic-merge-patch+json",
+    )
+    probe.up = False
+    _wait_ready(cluster, "False")
+    node = _node(cluster)
+    assert node is not None
+    kept = [c for c in node["status"]["conditions"] if c["type"] == "NetworkUnavailable"]
+    assert kept == [network]
+
+
 @pytest.mark.docker
 def test_real_docker_makes_the_node_ready(
     cluster: Cluster, start_node: Start, docker_env: Any
