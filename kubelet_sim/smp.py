@@ -33,6 +33,21 @@ NODE_STATUS_SCHEMA: PatchSchema = {
 }
 
 
+def node_status_patch(original: Json, modified: Json) -> Json:
+    """The patch the kubelet sends for node status (nodeutil.PatchNodeStatus): a two-way patch,
+    except that changed addresses go whole with `$patch: replace`, since merging them by type
+    would keep an address of a type the node no longer has."""
+    old_addresses, new_addresses = original.get("addresses"), modified.get("addresses")
+    replace = bool(old_addresses) and old_addresses != new_addresses
+    if replace:
+        modified = {k: v for k, v in modified.items() if k != "addresses"}
+    patch = two_way_patch(original, modified, NODE_STATUS_SCHEMA)
+    if replace:
+        patch.pop("$setElementOrder/addresses", None)
+        patch["addresses"] = [{"$patch": "replace"}, *(new_addresses or [])]
+    return patch
+
+
 def two_way_patch(original: Json, modified: Json, schema: PatchSchema, path: str = "") -> Json:
     """The patch that turns `original` into `modified` (empty when they are equal)."""
     patch: Json = {}

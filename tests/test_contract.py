@@ -456,8 +456,15 @@ def scenario_lease_and_node(s: Side, node: str) -> list[tuple[str, Answer]]:
         }
     }
     patched = s("PATCH", f"/api/v1/nodes/{node}/status", status, SMP)
+    replace = {
+        "status": {
+            "addresses": [{"$patch": "replace"}, {"type": "InternalIP", "address": "10.9.9.9"}]
+        }
+    }
+    replaced = s("PATCH", f"/api/v1/nodes/{node}/status", replace, SMP)
     s("DELETE", f"/api/v1/nodes/{node}")
     return [
+        ("addresses replaced", replaced),
         ("lease", created),
         ("lease bad time", refused),
         ("node", node_created),

@@ -376,3 +376,32 @@ def test_detect_host_reads_this_machine() -> None:
     assert facts.ephemeral_storage_ki > 0
     assert facts.kernel_version
     assert facts.architecture in {"amd64", "arm64", "arm", "386", "ppc64le", "s390x", "riscv64"}
+
+
+def test_desired_status_sets_ours_and_keeps_what_others_own() -> None:
+    from kubelet_sim.node.node_object import desired_status
+
+    server = {
+        "conditions": [
+            {"type": "NetworkUnavailable", "status": "False", "reason": "RouteCreated"},
+            {"type": "Ready", "status": "True", "reason": "KubeletReady"},
+        ],
+        "volumesInUse": ["kubernetes.io/csi/x"],
+        "capacity": {"cpu": "1"},
+    }
+    ours = {
+        "conditions": [
+            {"type": "MemoryPressure", "status": "False"},
+            {"type": "Ready", "status": "False", "reason": "KubeletNotReady"},
+        ],
+        "capacity": {"cpu": "2"},
+    }
+    assert desired_status(server, ours) == {
+        "conditions": [
+            {"type": "NetworkUnavailable", "status": "False", "reason": "RouteCreated"},
+            {"type": "Ready", "status": "False", "reason": "KubeletNotReady"},
+            {"type": "MemoryPressure", "status": "False"},
+        ],
+        "volumesInUse": ["kubernetes.io/csi/x"],
+        "capacity": {"cpu": "2"},
+    }

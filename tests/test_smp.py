@@ -75,3 +75,28 @@ def test_null_and_absent_are_the_same() -> None:
     stored = {"conditions": [{"type": "Ready", "status": "True"}], "reason": None}
     wanted = {"conditions": [{"type": "Ready", "status": "True", "lastProbeTime": None}]}
     assert patch(stored, wanted) == {}
+
+
+def test_node_status_patch_replaces_changed_addresses_whole() -> None:
+    """As nodeutil.PatchNodeStatus: merging addresses by type would keep a stale one."""
+    from kubelet_sim.smp import node_status_patch
+
+    old = {
+        "addresses": [
+            {"type": "InternalIP", "address": "10.0.0.1"},
+            {"type": "Hostname", "address": "n1"},
+        ],
+        "conditions": [{"type": "Ready", "status": "True"}],
+    }
+    new = {
+        "addresses": [{"type": "InternalIP", "address": "10.0.0.2"}],
+        "conditions": [{"type": "Ready", "status": "False"}],
+    }
+    assert node_status_patch(old, new) == {
+        "addresses": [{"$patch": "replace"}, {"type": "InternalIP", "address": "10.0.0.2"}],
+        "conditions": [{"type": "Ready", "status": "False"}],
+        "$setElementOrder/conditions": [{"type": "Ready"}],
+    }
+    assert node_status_patch(new, new) == {}
+    first = node_status_patch({}, new)
+    assert first == new, "nothing to replace yet: the addresses go as they are"

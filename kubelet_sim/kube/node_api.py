@@ -14,6 +14,7 @@ from kubernetes import client
 
 from kubelet_sim.kube.rest import ApiError, Json, call_json, request_json
 from kubelet_sim.kube.schema import NODE_STATUS, ServerSchema
+from kubelet_sim.smp import node_status_patch
 
 LEASE_API = "/apis/coordination.k8s.io/v1"
 STRATEGIC_MERGE_PATCH = "application/strategic-merge-patch+json"
@@ -39,14 +40,19 @@ class NodeApi:
         name = body["metadata"]["name"]
         return request_json(self._api, "PUT", f"/api/v1/nodes/{name}", body)
 
-    def patch_node_status(self, name: str, status: Json) -> Json:
-        """Strategic merge patch of our whole status (conditions and addresses merge by type).
+    def patch_node_status(self, name: str, original: Json, status: Json) -> Json:
+        """PATCH nodes/status from the status the server holds to ours, as the kubelet does.
 
-        Fields the server does not know are left out, as it would drop them.
+        Fields the server does not know are left out of both, as it would drop them.
         """
-        patch = {"status": self._schema.prune(status, NODE_STATUS)}
+        patch = node_status_patch(
+            self._schema.prune(original, NODE_STATUS), self._schema.prune(status, NODE_STATUS)
+        )
         return call_json(
-            self._core.patch_node_status, name, patch, _content_type=STRATEGIC_MERGE_PATCH
+            self._core.patch_node_status,
+            name,
+            {"status": patch},
+            _content_type=STRATEGIC_MERGE_PATCH,
         )
 
     def delete_node(self, name: str) -> None:

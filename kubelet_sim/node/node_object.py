@@ -223,6 +223,17 @@ def ready_condition(conditions: list[Json]) -> Json | None:
     return next((c for c in conditions if c.get("type") == "Ready"), None)
 
 
+def desired_status(server: Json, ours: Json) -> Json:
+    """The server's status with ours set on it, as the kubelet's setters change a copy of the
+    Node it read: our fields replace theirs; conditions merge by type in the server's order, so
+    one another component owns (NetworkUnavailable) stays."""
+    desired = {**copy.deepcopy(server), **copy.deepcopy(ours)}
+    mine = {c["type"]: c for c in ours.get("conditions") or []}
+    conditions = [mine.pop(c.get("type"), c) for c in server.get("conditions") or []]
+    desired["conditions"] = [*conditions, *mine.values()]
+    return desired
+
+
 def status_changed(old: Json | None, new: Json) -> bool:
     """Whether anything but heartbeat times differs (`nodeStatusHasChanged` upstream)."""
     return old is None or _without_heartbeats(old) != _without_heartbeats(new)

@@ -20,6 +20,7 @@ from kubelet_sim.kube.rest import ApiError, Json
 from kubelet_sim.node.host import HostFacts
 from kubelet_sim.node.node_object import (
     PRESSURE_CONDITIONS,
+    desired_status,
     node_status,
     ready_condition,
     runtime_errors,
@@ -67,6 +68,7 @@ class NodeStatusController:
         self._last_sent: Json | None = None
         self._last_write: float | None = None  # time.monotonic() of the last write
         self._spec: Json | None = None
+        self._server: tuple[int, Json] = (0, {})  # (resourceVersion, status) newest seen
 
     # --- called by the lifecycle and the agent ---------------------------------------------
 
@@ -84,6 +86,7 @@ class NodeStatusController:
     def adopt(self, node: Json) -> None:
         """Start from the registered Node: its conditions carry the transition times we keep."""
         status = node.get("status") or {}
+        self._saw(node)
         with self._lock:
             self._conditions = [
                 c for c in status.get("conditions") or [] if c.get("type") in OUR_CONDITIONS
@@ -111,6 +114,7 @@ class NodeStatusController:
 
     def node_changed(self, node: Json) -> None:
         """Log what the cluster changed in our spec (cordon, taints); the kubelet only reacts."""
+        self._saw(node)
         summary = _spec_summary(node)
         with self._lock:
             previous, self._spec = self._spec, summary
@@ -122,6 +126,16 @@ class NodeStatusController:
         removed = sorted(previous["taints"] - summary["taints"])
         if added or removed:
             self._log.info("node taints changed", added=added, removed=removed)
+
+    def _saw(self, node: Json) -> None:
+        """Keep the newest status the server holds: the base of the next two-way patch."""
+        try:
+            rv = int((node.get("metadata") or {}).get("resourceVersion") or 0)
+        except ValueError:
+            rv = 0
+        with self._lock:
+            if rv >= self._server[0]:
+                self._server = (rv, node.get("status") or {})
 
     # --- the loop ------------------------------------------------------------------------------
 
@@ -161,8 +175,12 @@ class NodeStatusController:
 
     def _write(self, status: Json) -> str:
         """PATCH the status: "written", "missing" (the Node is gone) or "failed"."""
+        with self._lock:
+            original = self._server[1]
         try:
-            self._api.patch_node_status(self._settings.node_name, status)
+            updated = self._api.patch_node_status(
+                self._settings.node_name, original, desired_status(original, status)
+            )
         except ApiError as exc:
             if exc.not_found:
                 return "missing"
@@ -171,6 +189,7 @@ class NodeStatusController:
         except Exception as exc:  # a transport failure: the next update retries
             self._log.warning("error updating node status, will retry", error=str(exc))
             return "failed"
+        self._saw(updated)
         with self._lock:
             self._last_sent = status
             self._conditions = status["conditions"]

@@ -313,13 +313,14 @@ def _merge_list(original: Any, patch: list[Any], schema: Obj | None) -> list[Any
         live = original
     else:
         live, changes = list(original), []
-        for item in patch:
+        for item in patch:  # mergeSliceWithSpecialElements: directives before merge keys
+            directive = item.get("$patch") if isinstance(item, dict) else None
+            if directive == "replace":
+                return _strip([i for i in patch if "$patch" not in i])  # type: ignore[no-any-return]
             if not isinstance(item, dict) or merge_key not in item:
                 raise PatchError(f"map: {item} does not contain declared merge key: {merge_key}")
-            if item.get("$patch") == "delete":
+            if directive == "delete":
                 live = [r for r in live if r.get(merge_key) != item[merge_key]]
-            elif item.get("$patch") == "replace":
-                return _strip([i for i in patch if "$patch" not in i])  # type: ignore[no-any-return]
             else:
                 changes.append(item)
         items = openapi.items_schema(schema)
