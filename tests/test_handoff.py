@@ -1,0 +1,181 @@
+"""The scheduler-to-kubelet handoff end to end: a real scheduler binds, kubelet-sim runs.
+
+Needs a control plane with kube-scheduler and kube-controller-manager (tests/kubeenv.py starts
+them from KUBEBUILDER_ASSETS / KUBELET_SIM_KUBE_BIN); skipped on the fake, which schedules nothing.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from pathlib import Path
+from typing import Any
+
+import pytest
+from kubernetes import client
+
+from kubelet_sim import cri
+from tests.agent_fixture import RunningAgent, start_agent
+from tests.cluster import Cluster, wait_for
+from tests.docker_env import DockerEnv
+from tests.pods import BUSYBOX, SLEEP_FOREVER, running_ready
+
+pytestmark = pytest.mark.docker
+
+SCHEDULER = "default-scheduler"
+
+
+def _require_scheduler(cluster: Cluster) -> None:
+    env = cluster.session.env
+    needed = {"kube-scheduler", "kube-controller-manager"}
+    if env is None or not needed <= set(env.components):
+        pytest.skip("needs a control plane with kube-scheduler and kube-controller-manager")
+
+
+def _deployment(name: str, node: str, replicas: int) -> dict[str, Any]:
+    labels = {"app": name}
+    container = {
+        "name": "web",
+        "image": BUSYBOX,
+        "imagePullPolicy": "Never",  # nothing is ever pulled in the tests
+        "command": SLEEP_FOREVER,
+    }
+    return {
+        "apiVersion": "apps/v1",
+        "kind": "Deployment",
+        "metadata": {"name": name, "labels": labels},
+        "spec": {
+            "replicas": replicas,
+            "selector": {"matchLabels": labels},
+            "template": {
+                "metadata": {"labels": labels},
+                "spec": {
+                    "nodeSelector": {"kubernetes.io/hostname": node},
+                    "automountServiceAccountToken": False,
+                    "terminationGracePeriodSeconds": 5,
+                    "containers": [container],
+                },
+            },
+        },
+    }
+
+
+def _pods(cluster: Cluster, selector: str) -> list[dict[str, Any]]:
+    items = cluster.core.list_namespaced_pod(cluster.namespace, label_selector=selector).items
+    return [cluster.api.sanitize_for_serialization(p) for p in items]
+
+
+def _scheduler_events(cluster: Cluster, reason: str) -> dict[str, str]:
+    """Pod name → message of the scheduler's events with `reason` (events.k8s.io)."""
+    events = cluster.core.list_namespaced_event(cluster.namespace).items
+    return {
+        e.involved_object.name: e.message
+        for e in events
+        if e.reason == reason and (e.reporting_component or "") == SCHEDULER
+    }
+
+
+def test_a_deployment_is_scheduled_onto_the_node_runs_and_scales_down(
+    cluster: Cluster, docker_env: DockerEnv, tmp_path: Path
+) -> None:
+    _require_scheduler(cluster)
+    running = start_agent(cluster, docker_env, tmp_path / "root")
+    try:
+        apps = client.AppsV1Api(cluster.api)
+        apps.create_namespaced_deployment(
+            cluster.namespace, _deployment("web", cluster.node_name, 3)
+        )
+
+        def three_ready() -> list[dict[str, Any]] | None:
+            pods = _pods(cluster, "app=web")
+            ready = [p for p in pods if running_ready(p.get("status") or {})]
+            return ready if len(ready) == 3 else None
+
+        pods = wait_for(three_ready, 90, "3 replicas Running and Ready")
+        scheduled = wait_for(
+            lambda: len(s := _scheduler_events(cluster, "Scheduled")) >= 3 and s,
+            30,
+            "the scheduler's Scheduled events",
+        )
+        for pod in pods:
+            name = pod["metadata"]["name"]
+            assert pod["spec"]["nodeName"] == cluster.node_name
+            assert pod["spec"]["schedulerName"] == SCHEDULER
+            bound = [c for c in pod["status"]["conditions"] if c["type"] == "PodScheduled"]
+            assert bound[0]["status"] == "True"
+            assert scheduled[name] == (
+                f"Successfully assigned {cluster.namespace}/{name} to {cluster.node_name}"
+            )
+        uids = {p["metadata"]["uid"] for p in pods}
+
+        apps.patch_namespaced_deployment_scale("web", cluster.namespace, {"spec": {"replicas": 1}})
+        wait_for(lambda: len(_pods(cluster, "app=web")) == 1, 60, "2 replicas deleted to the end")
+        [kept] = _pods(cluster, "app=web")
+        gone = uids - {kept["metadata"]["uid"]}
+
+        def containers_gone() -> bool:
+            left = {
+                c.labels.get(cri.LABEL_POD_UID)
+                for c in docker_env.containers_of_node(cluster.node_name)
+            }
+            return not (left & gone)
+
+        wait_for(containers_gone, 30, "the deleted replicas' containers removed")
+    finally:
+        running.stop()
+
+
+def test_a_pod_that_fits_no_node_waits_then_runs_when_its_node_registers(
+    cluster: Cluster, docker_env: DockerEnv, tmp_path: Path
+) -> None:
+    _require_scheduler(cluster)
+    late = dataclasses.replace(
+        cluster, node_name=f"{cluster.node_name}-late", _node_kubeconfig=None
+    )
+    pod = {
+        "metadata": {"name": "waiting", "labels": {"app": "waiting"}},
+        "spec": {
+            "nodeSelector": {"kubernetes.io/hostname": late.node_name},
+            "automountServiceAccountToken": False,
+            "terminationGracePeriodSeconds": 5,
+            "containers": [
+                {
+                    "name": "c",
+                    "image": BUSYBOX,
+                    "imagePullPolicy": "Never",
+                    "command": SLEEP_FOREVER,
+                }
+            ],
+        },
+    }
+    cluster.core.create_namespaced_pod(cluster.namespace, pod)
+    failed = wait_for(
+        lambda: _scheduler_events(cluster, "FailedScheduling").get("waiting"),
+        30,
+        "the scheduler's FailedScheduling",
+    )
+    assert "nodes are available" in failed or "no nodes available" in failed, failed
+    [waiting] = _pods(cluster, "app=waiting")
+    assert waiting["status"]["phase"] == "Pending"
+    assert not waiting["spec"].get("nodeName")
+    unschedulable = [c for c in waiting["status"]["conditions"] if c["type"] == "PodScheduled"]
+    assert (unschedulable[0]["status"], unschedulable[0]["reason"]) == ("False", "Unschedulable")
+
+    running: RunningAgent | None = None
+    try:
+        running = start_agent(late, docker_env, tmp_path / "root")
+        started = wait_for(
+            lambda: [p for p in _pods(cluster, "app=waiting") if running_ready(p["status"])],
+            90,
+            "the pod bound and started once its node registered",
+        )
+        assert started[0]["spec"]["nodeName"] == late.node_name
+    finally:
+        if running is not None:
+            running.stop()
+        docker_env.remove_labelled(f"{cri.LABEL_NODE}={late.node_name}")
+        for name in (late.node_name,):
+            try:
+                cluster.core.delete_node(name)
+            except client.ApiException as exc:
+                if exc.status != 404:
+                    raise
