@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import os
 import signal
 import sys
@@ -20,6 +21,7 @@ from kubelet_sim.kube.client import KubeConfigError, connect
 from kubelet_sim.logs import configure_logging, get_logger
 from kubelet_sim.node.settings import NodeSettings, parse_labels, parse_taints
 from kubelet_sim.runtime.docker_runtime import DockerRuntime, RuntimeUnavailable
+from kubelet_sim.tools import watch as watch_stream
 
 
 class LogFormatChoice(StrEnum):
@@ -207,8 +209,57 @@ def _fail(message: str, code: int = 1) -> NoReturn:
     raise SystemExit(code)
 
 
+class OutputChoice(StrEnum):
+    text = "text"
+    json = "json"
+
+
+watch_app = typer.Typer(add_completion=False, pretty_exceptions_enable=False, rich_markup_mode=None)
+
+
+@watch_app.command(
+    help="Print the raw stream a node consumes (its pods and its Node), step by step: lists,"
+    " watches, events, bookmarks, 410 and relists, reconnects. Uses the agent's own informer."
+)
+def watch(
+    node_name: Annotated[
+        str, typer.Option(envvar="KUBELET_SIM_NODE_NAME", help="Whose pods and Node to watch.")
+    ],
+    kubeconfig: Annotated[
+        str | None, typer.Option(envvar="KUBELET_SIM_KUBECONFIG", help="Kubeconfig file.")
+    ] = None,
+    context: Annotated[
+        str | None, typer.Option(envvar="KUBELET_SIM_CONTEXT", help="Kubeconfig context.")
+    ] = None,
+    output: Annotated[
+        OutputChoice, typer.Option(help="`text` for people, `json` for a JSON object a line.")
+    ] = OutputChoice.text,
+) -> None:
+    configure_logging("json" if output is OutputChoice.json else "auto", "warning")
+    try:
+        kube = connect(kubeconfig, context)
+    except KubeConfigError as exc:
+        _fail(str(exc))
+
+    stop = _stop_on_signals()
+
+    def write(line: str) -> None:
+        try:
+            print(line, flush=True)
+        except BrokenPipeError:  # `kubelet-sim watch | head`: the reader is gone, so are we
+            stop.set()
+
+    watch_stream.stream(kube, node_name, write, stop, output=output.value)
+    with contextlib.suppress(BrokenPipeError):
+        sys.stdout.flush()
+
+
 def main() -> None:
-    app()
+    """`kubelet-sim watch …` runs the stream printer; anything else runs the node."""
+    if len(sys.argv) > 1 and sys.argv[1] == "watch":
+        watch_app(args=sys.argv[2:], prog_name="kubelet-sim watch")
+    else:
+        app()
 
 
 if __name__ == "__main__":

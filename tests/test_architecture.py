@@ -20,7 +20,8 @@ ALLOWED: dict[str, set[str]] = {
     "node": SHARED | {"kube", "runtime", "pod"},
     "podworkers": SHARED | {"kube", "runtime", "pod", "volumes"},
     "agent": SHARED | {"kube", "runtime", "pod", "node", "podworkers", "volumes"},
-    "cli": SHARED | {"kube", "runtime", "node", "agent"},
+    "tools": SHARED | {"kube"},
+    "cli": SHARED | {"kube", "runtime", "node", "agent", "tools"},
     "__main__": {"cli"},
 }
 THIRD_PARTY_OWNER = {"kubernetes": "kube", "docker": "runtime"}

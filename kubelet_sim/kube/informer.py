@@ -31,6 +31,24 @@ Handler = Callable[[str, Json], None]
 
 
 @dataclass(frozen=True)
+class StreamEvent:
+    """What the informer did or received, as it happened, for `kubelet-sim watch`.
+
+    `kind`: LIST and RELIST (`detail`: items), WATCH (a new watch from `resource_version`),
+    ADDED/MODIFIED/DELETED/BOOKMARK/ERROR as the server sent them (`obj`), EXPIRED (410, a
+    relist follows) and RECONNECT (an error, retried after a backoff).
+    """
+
+    kind: str
+    resource_version: str
+    obj: Json | None = None
+    detail: dict[str, Any] = field(default_factory=dict)
+
+
+Observer = Callable[[StreamEvent], None]
+
+
+@dataclass(frozen=True)
 class ListWatchSource:
     """What to list and watch: a generated `list_*` method of the client, with fixed arguments."""
 
@@ -97,10 +115,12 @@ class Informer:
         *,
         timeouts: WatchTimeouts | None = None,
         backoff: Backoff | None = None,
+        observer: Observer | None = None,
         **log_context: Any,
     ) -> None:
         self.source = source
         self.handler = handler
+        self.observer = observer
         self.timeouts = timeouts or WatchTimeouts()
         self.backoff = backoff or Backoff(initial=0.8, cap=30.0)
         self.stats = InformerStats()
@@ -178,7 +198,16 @@ class Informer:
             # A clean close: watch again at once from the last resourceVersion, no relist.
         self.log.debug("informer stopped")
 
+    def _observe(self, kind: str, obj: Json | None = None, **detail: Any) -> None:
+        if self.observer is None:
+            return
+        try:
+            self.observer(StreamEvent(kind, self.resource_version, obj, detail))
+        except Exception:
+            self.log.exception("stream observer failed", event_type=kind)
+
     def _expired(self, why: str) -> None:
+        self._observe("EXPIRED", why=why)
         self.stats.expired += 1
         self.log.info(
             "resourceVersion expired; relisting", resource_version=self.resource_version, why=why
@@ -190,6 +219,7 @@ class Informer:
             delay = max(self.backoff.next_delay(), 1.0)
         else:
             delay = self.backoff.next_delay()
+        self._observe("RECONNECT", error=str(exc)[:300], retry_in_seconds=round(delay, 2))
         self.log.warning(
             "watch failed; retrying",
             error=str(exc)[:300],
@@ -213,11 +243,13 @@ class Informer:
         body = json.loads(response.data)
         response.release_conn()
         self.stats.lists += 1
-        if self.synced.is_set():
+        relist = self.synced.is_set()
+        if relist:
             self.stats.relists += 1
         items: list[Json] = body.get("items") or []
         self._replace(items)
         self.resource_version = str((body.get("metadata") or {}).get("resourceVersion") or "")
+        self._observe("RELIST" if relist else "LIST", items=len(items))
         self.backoff.reset()
         self.synced.set()
         self.log.debug("listed", items=len(items), resource_version=self.resource_version)
@@ -232,6 +264,7 @@ class Informer:
             _request_timeout=(timeouts.connect, timeouts.read),
         )
         self.stats.watches += 1
+        self._observe("WATCH")
         self._response = response
         try:
             if self._stop.is_set():
@@ -253,6 +286,7 @@ class Informer:
         event = json.loads(line)
         kind, obj = str(event.get("type")), event.get("object") or {}
         self.stats.events[kind] += 1
+        self._observe(kind, obj)
         if kind == "ERROR":
             code = int(obj.get("code") or 0)
             if code == 410:

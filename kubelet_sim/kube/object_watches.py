@@ -10,6 +10,7 @@ from __future__ import annotations
 import threading
 import time
 from collections.abc import Callable, Iterable
+from typing import Any
 
 from kubernetes import client
 
@@ -42,7 +43,7 @@ class ReferencedObjectWatches:
         self._by_pod: dict[str, set[Ref]] = {}
         self._informers: dict[Ref, Informer] = {}
         self._lock = threading.Lock()
-        self._log_context = {"node": node} if node else {}
+        self._log_context: dict[str, Any] = {"node": node} if node else {}
         self.log = get_logger("kubelet_sim.object_watches", **self._log_context)
 
     def set_pod_references(self, pod_uid: str, refs: Iterable[Ref]) -> None:
