@@ -372,7 +372,8 @@ def test_unsupported_patch_type_is_415(cluster: Cluster) -> None:
 
 def test_binding(cluster: Cluster) -> None:
     ns = cluster.namespace
-    cluster.core.create_namespaced_pod(ns, pod_body("p"))
+    # A scheduler of our own, so that a real cluster's default-scheduler leaves the pod to us.
+    cluster.core.create_namespaced_pod(ns, pod_body("p", schedulerName="kubelet-sim-test"))
     assert _bind(cluster, "p")["status"] == "Success"
     pod = cluster.core.read_namespaced_pod("p", ns)
     assert pod.spec.node_name == cluster.node_name
