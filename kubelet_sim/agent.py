@@ -194,6 +194,13 @@ class Agent:
             self.objects.set_pod_references(uid, referenced_objects(pod))
             if kind == "ADDED":
                 log.info("pod bound to this node", phase=(pod.get("status") or {}).get("phase"))
+                self.syncer.journal(
+                    uid,
+                    "seen",
+                    event=kind,
+                    via="watch" if self.pod_informer.synced.is_set() else "list",
+                    resourceVersion=meta.get("resourceVersion"),
+                )
         self.workers.enqueue(uid)
 
     def _on_container_change(self, uid: str) -> None:

@@ -18,9 +18,11 @@ from kubelet_sim import __version__
 from kubelet_sim.agent import Agent, PodSettings
 from kubelet_sim.config import ConfigError
 from kubelet_sim.kube.client import KubeConfigError, connect
+from kubelet_sim.kube.rest import ApiError, request_json
 from kubelet_sim.logs import configure_logging, get_logger
 from kubelet_sim.node.settings import NodeSettings, parse_labels, parse_taints
 from kubelet_sim.runtime.docker_runtime import DockerRuntime, RuntimeUnavailable
+from kubelet_sim.tools import trace as pod_trace
 from kubelet_sim.tools import watch as watch_stream
 
 
@@ -254,10 +256,57 @@ def watch(
         sys.stdout.flush()
 
 
+trace_app = typer.Typer(add_completion=False, pretty_exceptions_enable=False, rich_markup_mode=None)
+
+
+@trace_app.command(
+    help="The handoff timeline of one pod: created, scheduled, bound, seen by the node's watch,"
+    " admitted, sandbox and containers created and started, status written, Ready; with the"
+    " time of each step and the latency between them. Run it on the node's machine."
+)
+def trace(
+    pod: Annotated[str, typer.Argument(help="The pod's name.")],
+    namespace: Annotated[str, typer.Option("--namespace", "-n", help="Its namespace.")] = "default",
+    kubeconfig: Annotated[
+        str | None, typer.Option(envvar="KUBELET_SIM_KUBECONFIG", help="Kubeconfig file.")
+    ] = None,
+    context: Annotated[
+        str | None, typer.Option(envvar="KUBELET_SIM_CONTEXT", help="Kubeconfig context.")
+    ] = None,
+    root_dir: Annotated[
+        Path | None,
+        typer.Option(envvar="KUBELET_SIM_ROOT_DIR", help="The agent's --root-dir (its journal)."),
+    ] = None,
+    output: Annotated[
+        OutputChoice, typer.Option(help="`text` (a table) or `json`.")
+    ] = OutputChoice.text,
+) -> None:
+    configure_logging("json" if output is OutputChoice.json else "auto", "warning")
+    try:
+        kube = connect(kubeconfig, context)
+        found = request_json(kube.api, "GET", f"/api/v1/namespaces/{namespace}/pods/{pod}")
+        node = str((found.get("spec") or {}).get("nodeName") or "")
+        root = usable_root_dir(root_dir) / (node or "unscheduled")
+        runtime = DockerRuntime.connect(node_name=node, root_dir=root)
+    except ApiError as exc:
+        _fail(f"pod {namespace}/{pod}: {exc}")
+    except (ConfigError, KubeConfigError, RuntimeUnavailable) as exc:
+        _fail(str(exc))
+    try:
+        found, steps = pod_trace.collect(kube, runtime, namespace, pod)
+    finally:
+        runtime.close()
+    render = pod_trace.as_json if output is OutputChoice.json else pod_trace.render
+    typer.echo(render(found, steps))
+
+
+SUBCOMMANDS = {"watch": watch_app, "trace": trace_app}
+
+
 def main() -> None:
-    """`kubelet-sim watch …` runs the stream printer; anything else runs the node."""
-    if len(sys.argv) > 1 and sys.argv[1] == "watch":
-        watch_app(args=sys.argv[2:], prog_name="kubelet-sim watch")
+    """`kubelet-sim watch|trace …` run those tools; anything else runs the node."""
+    if len(sys.argv) > 1 and sys.argv[1] in SUBCOMMANDS:
+        SUBCOMMANDS[sys.argv[1]](args=sys.argv[2:], prog_name=f"kubelet-sim {sys.argv[1]}")
     else:
         app()
 

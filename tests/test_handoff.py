@@ -14,6 +14,8 @@ import pytest
 from kubernetes import client
 
 from kubelet_sim import cri
+from kubelet_sim.kube.client import connect
+from kubelet_sim.tools.trace import collect
 from tests.agent_fixture import RunningAgent, start_agent
 from tests.cluster import Cluster, wait_for
 from tests.docker_env import DockerEnv
@@ -106,6 +108,17 @@ def test_a_deployment_is_scheduled_onto_the_node_runs_and_scales_down(
                 f"Successfully assigned {cluster.namespace}/{name} to {cluster.node_name}"
             )
         uids = {p["metadata"]["uid"] for p in pods}
+        _, steps = collect(
+            connect(cluster.kubeconfig),
+            running.agent.runtime,
+            cluster.namespace,
+            pods[0]["metadata"]["name"],
+        )
+        by_name = {s.step: s for s in steps}
+        assert by_name["scheduled"].detail == f"by {SCHEDULER}"
+        assert by_name["bound"].time is not None
+        assert by_name["seen by the node"].detail.startswith("ADDED via watch")
+        assert by_name["Ready written"].time is not None
 
         apps.patch_namespaced_deployment_scale("web", cluster.namespace, {"spec": {"replicas": 1}})
         wait_for(lambda: len(_pods(cluster, "app=web")) == 1, 60, "2 replicas deleted to the end")

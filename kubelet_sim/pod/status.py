@@ -54,6 +54,11 @@ def format_time(ts: datetime | None) -> str | None:
     return ts.astimezone(UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
 
 
+def format_time_precise(ts: datetime) -> str:
+    """RFC 3339 with microseconds (the API's MicroTime), for what happens within a second."""
+    return ts.astimezone(UTC).strftime("%Y-%m-%dT%H:%M:%S.%fZ")
+
+
 def generate_status(inp: StatusInput) -> Json:
     pod = inp.pod
     old: Json = inp.previous if inp.previous is not None else pod.status

@@ -29,6 +29,8 @@ class PodState:
     # Termination messages read once per exited container id.
     messages: dict[str, str] = field(default_factory=dict)
     admitted: bool = False
+    # Steps already in the pod's journal (`kubelet-sim trace`), each written once.
+    journaled: set[str] = field(default_factory=set)
     rejection: Rejection | None = None
     # Container ids a Killing event was recorded for, so repeats of a sync don't repeat it.
     killing: set[str] = field(default_factory=set)

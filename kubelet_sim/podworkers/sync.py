@@ -10,6 +10,7 @@ from __future__ import annotations
 import time
 from collections.abc import Callable, Sequence
 from datetime import UTC, datetime
+from typing import Any
 
 from kubelet_sim import cri
 from kubelet_sim.kube.events import WARNING, EventRecorder
@@ -25,7 +26,12 @@ from kubelet_sim.pod.container_config import spec_hash
 from kubelet_sim.pod.references import referenced_objects
 from kubelet_sim.pod.restart_backoff import KeyedBackoff
 from kubelet_sim.pod.spec import PodView
-from kubelet_sim.pod.status import StatusInput, WaitingReason, generate_status
+from kubelet_sim.pod.status import (
+    StatusInput,
+    WaitingReason,
+    format_time_precise,
+    generate_status,
+)
 from kubelet_sim.podworkers.event_refs import container_spec, event_ref, pod_name
 from kubelet_sim.podworkers.settings import SyncSettings
 from kubelet_sim.podworkers.starter import ERROR_RETRY, ContainerStarter
@@ -122,6 +128,11 @@ class PodSyncer:
             active_pods=others,
             allocatable=self.settings.allocatable,
             allow_privileged=self.settings.allow_privileged,
+        )
+        self.journal(
+            view.uid,
+            "admitted" if rejection is None else "rejected",
+            reason=rejection.reason if rejection else None,
         )
         if rejection is not None:
             state.rejection = rejection
@@ -283,7 +294,7 @@ class PodSyncer:
         if failure is not None and failure.retry_in(time.monotonic()) > 0:
             return  # backing off: the sync comes back when the wait is over
         try:
-            self.status.write(pod, status)
+            written = self.status.write(pod, status)
         except ApiError as exc:
             if not (exc.not_found or exc.uid_changed):
                 self._status_failed(view, state, str(exc))
@@ -291,6 +302,8 @@ class PodSyncer:
         except Exception as exc:  # API unreachable: retried with backoff
             self._status_failed(view, state, str(exc)[:200])
             return
+        if written is not None:
+            self._journal_status(view, state, status)
         if state.status_failure is not None:
             self.log.info(
                 "status write succeeded after failures",
@@ -298,6 +311,25 @@ class PodSyncer:
                 attempts=state.status_failure.attempts,
             )
             state.status_failure = None
+
+    def _journal_status(self, view: PodView, state: PodState, status: Json) -> None:
+        """The first status write and the first one saying Ready, for `kubelet-sim trace`."""
+        ready = any(
+            c.get("type") == "Ready" and c.get("status") == "True"
+            for c in status.get("conditions") or []
+        )
+        for step, due in (("status-written", True), ("ready-written", ready)):
+            if due and step not in state.journaled:
+                state.journaled.add(step)
+                self.journal(view.uid, step, phase=status.get("phase"))
+
+    def journal(self, uid: str, step: str, **fields: Any) -> None:
+        """Append to the pod's journal; a full disk costs the trace, never the pod."""
+        entry = {"step": step, "time": format_time_precise(datetime.now(UTC)), **fields}
+        try:
+            self.runtime.files.append_journal(uid, entry)
+        except (OSError, ValueError) as exc:
+            self.log.debug("journal not written", uid=uid, step=step, error=str(exc))
 
     def _status_failed(self, view: PodView, state: PodState, error: str) -> None:
         """Back off, and say so once per pod and error rather than on every retry."""

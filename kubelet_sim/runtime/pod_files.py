@@ -5,9 +5,11 @@ Layout as the kubelet's: `<root>/pods/<uid>/containers/<name>/<attempt>-terminat
 
 from __future__ import annotations
 
+import json
 import os
 import shutil
 from pathlib import Path
+from typing import Any
 
 # kubecontainer.MaxContainerTerminationMessageLength: the kubelet keeps the file's last 4 KiB.
 MAX_TERMINATION_MESSAGE_BYTES = 4096
@@ -53,6 +55,30 @@ class PodFiles:
         except (OSError, ValueError):
             return ""
         return data.decode("utf-8", errors="replace")
+
+    def journal(self, pod_uid: str) -> Path:
+        """What only the node knows of a pod's start (when its watch delivered it, admission,
+        status writes), a JSON object a line, for `kubelet-sim trace`; gone with the pod."""
+        return self.pod_dir(pod_uid) / "journal.jsonl"
+
+    def append_journal(self, pod_uid: str, entry: dict[str, Any]) -> None:
+        path = self.journal(pod_uid)
+        path.parent.mkdir(parents=True, exist_ok=True)
+        with path.open("a") as f:
+            f.write(json.dumps(entry, separators=(",", ":")) + "\n")
+
+    def read_journal(self, pod_uid: str) -> list[dict[str, Any]]:
+        try:
+            lines = self.journal(pod_uid).read_text().splitlines()
+        except (OSError, ValueError):
+            return []
+        entries = []
+        for line in lines:
+            try:
+                entries.append(json.loads(line))
+            except ValueError:
+                continue  # a line cut by a crash
+        return entries
 
     def remove_pod_dir(self, pod_uid: str) -> None:
         shutil.rmtree(self.pod_dir(pod_uid), ignore_errors=True)

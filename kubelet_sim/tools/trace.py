@@ -1,0 +1,192 @@
+"""`kubelet-sim trace POD`: the scheduler-to-kubelet handoff of one pod, step by step.
+
+The timeline joins what each party recorded: the API server (creation, the scheduler's
+`Scheduled` event, the `PodScheduled` condition), the node agent (its journal: when its watch
+delivered the pod and at which resourceVersion, admission, its first status write and the one
+that said Ready) and Docker (when the sandbox and each container were created and started).
+API timestamps have one-second resolution; the others microseconds.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Sequence
+from dataclasses import dataclass
+from datetime import datetime
+from typing import Any
+
+from kubelet_sim import cri
+from kubelet_sim.kube.client import KubeConnection
+from kubelet_sim.kube.rest import Json, request_json
+from kubelet_sim.runtime.docker_runtime import DockerRuntime
+
+SCHEDULED = "Scheduled"
+
+
+@dataclass(frozen=True)
+class Step:
+    step: str
+    time: datetime | None
+    source: str  # api, agent, docker
+    detail: str = ""
+    precise: bool = True  # sub-second resolution
+
+    def as_json(self) -> dict[str, Any]:
+        return {
+            "step": self.step,
+            "time": self.time.isoformat() if self.time else None,
+            "source": self.source,
+            "detail": self.detail,
+            "precise": self.precise,
+        }
+
+
+def _time(value: Any) -> datetime | None:
+    if not value:
+        return None
+    return datetime.fromisoformat(str(value).replace("Z", "+00:00"))
+
+
+def _condition(pod: Json, kind: str) -> Json:
+    conditions = (pod.get("status") or {}).get("conditions") or []
+    return next((c for c in conditions if c.get("type") == kind), {})
+
+
+def _first(journal: Sequence[Json], step: str) -> Json | None:
+    return next((e for e in journal if e.get("step") == step), None)
+
+
+def timeline(
+    pod: Json,
+    events: Sequence[Json],
+    journal: Sequence[Json],
+    containers: Sequence[cri.ObservedContainer],
+) -> list[Step]:
+    """The steps in the order they must happen; a step nobody recorded has no time."""
+    meta, spec = pod.get("metadata") or {}, pod.get("spec") or {}
+    steps = [Step("created", _time(meta.get("creationTimestamp")), "api", precise=False)]
+    scheduled = next((e for e in events if e.get("reason") == SCHEDULED), None)
+    if scheduled is not None:
+        by = scheduled.get("reportingComponent") or (scheduled.get("source") or {}).get(
+            "component", ""
+        )
+        when = scheduled.get("eventTime") or scheduled.get("firstTimestamp")
+        steps.append(
+            Step(
+                "scheduled",
+                _time(when),
+                "api",
+                f"by {by}",
+                precise=bool(scheduled.get("eventTime")),
+            )
+        )
+    bound = _condition(pod, "PodScheduled")
+    if scheduled is not None and bound.get("status") == "True":
+        when = _time(bound.get("lastTransitionTime"))
+        steps.append(Step("bound", when, "api", "PodScheduled=True", precise=False))
+    else:  # the kubelet writes PodScheduled=True itself then: its time says nothing of binding
+        detail = f"spec.nodeName={spec.get('nodeName')} at creation: no scheduler"
+        steps.append(Step("bound", None, "api", detail))
+    for name, label in (
+        ("seen", "seen by the node"),
+        ("admitted", "admitted"),
+        ("rejected", "rejected"),
+        ("status-written", "first status written"),
+    ):
+        entry = _first(journal, name)
+        if entry is None:
+            if name != "rejected":
+                steps.append(Step(label, None, "agent"))
+            continue
+        steps.append(Step(label, _time(entry.get("time")), "agent", _journal_detail(entry)))
+    ours = [c for c in containers if c.pod.uid == meta.get("uid")]
+    order = [cri.SANDBOX_CONTAINER_NAME]
+    order += [c.get("name", "") for c in spec.get("initContainers") or []]
+    order += [c.get("name", "") for c in spec.get("containers") or []]
+    init_names = {c.get("name") for c in spec.get("initContainers") or []}
+    for name in order:
+        attempts = sorted((c for c in ours if c.name == name), key=lambda c: c.attempt)
+        first = attempts[0] if attempts else None
+        what = (
+            "sandbox"
+            if name == cri.SANDBOX_CONTAINER_NAME
+            else (f"init container {name}" if name in init_names else f"container {name}")
+        )
+        steps.append(Step(f"{what} created", first.created_at if first else None, "docker"))
+        steps.append(Step(f"{what} started", first.started_at if first else None, "docker"))
+    ready = _first(journal, "ready-written")
+    detail = _journal_detail(ready) if ready else ""
+    steps.append(
+        Step("Ready written", _time(ready.get("time")) if ready else None, "agent", detail)
+    )
+    return steps
+
+
+def _journal_detail(entry: Json) -> str:
+    if entry.get("step") == "seen":
+        return f"{entry.get('event')} via {entry.get('via')}, rv {entry.get('resourceVersion')}"
+    if entry.get("step") == "rejected":
+        return str(entry.get("reason") or "")
+    return f"phase {entry['phase']}" if entry.get("phase") else ""
+
+
+def render(pod: Json, steps: Sequence[Step]) -> str:
+    """A table: each step's time, the latency since the step before and since creation."""
+    meta = pod.get("metadata") or {}
+    lines = [
+        f"pod {meta.get('namespace')}/{meta.get('name')} (uid {meta.get('uid')}) on "
+        f"{(pod.get('spec') or {}).get('nodeName')}",
+        f"{'step':<32} {'time (UTC)':<15} {'+prev':>8} {'+created':>9}  {'source':<6} detail",
+    ]
+    created = steps[0].time if steps else None
+    previous: datetime | None = None
+    for s in steps:
+        if s.time is None:
+            lines.append(f"{s.step:<32} {'-':<15} {'':>8} {'':>9}  {s.source:<6} {s.detail}")
+            continue
+        if s.precise:
+            stamp, since_prev = s.time.strftime("%H:%M:%S.%f")[:12], _seconds(s.time, previous)
+            previous = s.time  # latencies run between the steps with sub-second times
+        else:
+            stamp, since_prev = s.time.strftime("%H:%M:%S") + "~", "~"
+        since_created = _seconds(s.time, created)
+        lines.append(
+            f"{s.step:<32} {stamp:<15} {since_prev:>8} {since_created:>9}  {s.source:<6} {s.detail}"
+        )
+    lines.append("~: the API server's one-second resolution")
+    return "\n".join(lines)
+
+
+def _seconds(now: datetime, before: datetime | None) -> str:
+    return "" if before is None else f"{(now - before).total_seconds():.3f}s"
+
+
+def as_json(pod: Json, steps: Sequence[Step]) -> str:
+    meta = pod.get("metadata") or {}
+    return json.dumps(
+        {
+            "pod": f"{meta.get('namespace')}/{meta.get('name')}",
+            "uid": meta.get("uid"),
+            "node": (pod.get("spec") or {}).get("nodeName"),
+            "steps": [s.as_json() for s in steps],
+        }
+    )
+
+
+def collect(
+    kube: KubeConnection, runtime: DockerRuntime, namespace: str, name: str
+) -> tuple[Json, list[Step]]:
+    """Read the pod and its events from the API, the agent's journal and Docker's containers."""
+    pod = request_json(kube.api, "GET", f"/api/v1/namespaces/{namespace}/pods/{name}")
+    uid = str(pod["metadata"]["uid"])
+    events = (
+        request_json(
+            kube.api,
+            "GET",
+            f"/api/v1/namespaces/{namespace}/events?fieldSelector=involvedObject.uid%3D{uid}",
+        ).get("items")
+        or []
+    )
+    node = (pod.get("spec") or {}).get("nodeName")
+    containers = runtime.list_containers(node) if node else []
+    return pod, timeline(pod, events, runtime.files.read_journal(uid), containers)

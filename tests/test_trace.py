@@ -1,0 +1,103 @@
+"""`kubelet-sim trace`: one pod's handoff, every step present, in order, with its latency."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from datetime import timedelta
+from pathlib import Path
+
+import pytest
+
+from kubelet_sim.kube.client import connect
+from kubelet_sim.tools.trace import collect
+from tests.agent_fixture import start_agent
+from tests.cluster import Cluster
+from tests.docker_env import DockerEnv
+from tests.pods import container, make_pod, running_ready, wait_status
+
+pytestmark = pytest.mark.docker
+
+STEPS = [
+    "created",
+    "bound",
+    "seen by the node",
+    "admitted",
+    "first status written",
+    "sandbox created",
+    "sandbox started",
+    "init container setup created",
+    "init container setup started",
+    "container c created",
+    "container c started",
+    "Ready written",
+]
+
+
+def test_trace_of_a_pod_with_an_init_container(
+    cluster: Cluster, docker_env: DockerEnv, tmp_path: Path
+) -> None:
+    root = tmp_path / "root"
+    running = start_agent(cluster, docker_env, root / cluster.node_name)
+    try:
+        init = container("setup", command=["true"])
+        make_pod(cluster, "traced", container(), initContainers=[init])
+        wait_status(cluster, "traced", running_ready, 30, "Running and Ready")
+        _, steps = collect(
+            connect(cluster.kubeconfig), running.agent.runtime, cluster.namespace, "traced"
+        )
+    finally:
+        running.stop()
+    assert [s.step for s in steps] == STEPS
+    by_name = {s.step: s for s in steps}
+    assert by_name["bound"].time is None, "created with spec.nodeName: no scheduler, no binding"
+    assert "spec.nodeName" in by_name["bound"].detail
+    assert by_name["seen by the node"].detail.startswith("ADDED via watch, rv ")
+    assert by_name["first status written"].detail == "phase Pending"
+    assert by_name["Ready written"].detail == "phase Running"
+    timed = [s for s in steps if s.step != "bound"]
+    assert all(s.time is not None for s in timed), [s.step for s in timed if s.time is None]
+    precise = [s.time for s in timed if s.precise and s.time is not None]
+    assert precise == sorted(precise), "the node's and Docker's steps happen in this order"
+    created, ready = by_name["created"].time, by_name["Ready written"].time
+    assert created is not None
+    assert ready is not None
+    assert timedelta(0) <= ready - created < timedelta(seconds=30)  # created is whole seconds
+
+
+def test_trace_command_prints_the_timeline(
+    cluster: Cluster, docker_env: DockerEnv, tmp_path: Path
+) -> None:
+    root = tmp_path / "root"
+    running = start_agent(cluster, docker_env, root / cluster.node_name)
+    try:
+        make_pod(cluster, "shown")
+        wait_status(cluster, "shown", running_ready, 30, "Running and Ready")
+        args = ["trace", "shown", "-n", cluster.namespace, "--kubeconfig", cluster.kubeconfig]
+        args += ["--root-dir", str(root)]
+        result = subprocess.run(
+            [sys.executable, "-m", "kubelet_sim", *args, "--output", "json"],
+            capture_output=True,
+            text=True,
+            timeout=30,
+            check=False,
+        )
+        table = subprocess.run(
+            [sys.executable, "-m", "kubelet_sim", *args],
+            capture_output=True,
+            text=True,
+            timeout=30,
+            check=False,
+        )
+    finally:
+        running.stop()
+    assert result.returncode == 0, result.stderr
+    trace = json.loads(result.stdout)
+    assert trace["node"] == cluster.node_name
+    steps = {s["step"]: s for s in trace["steps"]}
+    assert steps["seen by the node"]["time"]
+    assert steps["Ready written"]["time"]
+    assert table.returncode == 0, table.stderr
+    assert "seen by the node" in table.stdout
+    assert "container c started" in table.stdout
