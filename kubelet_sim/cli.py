@@ -265,8 +265,14 @@ trace_app = typer.Typer(add_completion=False, pretty_exceptions_enable=False, ri
     " time of each step and the latency between them. Run it on the node's machine."
 )
 def trace(
-    pod: Annotated[str, typer.Argument(help="The pod's name.")],
+    pod: Annotated[str | None, typer.Argument(help="The pod's name.")] = None,
     namespace: Annotated[str, typer.Option("--namespace", "-n", help="Its namespace.")] = "default",
+    follow: Annotated[
+        bool, typer.Option(help="Print the timeline of each new pod on --node-name once Ready.")
+    ] = False,
+    node_name: Annotated[
+        str | None, typer.Option(envvar="KUBELET_SIM_NODE_NAME", help="The node, for --follow.")
+    ] = None,
     kubeconfig: Annotated[
         str | None, typer.Option(envvar="KUBELET_SIM_KUBECONFIG", help="Kubeconfig file.")
     ] = None,
@@ -282,22 +288,33 @@ def trace(
     ] = OutputChoice.text,
 ) -> None:
     configure_logging("json" if output is OutputChoice.json else "auto", "warning")
+    if (pod is None) == (not follow):
+        _fail("give a POD, or --follow with --node-name", code=2)
+    if follow and not node_name:
+        _fail("--follow needs --node-name", code=2)
     try:
         kube = connect(kubeconfig, context)
-        found = request_json(kube.api, "GET", f"/api/v1/namespaces/{namespace}/pods/{pod}")
-        node = str((found.get("spec") or {}).get("nodeName") or "")
-        root = usable_root_dir(root_dir) / (node or "unscheduled")
-        runtime = DockerRuntime.connect(node_name=node, root_dir=root)
+        if pod is not None:
+            found = request_json(kube.api, "GET", f"/api/v1/namespaces/{namespace}/pods/{pod}")
+            node_name = str((found.get("spec") or {}).get("nodeName") or "")
+        node = node_name or ""
+        runtime = DockerRuntime.connect(
+            node_name=node, root_dir=usable_root_dir(root_dir) / (node or "unscheduled")
+        )
     except ApiError as exc:
         _fail(f"pod {namespace}/{pod}: {exc}")
     except (ConfigError, KubeConfigError, RuntimeUnavailable) as exc:
         _fail(str(exc))
     try:
-        found, steps = pod_trace.collect(kube, runtime, namespace, pod)
+        if follow:
+            pod_trace.follow(kube, runtime, node, typer.echo, _stop_on_signals(), output=output)
+        else:
+            assert pod is not None
+            found, steps = pod_trace.collect(kube, runtime, namespace, pod)
+            render = pod_trace.as_json if output is OutputChoice.json else pod_trace.render
+            typer.echo(render(found, steps))
     finally:
         runtime.close()
-    render = pod_trace.as_json if output is OutputChoice.json else pod_trace.render
-    typer.echo(render(found, steps))
 
 
 SUBCOMMANDS = {"watch": watch_app, "trace": trace_app}

@@ -101,3 +101,53 @@ def test_trace_command_prints_the_timeline(
     assert table.returncode == 0, table.stderr
     assert "seen by the node" in table.stdout
     assert "container c started" in table.stdout
+
+
+def test_follow_prints_each_new_pod_once_it_is_ready(
+    cluster: Cluster, docker_env: DockerEnv, tmp_path: Path
+) -> None:
+    import threading
+
+    from kubelet_sim.tools.trace import follow
+    from tests.cluster import wait_for
+
+    running = start_agent(cluster, docker_env, tmp_path / "root")
+    printed: list[dict[str, object]] = []
+    stop = threading.Event()
+    listening = threading.Event()
+    errors: list[BaseException] = []
+
+    def run(*args: object, **kwargs: object) -> None:
+        try:
+            follow(*args, **kwargs)  # type: ignore[arg-type]
+        except BaseException as exc:
+            errors.append(exc)
+            raise
+
+    thread = threading.Thread(
+        target=run,
+        args=(connect(cluster.kubeconfig), running.agent.runtime, cluster.node_name),
+        kwargs={
+            "write": lambda line: printed.append(json.loads(line)),
+            "stop": stop,
+            "output": "json",
+            "listening": listening,
+        },
+        daemon=True,
+    )
+    try:
+        make_pod(cluster, "before")
+        wait_status(cluster, "before", running_ready, 30, "the first pod Ready")
+        thread.start()
+        wait_for(listening.is_set, 10, "trace --follow listening")
+        make_pod(cluster, "after")
+        wait_status(cluster, "after", running_ready, 30, "the second pod Ready")
+        wait_for(lambda: printed or errors, 15, "the new pod's timeline")
+    finally:
+        stop.set()
+        thread.join(10)
+        running.stop()
+    assert not errors, errors
+    assert [p["pod"] for p in printed] == [f"{cluster.namespace}/after"], "only new pods, once"
+    steps = {s["step"]: s for s in printed[0]["steps"]}  # type: ignore[attr-defined]
+    assert steps["Ready written"]["time"]

@@ -10,14 +10,19 @@ API timestamps have one-second resolution; the others microseconds.
 from __future__ import annotations
 
 import json
-from collections.abc import Sequence
+import queue
+import threading
+import time
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
 
 from kubelet_sim import cri
 from kubelet_sim.kube.client import KubeConnection
+from kubelet_sim.kube.informer import DELETED, Informer
 from kubelet_sim.kube.rest import Json, request_json
+from kubelet_sim.kube.watches import pods_on_node
 from kubelet_sim.runtime.docker_runtime import DockerRuntime
 
 SCHEDULED = "Scheduled"
@@ -190,3 +195,71 @@ def collect(
     node = (pod.get("spec") or {}).get("nodeName")
     containers = runtime.list_containers(node) if node else []
     return pod, timeline(pod, events, runtime.files.read_journal(uid), containers)
+
+
+def _is_ready(pod: Json) -> bool:
+    return _condition(pod, "Ready").get("status") == "True"
+
+
+def follow(
+    kube: KubeConnection,
+    runtime: DockerRuntime,
+    node_name: str,
+    write: Callable[[str], None],
+    stop: threading.Event,
+    *,
+    output: str = "text",
+    journal_wait: float = 2.0,
+    listening: threading.Event | None = None,
+) -> None:
+    """Print the timeline of each pod that lands on the node from now on, once it is Ready.
+
+    `listening` is set once the pods already there are known (those are not followed).
+    """
+    ready: queue.Queue[tuple[str, str]] = queue.Queue()
+    existing: set[str] = set()
+    done: set[str] = set()
+    informer: Informer
+
+    def on_event(kind: str, pod: Json) -> None:
+        meta = pod.get("metadata") or {}
+        uid = str(meta.get("uid"))
+        if not informer.synced.is_set():
+            existing.add(uid)  # there before we started: not followed
+        elif kind != DELETED and uid not in existing and uid not in done and _is_ready(pod):
+            done.add(uid)
+            ready.put((str(meta.get("namespace")), str(meta.get("name"))))
+
+    informer = Informer(pods_on_node(kube.api, node_name), on_event, node=node_name)
+    informer.start()
+    try:
+        while not stop.is_set() and not informer.synced.wait(0.2):
+            pass
+        if listening is not None:
+            listening.set()
+        while not stop.is_set():
+            try:
+                namespace, name = ready.get(timeout=0.2)
+            except queue.Empty:
+                continue
+            write(_follow_one(kube, runtime, namespace, name, output, journal_wait))
+    finally:
+        informer.stop()
+
+
+def _follow_one(
+    kube: KubeConnection,
+    runtime: DockerRuntime,
+    namespace: str,
+    name: str,
+    output: str,
+    journal_wait: float,
+) -> str:
+    """The pod's trace; the node journals `Ready written` just after the write we saw."""
+    deadline = time.monotonic() + journal_wait
+    while True:
+        pod, steps = collect(kube, runtime, namespace, name)
+        written = next((s for s in steps if s.step == "Ready written"), None)
+        if (written is not None and written.time is not None) or time.monotonic() > deadline:
+            return as_json(pod, steps) if output == "json" else render(pod, steps)
+        time.sleep(0.1)
