@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import os
 import signal
 import sys
@@ -140,6 +141,14 @@ def run(
             " Default: /var/lib/kubelet-sim as root, else ~/.local/share/kubelet-sim.",
         ),
     ] = None,
+    docker_network: Annotated[
+        str,
+        typer.Option(
+            envvar="KUBELET_SIM_DOCKER_NETWORK",
+            help="Docker network for pod sandboxes (kind's is `kind`); unless --node-ip is"
+            " given, the Node's InternalIP becomes this host's address on it.",
+        ),
+    ] = "bridge",
     version: Annotated[
         bool,
         typer.Option(
@@ -162,7 +171,13 @@ def run(
         )
         kube = connect(kubeconfig, context)
         node_dir = usable_root_dir(root_dir) / node_name
-        runtime = DockerRuntime.connect(node_name=node_name, root_dir=node_dir)
+        runtime = DockerRuntime.connect(
+            node_name=node_name, root_dir=node_dir, network=docker_network
+        )
+        if docker_network != "bridge":
+            gateway = runtime.network_gateway()  # also: the network exists, or one line
+            if settings.node_ip is None:
+                settings = dataclasses.replace(settings, node_ip=gateway)
     except (ConfigError, KubeConfigError, RuntimeUnavailable) as exc:
         _fail(str(exc))
     stop = _stop_on_signals()

@@ -14,6 +14,7 @@ from typing import Any
 
 import pytest
 
+from kubelet_sim.runtime.local_images import PAUSE_IMAGE
 from tests.cluster import Cluster, wait_for
 
 
@@ -68,7 +69,12 @@ def running_agent(
     env: dict[str, str] | None = None,
     kubeconfig: str | None = None,
 ) -> Iterator[AgentProcess]:
-    """The agent as a process, with a kubelet's credentials unless `kubeconfig` says other."""
+    """The agent as a process, with a kubelet's credentials unless `kubeconfig` says other.
+
+    Its sandbox image is the local pause image: a test never makes the engine pull from a
+    registry (the default, registry.k8s.io/pause, is not on this machine).
+    """
+    env = {"KUBELET_SIM_POD_INFRA_IMAGE": PAUSE_IMAGE, **(env or {})}
     agent = AgentProcess(
         [
             "--node-name",

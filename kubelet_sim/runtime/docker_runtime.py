@@ -67,6 +67,7 @@ class DockerRuntime:
     client: docker.DockerClient
     node_name: str = ""
     root_dir: Path = DEFAULT_ROOT_DIR
+    network: str = "bridge"  # the Docker network pod sandboxes join (kind's is `kind`)
     stats: RuntimeStats = field(default_factory=RuntimeStats)
     _image_ids: dict[str, str] = field(default_factory=dict, init=False, repr=False)
     # sandbox id → (host network, host pid): containers share the sandbox's namespaces.
@@ -83,6 +84,7 @@ class DockerRuntime:
         *,
         node_name: str = "",
         root_dir: Path = DEFAULT_ROOT_DIR,
+        network: str = "bridge",
     ) -> DockerRuntime:
         """Connect ($DOCKER_HOST or the default socket) and ping, so a dead engine fails fast."""
         try:
@@ -94,7 +96,20 @@ class DockerRuntime:
             where = base_url or "DOCKER_HOST or unix:///var/run/docker.sock"
             reason = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
             raise RuntimeUnavailable(f"Docker not reachable at {where}: {reason}") from exc
-        return cls(client=docker_client, node_name=node_name, root_dir=root_dir)
+        return cls(client=docker_client, node_name=node_name, root_dir=root_dir, network=network)
+
+    def network_gateway(self) -> str:
+        """This host's address on `network` (its gateway): where pods and kind's nodes reach
+        the node. Raises RuntimeUnavailable, in one line, if the network does not exist."""
+        try:
+            attrs = cast(dict[str, Any], self.client.api.inspect_network(self.network))
+        except NotFound:
+            raise RuntimeUnavailable(f"Docker network {self.network!r} does not exist") from None
+        for config in (attrs.get("IPAM") or {}).get("Config") or []:
+            gateway = str(config.get("Gateway") or "")
+            if gateway and ":" not in gateway:
+                return gateway
+        raise RuntimeUnavailable(f"Docker network {self.network!r} has no IPv4 gateway")
 
     def version(self) -> str:
         """The engine version, as nodeInfo.containerRuntimeVersion wants it (docker://X)."""
@@ -139,7 +154,8 @@ class DockerRuntime:
     def run_sandbox(self, cfg: cri.SandboxConfig) -> cri.ObservedContainer:
         """Create and start the pod's pause container; returned inspected, with the pod IP."""
         log = self.log.bind(pod=f"{cfg.pod.namespace}/{cfg.pod.name}", container="POD")
-        container_id = self._create(translate.sandbox_name(cfg), translate.sandbox_body(cfg))
+        body = translate.sandbox_body(cfg, self.network)
+        container_id = self._create(translate.sandbox_name(cfg), body)
         self._sandbox_ns[container_id] = (cfg.host_network, cfg.host_pid)
         try:
             self.start_container(container_id)

@@ -91,8 +91,18 @@ def observed_from_inspect(
         else None,
         oom_killed=bool(state_json.get("OOMKilled")),
         error=str(state_json.get("Error") or ""),
-        ip=str(network.get("IPAddress") or "") if is_sandbox else "",
+        ip=_sandbox_ip(network) if is_sandbox else "",
     )
+
+
+def _sandbox_ip(network: dict[str, Any]) -> str:
+    """The default bridge's address, else the first address on a network the sandbox joined."""
+    if network.get("IPAddress"):
+        return str(network["IPAddress"])
+    for attached in (network.get("Networks") or {}).values():
+        if (attached or {}).get("IPAddress"):
+            return str(attached["IPAddress"])
+    return ""
 
 
 def _attempt_from_name(attrs: dict[str, Any]) -> int:

@@ -63,13 +63,14 @@ def _port_key(port: cri.PortMapping) -> str:
     return f"{port.container_port}/{port.protocol.lower()}"
 
 
-def sandbox_body(cfg: cri.SandboxConfig) -> dict[str, Any]:
-    """The pause container: owns the pod's network (bridge or host), IPC (shareable) and ports.
+def sandbox_body(cfg: cri.SandboxConfig, network: str = "bridge") -> dict[str, Any]:
+    """The pause container: owns the pod's network (`network`, or the host's), IPC (shareable)
+    and ports.
 
     A port with hostPort 0 is only exposed, not published: Kubernetes publishes nothing for it.
     """
     host: dict[str, Any] = {
-        "NetworkMode": "host" if cfg.host_network else "bridge",
+        "NetworkMode": "host" if cfg.host_network else network,
         "IpcMode": "host" if cfg.host_ipc else "shareable",
     }
     if cfg.host_pid:
