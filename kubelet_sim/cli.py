@@ -18,7 +18,7 @@ import typer
 from kubelet_sim import __version__
 from kubelet_sim.agent import Agent, PodSettings
 from kubelet_sim.config import ConfigError
-from kubelet_sim.kube.client import KubeConfigError, connect
+from kubelet_sim.kube.client import KubeConfigError, KubeConnection, connect
 from kubelet_sim.kube.rest import ApiError, request_json
 from kubelet_sim.logs import configure_logging, get_logger
 from kubelet_sim.node.settings import NodeSettings, parse_labels, parse_taints
@@ -52,9 +52,25 @@ def _print_version(value: bool) -> None:
 @app.command(help="Run a virtual node whose pods are real Docker containers.")
 def run(
     node_name: Annotated[
+        list[str] | None,
+        typer.Option(
+            envvar="KUBELET_SIM_NODE_NAME",
+            help="Name of the Node to register; repeat it for several nodes in one process.",
+        ),
+    ] = None,
+    nodes: Annotated[
+        int,
+        typer.Option(
+            envvar="KUBELET_SIM_NODES", help="Run this many nodes (see --node-name-prefix).", min=0
+        ),
+    ] = 0,
+    node_name_prefix: Annotated[
         str,
-        typer.Option(envvar="KUBELET_SIM_NODE_NAME", help="Name of the Node to register."),
-    ],
+        typer.Option(
+            envvar="KUBELET_SIM_NODE_NAME_PREFIX",
+            help="With --nodes: names are PREFIX1, PREFIX2, ...",
+        ),
+    ] = "kubelet-sim-",
     kubeconfig: Annotated[
         str | None,
         typer.Option(
@@ -157,36 +173,73 @@ def run(
     ] = False,
 ) -> None:
     configure_logging(log_format.value, log_level.value)
+    if bool(node_name) == bool(nodes):
+        _fail("give --node-name (once or more) or --nodes, not both and not neither")
+    names = list(node_name or [f"{node_name_prefix}{i}" for i in range(1, nodes + 1)])
     try:
-        settings = NodeSettings(
-            node_name=node_name,
-            node_labels=parse_labels(node_labels),
-            register_with_taints=parse_taints(register_with_taints),
-            cpu=cpu,
-            memory=memory,
-            pods=pods,
-            node_ip=node_ip,
-            kubelet_port=kubelet_port,
-            delete_node_on_exit=delete_node_on_exit,
-        )
-        kube = connect(kubeconfig, context)
-        node_dir = usable_root_dir(root_dir) / node_name
-        runtime = DockerRuntime.connect(
-            node_name=node_name, root_dir=node_dir, network=docker_network
-        )
+        settings = [
+            NodeSettings(
+                node_name=name,
+                node_labels=parse_labels(node_labels),
+                register_with_taints=parse_taints(register_with_taints),
+                cpu=cpu,
+                memory=memory,
+                pods=pods,
+                node_ip=node_ip,
+                kubelet_port=kubelet_port,
+                delete_node_on_exit=delete_node_on_exit,
+            )
+            for name in names
+        ]
+        if len(set(names)) != len(names):
+            raise ConfigError(f"node names repeat: {', '.join(names)}")
+        # Each node holds about 4 connections at once (2 watches, its writes, its lease).
+        kube = connect(kubeconfig, context, pool_size=4 * len(names) + 4)
+        root = usable_root_dir(root_dir)
+        docker_client = DockerRuntime.connect(network=docker_network)
         if docker_network != "bridge":
-            gateway = runtime.network_gateway()  # also: the network exists, or one line
-            if settings.node_ip is None:
-                settings = dataclasses.replace(settings, node_ip=gateway)
+            gateway = docker_client.network_gateway()  # also: the network exists, or one line
+            settings = [
+                s if s.node_ip is not None else dataclasses.replace(s, node_ip=gateway)
+                for s in settings
+            ]
     except (ConfigError, KubeConfigError, RuntimeUnavailable) as exc:
         _fail(str(exc))
     stop = _stop_on_signals()
+    pod_settings = PodSettings(pause_image=pod_infra_image, allow_privileged=allow_privileged)
     try:
-        pod_settings = PodSettings(pause_image=pod_infra_image, allow_privileged=allow_privileged)
-        Agent(settings, kube, runtime, pod_settings).run(stop)
+        _run_nodes(kube, docker_client, root, settings, pod_settings, stop)
     finally:
-        runtime.close()
-    get_logger("kubelet_sim.cli", node=node_name).info("stopped")
+        docker_client.close()
+
+
+def _run_nodes(
+    kube: KubeConnection,
+    docker_client: DockerRuntime,
+    root: Path,
+    settings: list[NodeSettings],
+    pod_settings: PodSettings,
+    stop: threading.Event,
+) -> None:
+    """One Agent per node, each on its own thread, sharing the API pool and the Docker client;
+    each node's containers carry its name, which keeps them apart (also across restarts)."""
+    threads = []
+    for node in settings:
+        runtime = DockerRuntime(
+            client=docker_client.client,
+            node_name=node.node_name,
+            root_dir=root / node.node_name,
+            network=docker_client.network,
+        )
+        agent = Agent(node, kube, runtime, pod_settings)
+        thread = threading.Thread(
+            target=agent.run, args=(stop,), name=f"node {node.node_name}", daemon=True
+        )
+        thread.start()
+        threads.append((node.node_name, thread))
+    for name, thread in threads:
+        thread.join()
+        get_logger("kubelet_sim.cli", node=name).info("stopped")
 
 
 def usable_root_dir(explicit: Path | None) -> Path:

@@ -30,8 +30,13 @@ class KubeConnection:
     source: str
 
 
-def connect(kubeconfig: str | None = None, context: str | None = None) -> KubeConnection:
-    """Build a client the way kubectl resolves config: flag, $KUBECONFIG, ~/.kube/config, pod."""
+def connect(
+    kubeconfig: str | None = None, context: str | None = None, *, pool_size: int | None = None
+) -> KubeConnection:
+    """Build a client the way kubectl resolves config: flag, $KUBECONFIG, ~/.kube/config, pod.
+
+    `pool_size`: connections kept per host (several nodes in one process share one pool).
+    """
     path = _kubeconfig_path(kubeconfig)
     if path is not None:
         configuration = client.Configuration()
@@ -58,6 +63,10 @@ def connect(kubeconfig: str | None = None, context: str | None = None) -> KubeCo
         )
     # Our loops own retries and backoff; urllib3's silent retries would only hide failures.
     configuration.retries = False
+    if pool_size is not None:
+        configuration.connection_pool_maxsize = max(
+            pool_size, configuration.connection_pool_maxsize
+        )
     if not configuration.verify_ssl:
         _warn_insecure_once(source)
     api = client.ApiClient(configuration=configuration)
