@@ -52,13 +52,14 @@ class Agent:
         kube: KubeConnection,
         runtime: DockerRuntime,
         pods: PodSettings | None = None,
+        schema: ServerSchema | None = None,
     ) -> None:
         self.settings = settings
         self.kube = kube
         self.runtime = runtime
         self.node_name = settings.node_name
         self.log = get_logger("kubelet_sim.agent", node=self.node_name)
-        self.schema = ServerSchema()  # filled once the server answers
+        self.schema = schema or ServerSchema()  # filled once the server answers
         self.lifecycle = NodeLifecycle(settings, NodeApi(kube.api, self.schema), runtime)
         self.objects = ReferencedObjectWatches(
             kube.api, self._on_object_change, node=self.node_name

@@ -20,6 +20,7 @@ from kubelet_sim.agent import Agent, PodSettings
 from kubelet_sim.config import ConfigError
 from kubelet_sim.kube.client import KubeConfigError, KubeConnection, connect
 from kubelet_sim.kube.rest import ApiError, request_json
+from kubelet_sim.kube.schema import ServerSchema
 from kubelet_sim.logs import configure_logging, get_logger
 from kubelet_sim.node.settings import NodeSettings, parse_labels, parse_taints
 from kubelet_sim.runtime.docker_runtime import DockerRuntime, RuntimeUnavailable
@@ -224,6 +225,7 @@ def _run_nodes(
     """One Agent per node, each on its own thread, sharing the API pool and the Docker client;
     each node's containers carry its name, which keeps them apart (also across restarts)."""
     threads = []
+    schema = ServerSchema()  # read once for all the nodes: it is the same server
     for node in settings:
         runtime = DockerRuntime(
             client=docker_client.client,
@@ -231,7 +233,7 @@ def _run_nodes(
             root_dir=root / node.node_name,
             network=docker_client.network,
         )
-        agent = Agent(node, kube, runtime, pod_settings)
+        agent = Agent(node, kube, runtime, pod_settings, schema)
         thread = threading.Thread(
             target=agent.run, args=(stop,), name=f"node {node.node_name}", daemon=True
         )

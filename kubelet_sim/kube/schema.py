@@ -8,6 +8,7 @@ own schema keeps the versioned status cache honest on every server version.
 
 from __future__ import annotations
 
+import threading
 from collections.abc import Iterable
 from typing import Any
 
@@ -28,9 +29,16 @@ class ServerSchema:
 
     def __init__(self, definitions: dict[str, Json] | None = None) -> None:
         self._definitions = definitions or {}
+        self._lock = threading.Lock()
 
     def load(self, api: client.ApiClient, roots: Iterable[str] = (POD_STATUS, NODE_STATUS)) -> None:
-        """Read the server's schema; on failure prune nothing (a newer server knows more)."""
+        """Read the server's schema once (nodes of one process share it); on failure prune
+        nothing (a newer server knows more)."""
+        with self._lock:
+            if not self._definitions:
+                self._load(api, roots)
+
+    def _load(self, api: client.ApiClient, roots: Iterable[str]) -> None:
         log = get_logger(__name__)
         try:
             document = request_json(api, "GET", "/openapi/v2", timeout=(5.0, 60.0))
