@@ -1,0 +1,134 @@
+"""deploy/rbac.yaml against the requests the agent really makes.
+
+On a real server the agent runs with the manifest's ServiceAccount and a pod's whole life must
+go through without a refusal; on the fake, every request the agent made (the fake's request log)
+must be one the manifest's ClusterRole allows.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+from pathlib import Path
+from typing import Any
+
+import pytest
+import yaml
+from kubernetes.client.exceptions import ApiException
+
+from tests.agent_fixture import start_agent
+from tests.cluster import Cluster, wait_for
+from tests.docker_env import DockerEnv
+from tests.pods import container, get_pod, make_pod, running_ready, wait_status
+
+pytestmark = pytest.mark.docker
+
+MANIFEST = Path(__file__).resolve().parent.parent / "deploy" / "rbac.yaml"
+GROUPS = {"leases": "coordination.k8s.io"}
+
+
+def _objects() -> list[dict[str, Any]]:
+    return [o for o in yaml.safe_load_all(MANIFEST.read_text()) if o]
+
+
+def _allowed(rules: list[dict[str, Any]], verb: str, resource: str, group: str) -> bool:
+    return any(
+        group in rule.get("apiGroups", [])
+        and resource in rule.get("resources", [])
+        and verb in rule.get("verbs", [])
+        for rule in rules
+    )
+
+
+def _workload(cluster: Cluster) -> None:
+    """A pod that uses what the agent reads and writes: a ConfigMap, a Secret, a projected
+    service account token, status writes, events, and its final delete."""
+    ns = cluster.namespace
+    cluster.core.create_namespaced_config_map(ns, {"metadata": {"name": "cfg"}, "data": {"k": "v"}})
+    cluster.core.create_namespaced_secret(
+        ns, {"metadata": {"name": "sec"}, "stringData": {"s": "x"}}
+    )
+    env = [{"name": "K", "valueFrom": {"configMapKeyRef": {"name": "cfg", "key": "k"}}}]
+    mounts = [{"name": "sec", "mountPath": "/sec"}]
+    make_pod(
+        cluster,
+        "user",
+        container(env=env, volumeMounts=mounts),
+        volumes=[{"name": "sec", "secret": {"secretName": "sec"}}],
+        automountServiceAccountToken=None,  # the default: a projected token via TokenRequest
+    )
+    wait_status(cluster, "user", running_ready, 30, "Running and Ready")
+    cluster.core.delete_namespaced_pod("user", ns)
+    wait_for(lambda: get_pod(cluster, "user") is None, 30, "the pod deleted to the end")
+
+
+def _service_account_kubeconfig(cluster: Cluster, tmp_path: Path) -> str:
+    """Apply the manifest with the admin, then a kubeconfig with the ServiceAccount's token."""
+    from kubernetes import client
+
+    rbac = client.RbacAuthorizationV1Api(cluster.api)
+    account = None
+    for obj in _objects():
+        kind = obj["kind"]
+        try:
+            if kind == "ServiceAccount":
+                account = obj["metadata"]
+                cluster.core.create_namespaced_service_account(account["namespace"], obj)
+            elif kind == "ClusterRole":
+                rbac.create_cluster_role(obj)
+            elif kind == "ClusterRoleBinding":
+                rbac.create_cluster_role_binding(obj)
+        except ApiException as exc:
+            if exc.status != 409:  # there from an earlier run: the same manifest
+                raise
+    assert account is not None
+    token = cluster.core.create_namespaced_service_account_token(
+        account["name"], account["namespace"], {"spec": {"expirationSeconds": 3600}}
+    ).status.token
+    config = json.loads(json.dumps(yaml.safe_load(Path(cluster.kubeconfig).read_text())))
+    for user in config["users"]:
+        user["user"] = {"token": token}
+    path = tmp_path / "service-account.kubeconfig"
+    path.write_text(json.dumps(config))
+    return str(path)
+
+
+def test_the_manifest_allows_everything_the_agent_does(
+    cluster: Cluster, docker_env: DockerEnv, tmp_path: Path
+) -> None:
+    if cluster.fake is not None:
+        since = 0.0
+        running = start_agent(cluster, docker_env, tmp_path / "root")
+        try:
+            _workload(cluster)
+        finally:
+            running.stop()
+        user = f"system:node:{cluster.node_name}"
+        made = {
+            (r.verb, f"{r.resource}/{r.subresource}" if r.subresource else r.resource)
+            for r in cluster.fake.requests(since=since)
+            if r.user == user
+            and r.user_agent.startswith("kubelet-sim/")
+            and r.resource  # /version, /openapi/v2: every user may (system:discovery)
+        }
+        assert ("patch", "pods/status") in made, "the workload ran through the agent"
+        rules = next(o for o in _objects() if o["kind"] == "ClusterRole")["rules"]
+        missing = sorted(
+            (verb, res)
+            for verb, res in made
+            if not _allowed(rules, verb, res, GROUPS.get(res.split("/")[0], ""))
+        )
+        assert not missing, f"deploy/rbac.yaml lacks: {missing}"
+        return
+    from structlog.testing import capture_logs
+
+    kubeconfig = _service_account_kubeconfig(cluster, tmp_path)
+    as_account = dataclasses.replace(cluster, _node_kubeconfig=kubeconfig)
+    with capture_logs() as logs:
+        running = start_agent(as_account, docker_env, tmp_path / "root")
+        try:
+            _workload(cluster)
+        finally:
+            running.stop()
+    refused = [e for e in logs if "403" in str(e) or "forbidden" in str(e).lower()]
+    assert not refused, refused
