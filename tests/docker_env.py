@@ -25,11 +25,15 @@ class DockerEnv:
     pause_image: str = PAUSE_IMAGE
 
     def containers_of_node(self, node_name: str) -> list[docker.models.containers.Container]:
-        return list(
-            self.client.containers.list(
-                all=True, filters={"label": f"{cri.LABEL_NODE}={node_name}"}
-            )
-        )
+        """The node's containers, inspected; one removed between list and inspect is skipped
+        (the SDK's own list would raise NotFound while the agent removes containers)."""
+        found = []
+        for summary in self.client.api.containers(
+            all=True, filters={"label": f"{cri.LABEL_NODE}={node_name}"}
+        ):
+            with contextlib.suppress(NotFound):
+                found.append(self.client.containers.get(summary["Id"]))
+        return found
 
     def remove_labelled(self, label: str) -> None:
         for container in self.client.containers.list(all=True, filters={"label": label}):

@@ -126,10 +126,12 @@ def test_a_deployment_is_scheduled_onto_the_node_runs_and_scales_down(
         gone = uids - {kept["metadata"]["uid"]}
 
         def containers_gone() -> bool:
-            left = {
-                c.labels.get(cri.LABEL_POD_UID)
-                for c in docker_env.containers_of_node(cluster.node_name)
-            }
+            # The summary list, not SDK objects: those inspect each container, and the agent
+            # is removing them right now (a 404 between list and inspect).
+            summaries = docker_env.client.api.containers(
+                all=True, filters={"label": f"{cri.LABEL_NODE}={cluster.node_name}"}
+            )
+            left = {(c.get("Labels") or {}).get(cri.LABEL_POD_UID) for c in summaries}
             return not (left & gone)
 
         wait_for(containers_gone, 30, "the deleted replicas' containers removed")
