@@ -19,7 +19,7 @@ metadata:
 spec:
   request: $(base64 -w0 < "$work/csr.pem")
   signerName: kubernetes.io/kube-apiserver-client-kubelet
-  usages: [digital signature, client auth]
+  usages: [digital signature, key encipherment, client auth]  # v1.24 wants all three
 CSR
 kubectl certificate approve "$csr" >/dev/null
 for _ in $(seq 1 30); do

@@ -89,9 +89,12 @@ def timeline(
     if scheduled is not None and bound.get("status") == "True":
         when = _time(bound.get("lastTransitionTime"))
         steps.append(Step("bound", when, "api", "PodScheduled=True", precise=False))
-    else:  # the kubelet writes PodScheduled=True itself then: its time says nothing of binding
-        detail = f"spec.nodeName={spec.get('nodeName')} at creation: no scheduler"
+    elif spec.get("nodeName"):  # the kubelet writes PodScheduled=True itself: not a binding
+        detail = f"spec.nodeName={spec['nodeName']} at creation: no scheduler"
         steps.append(Step("bound", None, "api", detail))
+    else:
+        reason = bound.get("reason") or "not scheduled yet"
+        steps.append(Step("bound", None, "api", f"not bound: {reason} {bound.get('message', '')}"))
     for name, label in (
         ("seen", "seen by the node"),
         ("admitted", "admitted"),
@@ -140,14 +143,15 @@ def render(pod: Json, steps: Sequence[Step]) -> str:
     meta = pod.get("metadata") or {}
     lines = [
         f"pod {meta.get('namespace')}/{meta.get('name')} (uid {meta.get('uid')}) on "
-        f"{(pod.get('spec') or {}).get('nodeName')}",
+        f"{(pod.get('spec') or {}).get('nodeName') or 'no node yet'}",
         f"{'step':<32} {'time (UTC)':<15} {'+prev':>8} {'+created':>9}  {'source':<6} detail",
     ]
     created = steps[0].time if steps else None
     previous: datetime | None = None
     for s in steps:
         if s.time is None:
-            lines.append(f"{s.step:<32} {'-':<15} {'':>8} {'':>9}  {s.source:<6} {s.detail}")
+            row = f"{s.step:<32} {'-':<15} {'':>8} {'':>9}  {s.source:<6} {s.detail}"
+            lines.append(row.rstrip())
             continue
         if s.precise:
             stamp, since_prev = s.time.strftime("%H:%M:%S.%f")[:12], _seconds(s.time, previous)
@@ -155,9 +159,10 @@ def render(pod: Json, steps: Sequence[Step]) -> str:
         else:
             stamp, since_prev = s.time.strftime("%H:%M:%S") + "~", "~"
         since_created = _seconds(s.time, created)
-        lines.append(
+        row = (
             f"{s.step:<32} {stamp:<15} {since_prev:>8} {since_created:>9}  {s.source:<6} {s.detail}"
         )
+        lines.append(row.rstrip())
     lines.append("~: the API server's one-second resolution")
     return "\n".join(lines)
 
