@@ -239,8 +239,13 @@ def _run_nodes(
         )
         thread.start()
         threads.append((node.node_name, thread))
+    # Never block without a timeout here: the kernel may hand SIGTERM to any thread, and the
+    # main thread runs the Python handler only when it wakes up.
+    while not stop.wait(0.5):
+        pass
     for name, thread in threads:
-        thread.join()
+        while thread.is_alive():
+            thread.join(0.5)
         get_logger("kubelet_sim.cli", node=name).info("stopped")
 
 

@@ -94,7 +94,8 @@ def stream(
     for informer in informers:
         informer.start()
     try:
-        stop.wait()
+        while not stop.wait(0.5):  # wake now and then so the main thread runs signal handlers
+            pass
     finally:
         for informer in informers:
             informer.stop()
