@@ -105,6 +105,15 @@ def running_ready(st: dict[str, Any]) -> bool:
     return st.get("phase") == "Running" and condition(st, "Ready").get("status") == "True"
 
 
+def wait_for_events(cluster: Cluster, name: str, *reasons: str, timeout: float = 10.0) -> None:
+    """Events go out on the agent's own thread, after the status that a test waited for."""
+
+    def seen() -> bool:
+        return set(reasons) <= {e.reason for e in kubelet_events(cluster, name)}
+
+    wait_for(seen, timeout, f"the kubelet's events {sorted(reasons)} for {name}")
+
+
 def kubelet_events(cluster: Cluster, name: str) -> list[Any]:
     items = cluster.core.list_namespaced_event(cluster.namespace).items
     return [e for e in items if e.involved_object.name == name and e.source.component == "kubelet"]

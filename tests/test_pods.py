@@ -21,6 +21,7 @@ from tests.pods import (
     make_pod,
     pod_containers,
     running_ready,
+    wait_for_events,
     wait_status,
 )
 
@@ -51,8 +52,7 @@ def test_sleep_pod_runs_with_ip_and_is_ready(
     assert sandbox_ip == st["podIP"]
     assert st["podIPs"] == [{"ip": st["podIP"]}]
     assert app.name == f"k8s_c_sleeper_{cluster.namespace}_{pod['metadata']['uid']}_0"
-    reasons = [e.reason for e in kubelet_events(cluster, "sleeper")]
-    assert {"Pulled", "Created", "Started"} <= set(reasons)
+    wait_for_events(cluster, "sleeper", "Pulled", "Created", "Started")
 
 
 def test_exit_zero_with_never_succeeds(
@@ -112,7 +112,7 @@ def test_failure_with_always_crash_loops_with_growing_waits(
         c for c in pod_containers(docker_env, uid) if c.labels[cri.LABEL_CONTAINER_NAME] == "c"
     ]
     assert len(attempts) == 3
-    assert "BackOff" in {e.reason for e in kubelet_events(cluster, "crasher")}
+    wait_for_events(cluster, "crasher", "BackOff")
     assert agent.agent.gc.collect() == 2, "the container GC keeps only the newest dead attempt"
     [kept] = [
         c for c in pod_containers(docker_env, uid) if c.labels[cri.LABEL_CONTAINER_NAME] == "c"
@@ -214,11 +214,12 @@ def test_bad_images_wait_with_the_kubelet_reason(
         for c in pod_containers(docker_env, pod["metadata"]["uid"])
     }
     assert "c" not in names
-    assert {e.reason for e in kubelet_events(cluster, "img")} & {
-        "Failed",
-        "InspectFailed",
-        "ErrImageNeverPull",
-    }
+    expected = {"Failed", "InspectFailed", "ErrImageNeverPull"}
+    wait_for(  # events are sent on their own thread, after the status
+        lambda: {e.reason for e in kubelet_events(cluster, "img")} & expected,
+        10,
+        f"one of the kubelet's events {expected}",
+    )
 
 
 def test_deleted_pod_is_stopped_and_leaves_the_api(
@@ -228,7 +229,7 @@ def test_deleted_pod_is_stopped_and_leaves_the_api(
     wait_status(cluster, "doomed", running_ready, 20, "Running")
     cluster.core.delete_namespaced_pod("doomed", cluster.namespace)
     wait_for(lambda: get_pod(cluster, "doomed") is None, 15, "the pod to leave the API")
-    assert "Killing" in {e.reason for e in kubelet_events(cluster, "doomed")}
+    wait_for_events(cluster, "doomed", "Killing")
     wait_for(
         lambda: not pod_containers(docker_env, pod["metadata"]["uid"]), 10, "containers removed"
     )
@@ -282,7 +283,7 @@ def test_privileged_pod_is_refused(
     assert st["reason"] == "Forbidden"
     assert "privileged" in st["message"]
     assert not pod_containers(docker_env, pod["metadata"]["uid"])
-    assert "Forbidden" in {e.reason for e in kubelet_events(cluster, "root")}
+    wait_for_events(cluster, "root", "Forbidden")
 
 
 def test_active_deadline_fails_the_pod(
