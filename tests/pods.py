@@ -8,6 +8,8 @@ from typing import Any
 from kubernetes.client.exceptions import ApiException
 
 from kubelet_sim import cri
+from kubelet_sim.kube.client import connect
+from kubelet_sim.tools.trace import Step, collect
 from tests.cluster import Cluster, wait_for
 from tests.docker_env import DockerEnv
 
@@ -117,3 +119,17 @@ def wait_for_events(cluster: Cluster, name: str, *reasons: str, timeout: float =
 def kubelet_events(cluster: Cluster, name: str) -> list[Any]:
     items = cluster.core.list_namespaced_event(cluster.namespace).items
     return [e for e in items if e.involved_object.name == name and e.source.component == "kubelet"]
+
+
+def traced(cluster: Cluster, runtime: Any, name: str) -> list[Step]:
+    """The pod's steps once the node journaled its Ready write (just after the write itself,
+    which the test may have seen first)."""
+    kube = connect(cluster.kubeconfig)
+
+    def complete() -> list[Step] | None:
+        _, steps = collect(kube, runtime, cluster.namespace, name)
+        done = any(s.step == "Ready written" and s.time is not None for s in steps)
+        return steps if done else None
+
+    steps: list[Step] = wait_for(complete, 10, f"{name}: the node's Ready write journaled")
+    return steps

@@ -14,12 +14,10 @@ import pytest
 from kubernetes import client
 
 from kubelet_sim import cri
-from kubelet_sim.kube.client import connect
-from kubelet_sim.tools.trace import collect
 from tests.agent_fixture import RunningAgent, start_agent
 from tests.cluster import Cluster, wait_for
 from tests.docker_env import DockerEnv
-from tests.pods import BUSYBOX, SLEEP_FOREVER, running_ready
+from tests.pods import BUSYBOX, SLEEP_FOREVER, running_ready, traced
 
 pytestmark = pytest.mark.docker
 
@@ -108,12 +106,7 @@ def test_a_deployment_is_scheduled_onto_the_node_runs_and_scales_down(
                 f"Successfully assigned {cluster.namespace}/{name} to {cluster.node_name}"
             )
         uids = {p["metadata"]["uid"] for p in pods}
-        _, steps = collect(
-            connect(cluster.kubeconfig),
-            running.agent.runtime,
-            cluster.namespace,
-            pods[0]["metadata"]["name"],
-        )
+        steps = traced(cluster, running.agent.runtime, pods[0]["metadata"]["name"])
         by_name = {s.step: s for s in steps}
         assert by_name["scheduled"].detail == f"by {SCHEDULER}"
         assert by_name["bound"].time is not None

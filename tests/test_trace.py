@@ -11,13 +11,13 @@ from pathlib import Path
 import pytest
 
 from kubelet_sim.kube.client import connect
-from kubelet_sim.tools.trace import collect
 from tests.agent_fixture import start_agent
-from tests.cluster import Cluster
+from tests.cluster import Cluster, wait_for
 from tests.docker_env import DockerEnv
-from tests.pods import container, make_pod, running_ready, wait_status
+from tests.pods import container, make_pod, running_ready, traced, wait_status
 
 pytestmark = pytest.mark.docker
+
 
 STEPS = [
     "created",
@@ -44,9 +44,7 @@ def test_trace_of_a_pod_with_an_init_container(
         init = container("setup", command=["true"])
         make_pod(cluster, "traced", container(), initContainers=[init])
         wait_status(cluster, "traced", running_ready, 30, "Running and Ready")
-        _, steps = collect(
-            connect(cluster.kubeconfig), running.agent.runtime, cluster.namespace, "traced"
-        )
+        steps = traced(cluster, running.agent.runtime, "traced")
     finally:
         running.stop()
     assert [s.step for s in steps] == STEPS
@@ -74,6 +72,7 @@ def test_trace_command_prints_the_timeline(
     try:
         make_pod(cluster, "shown")
         wait_status(cluster, "shown", running_ready, 30, "Running and Ready")
+        traced(cluster, running.agent.runtime, "shown")
         args = ["trace", "shown", "-n", cluster.namespace, "--kubeconfig", cluster.kubeconfig]
         args += ["--root-dir", str(root)]
         result = subprocess.run(
@@ -109,7 +108,6 @@ def test_follow_prints_each_new_pod_once_it_is_ready(
     import threading
 
     from kubelet_sim.tools.trace import follow
-    from tests.cluster import wait_for
 
     running = start_agent(cluster, docker_env, tmp_path / "root")
     printed: list[dict[str, object]] = []
