@@ -20,7 +20,7 @@ ALLOWED: dict[str, set[str]] = {
     "node": SHARED | {"kube", "runtime", "pod"},
     "podworkers": SHARED | {"kube", "runtime", "pod", "volumes"},
     "agent": SHARED | {"kube", "runtime", "pod", "node", "podworkers", "volumes"},
-    "tools": SHARED | {"kube", "runtime"},
+    "tools": SHARED | {"kube", "runtime", "pod"},
     "cli": SHARED | {"kube", "runtime", "node", "agent", "tools"},
     "__main__": {"cli"},
 }

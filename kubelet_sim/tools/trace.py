@@ -23,6 +23,7 @@ from kubelet_sim.kube.client import KubeConnection
 from kubelet_sim.kube.informer import DELETED, Informer
 from kubelet_sim.kube.rest import Json, request_json
 from kubelet_sim.kube.watches import pods_on_node
+from kubelet_sim.pod.status import format_time_precise
 from kubelet_sim.runtime.docker_runtime import DockerRuntime
 
 SCHEDULED = "Scheduled"
@@ -39,7 +40,7 @@ class Step:
     def as_json(self) -> dict[str, Any]:
         return {
             "step": self.step,
-            "time": self.time.isoformat() if self.time else None,
+            "time": format_time_precise(self.time) if self.time else None,
             "source": self.source,
             "detail": self.detail,
             "precise": self.precise,

@@ -18,6 +18,7 @@ from kubelet_sim.kube.client import KubeConnection
 from kubelet_sim.kube.informer import Informer, StreamEvent, WatchTimeouts
 from kubelet_sim.kube.rest import Json
 from kubelet_sim.kube.watches import own_node, pods_on_node
+from kubelet_sim.pod.status import format_time_precise
 
 Write = Callable[[str], None]
 
@@ -25,7 +26,7 @@ Write = Callable[[str], None]
 def record(watch: str, event: StreamEvent, now: datetime | None = None) -> dict[str, Any]:
     """One flat record per step, the same for both output formats."""
     out: dict[str, Any] = {
-        "time": (now or datetime.now(UTC)).isoformat(timespec="milliseconds"),
+        "time": format_time_precise(now or datetime.now(UTC)),
         "watch": watch,
         "type": event.kind,
     }
