@@ -6,18 +6,11 @@ import threading
 
 from kubernetes import client
 
-from kubelet_sim.kube.rest import Json, call_json, request_json
+from kubelet_sim.kube.rest import Json, call_json, request_json, resource_version
 from kubelet_sim.kube.schema import POD_STATUS, ServerSchema
 from kubelet_sim.smp import POD_STATUS_SCHEMA, two_way_patch
 
 STRATEGIC_MERGE_PATCH = "application/strategic-merge-patch+json"
-
-
-def _rv(obj: Json) -> int:
-    try:
-        return int((obj.get("metadata") or {}).get("resourceVersion") or 0)
-    except ValueError:
-        return 0
 
 
 class PodStatusWriter:
@@ -41,7 +34,7 @@ class PodStatusWriter:
         uid = pod["metadata"]["uid"]
         with self._lock:
             written = self._written.get(uid)
-        if written is not None and written[0] > _rv(pod):
+        if written is not None and written[0] > resource_version(pod):
             return written[1]
         status: Json = pod.get("status") or {}
         return status
@@ -67,7 +60,7 @@ class PodStatusWriter:
             _content_type=STRATEGIC_MERGE_PATCH,
         )
         with self._lock:
-            self._written[meta["uid"]] = (_rv(updated), updated.get("status") or {})
+            self._written[meta["uid"]] = (resource_version(updated), updated.get("status") or {})
             self.writes += 1
         return updated
 

@@ -73,6 +73,17 @@ class ApiError(Exception):
         return cls(status=int(exc.status or 0), reason=reason, message=message)
 
 
+def resource_version(obj: Json) -> int:
+    """An object's resourceVersion as a number, to tell which of two copies is newer (0: none).
+
+    Kubernetes calls them opaque; every server in use hands out etcd's increasing revision.
+    """
+    try:
+        return int((obj.get("metadata") or {}).get("resourceVersion") or 0)
+    except ValueError:
+        return 0
+
+
 def call_json(method: Callable[..., Any], *args: Any, **kwargs: Any) -> Json:
     """Call a generated client method and return the response body as a dict.
 

@@ -16,7 +16,7 @@ from typing import Protocol
 from structlog.stdlib import BoundLogger
 
 from kubelet_sim.kube.node_api import NodeApi
-from kubelet_sim.kube.rest import ApiError, Json
+from kubelet_sim.kube.rest import ApiError, Json, resource_version
 from kubelet_sim.node.host import HostFacts
 from kubelet_sim.node.node_object import (
     PRESSURE_CONDITIONS,
@@ -129,10 +129,7 @@ class NodeStatusController:
 
     def _saw(self, node: Json) -> None:
         """Keep the newest status the server holds: the base of the next two-way patch."""
-        try:
-            rv = int((node.get("metadata") or {}).get("resourceVersion") or 0)
-        except ValueError:
-            rv = 0
+        rv = resource_version(node)
         with self._lock:
             if rv >= self._server[0]:
                 self._server = (rv, node.get("status") or {})
