@@ -75,9 +75,10 @@ def _free_port() -> int:
 
 
 # Linux's parent-death signal (util-linux setpriv): a killed test run leaves no control plane
-# behind. Set through a wrapper, not preexec_fn, which is unsafe in a process with threads.
+# behind. KILL, since a kube-scheduler given TERM without its API server was seen to hang.
+# Set through a wrapper, not preexec_fn, which is unsafe in a process with threads.
 _SETPRIV = shutil.which("setpriv")
-_DIE_WITH_PARENT = [_SETPRIV, "--pdeathsig", "TERM", "--"] if _SETPRIV else []
+_DIE_WITH_PARENT = [_SETPRIV, "--pdeathsig", "KILL", "--"] if _SETPRIV else []
 
 
 def _openssl(*args: str, cwd: Path) -> None:
