@@ -41,7 +41,11 @@ class LogLevelChoice(StrEnum):
     error = "error"
 
 
-app = typer.Typer(add_completion=False, pretty_exceptions_enable=False, rich_markup_mode=None)
+def _typer_app() -> typer.Typer:
+    return typer.Typer(add_completion=False, pretty_exceptions_enable=False, rich_markup_mode=None)
+
+
+app = _typer_app()
 
 
 def _print_version(value: bool) -> None:
@@ -197,9 +201,9 @@ def run(
         # Each node holds about 4 connections at once (2 watches, its writes, its lease).
         kube = connect(kubeconfig, context, pool_size=4 * len(names) + 4)
         root = usable_root_dir(root_dir)
-        docker_client = DockerRuntime.connect(network=docker_network)
+        engine = DockerRuntime.connect(network=docker_network)
         if docker_network != "bridge":
-            gateway = docker_client.network_gateway()  # also: the network exists, or one line
+            gateway = engine.network_gateway()  # also: the network exists, or one line
             settings = [
                 s if s.node_ip is not None else dataclasses.replace(s, node_ip=gateway)
                 for s in settings
@@ -209,14 +213,14 @@ def run(
     stop = _stop_on_signals()
     pod_settings = PodSettings(pause_image=pod_infra_image, allow_privileged=allow_privileged)
     try:
-        _run_nodes(kube, docker_client, root, settings, pod_settings, stop)
+        _run_nodes(kube, engine, root, settings, pod_settings, stop)
     finally:
-        docker_client.close()
+        engine.close()
 
 
 def _run_nodes(
     kube: KubeConnection,
-    docker_client: DockerRuntime,
+    engine: DockerRuntime,
     root: Path,
     settings: list[NodeSettings],
     pod_settings: PodSettings,
@@ -228,10 +232,10 @@ def _run_nodes(
     schema = ServerSchema()  # read once for all the nodes: it is the same server
     for node in settings:
         runtime = DockerRuntime(
-            client=docker_client.client,
+            client=engine.client,
             node_name=node.node_name,
             root_dir=root / node.node_name,
-            network=docker_client.network,
+            network=engine.network,
         )
         agent = Agent(node, kube, runtime, pod_settings, schema)
         thread = threading.Thread(
@@ -291,7 +295,15 @@ class OutputChoice(StrEnum):
     json = "json"
 
 
-watch_app = typer.Typer(add_completion=False, pretty_exceptions_enable=False, rich_markup_mode=None)
+# Options the tools (watch, trace) share.
+ToolKubeconfig = Annotated[
+    str | None, typer.Option(envvar="KUBELET_SIM_KUBECONFIG", help="Kubeconfig file.")
+]
+ToolContext = Annotated[
+    str | None, typer.Option(envvar="KUBELET_SIM_CONTEXT", help="Kubeconfig context.")
+]
+
+watch_app = _typer_app()
 
 
 @watch_app.command(
@@ -302,12 +314,8 @@ def watch(
     node_name: Annotated[
         str, typer.Option(envvar="KUBELET_SIM_NODE_NAME", help="Whose pods and Node to watch.")
     ],
-    kubeconfig: Annotated[
-        str | None, typer.Option(envvar="KUBELET_SIM_KUBECONFIG", help="Kubeconfig file.")
-    ] = None,
-    context: Annotated[
-        str | None, typer.Option(envvar="KUBELET_SIM_CONTEXT", help="Kubeconfig context.")
-    ] = None,
+    kubeconfig: ToolKubeconfig = None,
+    context: ToolContext = None,
     output: Annotated[
         OutputChoice, typer.Option(help="`text` for people, `json` for a JSON object a line.")
     ] = OutputChoice.text,
@@ -331,7 +339,7 @@ def watch(
         sys.stdout.flush()
 
 
-trace_app = typer.Typer(add_completion=False, pretty_exceptions_enable=False, rich_markup_mode=None)
+trace_app = _typer_app()
 
 
 @trace_app.command(
@@ -348,12 +356,8 @@ def trace(
     node_name: Annotated[
         str | None, typer.Option(envvar="KUBELET_SIM_NODE_NAME", help="The node, for --follow.")
     ] = None,
-    kubeconfig: Annotated[
-        str | None, typer.Option(envvar="KUBELET_SIM_KUBECONFIG", help="Kubeconfig file.")
-    ] = None,
-    context: Annotated[
-        str | None, typer.Option(envvar="KUBELET_SIM_CONTEXT", help="Kubeconfig context.")
-    ] = None,
+    kubeconfig: ToolKubeconfig = None,
+    context: ToolContext = None,
     root_dir: Annotated[
         Path | None,
         typer.Option(envvar="KUBELET_SIM_ROOT_DIR", help="The agent's --root-dir (its journal)."),

@@ -250,24 +250,25 @@ def test_namespaces(cluster: Cluster) -> None:
     assert cluster.namespace in {n.metadata.name for n in active.items}
 
 
+def _namespace_gone(cluster: Cluster, name: str) -> bool:
+    try:
+        cluster.core.read_namespace(name)
+    except ApiException as exc:
+        return exc.status == 404
+    return False
+
+
 def test_deleting_a_namespace_removes_its_contents(cluster: Cluster) -> None:
     extra = f"{cluster.namespace}-x"
-
-    def gone() -> bool:
-        try:
-            cluster.core.read_namespace(extra)
-        except ApiException as exc:
-            return exc.status == 404
-        return False
 
     cluster.core.create_namespace({"metadata": {"name": extra}})
     try:
         cluster.core.create_namespaced_config_map(extra, {"metadata": {"name": "cm"}})
         cluster.core.delete_namespace(extra, _preload_content=False)
-        wait_for(gone, 60, f"namespace {extra} to go away")
+        wait_for(lambda: _namespace_gone(cluster, extra), 60, f"namespace {extra} to go away")
         assert cluster.core.list_namespaced_config_map(extra).items == []
     finally:
-        if not gone():
+        if not _namespace_gone(cluster, extra):
             cluster.core.delete_namespace(extra, _preload_content=False)
 
 
@@ -388,11 +389,6 @@ def test_deleting_a_namespace_waits_for_the_nodes_final_delete_of_bound_pods(
     final = V1DeleteOptions(grace_period_seconds=0, preconditions={"uid": pod.metadata.uid})
     cluster.core.delete_namespaced_pod("p", extra, body=final)
 
-    def gone() -> bool:
-        try:
-            cluster.core.read_namespace(extra)
-        except ApiException as exc:
-            return exc.status == 404
-        return False
-
-    wait_for(gone, 60, f"namespace {extra} to go once its pod is gone")
+    wait_for(
+        lambda: _namespace_gone(cluster, extra), 60, f"namespace {extra} to go once its pod is gone"
+    )
