@@ -170,6 +170,14 @@ def run(
             " given, the Node's InternalIP becomes this host's address on it.",
         ),
     ] = "bridge",
+    image_pull_progress_deadline: Annotated[
+        float,
+        typer.Option(
+            envvar="KUBELET_SIM_IMAGE_PULL_PROGRESS_DEADLINE",
+            help="Seconds a pull may go without progress before it is cancelled (ErrImagePull).",
+            min=1,
+        ),
+    ] = 60.0,
     version: Annotated[
         bool,
         typer.Option(
@@ -202,6 +210,7 @@ def run(
         kube = connect(kubeconfig, context, pool_size=4 * len(names) + 4)
         root = usable_root_dir(root_dir)
         engine = DockerRuntime.connect(network=docker_network)
+        engine.pull_progress_deadline = image_pull_progress_deadline
         if docker_network != "bridge":
             gateway = engine.network_gateway()  # also: the network exists, or one line
             settings = [
@@ -236,6 +245,7 @@ def _run_nodes(
             node_name=node.node_name,
             root_dir=root / node.node_name,
             network=engine.network,
+            pull_progress_deadline=engine.pull_progress_deadline,
         )
         agent = Agent(node, kube, runtime, pod_settings, schema)
         thread = threading.Thread(

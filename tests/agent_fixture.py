@@ -32,9 +32,20 @@ class RunningAgent:
         assert not self.thread.is_alive(), "the agent did not stop"
 
 
-def start_agent(cluster: Cluster, docker_env: DockerEnv, root: Path, **pod: Any) -> RunningAgent:
+def start_agent(
+    cluster: Cluster,
+    docker_env: DockerEnv,
+    root: Path,
+    *,
+    node: dict[str, Any] | None = None,
+    pull_progress_deadline: float | None = None,
+    **pod: Any,
+) -> RunningAgent:
+    """`node` holds NodeSettings fields (cpu, memory, ...), `pod` PodSettings fields."""
     runtime = DockerRuntime.connect(node_name=cluster.node_name, root_dir=root)
-    settings = NodeSettings(node_name=cluster.node_name, node_ip="127.0.0.1")
+    if pull_progress_deadline is not None:
+        runtime.pull_progress_deadline = pull_progress_deadline
+    settings = NodeSettings(node_name=cluster.node_name, node_ip="127.0.0.1", **(node or {}))
     agent = Agent(
         settings,
         connect(cluster.node_kubeconfig),

@@ -11,6 +11,7 @@ from kubelet_sim.pod.admission import (
     Rejection,
     Requests,
     admit,
+    admit_in_order,
     pod_requests,
     total_requests,
 )
@@ -151,3 +152,58 @@ def test_the_privilege_gate_comes_before_resources() -> None:
     rejection = check(pod(container(requests={"cpu": "99"}), hostNetwork=True))
     assert rejection is not None
     assert rejection.reason == "Forbidden"
+
+
+def created(view_pod: PodView, at: str) -> PodView:
+    raw = {**view_pod.raw, "metadata": {**view_pod.raw["metadata"], "creationTimestamp": at}}
+    return PodView.from_api(raw)
+
+
+def in_order(
+    *undecided: PodView, admitted: tuple[PodView, ...] = (), here: set[str] | None = None
+) -> dict[str, Rejection | None]:
+    return admit_in_order(
+        undecided,
+        admitted=admitted,
+        already_here=here or set(),
+        allocatable=NODE,
+        allow_privileged=False,
+    )
+
+
+def test_a_burst_loses_only_the_pod_that_no_longer_fits() -> None:
+    burst = [pod(container(requests={"cpu": "800m"}), uid=f"p{i}") for i in range(3)]
+    decisions = in_order(*burst)
+    assert [decisions[p.uid] is None for p in burst] == [True, True, False]
+    rejection = decisions["p2"]
+    assert rejection is not None
+    assert rejection.reason == "OutOfcpu"
+    assert rejection.message.endswith("requested: 800, used: 1600, capacity: 2000")
+
+
+def test_pods_are_admitted_oldest_first_whatever_order_they_came_in() -> None:
+    young = created(pod(container(requests={"cpu": "1500m"}), uid="young"), "2026-01-01T00:00:09Z")
+    old = created(pod(container(requests={"cpu": "1500m"}), uid="old"), "2026-01-01T00:00:01Z")
+    decisions = in_order(young, old)
+    assert decisions["old"] is None
+    assert decisions["young"] is not None
+
+
+def test_only_admitted_pods_count() -> None:
+    running = pod(container(requests={"cpu": "1"}), uid="running")
+    decisions = in_order(pod(container(requests={"cpu": "1"}), uid="new"), admitted=(running,))
+    assert decisions == {"new": None}
+    full = pod(container(requests={"cpu": "1500m"}), uid="full")
+    assert in_order(pod(container(requests={"cpu": "1"}), uid="new"), admitted=(full,))["new"]
+
+
+def test_pods_already_running_here_are_kept_even_when_the_node_shrank() -> None:
+    a = created(pod(container(requests={"cpu": "1500m"}), uid="a"), "2026-01-01T00:00:01Z")
+    b = created(pod(container(requests={"cpu": "1500m"}), uid="b"), "2026-01-01T00:00:02Z")
+    newcomer = created(pod(container(requests={"cpu": "100m"}), uid="c"), "2026-01-01T00:00:00Z")
+    decisions = in_order(a, b, newcomer, here={"a", "b"})
+    assert decisions["a"] is None
+    assert decisions["b"] is None
+    rejected = decisions["c"]
+    assert rejected is not None
+    assert rejected.reason == "OutOfcpu"

@@ -8,7 +8,7 @@ refused pod is marked Failed with the reason and the message returned here (kube
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Collection, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -68,6 +68,41 @@ def admit(
         if forbidden:
             return Rejection(FORBIDDEN, REJECTED_PREFIX + forbidden)
     return _fit(pod, active_pods, allocatable)
+
+
+def admit_in_order(
+    undecided: Sequence[PodView],
+    *,
+    admitted: Sequence[PodView],
+    already_here: Collection[str],
+    allocatable: Allocatable,
+    allow_privileged: bool,
+) -> dict[str, Rejection | None]:
+    """HandlePodAdditions: decide each new pod in creation order, counting only what was admitted.
+
+    `undecided` comes in the order the node saw the pods (the sort is stable, so pods created in
+    the same second keep it); `admitted` are the pods admitted earlier that still run or are
+    being stopped. Pods in `already_here` (their containers or status show that an earlier run of
+    the agent admitted them) are admitted first and without checks: a restart with a smaller
+    node never kills what runs.
+    """
+    active = list(admitted)
+    decisions: dict[str, Rejection | None] = {}
+    ordered = sorted(undecided, key=lambda p: p.creation_timestamp)
+    for pod in ordered:
+        if pod.uid in already_here:
+            decisions[pod.uid] = None
+            active.append(pod)
+    for pod in ordered:
+        if pod.uid in decisions:
+            continue
+        rejection = admit(
+            pod, active_pods=active, allocatable=allocatable, allow_privileged=allow_privileged
+        )
+        decisions[pod.uid] = rejection
+        if rejection is None:
+            active.append(pod)
+    return decisions
 
 
 def forbidden_message(pod: PodView) -> str | None:

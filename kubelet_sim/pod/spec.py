@@ -77,6 +77,11 @@ class PodView:
         return f"{self.name}_{self.namespace}({self.uid})"
 
     @property
+    def creation_timestamp(self) -> str:
+        """RFC 3339 in UTC with a Z, so that text order is time order."""
+        return str((self.raw.get("metadata") or {}).get("creationTimestamp") or "")
+
+    @property
     def being_deleted(self) -> bool:
         return self.deletion_timestamp is not None
 

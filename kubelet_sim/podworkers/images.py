@@ -6,9 +6,11 @@ kubelet's event reasons and messages and its per pod-and-image backoff.
 
 from __future__ import annotations
 
+import threading
 import time
-from collections.abc import Sequence
-from dataclasses import dataclass
+from collections.abc import Callable, Sequence
+from concurrent.futures import Future, ThreadPoolExecutor
+from dataclasses import dataclass, field
 
 from kubelet_sim.cri import ImagePullError, RegistryAuth
 from kubelet_sim.kube.events import NORMAL, WARNING, EventRecorder, EventRef
@@ -24,15 +26,39 @@ class ImageResult:
     """Either the image is ready, or why the container must wait (and for how long)."""
 
     ready: bool
-    waiting: WaitingReason | None = None
+    waiting: WaitingReason | None = None  # None while a pull is in flight: keep the last reason
     retry_in: float | None = None
 
 
+PULLING = ImageResult(ready=False)  # in flight: the pod is synced again when it ends
+PARALLEL_PULLS = 3  # the kubelet's maxParallelImagePulls, when it is set
+
+
+@dataclass
+class _Pull:
+    future: Future[str | None]  # the error, or None once pulled
+    started: float = field(default_factory=time.monotonic)
+    finished: float | None = None
+
+
 class ImagePuller:
-    def __init__(self, runtime: DockerRuntime, events: EventRecorder) -> None:
+    """Pulls run on a small pool of their own, never on a pod worker: a registry that hangs
+    costs that image's pods, not the node. Docker's own pull waits are bounded by the runtime's
+    progress deadline."""
+
+    def __init__(
+        self,
+        runtime: DockerRuntime,
+        events: EventRecorder,
+        wake: Callable[[str], None] = lambda _uid: None,
+    ) -> None:
         self.runtime = runtime
         self.events = events
+        self.wake = wake  # queue a pod uid again (set by the pod workers)
         self.backoff = KeyedBackoff(initial=10.0, maximum=300.0)
+        self._pulls: dict[str, _Pull] = {}
+        self._lock = threading.Lock()
+        self._pool = ThreadPoolExecutor(max_workers=PARALLEL_PULLS, thread_name_prefix="pull")
 
     def ensure(
         self,
@@ -46,6 +72,13 @@ class ImagePuller:
         if invalid is not None:
             self.events.event(ref, WARNING, "InspectFailed", invalid)
             return self._failed(ref, "InvalidImageName", invalid, None)
+        key = f"{pod.uid}_{image}"
+        with self._lock:
+            pull = self._pulls.get(key)
+            if pull is not None and pull.future.done():
+                del self._pulls[key]
+        if pull is not None:
+            return self._pulled(pull, key, image, ref)
         present = self.runtime.image_status(image)
         policy = container.image_pull_policy
         if present is not None and policy != "Always":
@@ -56,20 +89,35 @@ class ImagePuller:
             message = f'Container image "{image}" is not present with pull policy of Never'
             self.events.event(ref, WARNING, "ErrImageNeverPull", message)
             return self._failed(ref, "ErrImageNeverPull", message, None)
-        key = f"{pod.uid}_{image}"
         now = time.time()
         if self.backoff.in_backoff_since_update(key, now):
             message = f'Back-off pulling image "{image}"'
             self.events.event(ref, NORMAL, "BackOff", message)
             return self._failed(ref, "ImagePullBackOff", message, self.backoff.get(key))
         self.events.event(ref, NORMAL, "Pulling", f'Pulling image "{image}"')
-        started = time.monotonic()
-        error = self._pull(image, auths)
+        pull = _Pull(self._pool.submit(self._pull, image, auths))
+        with self._lock:
+            self._pulls[key] = pull
+
+        def finished(_done: Future[str | None]) -> None:  # runs once done() is True
+            pull.finished = time.monotonic()
+            self.wake(pod.uid)
+
+        pull.future.add_done_callback(finished)
+        return PULLING
+
+    def _pulled(self, pull: _Pull, key: str, image: str, ref: EventRef) -> ImageResult:
+        """The outcome of a pull this pod started, once; PULLING while it is in flight."""
+        if not pull.future.done():
+            return PULLING
+        now = time.time()
+        error = pull.future.result()
+        started = pull.started
         if error is not None:
             self.events.event(ref, WARNING, "Failed", f'Failed to pull image "{image}": {error}')
             self.backoff.next(key, now, time.time())
             return self._failed(ref, "ErrImagePull", error, self.backoff.get(key))
-        took = time.monotonic() - started
+        took = (pull.finished or time.monotonic()) - started
         self.events.event(
             ref,
             NORMAL,
@@ -80,18 +128,27 @@ class ImagePuller:
 
     def forget_pod(self, uid: str) -> None:
         self.backoff.forget_prefix(f"{uid}_")
+        with self._lock:
+            for key in [k for k in self._pulls if k.startswith(f"{uid}_")]:
+                del self._pulls[key]  # a pull in flight finishes; nobody waits for it
+
+    def shutdown(self) -> None:
+        self._pool.shutdown(wait=False, cancel_futures=True)
 
     def _pull(self, image: str, auths: Sequence[RegistryAuth]) -> str | None:
         """Try each matching credential, then anonymously; the last error if all fail."""
-        error = ""
-        for auth in [*auths, None]:
-            try:
-                self.runtime.pull_image(image, auth)
-            except ImagePullError as exc:
-                error = str(exc)
-                continue
-            return None
-        return error
+        try:
+            error = "pull failed"
+            for auth in [*auths, None]:
+                try:
+                    self.runtime.pull_image(image, auth)
+                except ImagePullError as exc:
+                    error = str(exc)
+                    continue
+                return None
+            return error
+        except Exception as exc:  # the engine itself failed: an ErrImagePull all the same
+            return str(exc)[:300] or type(exc).__name__
 
     def _failed(
         self, ref: EventRef, reason: str, message: str, retry_in: float | None

@@ -99,8 +99,8 @@ class ContainerStarter:
         auths = auths_for(container.image, self._pull_secrets(view))
         image = self.puller.ensure(view, container, ref, auths)
         if not image.ready:
-            assert image.waiting is not None
-            state.waiting[container.name] = image.waiting
+            if image.waiting is not None:
+                state.waiting[container.name] = image.waiting
             return image.retry_in
         try:
             cfg = container_config(

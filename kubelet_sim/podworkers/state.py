@@ -35,6 +35,8 @@ class PodState:
     # Container ids a Killing event was recorded for, so repeats of a sync don't repeat it.
     killing: set[str] = field(default_factory=set)
     deadline_reported: bool = False
+    # Containers killed because their definition changed: started again once they stopped.
+    replacing: set[str] = field(default_factory=set)
     # The final DELETE was sent; wait for the informer to drop the pod.
     finally_deleted: bool = False
     # The last status write failed; retried with backoff, said once per distinct error.

@@ -1,12 +1,22 @@
-"""Stopping a pod's containers: Killing events, SIGTERM, SIGKILL after the grace period."""
+"""Stopping a pod's containers: Killing events, the stop signal, SIGKILL when the grace ends.
+
+No thread waits out a grace period. A stop sends the signal and books a SIGKILL for the end of
+the grace period; one timer thread sends the SIGKILLs that are due. Docker's `die` event
+brings the pod back to its worker, so a pod worker never blocks behind a container that ignores
+SIGTERM, and a later, shorter grace period (a second delete) moves the SIGKILL earlier, as the
+kubelet's killContainer does when its grace period is cut.
+"""
 
 from __future__ import annotations
 
+import heapq
+import threading
+import time
 from collections.abc import Sequence
-from concurrent.futures import ThreadPoolExecutor
 
 from kubelet_sim import cri
 from kubelet_sim.kube.events import NORMAL, EventRecorder
+from kubelet_sim.logs import get_logger
 from kubelet_sim.pod.spec import PodView
 from kubelet_sim.podworkers.event_refs import container_spec, event_ref
 from kubelet_sim.podworkers.state import PodState
@@ -14,18 +24,22 @@ from kubelet_sim.runtime.docker_runtime import DockerRuntime
 from kubelet_sim.runtime.observe import ContainerWatcher
 
 MIN_GRACE = 2.0  # killContainer's minimumGracePeriodInSeconds
+RECHECK_AFTER_KILL = 1.0  # a safety net in case Docker's die event is missed
 
 
 class ContainerStopper:
-    """Stops containers in parallel, so one pod's grace period never delays another's."""
-
     def __init__(
         self, runtime: DockerRuntime, watcher: ContainerWatcher, events: EventRecorder
     ) -> None:
         self.runtime = runtime
         self.watcher = watcher
         self.events = events
-        self.pool = ThreadPoolExecutor(max_workers=16, thread_name_prefix="stop")
+        self._kill_at: dict[str, float] = {}  # container id → time.monotonic() of its SIGKILL
+        self._heap: list[tuple[float, str]] = []
+        self._cond = threading.Condition()
+        self._closed = False
+        self._thread: threading.Thread | None = None
+        self.log = get_logger("kubelet_sim.podworkers", node=runtime.node_name)
 
     def stop_all(
         self,
@@ -33,19 +47,19 @@ class ContainerStopper:
         observed: Sequence[cri.ObservedContainer],
         state: PodState,
         grace: float,
-    ) -> None:
-        """Stop app containers in parallel with the grace period, then the sandbox."""
+    ) -> float | None:
+        """Stop the app containers, then the sandbox; None once nothing runs, else when to look
+        again (Docker's die event usually comes first)."""
         running = [c for c in observed if c.state is cri.ContainerState.RUNNING]
         apps = [c for c in running if not c.is_sandbox]
-        futures = [
-            self.pool.submit(self.stop, view, c, state, grace, f"Stopping container {c.name}")
-            for c in apps
-        ]
-        for future in futures:
-            future.result()
+        for c in apps:
+            self.stop(view, c, state, grace, f"Stopping container {c.name}")
+        if apps:
+            return self.recheck_in([c.id for c in apps])
         for sandbox in (c for c in running if c.is_sandbox):
-            self.runtime.stop_container(sandbox.id, 0)
+            self.runtime.stop_container(sandbox.id, 0)  # pause dies at once: no grace to wait
             self.refresh(sandbox.id)
+        return None
 
     def stop(
         self,
@@ -55,16 +69,36 @@ class ContainerStopper:
         grace: float,
         message: str,
     ) -> None:
+        """Begin stopping (or hurry a stop in flight); returns at once."""
         if container.id not in state.killing:
             state.killing.add(container.id)
             spec = container_spec(view, container.name)
             self.events.event(event_ref(view, spec), NORMAL, "Killing", message)
-        self.runtime.stop_container(container.id, max(grace, MIN_GRACE) if grace else 0)
-        self.refresh(container.id)
+        self._begin(container.id, max(grace, MIN_GRACE) if grace else 0.0)
 
-    def remove_all(self, observed: Sequence[cri.ObservedContainer]) -> None:
-        """Stop (briefly) and remove containers of a pod that is gone, in parallel."""
-        list(self.pool.map(self._remove, observed))
+    def recheck_in(self, container_ids: Sequence[str]) -> float:
+        """Seconds until the last of these containers has had its SIGKILL, plus a margin."""
+        now = time.monotonic()
+        with self._cond:
+            due = [self._kill_at[i] - now for i in container_ids if i in self._kill_at]
+        return max([0.0, *due]) + RECHECK_AFTER_KILL
+
+    def stopping(self) -> int:
+        """Containers signalled whose SIGKILL is still booked."""
+        with self._cond:
+            return len(self._kill_at)
+
+    def remove_all(self, observed: Sequence[cri.ObservedContainer]) -> bool:
+        """Remove containers of a pod that is gone; running ones get a short stop first.
+        True once all are removed; else the caller comes back after their die events."""
+        removed = True
+        for container in observed:
+            if container.state is cri.ContainerState.RUNNING:
+                self._begin(container.id, MIN_GRACE)
+                removed = False
+            else:
+                self.runtime.remove_container(container.id)
+        return removed
 
     def refresh(self, container_id: str) -> None:
         """Put Docker's own view of a container we just changed into the watcher at once."""
@@ -73,9 +107,60 @@ class ContainerStopper:
             self.watcher.record(observed)
 
     def shutdown(self) -> None:
-        self.pool.shutdown(wait=False, cancel_futures=True)
+        """Forget booked SIGKILLs: running containers outlive the agent, as the kubelet's do."""
+        with self._cond:
+            self._closed = True
+            self._cond.notify_all()
 
-    def _remove(self, container: cri.ObservedContainer) -> None:
-        if container.state is cri.ContainerState.RUNNING:
-            self.runtime.stop_container(container.id, MIN_GRACE)
-        self.runtime.remove_container(container.id)
+    # -- the SIGKILL timer -----------------------------------------------------------------
+
+    def _begin(self, container_id: str, grace: float) -> None:
+        kill_at = time.monotonic() + grace
+        with self._cond:
+            booked = self._kill_at.get(container_id)
+            if booked is not None and booked <= kill_at:
+                return  # already stopping, as soon or sooner
+        if booked is None and grace > 0 and not self.runtime.signal_stop(container_id):
+            self.refresh(container_id)  # it had stopped already: let the watcher know
+            return
+        with self._cond:
+            self._kill_at[container_id] = kill_at
+            heapq.heappush(self._heap, (kill_at, container_id))
+            if self._thread is None:
+                self._thread = threading.Thread(target=self._run, name="stop-timer", daemon=True)
+                self._thread.start()
+            self._cond.notify()
+
+    def _run(self) -> None:
+        while True:
+            with self._cond:
+                due = self._next_due()
+                if due is None:
+                    return
+            try:
+                if self._still_running(due):
+                    self.runtime.kill_container(due)
+                    self.refresh(due)
+            except Exception:  # Docker hiccup: the pod's next sync stops it again
+                self.log.exception("SIGKILL failed", container=due[:12])
+
+    def _next_due(self) -> str | None:
+        """Wait (holding the condition) for the next SIGKILL that is due; None when closed."""
+        while not self._closed:
+            if not self._heap:
+                self._cond.wait()
+                continue
+            kill_at, container_id = self._heap[0]
+            wait = kill_at - time.monotonic()
+            if wait > 0:
+                self._cond.wait(wait)
+                continue
+            heapq.heappop(self._heap)
+            if self._kill_at.get(container_id) == kill_at:  # not moved earlier since
+                del self._kill_at[container_id]
+                return container_id
+        return None
+
+    def _still_running(self, container_id: str) -> bool:
+        seen = self.watcher.get(container_id)
+        return seen is None or seen.state is cri.ContainerState.RUNNING

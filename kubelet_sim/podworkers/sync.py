@@ -19,19 +19,19 @@ from kubelet_sim.kube.pod_api import PodStatusWriter
 from kubelet_sim.kube.rest import ApiError, Json
 from kubelet_sim.kube.tokens import TokenManager
 from kubelet_sim.logs import get_logger
-from kubelet_sim.pod.actions import compute_actions
-from kubelet_sim.pod.admission import admit
+from kubelet_sim.pod.actions import PodActions, compute_actions
 from kubelet_sim.pod.attempts import latest_sandbox
 from kubelet_sim.pod.container_config import spec_hash
 from kubelet_sim.pod.references import referenced_objects
 from kubelet_sim.pod.restart_backoff import KeyedBackoff
-from kubelet_sim.pod.spec import PodView
+from kubelet_sim.pod.spec import ContainerView, PodView
 from kubelet_sim.pod.status import (
     StatusInput,
     WaitingReason,
     format_time_precise,
     generate_status,
 )
+from kubelet_sim.podworkers.admission import PodAdmitter
 from kubelet_sim.podworkers.event_refs import container_spec, event_ref, pod_name
 from kubelet_sim.podworkers.settings import SyncSettings
 from kubelet_sim.podworkers.starter import ERROR_RETRY, ContainerStarter
@@ -44,6 +44,7 @@ from kubelet_sim.volumes import VolumeManager, VolumeSetup
 __all__ = ["PodSyncer", "SyncSettings"]
 
 DEADLINE_MESSAGE = "Pod was active on the node longer than the specified deadline"
+OBJECTS_RECHECK = 0.25  # seconds between looks at a referenced object's first list
 
 
 class PodSyncer:
@@ -77,6 +78,14 @@ class PodSyncer:
         # The volume manager's retry: 2 s doubling to about 2 minutes per pod.
         self.mount_backoff = KeyedBackoff(initial=2.0, maximum=122.0)
         self.states: dict[str, PodState] = {}
+        self.admitter = PodAdmitter(
+            settings,
+            active_pods,
+            has_containers=lambda uid: bool(watcher.pod_containers(uid)),
+            has_running=lambda uid: any(
+                c.state is cri.ContainerState.RUNNING for c in watcher.pod_containers(uid)
+            ),
+        )
         self.stopper = ContainerStopper(runtime, watcher, events)
         self.starter = ContainerStarter(
             settings, runtime, watcher, events, status, self.stopper, self._lookup
@@ -89,8 +98,7 @@ class PodSyncer:
         """Bring one pod closer to its spec; the answer is when to sync it again, if ever."""
         pod = self.pod_of(uid)
         if pod is None:
-            self._cleanup(uid)
-            return None
+            return self._cleanup(uid)
         view = PodView.from_api(pod)
         state = self.states.setdefault(uid, PodState())
         if state.finally_deleted:
@@ -110,25 +118,23 @@ class PodSyncer:
             return min(delay, retry) if delay is not None else retry
         return delay
 
+    @property
+    def wake(self) -> Callable[[str], None]:
+        return self.starter.puller.wake
+
+    @wake.setter
+    def wake(self, enqueue: Callable[[str], None]) -> None:
+        self.starter.puller.wake = enqueue
+
     def shutdown(self) -> None:
         self.stopper.shutdown()
+        self.starter.puller.shutdown()
 
     # -- admission and deadlines ---------------------------------------------------------
 
     def _admit(self, view: PodView, state: PodState) -> None:
         state.admitted = True
-        others = [
-            PodView.from_api(p)
-            for p in self.active_pods()
-            if p["metadata"]["uid"] != view.uid
-            and (p.get("status") or {}).get("phase") not in ("Succeeded", "Failed")
-        ]
-        rejection = admit(
-            view,
-            active_pods=others,
-            allocatable=self.settings.allocatable,
-            allow_privileged=self.settings.allow_privileged,
-        )
+        rejection = self.admitter.decide(view.uid)
         self.journal(
             view.uid,
             "admitted" if rejection is None else "rejected",
@@ -152,8 +158,8 @@ class PodSyncer:
         self, pod: Json, view: PodView, state: PodState, deadline: float | None
     ) -> float | None:
         refs = referenced_objects(pod)
-        if refs and not self.objects.wait_synced(refs, timeout=5.0):
-            return 0.5
+        if refs and not all(self.objects.is_synced(ref) for ref in refs):
+            return OBJECTS_RECHECK  # never block a worker on a first list
         if not self.status.has_written(view.uid):
             self._write(pod, view, state)  # the kubelet's first word: Pending, ContainerCreating
         observed = self.watcher.pod_containers(view.uid)
@@ -166,12 +172,19 @@ class PodSyncer:
         if not volumes.ok and wants_to_start and not actions.kill_pod:
             return self.mount_backoff.get(view.uid)
         if actions.kill_pod and not actions.create_sandbox:
-            self.stopper.stop_all(view, observed, state, grace=view.termination_grace_period)
+            stopping = self.stopper.stop_all(
+                view, observed, state, grace=view.termination_grace_period
+            )
             self._write(pod, view, state)
-            return deadline
+            return _soonest(deadline, stopping)
         sandbox = latest_sandbox(observed)
         if actions.create_sandbox:
-            self.stopper.stop_all(view, observed, state, grace=view.termination_grace_period)
+            stopping = self.stopper.stop_all(
+                view, observed, state, grace=view.termination_grace_period
+            )
+            if stopping is not None:  # the old sandbox's containers first
+                self._write(pod, view, state)
+                return _soonest(deadline, stopping)
             sandbox = self.starter.create_sandbox(view, actions.sandbox_attempt)
             if sandbox is None:
                 self._write(pod, view, state)
@@ -179,12 +192,38 @@ class PodSyncer:
         assert sandbox is not None
         for victim, message in actions.containers_to_kill:
             self.stopper.stop(view, victim, state, view.termination_grace_period, message)
-        starts = [actions.init_to_start] if actions.init_to_start else actions.containers_to_start
-        for container in starts:
-            retry.append(self.starter.start(view, container, sandbox, state, volumes))
+            state.replacing.add(victim.name)
+            retry.append(self.stopper.recheck_in([victim.id]))
+        for container in self._to_start(view, observed, state, actions):
+            wait = self.starter.start(view, container, sandbox, state, volumes)
+            if wait is None:
+                state.replacing.discard(container.name)
+            retry.append(wait)
         self._write(pod, view, state)
         pending = [r for r in retry if r is not None]
         return min(pending) if pending else None
+
+    def _to_start(
+        self,
+        view: PodView,
+        observed: Sequence[cri.ObservedContainer],
+        state: PodState,
+        actions: PodActions,
+    ) -> list[ContainerView]:
+        """The planned starts, plus replacements of changed containers once their old attempt
+        has stopped (started whatever the restart policy, as SyncPod does in one go)."""
+        if actions.init_to_start:
+            return [actions.init_to_start]
+        running = {
+            c.name for c in observed if c.state is cri.ContainerState.RUNNING and not c.is_sandbox
+        }
+        starts = list(actions.containers_to_start)
+        starts += [
+            c
+            for c in view.containers
+            if c.name in state.replacing and c.name not in running and c not in starts
+        ]
+        return [c for c in starts if c.name not in running]  # a replaced one still stopping
 
     def _setup_volumes(
         self, view: PodView, observed: Sequence[cri.ObservedContainer]
@@ -224,7 +263,10 @@ class PodSyncer:
         if view.being_deleted and view.deletion_grace_period is not None:
             grace = view.deletion_grace_period
         observed = self.watcher.pod_containers(view.uid)
-        self.stopper.stop_all(view, observed, state, grace)
+        stopping = self.stopper.stop_all(view, observed, state, grace)
+        if stopping is not None:  # phase stays as it is until the containers have stopped
+            self._write(pod, view, state, evicted=evicted)
+            return stopping
         self._write(pod, view, state, is_terminal=True, evicted=evicted)
         return self._finish_if_deleted(view, state)
 
@@ -248,19 +290,22 @@ class PodSyncer:
         self.log.info("pod deleted from the API", pod=pod_name(view), uid=view.uid)
         return None
 
-    def _cleanup(self, uid: str) -> None:
+    def _cleanup(self, uid: str) -> float | None:
         """The pod is gone from the API: remove everything it left on the node."""
         observed = self.watcher.pod_containers(uid)
-        self.stopper.remove_all(observed)
+        if not self.stopper.remove_all(observed):
+            return self.stopper.recheck_in([c.id for c in observed])
         self.volumes.teardown(uid)
         self.runtime.remove_pod_dir(uid)
         self.tokens.forget_pod(uid)
         self.mount_backoff.forget_prefix(uid)
         self.states.pop(uid, None)
+        self.admitter.forget(uid)
         self.status.forget(uid)
         self.starter.forget_pod(uid)
         if observed:
             self.log.info("removed containers of a pod gone from the API", uid=uid)
+        return None
 
     # -- status --------------------------------------------------------------------------
 
@@ -368,3 +413,8 @@ class PodSyncer:
 
     def _lookup(self, kind: str, namespace: str, name: str) -> Json | None:
         return self.objects.get((kind, namespace, name))
+
+
+def _soonest(*delays: float | None) -> float | None:
+    pending = [d for d in delays if d is not None]
+    return min(pending) if pending else None

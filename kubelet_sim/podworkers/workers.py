@@ -27,6 +27,7 @@ class PodWorkers:
             for i in range(workers)
         ]
         self.log = get_logger("kubelet_sim.podworkers", node=syncer.settings.node_name)
+        syncer.wake = self.enqueue  # work finished off the workers (pulls) brings its pod back
 
     def start(self) -> None:
         for thread in self._threads:

@@ -68,6 +68,7 @@ class DockerRuntime:
     node_name: str = ""
     root_dir: Path = DEFAULT_ROOT_DIR
     network: str = "bridge"  # the Docker network pod sandboxes join (kind's is `kind`)
+    pull_progress_deadline: float = 60.0  # dockershim's --image-pull-progress-deadline (1m)
     stats: RuntimeStats = field(default_factory=RuntimeStats)
     _image_ids: dict[str, str] = field(default_factory=dict, init=False, repr=False)
     # sandbox id → (host network, host pid): containers share the sandbox's namespaces.
@@ -141,7 +142,7 @@ class DockerRuntime:
         log = self.log.bind(image=ref, registry=auth.server if auth else None)
         log.info("pulling image")
         self.stats.add("pulls")
-        images.pull(self._api, ref, auth)
+        images.pull(self._api, ref, auth, self.pull_progress_deadline)
         self._image_ids.clear()  # a pull can add repo digests to an image we cached
         info = self.image_status(ref)
         if info is None:
@@ -208,6 +209,37 @@ class DockerRuntime:
         self.stats.add("stops")
         try:
             self.client.api.stop(container_id, timeout=max(0, math.ceil(grace_seconds)))
+        except NotFound:
+            return
+        except APIError as exc:
+            if "is not running" not in _explain(exc):
+                raise
+
+    def signal_stop(self, container_id: str) -> bool:
+        """Send the container's stop signal (its STOPSIGNAL, else SIGTERM) without waiting.
+
+        The SIGKILL at the end of the grace period is the caller's (kill_container), so that a
+        stop never holds a thread for a grace period and a shorter one can cut it short.
+        False if the container is not running (or gone).
+        """
+        self.stats.add("stops")
+        try:
+            attrs = cast(dict[str, Any], self.client.api.inspect_container(container_id))
+            signal = (attrs.get("Config") or {}).get("StopSignal") or "SIGTERM"
+            self.client.api.kill(container_id, signal=signal)
+        except NotFound:
+            return False
+        except APIError as exc:
+            if "is not running" in _explain(exc):
+                return False
+            raise
+        return True
+
+    def kill_container(self, container_id: str) -> None:
+        """SIGKILL now; a container that already stopped or is gone is fine."""
+        self.stats.add("stops")
+        try:
+            self.client.api.kill(container_id, signal="SIGKILL")
         except NotFound:
             return
         except APIError as exc:

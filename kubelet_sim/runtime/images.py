@@ -2,10 +2,14 @@
 
 from __future__ import annotations
 
+from collections.abc import Iterator
 from typing import Any, cast
 
+from docker import auth as docker_auth
+from docker import utils as docker_utils
 from docker.errors import APIError, DockerException, ImageNotFound, NotFound
-from requests.exceptions import RequestException
+from requests.exceptions import ConnectionError as RequestsConnectionError
+from requests.exceptions import ReadTimeout, RequestException
 
 from kubelet_sim import cri
 
@@ -55,21 +59,63 @@ def auth_config(auth: cri.RegistryAuth | None) -> dict[str, str] | None:
     return config
 
 
-def pull(api: Any, ref: str, auth: cri.RegistryAuth | None) -> None:
+def pull(api: Any, ref: str, auth: cri.RegistryAuth | None, progress_deadline: float) -> None:
     """Pull and consume Docker's progress stream; errors inside the stream count as failures.
 
     Docker answers 200 and reports some failures (manifest unknown, auth) only as an `error`
-    line of the stream, so a plain pull call would "succeed".
+    line of the stream, so a plain pull call would "succeed". docker-py's own pull waits
+    forever on a registry that never answers; here a pull that makes no progress for
+    `progress_deadline` seconds is cancelled (dockershim's --image-pull-progress-deadline), and
+    closing the stream makes Docker abandon it.
     """
     try:
-        for line in api.pull(ref, stream=True, decode=True, auth_config=auth_config(auth)):
+        for line in _pull_stream(api, ref, auth, progress_deadline):
             message = line.get("error") or (line.get("errorDetail") or {}).get("message")
             if message:
                 raise cri.ImagePullError(_pull_message(ref, str(message)))
     except APIError as exc:
         raise cri.ImagePullError(_pull_message(ref, str(exc.explanation or exc))) from None
+    except (ReadTimeout, RequestsConnectionError) as exc:
+        if not _timed_out(exc):
+            raise cri.ImagePullError(_pull_message(ref, str(exc))) from None
+        raise cri.ImagePullError(
+            f"pull cancelled: no progress for {progress_deadline:g}s"
+        ) from None
     except (DockerException, RequestException) as exc:
         raise cri.ImagePullError(_pull_message(ref, str(exc))) from None
+
+
+def _pull_stream(
+    api: Any, ref: str, auth: cri.RegistryAuth | None, progress_deadline: float
+) -> Iterator[dict[str, Any]]:
+    """APIClient.pull with a read timeout (docker-py passes timeout=None for pulls)."""
+    repository, tag = docker_utils.parse_repository_tag(ref)
+    params = {"fromImage": repository, "tag": tag or "latest"}  # a digest goes in tag too
+    headers = {}
+    config = auth_config(auth)
+    if config is None:
+        registry, _ = docker_auth.resolve_repository_name(repository)
+        header = docker_auth.get_config_header(api, registry)
+    else:
+        header = docker_auth.encode_header(config)
+    if header:
+        headers["X-Registry-Auth"] = header
+    response = api._post(
+        api._url("/images/create"),
+        params=params,
+        headers=headers,
+        stream=True,
+        timeout=progress_deadline,
+    )
+    api._raise_for_status(response)
+    return cast(Iterator[dict[str, Any]], api._stream_helper(response, decode=True))
+
+
+def _timed_out(exc: BaseException) -> bool:
+    """requests raises a read timeout inside a stream as ConnectionError(ReadTimeoutError)."""
+    if isinstance(exc, ReadTimeout):
+        return True
+    return "timed out" in str(exc).lower()
 
 
 def _pull_message(ref: str, reason: str) -> str:
