@@ -301,3 +301,47 @@ def test_default_pull_policy_by_tag() -> None:
     assert default_pull_policy("localhost:5000/busybox") == "Always"
     assert default_pull_policy("localhost:5000/busybox:1.36") == "IfNotPresent"
     assert default_pull_policy("busybox@sha256:" + "a" * 64) == "IfNotPresent"
+
+
+UNKNOWN = {
+    "terminated": {
+        "exitCode": 137,
+        "reason": "ContainerStatusUnknown",
+        "message": "The container could not be located when the pod was terminated",
+    }
+}
+
+
+def test_a_pod_finished_before_it_started_ends_failed_with_unknown_containers() -> None:
+    """status_manager.TerminatePod: a pod deleted before its containers ran."""
+    st = status(pod("Always"), is_terminal=True, finished=True)
+    assert st["phase"] == "Failed"
+    assert st["containerStatuses"][0]["state"] == UNKNOWN
+    assert st["containerStatuses"][0]["ready"] is False
+
+
+def test_finishing_keeps_real_ends_and_defaults_a_crash_looping_container() -> None:
+    st = status(
+        pod("Always", names=("done", "looping")),
+        container("done", state=ContainerState.EXITED, exit_code=0),
+        container("looping", state=ContainerState.EXITED, exit_code=1),
+        waiting={"looping": WaitingReason("CrashLoopBackOff", "back-off 10s")},
+        is_terminal=True,
+        finished=True,
+    )
+    by_name = {s["name"]: s for s in st["containerStatuses"]}
+    assert by_name["done"]["state"]["terminated"]["exitCode"] == 0
+    assert by_name["looping"]["state"] == UNKNOWN
+    assert by_name["looping"]["lastState"]["terminated"]["exitCode"] == 1
+    assert st["phase"] == "Failed"
+
+
+def test_an_uninitialized_pod_defaults_only_the_init_containers_that_could_have_run() -> None:
+    st = status(
+        pod("Never", init=2), sandbox(state=ContainerState.EXITED), is_terminal=True, finished=True
+    )
+    inits = st["initContainerStatuses"]
+    assert inits[0]["state"] == UNKNOWN
+    assert "waiting" in inits[1]["state"]
+    assert "waiting" in st["containerStatuses"][0]["state"]
+    assert st["phase"] == "Failed"

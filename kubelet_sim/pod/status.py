@@ -46,6 +46,9 @@ class StatusInput:
     is_terminal: bool = False
     previous: Json | None = None  # the status last written; None: the API's
     evicted: WaitingReason | None = None  # e.g. DeadlineExceeded: phase Failed with this
+    # The node finished terminating the pod (the kubelet's TerminatePod): containers without a
+    # terminated state get ContainerStatusUnknown and the phase becomes terminal.
+    finished: bool = False
 
 
 def format_time(ts: datetime | None) -> str | None:
@@ -80,8 +83,12 @@ def generate_status(inp: StatusInput) -> Json:
         status["initContainerStatuses"] = _container_statuses(
             inp, pod.init_containers, old, has_init, True
         )
+    if inp.finished:
+        default_unknown_states(pod, status)
     all_statuses = status["containerStatuses"] + status.get("initContainerStatuses", [])
     phase = get_phase(pod, all_statuses, inp.is_terminal)
+    if inp.finished and phase in ("Pending", "Running"):
+        phase = "Failed"  # TerminatePod: every pod the node finished with ends terminal
     api_phase = pod.api_phase
     if phase not in ("Failed", "Succeeded"):
         if old.get("phase") in ("Failed", "Succeeded"):
@@ -105,6 +112,44 @@ def generate_status(inp: StatusInput) -> Json:
     status["hostIPs"] = [{"ip": inp.host_ip}]
     status["startTime"] = old.get("startTime") or format_time(inp.now)
     return status
+
+
+UNKNOWN_STATE = {
+    "terminated": {
+        "exitCode": 137,
+        "reason": "ContainerStatusUnknown",
+        "message": "The container could not be located when the pod was terminated",
+    }
+}
+
+
+def default_unknown_states(pod: PodView, status: Json) -> None:
+    """status_manager.TerminatePod: a container that never reported an end gets one, so that a
+    pod is never described as successful by what it did not run. Before the pod initialized,
+    only init containers up to the last one that ended (at least the first) are defaulted."""
+    inits = status.get("initContainerStatuses") or []
+    apps = status.get("containerStatuses") or []
+    regular = [
+        s for s, c in zip(inits, pod.init_containers, strict=False) if c.restart_policy != "Always"
+    ]
+    initialized = all(_exit_code(s) == 0 for s in regular) or any(
+        "running" in (s.get("state") or {}) or "terminated" in (s.get("state") or {}) for s in apps
+    )
+    if initialized:
+        doomed = [*inits, *apps]
+    else:
+        ended = [i for i, s in enumerate(inits) if "terminated" in (s.get("state") or {})]
+        doomed = inits[: max(ended, default=0) + 1]
+    for st in doomed:
+        if "terminated" not in (st.get("state") or {}):
+            st["state"] = copy.deepcopy(UNKNOWN_STATE)
+            st["ready"] = False
+            st["started"] = False
+
+
+def _exit_code(st: Json) -> int | None:
+    terminated = (st.get("state") or {}).get("terminated")
+    return None if terminated is None else int(terminated.get("exitCode", -1))
 
 
 def get_phase(pod: PodView, statuses: Sequence[Json], is_terminal: bool) -> str:

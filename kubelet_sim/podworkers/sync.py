@@ -267,7 +267,7 @@ class PodSyncer:
         if stopping is not None:  # phase stays as it is until the containers have stopped
             self._write(pod, view, state, evicted=evicted)
             return stopping
-        self._write(pod, view, state, is_terminal=True, evicted=evicted)
+        self._write(pod, view, state, is_terminal=True, evicted=evicted, finished=True)
         return self._finish_if_deleted(view, state)
 
     def _finish_if_deleted(self, view: PodView, state: PodState) -> float | None:
@@ -317,6 +317,7 @@ class PodSyncer:
         *,
         is_terminal: bool = False,
         evicted: WaitingReason | None = None,
+        finished: bool = False,
     ) -> None:
         observed = self.watcher.pod_containers(view.uid)
         self._read_messages(view, observed, state)
@@ -333,6 +334,7 @@ class PodSyncer:
                 is_terminal=is_terminal,
                 previous=self.status.base(pod),
                 evicted=evicted,
+                finished=finished,
             )
         )
         failure = state.status_failure
