@@ -345,3 +345,32 @@ def test_an_uninitialized_pod_defaults_only_the_init_containers_that_could_have_
     assert "waiting" in inits[1]["state"]
     assert "waiting" in st["containerStatuses"][0]["state"]
     assert st["phase"] == "Failed"
+
+
+def test_readiness_gates_hold_ready_until_their_conditions_are_true() -> None:
+    gated = pod(readinessGates=[{"conditionType": "example.com/lb"}, {"conditionType": "x.io/b"}])
+    ready = conditions(status(gated, sandbox(), container()))["Ready"]
+    assert (ready["status"], ready["reason"]) == ("False", "ReadinessGatesNotReady")
+    assert ready["message"] == (
+        'corresponding condition of pod readiness gate "example.com/lb" does not exist., '
+        'corresponding condition of pod readiness gate "x.io/b" does not exist.'
+    )
+    gated.status["conditions"] += [
+        {"type": "example.com/lb", "status": "False"},
+        {"type": "x.io/b", "status": "True"},
+    ]
+    ready = conditions(status(gated, sandbox(), container()))["Ready"]
+    assert (
+        ready["message"]
+        == 'the status of pod readiness gate "example.com/lb" is not "True", but False'
+    )
+    gated.status["conditions"][-2]["status"] = "True"
+    st = status(gated, sandbox(), container())
+    assert conditions(st)["Ready"]["status"] == "True"
+    assert conditions(st)["ContainersReady"]["status"] == "True"
+
+
+def test_a_host_network_pod_reports_the_node_ip() -> None:
+    st = status(pod(hostNetwork=True), sandbox(ip=""), container())
+    assert st["podIP"] == "10.0.0.1"
+    assert st["podIPs"] == [{"ip": "10.0.0.1"}]

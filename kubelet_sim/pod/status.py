@@ -68,7 +68,9 @@ def generate_status(inp: StatusInput) -> Json:
     has_init = bool(pod.init_containers)
     sandbox = latest_sandbox(inp.containers)
     status: Json = {}
-    if sandbox is not None and sandbox.ip:
+    if pod.host_network and inp.host_ip:  # the kubelet reports the node's IPs
+        status["podIP"], status["podIPs"] = inp.host_ip, [{"ip": inp.host_ip}]
+    elif sandbox is not None and sandbox.ip:
         status["podIP"] = sandbox.ip
         status["podIPs"] = [{"ip": sandbox.ip}]
     elif old.get("podIP"):
@@ -428,7 +430,7 @@ def _conditions(
         _initialized(pod, status, phase),
     ]
     containers_ready = _containers_ready(pod, status, phase)
-    ready = dict(containers_ready, type="Ready")
+    ready = _ready(pod, containers_ready, kept)
     generated += [ready, containers_ready, {"type": "PodScheduled", "status": "True"}]
     old_conditions = {c.get("type"): c for c in old.get("conditions") or []}
     api_conditions = {c.get("type"): c for c in pod.status.get("conditions") or []}
@@ -441,6 +443,31 @@ def _conditions(
         else:
             condition["lastTransitionTime"] = now
     return kept + generated
+
+
+def _ready(pod: PodView, containers_ready: Json, others: Sequence[Json]) -> Json:
+    """GeneratePodReadyCondition: ContainersReady, then every readiness gate's condition."""
+    if containers_ready["status"] != "True":
+        return dict(containers_ready, type="Ready")
+    by_type = {c.get("type"): c for c in others}
+    unready = []
+    for gate in pod.spec.get("readinessGates") or []:
+        kind = str(gate.get("conditionType", ""))
+        found = by_type.get(kind)
+        if found is None:
+            unready.append(
+                f'corresponding condition of pod readiness gate "{kind}" does not exist.'
+            )
+        elif (state := found.get("status")) != "True":
+            unready.append(f'the status of pod readiness gate "{kind}" is not "True", but {state}')
+    if unready:
+        return {
+            "type": "Ready",
+            "status": "False",
+            "reason": "ReadinessGatesNotReady",
+            "message": ", ".join(unready),
+        }
+    return {"type": "Ready", "status": "True"}
 
 
 def _initialized(pod: PodView, status: Json, phase: str) -> Json:

@@ -1,0 +1,35 @@
+"""Readiness gates: a pod is Ready only once its containers are and every gate's condition is."""
+
+from __future__ import annotations
+
+from tests.agent_fixture import RunningAgent
+from tests.cluster import Cluster
+from tests.pods import condition, make_pod, wait_status
+
+GATE = "example.com/load-balancer"
+
+
+def test_ready_waits_for_the_readiness_gate(cluster: Cluster, agent: RunningAgent) -> None:
+    make_pod(cluster, "gated", readinessGates=[{"conditionType": GATE}])
+    st = wait_status(
+        cluster,
+        "gated",
+        lambda s: condition(s, "ContainersReady").get("status") == "True",
+        30,
+        "containers ready",
+    )
+    ready = condition(st, "Ready")
+    assert (ready["status"], ready["reason"]) == ("False", "ReadinessGatesNotReady")
+    assert (
+        ready["message"]
+        == f'corresponding condition of pod readiness gate "{GATE}" does not exist.'
+    )
+    cluster.core.patch_namespaced_pod_status(
+        "gated",
+        cluster.namespace,
+        {"status": {"conditions": [{"type": GATE, "status": "True"}]}},
+    )
+    st = wait_status(
+        cluster, "gated", lambda s: condition(s, "Ready").get("status") == "True", 20, "Ready"
+    )
+    assert condition(st, GATE)["status"] == "True", "the gate's condition is kept"
