@@ -133,6 +133,7 @@ class ContainerStarter:
 
     def forget_pod(self, uid: str) -> None:
         self.puller.forget_pod(uid)
+        self.crash_backoff.forget_prefix(f"{uid}_")
 
     def _crash_loop_wait(
         self,
@@ -142,7 +143,7 @@ class ContainerStarter:
         state: PodState,
         ref: EventRef,
     ) -> float | None:
-        key = f"{view.name}_{view.namespace}_{view.uid}_{container.name}"
+        key = f"{view.uid}_{container.name}"  # forgotten with the pod (forget_pod)
         finished = latest.finished_at or latest.created_at
         event_time = finished.timestamp() if finished else time.time()
         now = time.time()
