@@ -1,0 +1,106 @@
+"""The stopper's SIGKILL timer, without Docker: when kills are sent, and how a shorter grace
+period hurries one in flight. Real stops are in test_slow_work.py."""
+
+from __future__ import annotations
+
+import threading
+import time
+from dataclasses import dataclass, field
+from typing import Any
+
+from kubelet_sim import cri
+from kubelet_sim.pod.spec import PodView
+from kubelet_sim.podworkers.state import PodState
+from kubelet_sim.podworkers.stopper import ContainerStopper
+from tests.cluster import wait_for
+
+REF = cri.PodRef(node="n1", name="p", namespace="ns", uid="u1")
+
+
+@dataclass
+class FakeRuntime:
+    node_name: str = "n1"
+    calls: list[tuple[str, str, float]] = field(default_factory=list)
+    lock: threading.Lock = field(default_factory=threading.Lock)
+
+    def signal_stop(self, container_id: str) -> bool:
+        with self.lock:
+            self.calls.append(("term", container_id, time.monotonic()))
+        return True
+
+    def kill_container(self, container_id: str) -> None:
+        with self.lock:
+            self.calls.append(("kill", container_id, time.monotonic()))
+
+    def inspect(self, container_id: str) -> None:
+        return None
+
+    def kills(self) -> list[tuple[str, str, float]]:
+        with self.lock:
+            return [c for c in self.calls if c[0] == "kill"]
+
+
+class FakeWatcher:
+    def get(self, container_id: str) -> None:
+        return None  # unknown: the timer kills it
+
+    def record(self, observed: Any) -> None:
+        pass
+
+
+class NoEvents:
+    def event(self, *args: Any) -> None:
+        pass
+
+
+def running(container_id: str) -> cri.ObservedContainer:
+    return cri.ObservedContainer(
+        id=container_id, pod=REF, name="c", attempt=0, state=cri.ContainerState.RUNNING, image="i"
+    )
+
+
+def view() -> PodView:
+    return PodView.from_api(
+        {
+            "metadata": {"name": "p", "namespace": "ns", "uid": "u1"},
+            "spec": {"containers": [{"name": "c"}]},
+        }
+    )
+
+
+def stopper() -> tuple[ContainerStopper, FakeRuntime]:
+    runtime = FakeRuntime()
+    return ContainerStopper(runtime, FakeWatcher(), NoEvents()), runtime  # type: ignore[arg-type]
+
+
+def test_a_stop_returns_at_once_and_kills_when_the_grace_period_ends() -> None:
+    stop, runtime = stopper()
+    began = time.monotonic()
+    stop.stop(view(), running("a"), PodState(), 2, "Stopping container c")
+    assert time.monotonic() - began < 0.5
+    assert [c[0] for c in runtime.calls] == ["term"]
+    kill = wait_for(runtime.kills, 5, "the SIGKILL")[0]
+    assert kill[2] - began >= 2.0
+    stop.shutdown()
+
+
+def test_a_shorter_grace_period_moves_the_kill_earlier_and_a_longer_one_does_not() -> None:
+    stop, runtime = stopper()
+    state = PodState()
+    began = time.monotonic()
+    stop.stop(view(), running("a"), state, 60, "Stopping container c")
+    stop.stop(view(), running("a"), state, 120, "Stopping container c")
+    stop.stop(view(), running("a"), state, 2, "Stopping container c")
+    kills = wait_for(runtime.kills, 5, "the hurried SIGKILL")
+    assert kills[0][2] - began < 5
+    assert [c[0] for c in runtime.calls].count("term") == 1, "the stop signal is sent once"
+    assert stop.stopping() == 0
+    stop.shutdown()
+
+
+def test_grace_zero_kills_without_a_stop_signal() -> None:
+    stop, runtime = stopper()
+    stop.stop(view(), running("a"), PodState(), 0, "Stopping container c")
+    wait_for(runtime.kills, 5, "the SIGKILL")
+    assert [c[0] for c in runtime.calls] == ["kill"]
+    stop.shutdown()
