@@ -345,7 +345,7 @@ class PodSyncer:
         except ApiError as exc:
             if not (exc.not_found or exc.uid_changed):
                 self._status_failed(view, state, str(exc))
-                return
+            return  # gone or replaced: nothing more to say about this pod
         except Exception as exc:  # API unreachable: retried with backoff
             self._status_failed(view, state, str(exc)[:200])
             return
