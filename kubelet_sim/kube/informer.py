@@ -249,9 +249,9 @@ class Informer:
         items: list[Json] = body.get("items") or []
         self._replace(items)
         self.resource_version = str((body.get("metadata") or {}).get("resourceVersion") or "")
-        self._observe("RELIST" if relist else "LIST", items=len(items))
         self.backoff.reset()
         self.synced.set()
+        self._observe("RELIST" if relist else "LIST", items=len(items))  # after: synced holds
         self.log.debug("listed", items=len(items), resource_version=self.resource_version)
 
     def _watch_once(self) -> _Outcome:

@@ -139,6 +139,8 @@ class ReferencedObjectWatches:
         return Informer(
             source,
             lambda _type, _obj: self._on_change(ref),
+            # A first list that finds nothing has no event; its users wait for it all the same.
+            observer=lambda seen: self._on_change(ref) if seen.kind == "LIST" else None,
             timeouts=self._timeouts,
             backoff=self._backoff() if self._backoff else None,
             **self._log_context,

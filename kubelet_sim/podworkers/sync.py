@@ -44,7 +44,6 @@ from kubelet_sim.volumes import VolumeManager, VolumeSetup
 __all__ = ["PodSyncer", "SyncSettings"]
 
 DEADLINE_MESSAGE = "Pod was active on the node longer than the specified deadline"
-OBJECTS_RECHECK = 0.25  # seconds between looks at a referenced object's first list
 
 
 class PodSyncer:
@@ -159,7 +158,7 @@ class PodSyncer:
     ) -> float | None:
         refs = referenced_objects(pod)
         if refs and not all(self.objects.is_synced(ref) for ref in refs):
-            return OBJECTS_RECHECK  # never block a worker on a first list
+            return None  # the first list's end queues the pod again (ReferencedObjectWatches)
         if not self.status.has_written(view.uid):
             self._write(pod, view, state)  # the kubelet's first word: Pending, ContainerCreating
         observed = self.watcher.pod_containers(view.uid)
