@@ -22,10 +22,9 @@ from typing import Any
 from kubernetes import client
 
 from bench.kube import api_client
-from bench.processes import REPO, FakeProcess
+from bench.processes import REPO, ApiServer
 from bench.procstat import cpu_seconds, memory_kib
 from kubelet_sim.runtime.local_images import PAUSE_IMAGE
-from tests.kubeenv import KubeEnv, find_binaries
 
 RESULTS = REPO / "bench" / "results"
 
@@ -96,14 +95,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--real-api", action="store_true", help="a real control plane")
     args = parser.parse_args(argv)
     tmp = Path(tempfile.mkdtemp(prefix="kubelet-sim-multinode-"))
-    env: KubeEnv | None = None
-    fake: FakeProcess | None = None
-    if args.real_api:
-        env = KubeEnv(find_binaries()).start()
-        kubeconfig = str(env.admin_kubeconfig)
-    else:
-        fake = FakeProcess(tmp / "kubeconfig")
-        kubeconfig = str(fake.kubeconfig)
+    server = ApiServer(args.real_api, tmp)
+    kubeconfig = server.kubeconfig
     core = client.CoreV1Api(api_client(kubeconfig))
     results = []
     try:
@@ -124,12 +117,8 @@ def main(argv: list[str] | None = None) -> int:
         finally:
             _stop(procs, core, many)
     finally:
-        if fake is not None:
-            fake.stop()
-        if env is not None:
-            env.stop()
-    server = "real" if args.real_api else "fake"
-    print(f"{args.nodes} nodes, {server} API server, idle window {args.idle_seconds:.0f} s")
+        server.stop()
+    print(f"{args.nodes} nodes, {server.label} API server, idle window {args.idle_seconds:.0f} s")
     print(f"{'':<22} {'processes':>9} {'all Ready':>10} {'RSS':>10} {'idle CPU':>9}")
     for r in results:
         print(
@@ -139,7 +128,7 @@ def main(argv: list[str] | None = None) -> int:
     RESULTS.mkdir(parents=True, exist_ok=True)
     stamp = datetime.now(UTC).strftime("%Y%m%dT%H%M%SZ")
     path = RESULTS / f"multinode-{stamp}.json"
-    path.write_text(json.dumps({"api": server, "results": results}, indent=2))
+    path.write_text(json.dumps({"api": server.label, "results": results}, indent=2))
     print(f"results in {path}")
     return 0
 

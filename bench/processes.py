@@ -20,6 +20,8 @@ from datetime import datetime
 from pathlib import Path
 from typing import Any
 
+from tests.kubeenv import KubeEnv, find_binaries
+
 REPO = Path(__file__).resolve().parent.parent
 AGENT_USER_AGENT_PREFIX = "kubelet-sim/"
 
@@ -167,3 +169,24 @@ class AgentProcess:
         self._reader.join(5)
         with contextlib.suppress(OSError):
             self._log.close()
+
+
+class ApiServer:
+    """What a bench runs against: the fake in a subprocess, or a real control plane
+    (tests/kubeenv.py) whose agents get node credentials."""
+
+    def __init__(self, real: bool, tmp: Path) -> None:
+        self.env = KubeEnv(find_binaries()).start() if real else None
+        self.fake = None if real else FakeProcess(tmp / "kubeconfig")
+        self.label = "real" if real else "fake"
+        self.kubeconfig = str(self.env.admin_kubeconfig if self.env else self.fake.kubeconfig)  # type: ignore[union-attr]
+
+    def node_kubeconfig(self, node: str) -> str:
+        """A kubelet's own credentials on a real server; the fake's one kubeconfig otherwise."""
+        return str(self.env.node_kubeconfig(node)) if self.env else self.kubeconfig
+
+    def stop(self) -> None:
+        if self.fake is not None:
+            self.fake.stop()
+        if self.env is not None:
+            self.env.stop()

@@ -27,10 +27,9 @@ from kubernetes import client
 
 from bench import dockerside
 from bench.kube import PodWatch, api_client, create_namespace, delete_namespace, is_ready, pod_body
-from bench.processes import REPO, AgentProcess, FakeProcess
+from bench.processes import REPO, AgentProcess, ApiServer
 from bench.report import percentile
 from kubelet_sim.runtime.local_images import PAUSE_IMAGE
-from tests.kubeenv import KubeEnv, find_binaries
 
 RESULTS = REPO / "bench" / "results"
 NODE = "bench-stopload"
@@ -139,29 +138,20 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--real-api", action="store_true", help="a real control plane")
     args = parser.parse_args(argv)
     tmp = Path(tempfile.mkdtemp(prefix="kubelet-sim-stopload-"))
-    env: KubeEnv | None = None
-    fake: FakeProcess | None = None
-    if args.real_api:
-        env = KubeEnv(find_binaries()).start()
-        kubeconfig, agent_kubeconfig = str(env.admin_kubeconfig), str(env.node_kubeconfig(NODE))
-    else:
-        fake = FakeProcess(tmp / "kubeconfig")
-        kubeconfig = agent_kubeconfig = str(fake.kubeconfig)
+    server = ApiServer(args.real_api, tmp)
+    kubeconfig, agent_kubeconfig = server.kubeconfig, server.node_kubeconfig(NODE)
     core = client.CoreV1Api(api_client(kubeconfig))
     agent = AgentProcess(NODE, agent_kubeconfig, tmp / "root", PAUSE_IMAGE, None, tmp / "agent.log")
     try:
         agent.wait_running(60)
-        result = {"api": "real" if env else "fake", **run(core, args)}
+        result = {"api": server.label, **run(core, args)}
     finally:
         agent.stop()
         with contextlib.suppress(Exception):
             dockerside.remove_node_containers(dockerside.connect(), NODE)
         with contextlib.suppress(client.ApiException):
             core.delete_node(NODE)
-        if fake is not None:
-            fake.stop()
-        if env is not None:
-            env.stop()
+        server.stop()
     RESULTS.mkdir(exist_ok=True)
     out = RESULTS / f"stopload-{result['api']}-{datetime.now(UTC):%Y%m%dT%H%M%S}.json"
     out.write_text(json.dumps(result, indent=2) + "\n")
