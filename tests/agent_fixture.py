@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import threading
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -32,7 +32,14 @@ class RunningAgent:
         assert not self.thread.is_alive(), "the agent did not stop"
 
 
-def start_agent(cluster: Cluster, docker_env: DockerEnv, root: Path, **pod: Any) -> RunningAgent:
+def start_agent(
+    cluster: Cluster,
+    docker_env: DockerEnv,
+    root: Path,
+    prepare: Callable[[Agent], None] | None = None,
+    **pod: Any,
+) -> RunningAgent:
+    """An agent on its thread; `prepare` may swap parts of it before it runs (fault tests)."""
     runtime = DockerRuntime.connect(node_name=cluster.node_name, root_dir=root)
     settings = NodeSettings(node_name=cluster.node_name, node_ip="127.0.0.1")
     agent = Agent(
@@ -41,6 +48,8 @@ def start_agent(cluster: Cluster, docker_env: DockerEnv, root: Path, **pod: Any)
         runtime,
         PodSettings(pause_image=docker_env.pause_image, **pod),
     )
+    if prepare is not None:
+        prepare(agent)
     stop = threading.Event()
     thread = threading.Thread(target=agent.run, args=(stop,), name="agent", daemon=True)
     thread.start()

@@ -18,6 +18,7 @@ from kubelet_sim.backoff import Backoff
 from kubelet_sim.kube.informer import Informer, ListWatchSource, WatchTimeouts
 from kubelet_sim.kube.rest import Json
 from kubelet_sim.logs import get_logger
+from kubelet_sim.supervise import Supervisor
 
 # (kind, namespace, name); kind is "ConfigMap" or "Secret".
 Ref = tuple[str, str, str]
@@ -34,6 +35,7 @@ class ReferencedObjectWatches:
         timeouts: WatchTimeouts | None = None,
         backoff: Callable[[], Backoff] | None = None,
         node: str = "",
+        supervisor: Supervisor | None = None,
     ) -> None:
         self._core = client.CoreV1Api(api)
         self._on_change = on_change
@@ -45,6 +47,7 @@ class ReferencedObjectWatches:
         self._lock = threading.Lock()
         self._log_context: dict[str, Any] = {"node": node} if node else {}
         self.log = get_logger("kubelet_sim.object_watches", **self._log_context)
+        self._supervisor = supervisor or Supervisor(**self._log_context)
 
     def set_pod_references(self, pod_uid: str, refs: Iterable[Ref]) -> None:
         """Record what a pod uses now; start watches it is the first user of, stop unused ones."""
@@ -141,5 +144,6 @@ class ReferencedObjectWatches:
             lambda _type, _obj: self._on_change(ref),
             timeouts=self._timeouts,
             backoff=self._backoff() if self._backoff else None,
+            supervisor=self._supervisor,
             **self._log_context,
         )

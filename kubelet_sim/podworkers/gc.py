@@ -8,6 +8,7 @@ from kubelet_sim.logs import get_logger
 from kubelet_sim.pod.gc import garbage
 from kubelet_sim.podworkers.stopper import ContainerStopper
 from kubelet_sim.runtime.observe import ContainerWatcher
+from kubelet_sim.supervise import Supervisor
 
 GC_PERIOD = 60.0
 
@@ -19,13 +20,15 @@ class ContainerGC:
         stopper: ContainerStopper,
         node: str,
         period: float = GC_PERIOD,
+        supervisor: Supervisor | None = None,
     ) -> None:
         self.watcher = watcher
         self.stopper = stopper
         self.period = period
         self.removed = 0
         self._stop = threading.Event()
-        self._thread = threading.Thread(target=self._run, name="container-gc", daemon=True)
+        supervisor = supervisor or Supervisor(node=node)
+        self._thread = supervisor.thread("container-gc", self._run, self._stop)
         self.log = get_logger("kubelet_sim.gc", node=node)
 
     def start(self) -> None:
