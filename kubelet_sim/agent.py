@@ -116,7 +116,15 @@ class Agent:
         )
         self.workers = PodWorkers(self.syncer, workers=pod_settings.workers)
         self.gc = ContainerGC(
-            self.syncer.watcher, self.syncer.stopper, self.node_name, supervisor=supervisor
+            self.syncer.watcher,
+            self.syncer.stopper,
+            self.node_name,
+            supervisor=supervisor,
+            backoffs=(
+                self.syncer.mount_backoff,
+                self.syncer.starter.crash_backoff,
+                self.syncer.starter.puller.backoff,
+            ),
         )
 
     def health(self) -> dict[str, LoopHealth]:

@@ -1,11 +1,18 @@
-"""The container garbage collector: once a minute, as the kubelet's ContainerGCPeriod."""
+"""The container garbage collector: once a minute, as the kubelet's ContainerGCPeriod.
+
+Each pass also drops backoff entries idle for twice their maximum (the kubelet's housekeeping
+calls backOff.GC()), so that the backoff maps of a long-lived node stay bounded.
+"""
 
 from __future__ import annotations
 
 import threading
+import time
+from collections.abc import Sequence
 
 from kubelet_sim.logs import get_logger
 from kubelet_sim.pod.gc import garbage
+from kubelet_sim.pod.restart_backoff import KeyedBackoff
 from kubelet_sim.podworkers.stopper import ContainerStopper
 from kubelet_sim.runtime.observe import ContainerWatcher
 from kubelet_sim.supervise import Supervisor
@@ -21,8 +28,10 @@ class ContainerGC:
         node: str,
         period: float = GC_PERIOD,
         supervisor: Supervisor | None = None,
+        backoffs: Sequence[KeyedBackoff] = (),
     ) -> None:
         self.watcher = watcher
+        self.backoffs = backoffs
         self.stopper = stopper
         self.period = period
         self.removed = 0
@@ -41,6 +50,9 @@ class ContainerGC:
 
     def collect(self) -> int:
         """One pass; the number of containers removed."""
+        now = time.time()  # the clock the pod workers give the backoffs
+        for backoff in self.backoffs:
+            backoff.gc(now)
         doomed = garbage(self.watcher.all_containers())
         if doomed:
             self.stopper.remove_all(doomed)
