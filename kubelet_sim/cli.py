@@ -24,6 +24,7 @@ from kubelet_sim.kube.schema import ServerSchema
 from kubelet_sim.logs import configure_logging, get_logger
 from kubelet_sim.node.settings import NodeSettings, parse_labels, parse_taints
 from kubelet_sim.runtime.docker_runtime import DockerRuntime, RuntimeUnavailable
+from kubelet_sim.runtime.log_rotation import LogRotation
 from kubelet_sim.supervise import LoopFailed
 from kubelet_sim.tools import trace as pod_trace
 from kubelet_sim.tools import watch as watch_stream
@@ -171,6 +172,20 @@ def run(
             " given, the Node's InternalIP becomes this host's address on it.",
         ),
     ] = "bridge",
+    container_log_max_size: Annotated[
+        str,
+        typer.Option(
+            envvar="KUBELET_SIM_CONTAINER_LOG_MAX_SIZE",
+            help="Largest size of a container's log file before it is rotated (the kubelet's).",
+        ),
+    ] = "10Mi",
+    container_log_max_files: Annotated[
+        int,
+        typer.Option(
+            envvar="KUBELET_SIM_CONTAINER_LOG_MAX_FILES",
+            help="Log files kept per container, the current one included (at least 2).",
+        ),
+    ] = 5,
     version: Annotated[
         bool,
         typer.Option(
@@ -202,6 +217,7 @@ def run(
         # Each node holds about 4 connections at once (2 watches, its writes, its lease).
         kube = connect(kubeconfig, context, pool_size=4 * len(names) + 4)
         root = usable_root_dir(root_dir)
+        rotation = LogRotation.parse(container_log_max_size, container_log_max_files)
         engine = DockerRuntime.connect(network=docker_network)
         if docker_network != "bridge":
             gateway = engine.network_gateway()  # also: the network exists, or one line
@@ -214,7 +230,7 @@ def run(
     stop = _stop_on_signals()
     pod_settings = PodSettings(pause_image=pod_infra_image, allow_privileged=allow_privileged)
     try:
-        failures = _run_nodes(kube, engine, root, settings, pod_settings, stop)
+        failures = _run_nodes(kube, engine, root, settings, pod_settings, stop, rotation)
     finally:
         engine.close()
     if failures:
@@ -228,6 +244,7 @@ def _run_nodes(
     settings: list[NodeSettings],
     pod_settings: PodSettings,
     stop: threading.Event,
+    rotation: LogRotation,
 ) -> list[tuple[str, str]]:
     """One Agent per node, each on its own thread, sharing the API pool and the Docker client;
     each node's containers carry its name, which keeps them apart (also across restarts).
@@ -252,6 +269,7 @@ def _run_nodes(
             node_name=node.node_name,
             root_dir=root / node.node_name,
             network=engine.network,
+            log_rotation=rotation,
         )
         agent = Agent(node, kube, runtime, pod_settings, schema)
         thread = threading.Thread(
