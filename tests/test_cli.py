@@ -6,6 +6,7 @@ import subprocess
 import sys
 import time
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -157,3 +158,31 @@ def test_insecure_kubeconfig_warns_once_not_per_request(
     assert not [line for line in agent.lines if "InsecureRequestWarning" in line]
     warned = [r for r in agent.records() if "TLS verification" in r.get("event", "")]
     assert len(warned) == 1, warned
+
+
+def test_container_log_rotation_flags_reach_docker(cluster: Cluster, docker_env: Any) -> None:
+    from tests.pods import make_pod, running_ready, wait_status
+
+    flags = ("--container-log-max-size", "1Mi", "--container-log-max-files", "3")
+    with running_agent(cluster, *flags):
+        pod = make_pod(cluster, "logs")
+        wait_status(cluster, "logs", running_ready, 60, "Running and Ready")
+        listed = docker_env.client.api.containers(
+            filters={"label": [f"io.kubernetes.pod.uid={pod['metadata']['uid']}"]}
+        )
+        assert len(listed) == 2, "the sandbox and the app container"
+        for container in listed:
+            host = docker_env.client.api.inspect_container(container["Id"])["HostConfig"]
+            assert host["LogConfig"] == {
+                "Type": "json-file",
+                "Config": {"max-size": "1m", "max-file": "3"},
+            }
+
+
+def test_too_few_log_files_is_one_clear_line(cluster: Cluster) -> None:
+    result = _run("--node-name", "n1", "--kubeconfig", cluster.kubeconfig,
+                  "--container-log-max-files", "1")  # fmt: skip
+    assert result.returncode == 1
+    assert result.stderr.strip() == (
+        "kubelet-sim: error: --container-log-max-files (1) must be greater than 1"
+    )
