@@ -252,8 +252,8 @@ class PodSyncer:
         """The pod is gone from the API: remove everything it left on the node."""
         observed = self.watcher.pod_containers(uid)
         self.stopper.remove_all(observed)
-        self.volumes.teardown(uid)
-        self.runtime.remove_pod_dir(uid)
+        if self.volumes.teardown(uid):  # never through a mount left behind
+            self.runtime.remove_pod_dir(uid)
         self.tokens.forget_pod(uid)
         self.mount_backoff.forget_prefix(uid)
         self.states.pop(uid, None)
