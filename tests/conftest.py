@@ -30,6 +30,8 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
 def _no_mounts_left(request: pytest.FixtureRequest) -> Iterator[None]:
     """The agent leaves running pods alone when it stops, as the kubelet does, and with them
     their tmpfs and subPath mounts: a test's directory must not keep them once it is over."""
+    used = "tmp_path" in request.fixturenames
+    tmp_path = request.getfixturevalue("tmp_path") if used else None  # torn down after this
     yield
-    if "tmp_path" in request.fixturenames:
-        unmount_all_under(request.getfixturevalue("tmp_path"))
+    if tmp_path is not None:
+        unmount_all_under(tmp_path)
