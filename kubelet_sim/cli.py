@@ -153,7 +153,9 @@ def run(
         bool,
         typer.Option(
             envvar="KUBELET_SIM_ALLOW_PRIVILEGED",
-            help="Admit privileged, hostNetwork, hostPID and hostIPC pods (they reach the host).",
+            help="Admit pods that reach the host: privileged containers, hostNetwork, hostPID,"
+            " hostIPC, hostPath volumes, added capabilities and hostPorts below 1024. Without"
+            " it they are refused (Forbidden).",
         ),
     ] = False,
     root_dir: Annotated[
