@@ -53,7 +53,7 @@ def test_secret_volume_is_tmpfs_with_the_pods_modes_and_goes_with_the_pod(
         command=["sh", "-c", "stat -L -c %a /s/pass; cat /s/pass; echo; exec sleep 3600"],
         volumeMounts=[{"name": "s", "mountPath": "/s"}],
     )
-    pod = make_pod(cluster, "secretive", reader, volumes=[volume], terminationGracePeriodSeconds=0)
+    pod = make_pod(cluster, "secretive", reader, volumes=[volume])
     uid = pod["metadata"]["uid"]
     wait_status(cluster, "secretive", running_ready, 30, "Running")
     pod_dir = _pod_dir(agent, uid)
