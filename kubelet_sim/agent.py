@@ -111,7 +111,7 @@ class Agent:
             final_delete=lambda ns, name, uid: delete_pod_finally(kube.api, ns, name, uid),
             pod_of=self.pod_of,
             active_pods=self.active_pods,
-            volumes=VolumeManager(runtime.root_dir),
+            volumes=VolumeManager(runtime.root_dir, memory_bytes=self._allocatable().memory_bytes),
             tokens=TokenManager(kube.api),
         )
         self.workers = PodWorkers(self.syncer, workers=pod_settings.workers, supervisor=supervisor)

@@ -22,7 +22,7 @@ from kubelet_sim.kube.client import KubeConfigError, KubeConnection, connect
 from kubelet_sim.kube.rest import ApiError, request_json
 from kubelet_sim.kube.schema import ServerSchema
 from kubelet_sim.logs import configure_logging, get_logger
-from kubelet_sim.node.settings import NodeSettings, parse_labels, parse_taints
+from kubelet_sim.node.settings import NodeSettings, default_taints, parse_labels, parse_taints
 from kubelet_sim.runtime.docker_runtime import DockerRuntime, RuntimeUnavailable
 from kubelet_sim.runtime.log_rotation import LogRotation
 from kubelet_sim.supervise import LoopFailed
@@ -106,12 +106,14 @@ def run(
         ),
     ] = "",
     register_with_taints: Annotated[
-        str,
+        str | None,
         typer.Option(
             envvar="KUBELET_SIM_REGISTER_WITH_TAINTS",
-            help="Taints at registration: key[=value]:Effect,...",
+            help="Taints at registration: key[=value]:Effect,... Default:"
+            " kubelet-sim.io/virtual=true:NoSchedule, so only pods that tolerate it are"
+            ' scheduled here; "" registers none.',
         ),
-    ] = "",
+    ] = None,
     cpu: Annotated[
         str | None,
         typer.Option(envvar="KUBELET_SIM_CPU", help="CPU capacity (default: the host's CPUs)."),
@@ -153,7 +155,9 @@ def run(
         bool,
         typer.Option(
             envvar="KUBELET_SIM_ALLOW_PRIVILEGED",
-            help="Admit privileged, hostNetwork, hostPID and hostIPC pods (they reach the host).",
+            help="Admit pods that reach the host: privileged containers, hostNetwork, hostPID,"
+            " hostIPC, hostPath volumes, added capabilities and hostPorts below 1024. Without"
+            " it they are refused (Forbidden).",
         ),
     ] = False,
     root_dir: Annotated[
@@ -210,7 +214,9 @@ def run(
             NodeSettings(
                 node_name=name,
                 node_labels=parse_labels(node_labels),
-                register_with_taints=parse_taints(register_with_taints),
+                register_with_taints=default_taints()
+                if register_with_taints is None
+                else parse_taints(register_with_taints),
                 cpu=cpu,
                 memory=memory,
                 pods=pods,
@@ -307,7 +313,8 @@ def usable_root_dir(explicit: Path | None) -> Path:
     else:
         root = Path(os.environ.get("XDG_DATA_HOME") or Path.home() / ".local/share") / "kubelet-sim"
     try:
-        root.mkdir(parents=True, exist_ok=True)
+        root.mkdir(mode=0o700, parents=True, exist_ok=True)
+        os.chmod(root, 0o700)  # pods' secrets live below: no other user may look in
     except OSError as exc:
         raise ConfigError(f"cannot use --root-dir {root}: {exc.strerror}") from exc
     if not os.access(root, os.W_OK):

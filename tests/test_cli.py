@@ -44,6 +44,9 @@ def test_agent_registers_logs_json_and_stops_cleanly_on_sigterm(
         wait_for(lambda: _node_ready(cluster), 15, "the Node to be Ready")
         node = cluster.core.read_node(cluster.node_name)
         assert node.metadata.labels["kubelet-sim.io/demo"] == "yes"
+        assert _own_taints(cluster) == [("kubelet-sim.io/virtual", "true", "NoSchedule")], (
+            "a virtual node keeps ordinary workloads off unless told otherwise"
+        )
         cluster.core.create_namespaced_pod(
             cluster.namespace,
             {
@@ -69,6 +72,30 @@ def test_agent_registers_logs_json_and_stops_cleanly_on_sigterm(
     assert cluster.core.read_node(cluster.node_name).metadata.name == cluster.node_name, (
         "the Node stays after a normal exit, as the kubelet's does"
     )
+
+
+def _own_taints(cluster: Cluster) -> list[tuple[str, str | None, str]]:
+    """The Node's taints but those a real cluster's node lifecycle controller adds itself."""
+    node = cluster.core.read_node(cluster.node_name)
+    return [
+        (t.key, t.value, t.effect)
+        for t in node.spec.taints or []
+        if not t.key.startswith("node.kubernetes.io/")
+    ]
+
+
+@pytest.mark.parametrize(
+    ("flag", "taints"),
+    [("", []), ("example.com/gpu=yes:NoExecute", [("example.com/gpu", "yes", "NoExecute")])],
+)
+def test_register_with_taints_replaces_the_default(
+    cluster: Cluster, docker_env: object, flag: str, taints: list[tuple[str, str, str]]
+) -> None:
+    """NodeRestriction lets a kubelet set its taints when it creates its Node; none is kept
+    from the default, and an explicit empty value registers none."""
+    with running_agent(cluster, "--register-with-taints", flag):
+        wait_for(lambda: _node_ready(cluster), 15, "the Node to be Ready")
+        assert _own_taints(cluster) == taints
 
 
 def test_delete_node_on_exit(cluster: Cluster, docker_env: object) -> None:

@@ -295,8 +295,8 @@ class PodSyncer:
         observed = self.watcher.pod_containers(uid)
         if not self.stopper.remove_all(observed):
             return self.stopper.recheck_in([c.id for c in observed])
-        self.volumes.teardown(uid)
-        self.runtime.remove_pod_dir(uid)
+        if self.volumes.teardown(uid):  # never through a mount left behind
+            self.runtime.remove_pod_dir(uid)
         self.tokens.forget_pod(uid)
         self.mount_backoff.forget_prefix(uid)
         self.states.pop(uid, None)
@@ -345,7 +345,7 @@ class PodSyncer:
         except ApiError as exc:
             if not (exc.not_found or exc.uid_changed):
                 self._status_failed(view, state, str(exc))
-                return
+            return  # gone or replaced: nothing more to say about this pod
         except Exception as exc:  # API unreachable: retried with backoff
             self._status_failed(view, state, str(exc)[:200])
             return
