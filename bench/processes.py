@@ -90,6 +90,7 @@ class AgentProcess:
         pause_image: str,
         docker_host: str | None,
         log_file: Path,
+        extra_args: tuple[str, ...] = (),
     ) -> None:
         env = dict(os.environ)
         if docker_host:
@@ -110,6 +111,7 @@ class AgentProcess:
                 str(root_dir),
                 "--log-format",
                 "json",
+                *extra_args,
             ],
             cwd=REPO,
             stdout=subprocess.DEVNULL,

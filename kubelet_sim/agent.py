@@ -27,6 +27,7 @@ from kubelet_sim.podworkers.sync import PodSyncer, SyncSettings
 from kubelet_sim.podworkers.workers import PodWorkers
 from kubelet_sim.runtime.docker_runtime import DockerRuntime
 from kubelet_sim.runtime.observe import ContainerWatcher
+from kubelet_sim.supervise import LoopFailed, LoopHealth, Supervisor
 from kubelet_sim.volumes import VolumeManager
 
 
@@ -44,6 +45,9 @@ class Agent:
     on the Node, the pods bound to it and the node's containers → pod workers, once both the
     pod list and the container list are in (so nothing is mistaken for an orphan). Stop order
     is the reverse; running pods are left alone, as the kubelet leaves them.
+
+    Every thread runs under `supervisor`: a loop that raised is restarted; one that keeps
+    failing stops the agent, and `run` raises `LoopFailed` (the command exits 1).
     """
 
     def __init__(
@@ -59,18 +63,30 @@ class Agent:
         self.runtime = runtime
         self.node_name = settings.node_name
         self.log = get_logger("kubelet_sim.agent", node=self.node_name)
+        self._halt = threading.Event()  # the caller's stop, or a loop that failed for good
+        self.supervisor = supervisor = Supervisor(
+            on_failure=lambda _why: self._halt.set(), node=self.node_name
+        )
         self.schema = schema or ServerSchema()  # filled once the server answers
-        self.lifecycle = NodeLifecycle(settings, NodeApi(kube.api, self.schema), runtime)
+        self.lifecycle = NodeLifecycle(
+            settings, NodeApi(kube.api, self.schema), runtime, supervisor=supervisor
+        )
         self.objects = ReferencedObjectWatches(
-            kube.api, self._on_object_change, node=self.node_name
+            kube.api, self._on_object_change, node=self.node_name, supervisor=supervisor
         )
         self.node_informer = Informer(
-            own_node(kube.api, self.node_name), self._on_node_event, node=self.node_name
+            own_node(kube.api, self.node_name),
+            self._on_node_event,
+            supervisor=supervisor,
+            node=self.node_name,
         )
         self.pod_informer = Informer(
-            pods_on_node(kube.api, self.node_name), self._on_pod_event, node=self.node_name
+            pods_on_node(kube.api, self.node_name),
+            self._on_pod_event,
+            supervisor=supervisor,
+            node=self.node_name,
         )
-        self.events = EventRecorder(kube.api, self.node_name)
+        self.events = EventRecorder(kube.api, self.node_name, supervisor=supervisor)
         self._pods: dict[str, Json] = {}
         self._pods_lock = threading.Lock()
         pod_settings = pods or PodSettings()
@@ -83,20 +99,59 @@ class Agent:
                 allocatable=self._allocatable(),
             ),
             runtime,
-            watcher=ContainerWatcher(runtime, self._on_container_change, node_name=self.node_name),
+            watcher=ContainerWatcher(
+                runtime,
+                self._on_container_change,
+                node_name=self.node_name,
+                supervisor=supervisor,
+            ),
             status=PodStatusWriter(kube.api, self.schema),
             events=self.events,
             objects=self.objects,
             final_delete=lambda ns, name, uid: delete_pod_finally(kube.api, ns, name, uid),
             pod_of=self.pod_of,
             active_pods=self.active_pods,
-            volumes=VolumeManager(runtime.root_dir),
+            volumes=VolumeManager(runtime.root_dir, memory_bytes=self._allocatable().memory_bytes),
             tokens=TokenManager(kube.api),
         )
-        self.workers = PodWorkers(self.syncer, workers=pod_settings.workers)
-        self.gc = ContainerGC(self.syncer.watcher, self.syncer.stopper, self.node_name)
+        self.workers = PodWorkers(self.syncer, workers=pod_settings.workers, supervisor=supervisor)
+        self.gc = ContainerGC(
+            self.syncer.watcher,
+            self.syncer.stopper,
+            self.node_name,
+            supervisor=supervisor,
+            backoffs=(
+                self.syncer.mount_backoff,
+                self.syncer.starter.crash_backoff,
+                self.syncer.starter.puller.backoff,
+            ),
+        )
+
+    def health(self) -> dict[str, LoopHealth]:
+        """Each supervised loop's state and restarts, for a `/healthz`."""
+        return self.supervisor.health()
 
     def run(self, stop: threading.Event) -> None:
+        """Run until `stop` is set; raises LoopFailed if a loop failed beyond its limit."""
+        relay = threading.Thread(target=self._halt_on, args=(stop,), daemon=True)
+        relay.start()
+        try:
+            self._run(self._halt)
+        finally:
+            self._halt.set()
+            relay.join()
+        if self.supervisor.failed.is_set():
+            self.log.error("stopped: a loop kept failing", error=self.supervisor.failure)
+            raise LoopFailed(self.supervisor.failure)
+
+    def _halt_on(self, stop: threading.Event) -> None:
+        """Stop on the caller's event, and stop the node lifecycle at once (even mid-retry)."""
+        while not stop.wait(0.5) and not self._halt.is_set():
+            pass
+        self._halt.set()
+        self.lifecycle.stop()
+
+    def _run(self, stop: threading.Event) -> None:
         self.log.info(
             "starting",
             api_server=self.kube.host,
@@ -107,11 +162,8 @@ class Agent:
             self.log.info("stopped before the API server answered")
             return
         self.schema.load(self.kube.api)
-        stopper = threading.Thread(target=self._stop_lifecycle_on, args=(stop,), daemon=True)
-        stopper.start()
         if self.lifecycle.start():
             self._run_controllers(stop)
-        stopper.join()
         self.lifecycle.stop()  # again: a registration that finished during the first stop
 
     def _run_controllers(self, stop: threading.Event) -> None:
@@ -166,11 +218,6 @@ class Agent:
             return set(self._pods)
 
     # -- handlers (run on informer and watcher threads: quick, they only enqueue) ----------
-
-    def _stop_lifecycle_on(self, stop: threading.Event) -> None:
-        """Stop the node lifecycle as soon as asked, even during a registration retry loop."""
-        stop.wait()
-        self.lifecycle.stop()
 
     def _on_node_event(self, kind: str, node: Json) -> None:
         if kind == DELETED:

@@ -22,8 +22,10 @@ from kubelet_sim.kube.client import KubeConfigError, KubeConnection, connect
 from kubelet_sim.kube.rest import ApiError, request_json
 from kubelet_sim.kube.schema import ServerSchema
 from kubelet_sim.logs import configure_logging, get_logger
-from kubelet_sim.node.settings import NodeSettings, parse_labels, parse_taints
+from kubelet_sim.node.settings import NodeSettings, default_taints, parse_labels, parse_taints
 from kubelet_sim.runtime.docker_runtime import DockerRuntime, RuntimeUnavailable
+from kubelet_sim.runtime.log_rotation import LogRotation
+from kubelet_sim.supervise import LoopFailed
 from kubelet_sim.tools import trace as pod_trace
 from kubelet_sim.tools import watch as watch_stream
 
@@ -104,12 +106,14 @@ def run(
         ),
     ] = "",
     register_with_taints: Annotated[
-        str,
+        str | None,
         typer.Option(
             envvar="KUBELET_SIM_REGISTER_WITH_TAINTS",
-            help="Taints at registration: key[=value]:Effect,...",
+            help="Taints at registration: key[=value]:Effect,... Default:"
+            " kubelet-sim.io/virtual=true:NoSchedule, so only pods that tolerate it are"
+            ' scheduled here; "" registers none.',
         ),
-    ] = "",
+    ] = None,
     cpu: Annotated[
         str | None,
         typer.Option(envvar="KUBELET_SIM_CPU", help="CPU capacity (default: the host's CPUs)."),
@@ -151,7 +155,9 @@ def run(
         bool,
         typer.Option(
             envvar="KUBELET_SIM_ALLOW_PRIVILEGED",
-            help="Admit privileged, hostNetwork, hostPID and hostIPC pods (they reach the host).",
+            help="Admit pods that reach the host: privileged containers, hostNetwork, hostPID,"
+            " hostIPC, hostPath volumes, added capabilities and hostPorts below 1024. Without"
+            " it they are refused (Forbidden).",
         ),
     ] = False,
     root_dir: Annotated[
@@ -178,6 +184,20 @@ def run(
             min=1,
         ),
     ] = 60.0,
+    container_log_max_size: Annotated[
+        str,
+        typer.Option(
+            envvar="KUBELET_SIM_CONTAINER_LOG_MAX_SIZE",
+            help="Largest size of a container's log file before it is rotated (the kubelet's).",
+        ),
+    ] = "10Mi",
+    container_log_max_files: Annotated[
+        int,
+        typer.Option(
+            envvar="KUBELET_SIM_CONTAINER_LOG_MAX_FILES",
+            help="Log files kept per container, the current one included (at least 2).",
+        ),
+    ] = 5,
     version: Annotated[
         bool,
         typer.Option(
@@ -194,7 +214,9 @@ def run(
             NodeSettings(
                 node_name=name,
                 node_labels=parse_labels(node_labels),
-                register_with_taints=parse_taints(register_with_taints),
+                register_with_taints=default_taints()
+                if register_with_taints is None
+                else parse_taints(register_with_taints),
                 cpu=cpu,
                 memory=memory,
                 pods=pods,
@@ -209,6 +231,7 @@ def run(
         # Each node holds about 4 connections at once (2 watches, its writes, its lease).
         kube = connect(kubeconfig, context, pool_size=4 * len(names) + 4)
         root = usable_root_dir(root_dir)
+        rotation = LogRotation.parse(container_log_max_size, container_log_max_files)
         engine = DockerRuntime.connect(network=docker_network)
         engine.pull_progress_deadline = image_pull_progress_deadline
         if docker_network != "bridge":
@@ -222,9 +245,11 @@ def run(
     stop = _stop_on_signals()
     pod_settings = PodSettings(pause_image=pod_infra_image, allow_privileged=allow_privileged)
     try:
-        _run_nodes(kube, engine, root, settings, pod_settings, stop)
+        failures = _run_nodes(kube, engine, root, settings, pod_settings, stop, rotation)
     finally:
         engine.close()
+    if failures:
+        _fail("; ".join(f"node {name}: {why}" for name, why in failures))
 
 
 def _run_nodes(
@@ -234,10 +259,24 @@ def _run_nodes(
     settings: list[NodeSettings],
     pod_settings: PodSettings,
     stop: threading.Event,
-) -> None:
+    rotation: LogRotation,
+) -> list[tuple[str, str]]:
     """One Agent per node, each on its own thread, sharing the API pool and the Docker client;
-    each node's containers carry its name, which keeps them apart (also across restarts)."""
+    each node's containers carry its name, which keeps them apart (also across restarts).
+
+    A node whose loop failed for good stops the whole process: the answer lists the failures
+    (node, why), and the command exits 1.
+    """
     threads = []
+    failures: list[tuple[str, str]] = []
+
+    def run_agent(agent: Agent) -> None:
+        try:
+            agent.run(stop)
+        except LoopFailed as exc:
+            failures.append((agent.node_name, str(exc)))
+            stop.set()
+
     schema = ServerSchema()  # read once for all the nodes: it is the same server
     for node in settings:
         runtime = DockerRuntime(
@@ -246,10 +285,11 @@ def _run_nodes(
             root_dir=root / node.node_name,
             network=engine.network,
             pull_progress_deadline=engine.pull_progress_deadline,
+            log_rotation=rotation,
         )
         agent = Agent(node, kube, runtime, pod_settings, schema)
         thread = threading.Thread(
-            target=agent.run, args=(stop,), name=f"node {node.node_name}", daemon=True
+            target=run_agent, args=(agent,), name=f"node {node.node_name}", daemon=True
         )
         thread.start()
         threads.append((node.node_name, thread))
@@ -261,6 +301,7 @@ def _run_nodes(
         while thread.is_alive():
             thread.join(0.5)
         get_logger("kubelet_sim.cli", node=name).info("stopped")
+    return failures
 
 
 def usable_root_dir(explicit: Path | None) -> Path:
@@ -272,7 +313,8 @@ def usable_root_dir(explicit: Path | None) -> Path:
     else:
         root = Path(os.environ.get("XDG_DATA_HOME") or Path.home() / ".local/share") / "kubelet-sim"
     try:
-        root.mkdir(parents=True, exist_ok=True)
+        root.mkdir(mode=0o700, parents=True, exist_ok=True)
+        os.chmod(root, 0o700)  # pods' secrets live below: no other user may look in
     except OSError as exc:
         raise ConfigError(f"cannot use --root-dir {root}: {exc.strerror}") from exc
     if not os.access(root, os.W_OK):

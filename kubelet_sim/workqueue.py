@@ -14,6 +14,8 @@ from collections import deque
 from collections.abc import Hashable
 from typing import Generic, TypeVar
 
+from kubelet_sim.supervise import Supervisor
+
 K = TypeVar("K", bound=Hashable)
 
 
@@ -22,7 +24,9 @@ class ShutDown(Exception):
 
 
 class WorkQueue(Generic[K]):
-    def __init__(self) -> None:
+    def __init__(self, supervisor: Supervisor | None = None) -> None:
+        self._supervisor = supervisor or Supervisor()
+        self._shut = threading.Event()  # the delay thread's stop
         self._queue: deque[K] = deque()
         self._dirty: set[K] = set()
         self._processing: set[K] = set()
@@ -66,8 +70,8 @@ class WorkQueue(Generic[K]):
             self._ready_at[key] = ready
             heapq.heappush(self._heap, (ready, next(self._seq), key))
             if self._delay_thread is None:
-                self._delay_thread = threading.Thread(
-                    target=self._deliver_delayed, name="workqueue-delay", daemon=True
+                self._delay_thread = self._supervisor.thread(
+                    "workqueue-delay", self._deliver_delayed, self._shut
                 )
                 self._delay_thread.start()
             self._delay_cond.notify()
@@ -110,6 +114,7 @@ class WorkQueue(Generic[K]):
     def shut_down(self) -> None:
         with self._lock:
             self._shutting_down = True
+            self._shut.set()
             self._heap.clear()
             self._ready_at.clear()
             self._cond.notify_all()

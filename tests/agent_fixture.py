@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import threading
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -39,9 +39,11 @@ def start_agent(
     *,
     node: dict[str, Any] | None = None,
     pull_progress_deadline: float | None = None,
+    prepare: Callable[[Agent], None] | None = None,
     **pod: Any,
 ) -> RunningAgent:
-    """`node` holds NodeSettings fields (cpu, memory, ...), `pod` PodSettings fields."""
+    """An agent on its thread. `node` holds NodeSettings fields (cpu, memory, ...), `pod`
+    PodSettings fields; `prepare` may swap parts of the agent before it runs (fault tests)."""
     runtime = DockerRuntime.connect(node_name=cluster.node_name, root_dir=root)
     if pull_progress_deadline is not None:
         runtime.pull_progress_deadline = pull_progress_deadline
@@ -52,6 +54,8 @@ def start_agent(
         runtime,
         PodSettings(pause_image=docker_env.pause_image, **pod),
     )
+    if prepare is not None:
+        prepare(agent)
     stop = threading.Event()
     thread = threading.Thread(target=agent.run, args=(stop,), name="agent", daemon=True)
     thread.start()

@@ -7,15 +7,18 @@ import os
 import signal
 import subprocess
 import sys
+import tempfile
 import threading
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
+from pathlib import Path
 from typing import Any
 
 import pytest
 
 from kubelet_sim.runtime.local_images import PAUSE_IMAGE
 from tests.cluster import Cluster, wait_for
+from tests.mounts import remove_root
 
 
 class AgentProcess:
@@ -75,6 +78,8 @@ def running_agent(
     registry (the default, registry.k8s.io/pause, is not on this machine).
     """
     env = {"KUBELET_SIM_POD_INFRA_IMAGE": PAUSE_IMAGE, **(env or {})}
+    # A root of its own, not the machine's /var/lib/kubelet-sim, removed afterwards.
+    root = Path(tempfile.mkdtemp(prefix="kubelet-sim-test-root-"))
     agent = AgentProcess(
         [
             "--node-name",
@@ -83,6 +88,8 @@ def running_agent(
             kubeconfig or cluster.node_kubeconfig,
             "--log-format",
             "json",
+            "--root-dir",
+            str(root),
             *extra,
         ],
         env=env,
@@ -92,3 +99,4 @@ def running_agent(
     finally:
         if agent.proc.poll() is None:
             agent.terminate()
+        remove_root(root)

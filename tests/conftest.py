@@ -1,11 +1,14 @@
 """Shared fixtures: the API cluster (fake or real) and the Docker engine with local images."""
 
+from collections.abc import Iterator
+
 import pytest
 
 from tests.agent_fixture import *  # noqa: F403
 from tests.cluster import *  # noqa: F403
 from tests.cluster import api_mode
 from tests.docker_env import *  # noqa: F403
+from tests.mounts import unmount_all_under
 
 
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
@@ -21,3 +24,14 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
     if drop:
         config.hook.pytest_deselected(items=drop)
         items[:] = keep
+
+
+@pytest.fixture(autouse=True)
+def _no_mounts_left(request: pytest.FixtureRequest) -> Iterator[None]:
+    """The agent leaves running pods alone when it stops, as the kubelet does, and with them
+    their tmpfs and subPath mounts: a test's directory must not keep them once it is over."""
+    used = "tmp_path" in request.fixturenames
+    tmp_path = request.getfixturevalue("tmp_path") if used else None  # torn down after this
+    yield
+    if tmp_path is not None:
+        unmount_all_under(tmp_path)

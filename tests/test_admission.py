@@ -135,6 +135,25 @@ def test_limits_stand_in_for_missing_requests_and_overhead_counts() -> None:
         (pod(container(), hostNetwork=True), "host networking"),
         (pod(container(), hostPID=True), "host PID"),
         (pod(container(), hostIPC=True), "host ipc"),
+        (
+            pod(container(), volumes=[{"name": "sock", "hostPath": {"path": "/run/docker.sock"}}]),
+            'hostPath volume "sock"',
+        ),
+        (
+            pod(container(securityContext={"capabilities": {"add": ["SYS_ADMIN"]}})),
+            'added capabilities for container "c"',
+        ),
+        (
+            pod(
+                container(),
+                init=(container("i", securityContext={"capabilities": {"add": ["NET_RAW"]}}),),
+            ),
+            'added capabilities for container "i"',
+        ),
+        (
+            pod(container(ports=[{"containerPort": 80, "hostPort": 80}])),
+            'host port 80 for container "c"',
+        ),
     ],
 )
 def test_privileged_requests_are_forbidden_unless_allowed(candidate: PodView, what: str) -> None:
@@ -146,6 +165,18 @@ def test_privileged_requests_are_forbidden_unless_allowed(candidate: PodView, wh
 
 def test_privileged_false_is_fine() -> None:
     assert check(pod(container(securityContext={"privileged": False}))) is None
+
+
+def test_what_stays_allowed_without_the_flag() -> None:
+    """Dropping capabilities, high host ports and node-local volumes never reach the host."""
+    harmless = pod(
+        container(
+            securityContext={"capabilities": {"drop": ["ALL"], "add": []}},
+            ports=[{"containerPort": 80, "hostPort": 8080}, {"containerPort": 81}],
+        ),
+        volumes=[{"name": "e", "emptyDir": {}}, {"name": "s", "secret": {"secretName": "s"}}],
+    )
+    assert check(harmless) is None
 
 
 def test_the_privilege_gate_comes_before_resources() -> None:

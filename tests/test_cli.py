@@ -6,6 +6,7 @@ import subprocess
 import sys
 import time
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -43,6 +44,9 @@ def test_agent_registers_logs_json_and_stops_cleanly_on_sigterm(
         wait_for(lambda: _node_ready(cluster), 15, "the Node to be Ready")
         node = cluster.core.read_node(cluster.node_name)
         assert node.metadata.labels["kubelet-sim.io/demo"] == "yes"
+        assert _own_taints(cluster) == [("kubelet-sim.io/virtual", "true", "NoSchedule")], (
+            "a virtual node keeps ordinary workloads off unless told otherwise"
+        )
         cluster.core.create_namespaced_pod(
             cluster.namespace,
             {
@@ -68,6 +72,30 @@ def test_agent_registers_logs_json_and_stops_cleanly_on_sigterm(
     assert cluster.core.read_node(cluster.node_name).metadata.name == cluster.node_name, (
         "the Node stays after a normal exit, as the kubelet's does"
     )
+
+
+def _own_taints(cluster: Cluster) -> list[tuple[str, str | None, str]]:
+    """The Node's taints but those a real cluster's node lifecycle controller adds itself."""
+    node = cluster.core.read_node(cluster.node_name)
+    return [
+        (t.key, t.value, t.effect)
+        for t in node.spec.taints or []
+        if not t.key.startswith("node.kubernetes.io/")
+    ]
+
+
+@pytest.mark.parametrize(
+    ("flag", "taints"),
+    [("", []), ("example.com/gpu=yes:NoExecute", [("example.com/gpu", "yes", "NoExecute")])],
+)
+def test_register_with_taints_replaces_the_default(
+    cluster: Cluster, docker_env: object, flag: str, taints: list[tuple[str, str, str]]
+) -> None:
+    """NodeRestriction lets a kubelet set its taints when it creates its Node; none is kept
+    from the default, and an explicit empty value registers none."""
+    with running_agent(cluster, "--register-with-taints", flag):
+        wait_for(lambda: _node_ready(cluster), 15, "the Node to be Ready")
+        assert _own_taints(cluster) == taints
 
 
 def test_delete_node_on_exit(cluster: Cluster, docker_env: object) -> None:
@@ -157,3 +185,31 @@ def test_insecure_kubeconfig_warns_once_not_per_request(
     assert not [line for line in agent.lines if "InsecureRequestWarning" in line]
     warned = [r for r in agent.records() if "TLS verification" in r.get("event", "")]
     assert len(warned) == 1, warned
+
+
+def test_container_log_rotation_flags_reach_docker(cluster: Cluster, docker_env: Any) -> None:
+    from tests.pods import make_pod, running_ready, wait_status
+
+    flags = ("--container-log-max-size", "1Mi", "--container-log-max-files", "3")
+    with running_agent(cluster, *flags):
+        pod = make_pod(cluster, "logs")
+        wait_status(cluster, "logs", running_ready, 60, "Running and Ready")
+        listed = docker_env.client.api.containers(
+            filters={"label": [f"io.kubernetes.pod.uid={pod['metadata']['uid']}"]}
+        )
+        assert len(listed) == 2, "the sandbox and the app container"
+        for container in listed:
+            host = docker_env.client.api.inspect_container(container["Id"])["HostConfig"]
+            assert host["LogConfig"] == {
+                "Type": "json-file",
+                "Config": {"max-size": "1m", "max-file": "3"},
+            }
+
+
+def test_too_few_log_files_is_one_clear_line(cluster: Cluster) -> None:
+    result = _run("--node-name", "n1", "--kubeconfig", cluster.kubeconfig,
+                  "--container-log-max-files", "1")  # fmt: skip
+    assert result.returncode == 1
+    assert result.stderr.strip() == (
+        "kubelet-sim: error: --container-log-max-files (1) must be greater than 1"
+    )

@@ -524,3 +524,11 @@ def test_watcher_backs_off_while_docker_is_down_and_stops_at_once(tmp_path: Path
     watcher.stop()
     assert time.monotonic() - began < 1.0
     client.close()
+
+
+def test_containers_logs_rotate_as_the_kubelets_by_default(pod: Pod, docker_env: DockerEnv) -> None:
+    """json-file, 5 files of 10 MiB (containerLogMaxFiles, containerLogMaxSize), sandbox too."""
+    container_id = pod.rt.create_container(pod.config(cmd=("true",)), pod.sandbox.id)
+    for cid in (container_id, pod.sandbox.id):
+        log_config = docker_env.client.api.inspect_container(cid)["HostConfig"]["LogConfig"]
+        assert log_config == {"Type": "json-file", "Config": {"max-size": "10m", "max-file": "5"}}

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from structlog.testing import capture_logs
+
 from kubelet_sim.kube.client import connect
 from kubelet_sim.kube.events import NORMAL, WARNING, EventRecorder, EventRef
 from tests.cluster import Cluster, wait_for
@@ -42,3 +44,37 @@ def test_repeats_are_counted_not_created_again(cluster: Cluster) -> None:
     assert backoff.metadata.name.startswith("p.")
     killing = by_reason["Killing"]
     assert (killing.count, killing.message, killing.type) == (1, "Stopping container c", "Normal")
+
+
+def test_a_full_queue_drops_its_oldest_events_counted_and_warned_once(cluster: Cluster) -> None:
+    """While nothing can be written (the API server down; here: the writer not yet started) the
+    queue keeps the newest `queue_size` events, counts the dropped ones and warns once."""
+    pod = cluster.core.create_namespaced_pod(
+        cluster.namespace,
+        {"metadata": {"name": "p"}, "spec": {"containers": [{"name": "c", "image": "busybox:1"}]}},
+    )
+    ref = EventRef(cluster.namespace, "p", pod.metadata.uid)
+    with capture_logs() as logs:
+        recorder = EventRecorder(connect(cluster.kubeconfig).api, cluster.node_name, queue_size=5)
+        for i in range(8):
+            recorder.event(ref, NORMAL, "Pulling", f"event {i}")
+        assert (recorder.queued(), recorder.dropped) == (5, 3)
+        recorder.start()
+        try:
+            recorder.flush()
+            for i in range(8, 10):  # after the burst: room again, nothing more dropped
+                recorder.event(ref, NORMAL, "Pulling", f"event {i}")
+            recorder.flush()
+        finally:
+            recorder.stop()
+    assert (recorder.dropped, recorder.sent) == (3, 7)
+    warnings = [r for r in logs if r["log_level"] == "warning"]
+    assert [w["event"] for w in warnings] == [
+        "event queue full; dropping the oldest events until it drains"
+    ]
+    messages = {
+        e.message
+        for e in cluster.core.list_namespaced_event(cluster.namespace).items
+        if e.source and e.source.component == "kubelet"
+    }
+    assert messages == {f"event {i}" for i in range(3, 10)}

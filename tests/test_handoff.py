@@ -22,6 +22,11 @@ from tests.pods import BUSYBOX, SLEEP_FOREVER, running_ready, traced
 pytestmark = pytest.mark.docker
 
 SCHEDULER = "default-scheduler"
+# kubelet-sim registers with this NoSchedule taint unless told otherwise: pods meant for the
+# virtual node tolerate it, as the README's examples do.
+TOLERATE_VIRTUAL = [
+    {"key": "kubelet-sim.io/virtual", "operator": "Equal", "value": "true", "effect": "NoSchedule"}
+]
 
 
 def _require_scheduler(cluster: Cluster) -> None:
@@ -50,6 +55,7 @@ def _deployment(name: str, node: str, replicas: int) -> dict[str, Any]:
                 "metadata": {"labels": labels},
                 "spec": {
                     "nodeSelector": {"kubernetes.io/hostname": node},
+                    "tolerations": TOLERATE_VIRTUAL,
                     "automountServiceAccountToken": False,
                     "terminationGracePeriodSeconds": 5,
                     "containers": [container],
@@ -132,6 +138,29 @@ def test_a_deployment_is_scheduled_onto_the_node_runs_and_scales_down(
         running.stop()
 
 
+def test_a_pod_without_the_toleration_is_not_scheduled_onto_the_virtual_node(
+    cluster: Cluster, docker_env: DockerEnv, tmp_path: Path
+) -> None:
+    """The default taint keeps ordinary workloads (and DaemonSets) off the node."""
+    _require_scheduler(cluster)
+    running = start_agent(cluster, docker_env, tmp_path / "root")
+    try:
+        spec = _deployment("plain", cluster.node_name, 1)["spec"]["template"]["spec"]
+        del spec["tolerations"]
+        pod = {"metadata": {"name": "plain", "labels": {"app": "plain"}}, "spec": spec}
+        cluster.core.create_namespaced_pod(cluster.namespace, pod)
+        failed = wait_for(
+            lambda: _scheduler_events(cluster, "FailedScheduling").get("plain"),
+            30,
+            "the scheduler's FailedScheduling",
+        )
+        assert "kubelet-sim.io/virtual" in failed, failed
+        [plain] = _pods(cluster, "app=plain")
+        assert not plain["spec"].get("nodeName")
+    finally:
+        running.stop()
+
+
 def test_a_pod_that_fits_no_node_waits_then_runs_when_its_node_registers(
     cluster: Cluster, docker_env: DockerEnv, tmp_path: Path
 ) -> None:
@@ -143,6 +172,7 @@ def test_a_pod_that_fits_no_node_waits_then_runs_when_its_node_registers(
         "metadata": {"name": "waiting", "labels": {"app": "waiting"}},
         "spec": {
             "nodeSelector": {"kubernetes.io/hostname": late.node_name},
+            "tolerations": TOLERATE_VIRTUAL,
             "automountServiceAccountToken": False,
             "terminationGracePeriodSeconds": 5,
             "containers": [

@@ -81,7 +81,7 @@ def test_node_has_the_kubelets_labels_plus_node_labels() -> None:
 def test_registration_taints_go_into_the_spec() -> None:
     taints = [{"key": "virtual-kubelet.io/provider", "value": "docker", "effect": "NoSchedule"}]
     assert _node(register_with_taints=taints)["spec"] == {"taints": taints}
-    assert _node()["spec"] == {}
+    assert _node(register_with_taints=[])["spec"] == {}
 
 
 def test_status_fields_match_a_real_kubelet() -> None:

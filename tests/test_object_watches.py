@@ -81,3 +81,45 @@ def test_each_object_is_watched_by_name(cluster: Cluster, watches: ReferencedObj
     for record in ours:
         assert record.namespace == ns, "one namespace, never all namespaces"
         assert "fieldSelector=metadata.name" in record.path, record.path
+
+
+def test_idle_and_immutable_objects_are_not_watched_and_a_read_watches_again(
+    cluster: Cluster,
+) -> None:
+    """The kubelet's limits on per-object watches: one nobody read for a while stops (its
+    object is still known), the next read lists and watches again; an immutable one stops
+    once read, for good."""
+    ns = cluster.namespace
+    cluster.core.create_namespaced_config_map(
+        ns, client.V1ConfigMap(metadata=client.V1ObjectMeta(name="env"), data={"k": "v1"})
+    )
+    cluster.core.create_namespaced_config_map(
+        ns,
+        client.V1ConfigMap(
+            metadata=client.V1ObjectMeta(name="frozen"), data={"k": "v"}, immutable=True
+        ),
+    )
+    env, frozen = ("ConfigMap", ns, "env"), ("ConfigMap", ns, "frozen")
+    manager = ReferencedObjectWatches(
+        connect(cluster.kubeconfig).api,
+        lambda _ref: None,
+        timeouts=WatchTimeouts(server_min=20, server_max=30, read=5),
+        max_idle=1.0,
+        recycle_period=0.2,
+    )
+    try:
+        manager.set_pod_references("pod-1", {env, frozen})
+        assert manager.wait_synced({env, frozen}, 5)
+        assert manager.get(frozen) is not None
+        wait_for(lambda: manager.active() == 1, 5, "the immutable object's watch to stop")
+        wait_for(lambda: manager.active() == 0, 5, "the idle watch to stop")
+        assert manager.watched() == {env, frozen}, "still used: known, just not watched"
+        assert manager.wait_synced({env, frozen}, 0), "a stopped watch's object is known"
+
+        cluster.core.patch_namespaced_config_map("env", ns, {"data": {"k": "v2"}})
+        assert (manager.get(env) or {}).get("data") == {"k": "v2"}, "a read lists again"
+        assert manager.active() == 1
+        assert manager.get(frozen) is not None
+        assert manager.active() == 1, "an immutable object is never watched again"
+    finally:
+        manager.stop()

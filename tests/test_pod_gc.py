@@ -2,8 +2,12 @@
 
 from __future__ import annotations
 
+import time
+
 from kubelet_sim.cri import ContainerState, ObservedContainer, PodRef
 from kubelet_sim.pod.gc import garbage
+from kubelet_sim.pod.restart_backoff import KeyedBackoff
+from kubelet_sim.podworkers.gc import ContainerGC
 
 REF = PodRef("n", "p", "ns", "u")
 
@@ -28,3 +32,17 @@ def test_keeps_newest_dead_attempt_and_the_running_one() -> None:
 
 def test_nothing_to_collect_for_a_healthy_pod() -> None:
     assert garbage([c("POD", 0, ContainerState.RUNNING), c("app", 0, ContainerState.RUNNING)]) == []
+
+
+def test_each_gc_pass_drops_idle_backoff_entries() -> None:
+    class _Watcher:
+        def all_containers(self) -> list[ObservedContainer]:
+            return []
+
+    crash = KeyedBackoff(initial=10, maximum=300)
+    crash.next("idle", event_time=0, now=time.time() - 601)
+    crash.next("fresh", event_time=0, now=time.time())
+    gc = ContainerGC(_Watcher(), None, "n", backoffs=[crash])  # type: ignore[arg-type]
+    assert gc.collect() == 0
+    assert len(crash) == 1
+    assert crash.get("fresh") == 10

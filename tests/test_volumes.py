@@ -6,6 +6,7 @@ import base64
 import os
 import re
 import stat
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -15,6 +16,8 @@ import structlog
 from kubelet_sim import cri
 from kubelet_sim.pod.spec import PodView
 from kubelet_sim.volumes import VolumeError, VolumeManager, VolumeSetup, mounts_for
+from kubelet_sim.volumes import subpath as subpath_module
+from kubelet_sim.volumes.hostmount import can_mount, mount_points_under
 from tests.cluster import wait_for
 from tests.docker_env import TEST_LABEL, DockerEnv
 
@@ -59,8 +62,21 @@ def make_pod(volumes: list[dict[str, Any]], mounts: list[dict[str, Any]] | None 
 
 
 @pytest.fixture
-def manager(tmp_path: Path) -> VolumeManager:
-    return VolumeManager(tmp_path)
+def manager(tmp_path: Path) -> Iterator[VolumeManager]:
+    """Mounts (tmpfs, subPath binds) when this process may; never leaves one behind."""
+    manager = VolumeManager(tmp_path)
+    yield manager
+    manager.teardown(UID)
+    assert not mount_points_under(tmp_path)
+
+
+@pytest.fixture
+def on_disk(tmp_path: Path) -> VolumeManager:
+    """A node that may not mount: everything stays on disk, subPaths are mounted by path."""
+    return VolumeManager(tmp_path, mount=False)
+
+
+needs_mount = pytest.mark.skipif(not can_mount(), reason="needs CAP_SYS_ADMIN to mount")
 
 
 @pytest.fixture
@@ -451,7 +467,9 @@ def test_unsupported_volume_type_is_a_mount_error_not_a_crash(
 # --- mounts --------------------------------------------------------------------------------
 
 
-def test_mounts_honour_read_only_and_sub_path(manager: VolumeManager, objects: Objects) -> None:
+def test_mounts_honour_read_only_and_sub_path(on_disk: VolumeManager, objects: Objects) -> None:
+    """On a node that may not mount, a subPath is the checked path itself."""
+    manager = on_disk
     objects.put("ConfigMap", "cfg", data={"app.ini": "A"})
     pod = make_pod(
         [{"name": "c", "configMap": {"name": "cfg"}}, {"name": "e", "emptyDir": {}}],
@@ -487,7 +505,14 @@ def test_mounts_honour_read_only_and_sub_path(manager: VolumeManager, objects: O
             {"name": "e", "mountPath": "/x", "subPath": "a/../.."},
             "unable to provision SubPath `a/../..`: must not contain '..'",
         ),
-        ({"name": "e", "mountPath": "/x", "subPath": "escape"}, "not within volume path"),
+        (
+            {"name": "e", "mountPath": "/x", "subPath": "escape"},
+            'failed to prepare subPath for volumeMount "e" of container "app"',
+        ),
+        (
+            {"name": "e", "mountPath": "/x", "subPath": "escape/new"},
+            'failed to create subPath directory for volumeMount "e" of container "app"',
+        ),
     ],
 )
 def test_bad_mounts_are_refused(
@@ -499,6 +524,144 @@ def test_bad_mounts_are_refused(
 
     with pytest.raises(VolumeError, match=re.escape(message)):
         mounts_for(pod.containers[0], setup)
+
+
+@needs_mount
+def test_sub_path_is_a_bind_mount_of_what_was_opened(
+    manager: VolumeManager, objects: Objects, tmp_path: Path
+) -> None:
+    pod = make_pod(
+        [{"name": "e", "emptyDir": {}}],
+        [{"name": "e", "mountPath": "/x", "subPath": "conf/app.ini"}],
+    )
+    setup = run(manager, objects, pod)
+    source = setup.paths["e"] / "conf" / "app.ini"
+    source.parent.mkdir()
+    source.write_text("mine")
+
+    [mount] = mounts_for(pod.containers[0], setup)
+
+    staged = tmp_path / "pods" / UID / "volume-subpaths" / "e" / "app" / "0"
+    assert mount.host_path == str(staged)
+    assert staged in mount_points_under(staged)
+    assert (staged.stat().st_dev, staged.stat().st_ino) == (
+        source.stat().st_dev,
+        source.stat().st_ino,
+    )
+    # What a container does later to the name cannot change what is mounted.
+    source.unlink()
+    source.symlink_to("/etc/hostname")
+    assert staged.read_text() == "mine"
+    with pytest.raises(VolumeError):  # the next start of the container: the name is refused
+        mounts_for(pod.containers[0], setup)
+    assert staged.read_text() == "mine"
+
+
+@needs_mount
+def test_a_symlink_swapped_in_after_the_check_is_refused(
+    manager: VolumeManager, objects: Objects, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The race: the subPath resolves inside the volume, then a container swaps a directory on
+    the way for a symlink to the host's /etc before the agent opens it."""
+    pod = make_pod(
+        [{"name": "e", "emptyDir": {}}],
+        [{"name": "e", "mountPath": "/x", "subPath": "data/passwd"}],
+    )
+    setup = run(manager, objects, pod)
+    data = setup.paths["e"] / "data"
+    data.mkdir()
+    (data / "passwd").write_text("the pod's own")
+    resolve = subpath_module._resolve_within
+
+    def resolve_then_swap(base: Path, path: Path) -> Path:
+        checked = resolve(base, path)
+        data.rename(setup.paths["e"] / "moved")
+        data.symlink_to("/etc")
+        return checked
+
+    monkeypatch.setattr(subpath_module, "_resolve_within", resolve_then_swap)
+
+    with pytest.raises(VolumeError) as refused:
+        mounts_for(pod.containers[0], setup)
+    assert str(refused.value) == 'failed to prepare subPath for volumeMount "e" of container "app"'
+    assert mount_points_under(tmp_path) == [], "nothing of the host was mounted"
+
+
+def test_dirs_are_private_whatever_the_umask(
+    manager: VolumeManager, objects: Objects, tmp_path: Path
+) -> None:
+    objects.put("Secret", "creds", data={"pass": b64("s3cr3t")})
+    old = os.umask(0)
+    try:
+        run(manager, objects, make_pod([{"name": "s", "secret": {"secretName": "creds"}}]))
+    finally:
+        os.umask(old)
+
+    assert mode(tmp_path) == 0o700
+    assert mode(tmp_path / "pods") == 0o750
+    assert mode(tmp_path / "pods" / UID) == 0o750
+    assert mode(tmp_path / "pods" / UID / "volumes") == 0o750
+
+
+def _mount_of(path: Path) -> tuple[str, str] | None:
+    """(fstype, super options) of the mount at `path`, from /proc/self/mountinfo."""
+    for line in Path("/proc/self/mountinfo").read_text().splitlines():
+        before, _, after = line.partition(" - ")
+        if before.split()[4] == str(path):
+            fstype, _source, options = after.split()
+            return fstype, options
+    return None
+
+
+@needs_mount
+def test_secret_and_token_volumes_are_tmpfs_and_go_with_the_pod(
+    manager: VolumeManager, objects: Objects, tmp_path: Path
+) -> None:
+    objects.put("Secret", "creds", data={"user": b64("admin"), "pass": b64("s3cr3t")})
+    secret = {
+        "secretName": "creds",
+        "defaultMode": 0o400,
+        "items": [{"key": "user", "path": "user"}, {"key": "pass", "path": "pass", "mode": 0o440}],
+    }
+    token = {"sources": [{"serviceAccountToken": {"path": "token"}}]}
+    pod = make_pod(
+        [
+            {"name": "s", "secret": secret},
+            {"name": "t", "projected": token},
+            {"name": "c", "configMap": {"name": "cfg", "optional": True}},
+        ]
+    )
+    setup = run(manager, objects, pod, token=lambda *_: "jwt")
+    assert setup.ok, setup.errors
+
+    for name in ("s", "t"):
+        mounted = _mount_of(setup.paths[name])
+        assert mounted is not None, name
+        assert mounted[0] == "tmpfs", name
+        assert f"size={manager.memory_bytes // 1024}k" in mounted[1]
+        assert mode(setup.paths[name]) == 0o1777  # the tmpfs root, as the kubelet's
+    assert _mount_of(setup.paths["c"]) is None, "configMap volumes stay on disk, as upstream"
+    assert mode(setup.paths["s"] / "user") == 0o400
+    assert mode(setup.paths["s"] / "pass") == 0o440
+    assert mode(setup.paths["t"] / "token") == 0o644
+    assert run(manager, objects, pod, token=lambda *_: "jwt").ok  # again: no second mount
+    assert len(mount_points_under(tmp_path)) == 2
+
+    assert manager.teardown(UID)
+    assert mount_points_under(tmp_path) == []
+    assert not (tmp_path / "pods" / UID / "volumes").exists()
+
+
+def test_without_mount_rights_secrets_stay_on_disk(
+    on_disk: VolumeManager, objects: Objects
+) -> None:
+    objects.put("Secret", "creds", data={"pass": b64("s3cr3t")})
+    setup = run(on_disk, objects, make_pod([{"name": "s", "secret": {"secretName": "creds"}}]))
+
+    assert _mount_of(setup.paths["s"]) is None
+    assert mode(setup.paths["s"]) == 0o755
+    assert mode(setup.paths["s"] / "pass") == 0o644
+    assert setup.subpath_staging is None
 
 
 def test_teardown_removes_the_pods_volumes(

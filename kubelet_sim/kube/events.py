@@ -2,14 +2,17 @@
 
 Identical events (same object, type, reason and message) are not created again: the first
 one's `count` and `lastTimestamp` are patched, as client-go's event correlator does.
+
+The queue is bounded like client-go's broadcaster (1000 events, `maxQueuedEvents`): while the
+API server is down a full queue drops its oldest event (client-go drops the newest; the newest
+says more about the pod now), counted in `dropped`, with one warning per burst of drops.
 """
 
 from __future__ import annotations
 
-import queue
 import threading
 import time
-from collections import OrderedDict
+from collections import OrderedDict, deque
 from dataclasses import dataclass
 from datetime import UTC, datetime
 
@@ -17,8 +20,10 @@ from kubernetes import client
 
 from kubelet_sim.kube.rest import ApiError, Json, call_json, request_json
 from kubelet_sim.logs import get_logger
+from kubelet_sim.supervise import Supervisor
 
 NORMAL, WARNING = "Normal", "Warning"
+QUEUE_SIZE = 1000
 _CACHE_SIZE = 4096
 _RETRIES = 3
 
@@ -40,17 +45,33 @@ class _Seen:
     count: int
 
 
+_Item = tuple[EventRef, str, str, str, str]
+
+
 class EventRecorder:
-    def __init__(self, api: client.ApiClient, node: str) -> None:
+    def __init__(
+        self,
+        api: client.ApiClient,
+        node: str,
+        *,
+        queue_size: int = QUEUE_SIZE,
+        supervisor: Supervisor | None = None,
+    ) -> None:
         self._api = api
         self._core = client.CoreV1Api(api)
         self._node = node
-        self._queue: queue.Queue[tuple[EventRef, str, str, str, str] | None] = queue.Queue()
+        self._queue: deque[_Item] = deque()
+        self._queue_size = queue_size
+        self._cond = threading.Condition()
+        self._unfinished = 0  # queued or being written
+        self._dropping = False  # in a burst of drops, warned once
         self._seen: OrderedDict[tuple[str, ...], _Seen] = OrderedDict()
         self._stop = threading.Event()
-        self._thread = threading.Thread(target=self._run, name="event recorder", daemon=True)
         self._log = get_logger("kubelet_sim.events", node=node)
+        supervisor = supervisor or Supervisor(node=node)
+        self._thread = supervisor.thread("event recorder", self._run, self._stop)
         self.sent = 0
+        self.dropped = 0
 
     def start(self) -> EventRecorder:
         self._thread.start()
@@ -58,29 +79,59 @@ class EventRecorder:
 
     def stop(self, timeout: float = 2.0) -> None:
         self._stop.set()
-        self._queue.put(None)
-        self._thread.join(timeout)
+        with self._cond:
+            self._cond.notify_all()
+        if self._thread.is_alive():
+            self._thread.join(timeout)
 
     def event(self, ref: EventRef, event_type: str, reason: str, message: str) -> None:
         """Queue an event; the caller (a pod worker) never waits for the API."""
         timestamp = datetime.now(UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
-        self._queue.put((ref, event_type, reason, message, timestamp))
+        warn = False
+        with self._cond:
+            if len(self._queue) >= self._queue_size:
+                self._queue.popleft()
+                self._unfinished -= 1
+                self.dropped += 1
+                warn, self._dropping = not self._dropping, True
+            self._queue.append((ref, event_type, reason, message, timestamp))
+            self._unfinished += 1
+            self._cond.notify_all()
+        if warn:
+            self._log.warning(
+                "event queue full; dropping the oldest events until it drains",
+                queue_size=self._queue_size,
+                dropped_total=self.dropped,
+            )
+
+    def queued(self) -> int:
+        with self._cond:
+            return len(self._queue)
 
     def flush(self, timeout: float = 5.0) -> None:
         """Wait until queued events are written (tests and shutdown)."""
-        deadline = time.monotonic() + timeout
-        while self._queue.unfinished_tasks and time.monotonic() < deadline:
-            time.sleep(0.01)
+        with self._cond:
+            self._cond.wait_for(lambda: self._unfinished == 0, timeout)
 
     def _run(self) -> None:
+        """Write events in order; on stop, write what is queued (retries end at once)."""
         while True:
-            item = self._queue.get()
-            try:
-                if item is None:
+            with self._cond:
+                self._cond.wait_for(lambda: self._queue or self._stop.is_set())
+                if not self._queue:
                     return
+                item = self._queue.popleft()
+            try:
                 self._write(*item)
             finally:
-                self._queue.task_done()
+                with self._cond:
+                    self._unfinished -= 1
+                    drained = self._dropping and not self._queue
+                    if drained:
+                        self._dropping = False
+                    self._cond.notify_all()
+            if drained:
+                self._log.info("event queue drained", dropped_total=self.dropped)
 
     def _write(self, ref: EventRef, event_type: str, reason: str, message: str, ts: str) -> None:
         key = (ref.namespace, ref.name, ref.uid, ref.field_path, event_type, reason, message)

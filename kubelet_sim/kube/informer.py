@@ -23,6 +23,7 @@ from kubernetes.client.exceptions import ApiException
 from kubelet_sim.backoff import Backoff
 from kubelet_sim.kube.rest import REQUEST_TIMEOUT, ApiError, Json
 from kubelet_sim.logs import get_logger
+from kubelet_sim.supervise import Supervisor
 
 ADDED, MODIFIED, DELETED = "ADDED", "MODIFIED", "DELETED"
 
@@ -116,6 +117,7 @@ class Informer:
         timeouts: WatchTimeouts | None = None,
         backoff: Backoff | None = None,
         observer: Observer | None = None,
+        supervisor: Supervisor | None = None,
         **log_context: Any,
     ) -> None:
         self.source = source
@@ -132,7 +134,9 @@ class Informer:
         self._response: urllib3.BaseHTTPResponse | None = None
         self._thread: threading.Thread | None = None
         self._rng = random.Random()
+        self._listed = False
         self.log = get_logger("kubelet_sim.informer", watch=source.description, **log_context)
+        self.supervisor = supervisor or Supervisor(watch=source.description, **log_context)
 
     # -- the cache -------------------------------------------------------------------------
 
@@ -151,8 +155,11 @@ class Informer:
     # -- lifecycle -------------------------------------------------------------------------
 
     def start(self) -> Informer:
-        self._thread = threading.Thread(
-            target=self._run, name=f"informer {self.source.description}", daemon=True
+        self._thread = self.supervisor.thread(
+            f"informer {self.source.description}",
+            self._run,
+            self._stop,
+            on_crash=self._distrust_cache,
         )
         self._thread.start()
         return self
@@ -172,6 +179,10 @@ class Informer:
         return self._stop.is_set()
 
     # -- the loop --------------------------------------------------------------------------
+
+    def _distrust_cache(self) -> None:
+        """The loop died mid-stream: not synced until a fresh list is in (`_run` lists first)."""
+        self.synced.clear()
 
     def _run(self) -> None:
         need_list = True
@@ -243,7 +254,7 @@ class Informer:
         body = json.loads(response.data)
         response.release_conn()
         self.stats.lists += 1
-        relist = self.synced.is_set()
+        relist, self._listed = self._listed, True
         if relist:
             self.stats.relists += 1
         items: list[Json] = body.get("items") or []

@@ -3,6 +3,13 @@
 The kubelet's watch-based manager watches each referenced object by name
 (`fieldSelector=metadata.name=<name>` in its namespace), which is also all that node
 credentials may do, and drops the watch when the last pod using it goes.
+
+Each watch costs a thread and an HTTP/1.1 connection here (Go multiplexes them over HTTP/2), so
+the kubelet's two other limits matter more: a watch whose object nobody read for `max_idle`
+(5 x the 60 s resync, as `NewWatchBasedManager`; objects used only by env are read once, at
+container creation) is stopped and started again, with a fresh list, on the next `get`; and an
+object marked `immutable` is not watched once read (it cannot change). `wait_synced` does not
+count as a read: every pod sync calls it, and a stopped watch's object is already known.
 """
 
 from __future__ import annotations
@@ -18,9 +25,14 @@ from kubelet_sim.backoff import Backoff
 from kubelet_sim.kube.informer import Informer, ListWatchSource, WatchTimeouts
 from kubelet_sim.kube.rest import Json
 from kubelet_sim.logs import get_logger
+from kubelet_sim.supervise import Supervisor
 
 # (kind, namespace, name); kind is "ConfigMap" or "Secret".
 Ref = tuple[str, str, str]
+
+MAX_IDLE = 300.0  # 5 x the kubelet's syncFrequency (watch_based_manager's maxIdleTime)
+RECYCLE_PERIOD = 60.0  # how often idle watches are looked for (the kubelet's: every minute)
+RESTART_WAIT = 0.0  # a pod worker never waits: the old copy serves until the new list is in
 
 
 class ReferencedObjectWatches:
@@ -34,6 +46,9 @@ class ReferencedObjectWatches:
         timeouts: WatchTimeouts | None = None,
         backoff: Callable[[], Backoff] | None = None,
         node: str = "",
+        supervisor: Supervisor | None = None,
+        max_idle: float = MAX_IDLE,
+        recycle_period: float = RECYCLE_PERIOD,
     ) -> None:
         self._core = client.CoreV1Api(api)
         self._on_change = on_change
@@ -42,9 +57,17 @@ class ReferencedObjectWatches:
         self._users: dict[Ref, set[str]] = {}
         self._by_pod: dict[str, set[Ref]] = {}
         self._informers: dict[Ref, Informer] = {}
+        self._last_read: dict[Ref, float] = {}  # time.monotonic() of the last `get`
+        self._parked: set[Ref] = set()  # watch stopped (idle or immutable); cache kept
+        self._immutable: set[Ref] = set()
+        self._max_idle = max_idle
+        self._recycle_period = recycle_period
+        self._stopping = threading.Event()
+        self._recycler: threading.Thread | None = None
         self._lock = threading.Lock()
         self._log_context: dict[str, Any] = {"node": node} if node else {}
         self.log = get_logger("kubelet_sim.object_watches", **self._log_context)
+        self._supervisor = supervisor or Supervisor(**self._log_context)
 
     def set_pod_references(self, pod_uid: str, refs: Iterable[Ref]) -> None:
         """Record what a pod uses now; start watches it is the first user of, stop unused ones."""
@@ -67,9 +90,19 @@ class ReferencedObjectWatches:
             ]
             started = {ref: self._new_informer(ref) for ref in to_start}
             self._informers.update(started)
+            now = time.monotonic()
+            self._last_read.update(dict.fromkeys(started, now))
             stopped = [self._informers.pop(ref) for ref in to_stop]
             for ref in to_stop:
                 self._users.pop(ref, None)
+                self._last_read.pop(ref, None)
+                self._parked.discard(ref)
+                self._immutable.discard(ref)
+            if started and self._recycler is None:
+                self._recycler = self._supervisor.thread(
+                    "object watch recycler", self._recycle_loop, self._stopping
+                )
+                self._recycler.start()
         for informer in started.values():
             informer.start()
         for informer in stopped:
@@ -83,21 +116,69 @@ class ReferencedObjectWatches:
         self.set_pod_references(pod_uid, ())
 
     def get(self, ref: Ref) -> Json | None:
-        """The object as last seen, or None if it does not exist (or is not listed yet)."""
-        informer = self._informers.get(ref)
-        return None if informer is None else informer.get(f"{ref[1]}/{ref[2]}")
+        """The object as last seen, or None if it does not exist (or is not listed yet).
+
+        A read: it keeps the watch alive, restarts an idle one (waiting for its list), and
+        stops watching an object that says it is immutable.
+        """
+        key = f"{ref[1]}/{ref[2]}"
+        with self._lock:
+            informer = self._informers.get(ref)
+            if informer is None:
+                return None
+            self._last_read[ref] = time.monotonic()
+            restart = ref in self._parked and ref not in self._immutable
+            if restart:
+                old, informer = informer, self._new_informer(ref)
+                self._informers[ref] = informer
+                self._parked.discard(ref)
+        if restart:
+            informer.start()
+            self.log.info("watching again", kind=ref[0], namespace=ref[1], name=ref[2])
+            if not informer.synced.wait(RESTART_WAIT):
+                return old.get(key)  # the server is slow: the copy we had is the best we know
+        found = informer.get(key)
+        if found is not None and found.get("immutable") is True:
+            self._park(ref, informer, immutable=True)
+        return found
 
     def is_synced(self, ref: Ref) -> bool:
-        informer = self._informers.get(ref)
-        return informer is not None and informer.synced.is_set()
+        with self._lock:
+            informer = self._informers.get(ref)
+            parked = ref in self._parked
+        return informer is not None and (parked or informer.synced.is_set())
+
+    def active(self) -> int:
+        """Watches running now (threads and connections they hold)."""
+        with self._lock:
+            return len(self._informers) - len(self._parked)
+
+    def recycle(self) -> int:
+        """Stop the watches nobody read for `max_idle` (listed ones only); how many."""
+        deadline = time.monotonic() - self._max_idle
+        with self._lock:
+            idle = [
+                (ref, informer)
+                for ref, informer in self._informers.items()
+                if ref not in self._parked
+                and informer.synced.is_set()
+                and self._last_read.get(ref, 0.0) < deadline
+            ]
+        for ref, informer in idle:
+            self._park(ref, informer, immutable=False)
+        return len(idle)
 
     def wait_synced(self, refs: Iterable[Ref], timeout: float) -> bool:
         """Block until every ref's first list is in (so "absent" really means absent)."""
         deadline = time.monotonic() + timeout
         for ref in refs:
-            informer = self._informers.get(ref)
+            with self._lock:
+                informer = self._informers.get(ref)
+                parked = ref in self._parked
             if informer is None:
                 return False
+            if parked:
+                continue  # listed before it was stopped; a `get` restarts it
             if not informer.synced.wait(max(0.0, deadline - time.monotonic())):
                 return False
         return True
@@ -115,13 +196,34 @@ class ReferencedObjectWatches:
         return self._informers.get(ref)
 
     def stop(self) -> None:
+        self._stopping.set()
         with self._lock:
             informers = list(self._informers.values())
             self._informers.clear()
             self._users.clear()
             self._by_pod.clear()
+            self._parked.clear()
+            self._last_read.clear()
         for informer in informers:
             informer.stop()
+        if self._recycler is not None:
+            self._recycler.join(2)
+
+    def _park(self, ref: Ref, informer: Informer, *, immutable: bool) -> None:
+        """Stop a watch but keep its cache: an idle one restarts on the next `get`."""
+        with self._lock:
+            if self._informers.get(ref) is not informer or ref in self._parked:
+                return
+            self._parked.add(ref)
+            if immutable:
+                self._immutable.add(ref)
+        informer.stop(timeout=0)
+        why = "object is immutable" if immutable else "not read for a while"
+        self.log.info("stopped watching", kind=ref[0], namespace=ref[1], name=ref[2], why=why)
+
+    def _recycle_loop(self) -> None:
+        while not self._stopping.wait(self._recycle_period):
+            self.recycle()
 
     def _new_informer(self, ref: Ref) -> Informer:
         kind, namespace, name = ref
@@ -143,5 +245,6 @@ class ReferencedObjectWatches:
             observer=lambda seen: self._on_change(ref) if seen.kind == "LIST" else None,
             timeouts=self._timeouts,
             backoff=self._backoff() if self._backoff else None,
+            supervisor=self._supervisor,
             **self._log_context,
         )

@@ -19,6 +19,7 @@ from kubelet_sim.kube.node_api import NodeApi
 from kubelet_sim.kube.rest import ApiError, Json
 from kubelet_sim.node.node_object import format_micro_time
 from kubelet_sim.node.settings import NodeSettings
+from kubelet_sim.supervise import Supervisor
 
 LEASE_NAMESPACE = "kube-node-lease"
 MAX_UPDATE_RETRIES = 5
@@ -29,8 +30,15 @@ JITTER = 0.04
 class LeaseController:
     """Owns one thread that keeps the node's Lease fresh until `stop()`."""
 
-    def __init__(self, settings: NodeSettings, api: NodeApi, log: BoundLogger) -> None:
+    def __init__(
+        self,
+        settings: NodeSettings,
+        api: NodeApi,
+        log: BoundLogger,
+        supervisor: Supervisor | None = None,
+    ) -> None:
         self._settings = settings
+        self._supervisor = supervisor or Supervisor(node=settings.node_name)
         self._api = api
         self._log = log.bind(lease=f"{LEASE_NAMESPACE}/{settings.node_name}")
         self._stop = threading.Event()
@@ -39,8 +47,8 @@ class LeaseController:
 
     def start(self) -> None:
         self._stop.clear()
-        self._thread = threading.Thread(
-            target=self._run, name=f"lease-{self._settings.node_name}", daemon=True
+        self._thread = self._supervisor.thread(
+            f"lease-{self._settings.node_name}", self._run, self._stop
         )
         self._thread.start()
 

@@ -18,6 +18,7 @@ from kubelet_sim.node.node_object import build_node
 from kubelet_sim.node.registration import Registrar
 from kubelet_sim.node.settings import NodeSettings
 from kubelet_sim.node.status import NodeStatusController, RuntimeProbe
+from kubelet_sim.supervise import Supervisor
 
 __all__ = ["NodeLifecycle", "RuntimeProbe"]
 
@@ -31,6 +32,7 @@ class NodeLifecycle:
         node_api: NodeApi,
         runtime_probe: RuntimeProbe,
         host: HostFacts | None = None,
+        supervisor: Supervisor | None = None,
     ) -> None:
         self.settings = settings
         self.host = host or detect_host()
@@ -39,9 +41,15 @@ class NodeLifecycle:
         self._log = get_logger("kubelet_sim.node", node=settings.node_name)
         self._registrar = Registrar(settings, node_api, self.host, self._initial_node, self._log)
         self._status = NodeStatusController(
-            settings, node_api, self.host, runtime_probe, self._registrar.register, self._log
+            settings,
+            node_api,
+            self.host,
+            runtime_probe,
+            self._registrar.register,
+            self._log,
+            supervisor,
         )
-        self._lease = LeaseController(settings, node_api, self._log)
+        self._lease = LeaseController(settings, node_api, self._log, supervisor)
         self._registered = False
         self._deleted = False
         self._stop_lock = threading.Lock()

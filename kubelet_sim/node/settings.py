@@ -15,6 +15,15 @@ from typing import Any
 from kubelet_sim.config import ConfigError, validate_node_name
 
 TAINT_EFFECTS = ("NoSchedule", "PreferNoSchedule", "NoExecute")
+# The taint a node registers with unless told otherwise, as virtual-kubelet and kwok register
+# theirs: ordinary workloads and DaemonSets stay off a node whose pod IPs the rest of the cluster
+# cannot reach; pods meant for it tolerate it.
+VIRTUAL_NODE_TAINT = {"key": "kubelet-sim.io/virtual", "value": "true", "effect": "NoSchedule"}
+
+
+def default_taints() -> list[dict[str, str]]:
+    return [dict(VIRTUAL_NODE_TAINT)]
+
 
 # NodeRestriction (and the kubelet's own flag check) allow only these under kubernetes.io/k8s.io.
 KUBELET_LABELS = frozenset(
@@ -56,7 +65,7 @@ class NodeSettings:
 
     node_name: str
     node_labels: dict[str, str] = field(default_factory=dict)
-    register_with_taints: list[dict[str, str]] = field(default_factory=list)
+    register_with_taints: list[dict[str, str]] = field(default_factory=default_taints)
     cpu: str | None = None
     memory: str | None = None
     pods: int = 110

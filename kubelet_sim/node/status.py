@@ -27,6 +27,7 @@ from kubelet_sim.node.node_object import (
     status_changed,
 )
 from kubelet_sim.node.settings import NodeSettings
+from kubelet_sim.supervise import Supervisor
 
 OUR_CONDITIONS = frozenset({kind for kind, _, _ in PRESSURE_CONDITIONS} | {"Ready"})
 
@@ -50,8 +51,10 @@ class NodeStatusController:
         probe: RuntimeProbe,
         register: Callable[[threading.Event], Json | None],
         log: BoundLogger,
+        supervisor: Supervisor | None = None,
     ) -> None:
         self._settings = settings
+        self._supervisor = supervisor or Supervisor(node=settings.node_name)
         self._api = api
         self._host = host
         self._probe = probe
@@ -96,8 +99,8 @@ class NodeStatusController:
 
     def start(self) -> None:
         self._stop.clear()
-        self._thread = threading.Thread(
-            target=self._run, name=f"node-status-{self._settings.node_name}", daemon=True
+        self._thread = self._supervisor.thread(
+            f"node-status-{self._settings.node_name}", self._run, self._stop
         )
         self._thread.start()
 

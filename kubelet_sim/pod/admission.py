@@ -2,7 +2,8 @@
 
 A pod the scheduler placed here can still be refused: the kubelet re-runs the scheduler's resource
 fit against the pods it already runs (lifecycle/predicate.go, noderesources/fit.go) and, before
-v1.15, refused privileged pods unless started with --allow-privileged (privilegeAdmitHandler). A
+v1.15, refused privileged pods unless started with --allow-privileged (privilegeAdmitHandler);
+kubelet-sim's switch also covers hostPath volumes, added capabilities and host ports below 1024. A
 refused pod is marked Failed with the reason and the message returned here (kubelet.rejectPod).
 """
 
@@ -106,17 +107,30 @@ def admit_in_order(
 
 
 def forbidden_message(pod: PodView) -> str | None:
-    """canRunPod's message for the first privileged request of the pod, if any.
+    """canRunPod's message for the first request of the pod that reaches the host, if any.
 
-    Upstream gates host namespaces by pod source (HostNetworkSources etc.); kubelet-sim gates
-    them with the same switch as privileged containers (--allow-privileged).
+    Upstream gates host namespaces by pod source (HostNetworkSources etc.) and leaves hostPath,
+    capabilities and host ports to Pod Security admission; kubelet-sim gates them all with one
+    switch (--allow-privileged), so that no pod bound to a virtual node reaches the host unasked.
     """
+    all_containers = [*pod.init_containers, *pod.containers]
     checks = (
         (any(_privileged(c) for c in pod.containers), "privileged container"),
         (any(_privileged(c) for c in pod.init_containers), "privileged init container"),
         (pod.host_network, "host networking"),
         (pod.host_pid, "host PID"),
         (pod.host_ipc, "host ipc"),
+        *((True, f'hostPath volume "{name}"') for name in _host_path_volumes(pod)),
+        *(
+            (True, f'added capabilities for container "{c.name}"')
+            for c in all_containers
+            if _added_capabilities(c)
+        ),
+        *(
+            (True, f'host port {port} for container "{c.name}"')
+            for c in all_containers
+            for port in _privileged_host_ports(c)
+        ),
     )
     for asked, what in checks:
         if asked:
@@ -124,9 +138,27 @@ def forbidden_message(pod: PodView) -> str | None:
     return None
 
 
+# Host ports below this need CAP_NET_BIND_SERVICE on the host: they are the host's services'.
+FIRST_UNPRIVILEGED_PORT = 1024
+
+
 def _privileged(container: ContainerView) -> bool:
     """securitycontext.HasPrivilegedRequest."""
     return bool((container.raw.get("securityContext") or {}).get("privileged"))
+
+
+def _host_path_volumes(pod: PodView) -> list[str]:
+    return [str(v.get("name", "")) for v in pod.spec.get("volumes") or [] if "hostPath" in v]
+
+
+def _added_capabilities(container: ContainerView) -> bool:
+    security = container.raw.get("securityContext") or {}
+    return bool((security.get("capabilities") or {}).get("add"))
+
+
+def _privileged_host_ports(container: ContainerView) -> list[int]:
+    ports = [int(p.get("hostPort") or 0) for p in container.raw.get("ports") or []]
+    return [port for port in ports if 0 < port < FIRST_UNPRIVILEGED_PORT]
 
 
 def _fit(

@@ -1,7 +1,9 @@
 """The kubelet's per-key restart backoff (client-go flowcontrol.Backoff, no jitter).
 
 CrashLoopBackOff and ImagePullBackOff both use it: 10 s doubling to 300 s, and an entry is
-forgotten once the failure it saw is more than twice the maximum (10 minutes) old.
+forgotten once the failure it saw is more than twice the maximum (10 minutes) old. Entries are
+also dropped: by `gc` (flowcontrol.Backoff.GC, which the kubelet's housekeeping calls) once idle
+for twice the maximum, and by `forget_prefix`/`forget_containing` when their pod is gone.
 """
 
 from __future__ import annotations
@@ -65,6 +67,24 @@ class KeyedBackoff:
         with self._lock:
             for key in [k for k in self._entries if k.startswith(prefix)]:
                 del self._entries[key]
+
+    def forget_containing(self, part: str) -> None:
+        """Drop the entries whose key holds `part` (e.g. `_<uid>_` in a crash-loop key)."""
+        with self._lock:
+            for key in [k for k in self._entries if part in k]:
+                del self._entries[key]
+
+    def gc(self, now: float) -> int:
+        """Drop entries not updated for twice the maximum (as flowcontrol.Backoff.GC); how many."""
+        with self._lock:
+            idle = [k for k, e in self._entries.items() if self._expired(now, e)]
+            for key in idle:
+                del self._entries[key]
+            return len(idle)
+
+    def __len__(self) -> int:
+        with self._lock:
+            return len(self._entries)
 
     def _expired(self, event_time: float, entry: _Entry) -> bool:
         return event_time - entry.last_update > 2 * self.maximum

@@ -1,13 +1,21 @@
-"""The container garbage collector: once a minute, as the kubelet's ContainerGCPeriod."""
+"""The container garbage collector: once a minute, as the kubelet's ContainerGCPeriod.
+
+Each pass also drops backoff entries idle for twice their maximum (the kubelet's housekeeping
+calls backOff.GC()), so that the backoff maps of a long-lived node stay bounded.
+"""
 
 from __future__ import annotations
 
 import threading
+import time
+from collections.abc import Sequence
 
 from kubelet_sim.logs import get_logger
 from kubelet_sim.pod.gc import garbage
+from kubelet_sim.pod.restart_backoff import KeyedBackoff
 from kubelet_sim.podworkers.stopper import ContainerStopper
 from kubelet_sim.runtime.observe import ContainerWatcher
+from kubelet_sim.supervise import Supervisor
 
 GC_PERIOD = 60.0
 
@@ -19,13 +27,17 @@ class ContainerGC:
         stopper: ContainerStopper,
         node: str,
         period: float = GC_PERIOD,
+        supervisor: Supervisor | None = None,
+        backoffs: Sequence[KeyedBackoff] = (),
     ) -> None:
         self.watcher = watcher
+        self.backoffs = backoffs
         self.stopper = stopper
         self.period = period
         self.removed = 0
         self._stop = threading.Event()
-        self._thread = threading.Thread(target=self._run, name="container-gc", daemon=True)
+        supervisor = supervisor or Supervisor(node=node)
+        self._thread = supervisor.thread("container-gc", self._run, self._stop)
         self.log = get_logger("kubelet_sim.gc", node=node)
 
     def start(self) -> None:
@@ -38,6 +50,9 @@ class ContainerGC:
 
     def collect(self) -> int:
         """One pass; the number of containers removed."""
+        now = time.time()  # the clock the pod workers give the backoffs
+        for backoff in self.backoffs:
+            backoff.gc(now)
         doomed = garbage(self.watcher.all_containers())
         if doomed:
             self.stopper.remove_all(doomed)

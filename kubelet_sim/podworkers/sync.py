@@ -294,8 +294,8 @@ class PodSyncer:
         observed = self.watcher.pod_containers(uid)
         if not self.stopper.remove_all(observed):
             return self.stopper.recheck_in([c.id for c in observed])
-        self.volumes.teardown(uid)
-        self.runtime.remove_pod_dir(uid)
+        if self.volumes.teardown(uid):  # never through a mount left behind
+            self.runtime.remove_pod_dir(uid)
         self.tokens.forget_pod(uid)
         self.mount_backoff.forget_prefix(uid)
         self.states.pop(uid, None)

@@ -10,21 +10,29 @@ import threading
 
 from kubelet_sim.logs import get_logger
 from kubelet_sim.podworkers.sync import PodSyncer
+from kubelet_sim.supervise import Supervisor
 from kubelet_sim.workqueue import ShutDown, WorkQueue
 
 RESYNC_SECONDS = 60.0  # the kubelet's syncFrequency
 
 
 class PodWorkers:
-    def __init__(self, syncer: PodSyncer, workers: int = 8, resync: float = RESYNC_SECONDS) -> None:
+    def __init__(
+        self,
+        syncer: PodSyncer,
+        workers: int = 8,
+        resync: float = RESYNC_SECONDS,
+        supervisor: Supervisor | None = None,
+    ) -> None:
         self.syncer = syncer
-        self.queue: WorkQueue[str] = WorkQueue()
+        supervisor = supervisor or Supervisor()
+        self.queue: WorkQueue[str] = WorkQueue(supervisor=supervisor)
         self.resync = resync
         self.syncs = 0
         self.started = threading.Event()
+        self._halt = threading.Event()
         self._threads = [
-            threading.Thread(target=self._work, name=f"pod-worker-{i}", daemon=True)
-            for i in range(workers)
+            supervisor.thread(f"pod-worker-{i}", self._work, self._halt) for i in range(workers)
         ]
         self.log = get_logger("kubelet_sim.podworkers", node=syncer.settings.node_name)
         syncer.wake = self.enqueue  # work finished off the workers (pulls) brings its pod back
@@ -35,6 +43,7 @@ class PodWorkers:
         self.started.set()
 
     def stop(self, timeout: float = 5.0) -> None:
+        self._halt.set()
         self.queue.shut_down()
         for thread in self._threads:
             if thread.is_alive():

@@ -20,6 +20,7 @@ from docker.errors import APIError, DockerException, NotFound
 from kubelet_sim import cri
 from kubelet_sim.logs import get_logger
 from kubelet_sim.runtime import images, translate
+from kubelet_sim.runtime.log_rotation import LogRotation
 from kubelet_sim.runtime.parse import observed_from_inspect
 from kubelet_sim.runtime.pod_files import PodFiles
 
@@ -69,6 +70,7 @@ class DockerRuntime:
     root_dir: Path = DEFAULT_ROOT_DIR
     network: str = "bridge"  # the Docker network pod sandboxes join (kind's is `kind`)
     pull_progress_deadline: float = 60.0  # dockershim's --image-pull-progress-deadline (1m)
+    log_rotation: LogRotation = field(default_factory=LogRotation)  # json-file max-size/-file
     stats: RuntimeStats = field(default_factory=RuntimeStats)
     _image_ids: dict[str, str] = field(default_factory=dict, init=False, repr=False)
     # sandbox id → (host network, host pid): containers share the sandbox's namespaces.
@@ -155,7 +157,7 @@ class DockerRuntime:
     def run_sandbox(self, cfg: cri.SandboxConfig) -> cri.ObservedContainer:
         """Create and start the pod's pause container; returned inspected, with the pod IP."""
         log = self.log.bind(pod=f"{cfg.pod.namespace}/{cfg.pod.name}", container="POD")
-        body = translate.sandbox_body(cfg, self.network)
+        body = translate.sandbox_body(cfg, self.network, log_config=self.log_rotation.log_config())
         container_id = self._create(translate.sandbox_name(cfg), body)
         self._sandbox_ns[container_id] = (cfg.host_network, cfg.host_pid)
         try:
@@ -184,6 +186,7 @@ class DockerRuntime:
                 termination_log=log_path,
                 host_network=host_network,
                 host_pid=host_pid,
+                log_config=self.log_rotation.log_config(),
             )
         except (OSError, ValueError) as exc:
             raise cri.ContainerStartError(str(exc)) from None

@@ -16,6 +16,7 @@ from kubelet_sim import cri
 from kubelet_sim.backoff import Backoff
 from kubelet_sim.logs import get_logger
 from kubelet_sim.runtime.docker_runtime import DockerRuntime
+from kubelet_sim.supervise import Supervisor
 
 # Events that change what we report; exec_*, attach, kill, stop, oom... are followed by one of
 # these or change nothing (probes exec often: inspecting on those would cost the most).
@@ -64,6 +65,7 @@ class ContainerWatcher:
         node_name: str | None = None,
         backoff: Backoff | None = None,
         since_margin: float = 1.0,
+        supervisor: Supervisor | None = None,
     ) -> None:
         self.runtime = runtime
         self.node = node_name if node_name is not None else runtime.node_name
@@ -81,8 +83,9 @@ class ContainerWatcher:
         self._last_event_ns: int | None = None
         self._stopping = threading.Event()
         self._synced = threading.Event()
-        self._thread = threading.Thread(
-            target=self._run, name=f"container-watcher-{self.node}", daemon=True
+        supervisor = supervisor or Supervisor(node=self.node)
+        self._thread = supervisor.thread(
+            f"container-watcher-{self.node}", self._run, self._stopping, on_crash=self._relisting
         )
 
     # Lifecycle
@@ -136,6 +139,10 @@ class ContainerWatcher:
             self._notify(observed.pod.uid)
 
     # The thread
+
+    def _relisting(self) -> None:
+        """After a crash the view is suspect: not synced until the next session relists."""
+        self._synced.clear()
 
     def _run(self) -> None:
         while not self._stopping.is_set():

@@ -5,6 +5,7 @@ Layout as the kubelet's: `<root>/pods/<uid>/containers/<name>/<attempt>-terminat
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import shutil
@@ -22,14 +23,34 @@ def _safe(part: str) -> str:
     return part
 
 
+def _make_dir(path: Path, mode: int) -> Path:
+    """`path` with exactly `mode`, whatever the umask (as the volume manager's pod dirs)."""
+    with contextlib.suppress(FileExistsError):
+        path.mkdir(mode=mode)
+    if (path.stat().st_mode & 0o7777) != mode:
+        os.chmod(path, mode)
+    return path
+
+
 class PodFiles:
-    """Owns `<root>/pods`; safe to share between threads (only file-system calls)."""
+    """Owns `<root>/pods`; safe to share between threads (only file-system calls).
+
+    The root is 0700 and each pod's directory 0750 whatever the umask (secret volumes live
+    there too); the files a container writes are mounted into it, which needs no access to
+    their parents.
+    """
 
     def __init__(self, root_dir: Path) -> None:
         self.root = root_dir.resolve()
 
     def pod_dir(self, pod_uid: str) -> Path:
         return self.root / "pods" / _safe(pod_uid)
+
+    def make_pod_dir(self, pod_uid: str) -> Path:
+        self.root.parent.mkdir(parents=True, exist_ok=True)
+        for path, mode in ((self.root, 0o700), (self.root / "pods", 0o750)):
+            _make_dir(path, mode)
+        return _make_dir(self.pod_dir(pod_uid), 0o750)
 
     def termination_log(self, pod_uid: str, container: str, attempt: int) -> Path:
         return (
@@ -39,6 +60,7 @@ class PodFiles:
     def create_termination_log(self, pod_uid: str, container: str, attempt: int) -> Path:
         """An empty file any user in the container can write (runAsUser may be anyone)."""
         path = self.termination_log(pod_uid, container, attempt)
+        self.make_pod_dir(pod_uid)
         path.parent.mkdir(parents=True, exist_ok=True)
         path.write_bytes(b"")
         os.chmod(path, 0o666)  # world-writable on purpose, like the kubelet's
@@ -63,7 +85,7 @@ class PodFiles:
 
     def append_journal(self, pod_uid: str, entry: dict[str, Any]) -> None:
         path = self.journal(pod_uid)
-        path.parent.mkdir(parents=True, exist_ok=True)
+        self.make_pod_dir(pod_uid)
         with path.open("a") as f:
             f.write(json.dumps(entry, separators=(",", ":")) + "\n")
 
@@ -81,4 +103,5 @@ class PodFiles:
         return entries
 
     def remove_pod_dir(self, pod_uid: str) -> None:
+        """Only once nothing is mounted below (the volume manager unmounted it first)."""
         shutil.rmtree(self.pod_dir(pod_uid), ignore_errors=True)

@@ -63,9 +63,11 @@ def _port_key(port: cri.PortMapping) -> str:
     return f"{port.container_port}/{port.protocol.lower()}"
 
 
-def sandbox_body(cfg: cri.SandboxConfig, network: str = "bridge") -> dict[str, Any]:
+def sandbox_body(
+    cfg: cri.SandboxConfig, network: str = "bridge", *, log_config: dict[str, Any] | None = None
+) -> dict[str, Any]:
     """The pause container: owns the pod's network (`network`, or the host's), IPC (shareable)
-    and ports.
+    and ports. `log_config` is HostConfig.LogConfig (rotation), for it as for every container.
 
     A port with hostPort 0 is only exposed, not published: Kubernetes publishes nothing for it.
     """
@@ -75,6 +77,8 @@ def sandbox_body(cfg: cri.SandboxConfig, network: str = "bridge") -> dict[str, A
     }
     if cfg.host_pid:
         host["PidMode"] = "host"
+    if log_config:
+        host["LogConfig"] = log_config
     body: dict[str, Any] = {
         "Image": cfg.image,
         "Labels": sandbox_labels(cfg),
@@ -149,11 +153,13 @@ def container_body(
     termination_log: str | None = None,
     host_network: bool = False,
     host_pid: bool = False,
+    log_config: dict[str, Any] | None = None,
 ) -> dict[str, Any]:
     """An app/init container joining its sandbox's network and IPC namespaces.
 
     `termination_log` is the host file bind-mounted at terminationMessagePath;
-    `host_network`/`host_pid` are the sandbox's, which the container shares (dockershim).
+    `host_network`/`host_pid` are the sandbox's, which the container shares (dockershim);
+    `log_config` is HostConfig.LogConfig: the json-file driver's rotation.
     """
     sandbox_ns = f"container:{sandbox_id}"
     sec = cfg.security
@@ -179,6 +185,8 @@ def container_body(
         host["UTSMode"] = "host"
     if host_pid:
         host["PidMode"] = "host"
+    if log_config:
+        host["LogConfig"] = log_config
     if sec.capabilities_add:
         host["CapAdd"] = list(sec.capabilities_add)
     if sec.capabilities_drop:

@@ -1,6 +1,9 @@
 """The node's volume manager: set up every volume a pod declares, and remove them with the pod.
 
-Volumes live at `<root>/pods/<uid>/volumes/<plugin>/<name>` like the kubelet's. A setup pass is
+Volumes live at `<root>/pods/<uid>/volumes/<plugin>/<name>` like the kubelet's; the root is 0700
+and each pod's directory 0750 whatever the umask, and secret, projected (service account token)
+and downwardAPI volumes are tmpfs mounts, as the kubelet makes them, so that their content never
+reaches the disk (when the agent may mount; else on disk, said once at start). A setup pass is
 idempotent and is meant to be repeated on every pod sync: ConfigMap and Secret changes then reach
 running containers, and volumes that failed (say a ConfigMap not created yet) are retried.
 Different pods touch disjoint directories; one pod's passes must not overlap (the pod worker
@@ -9,12 +12,17 @@ serialises them).
 
 from __future__ import annotations
 
+import contextlib
+import os
 import shutil
+import threading
 from pathlib import Path
 from typing import Any
 
 from kubelet_sim.logs import get_logger
+from kubelet_sim.pod.quantity import value
 from kubelet_sim.pod.spec import PodView
+from kubelet_sim.volumes.hostmount import can_mount, mount_points_under, unmount
 from kubelet_sim.volumes.plugins import PLUGINS, Context
 from kubelet_sim.volumes.types import MountError, ObjectLookup, Prepared, TokenSource, VolumeSetup
 
@@ -31,14 +39,55 @@ def failed_mount(volume: str, error: str) -> str:
     return f'MountVolume.SetUp failed for volume "{volume}" : {error}'
 
 
-class VolumeManager:
-    """Owns `<root>/pods/<uid>/volumes` for every pod on the node."""
+ROOT_MODE, POD_DIR_MODE = 0o700, 0o750  # the kubelet's pod dirs are 0750
+_warned = threading.Event()
 
-    def __init__(self, root_dir: Path) -> None:
+
+def make_dir(path: Path, mode: int) -> Path:
+    """`path` (its parent must exist) with exactly `mode`, whatever the umask."""
+    with contextlib.suppress(FileExistsError):
+        path.mkdir(mode=mode)
+    if (path.stat().st_mode & 0o7777) != mode:
+        os.chmod(path, mode)
+    return path
+
+
+class VolumeManager:
+    """Owns `<root>/pods/<uid>/volumes` (and the pod's subPath mounts) for every pod on the node.
+
+    `memory_bytes` is the node's allocatable memory, the size of a pod's tmpfs volumes unless the
+    pod's memory limit is smaller (the kubelet's calculateEmptyDirMemorySize). `mount=None` asks
+    the host whether this process may mount.
+    """
+
+    def __init__(
+        self, root_dir: Path, *, memory_bytes: int | None = None, mount: bool | None = None
+    ) -> None:
         self.root = root_dir.resolve()
+        self.memory_bytes = memory_bytes or os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES")
+        self.mount = can_mount() if mount is None else mount
+        if not self.mount and mount is None and not _warned.is_set():
+            _warned.set()
+            get_logger("kubelet_sim.volumes").warning(
+                "cannot mount (needs root or CAP_SYS_ADMIN): secret and service account token"
+                " volumes are kept on disk under the root dir instead of tmpfs, and subPaths are"
+                " mounted by path, open to a symlink swapped in between check and mount",
+                root_dir=str(self.root),
+            )
+
+    def pod_dir(self, pod_uid: str) -> Path:
+        return self.root / "pods" / _safe(pod_uid)
 
     def volumes_dir(self, pod_uid: str) -> Path:
-        return self.root / "pods" / _safe(pod_uid) / "volumes"
+        return self.pod_dir(pod_uid) / "volumes"
+
+    def make_pod_dir(self, pod_uid: str) -> Path:
+        """`<root>` 0700, `<root>/pods/<uid>` and its `volumes` 0750."""
+        self.root.parent.mkdir(parents=True, exist_ok=True)
+        make_dir(self.root, ROOT_MODE)
+        make_dir(self.root / "pods", POD_DIR_MODE)
+        make_dir(self.pod_dir(pod_uid), POD_DIR_MODE)
+        return make_dir(self.volumes_dir(pod_uid), POD_DIR_MODE)
 
     def setup(
         self,
@@ -54,8 +103,14 @@ class VolumeManager:
         `host_ip`/`pod_ip` are accepted for the caller's symmetry with env; volume downward API
         exposes only metadata fields (status.* is env-only upstream), so they are not written.
         """
-        ctx = Context(pod, lookup, token, self.volumes_dir(pod.uid))
-        result = VolumeSetup()
+        ctx = Context(
+            pod,
+            lookup,
+            token,
+            self.make_pod_dir(pod.uid),
+            tmpfs_size=self._tmpfs_size(pod) if self.mount else None,
+        )
+        result = VolumeSetup(subpath_staging=self.pod_dir(pod.uid) if self.mount else None)
         for volume in pod.spec.get("volumes") or []:
             name = str(volume.get("name", ""))
             try:
@@ -67,9 +122,37 @@ class VolumeManager:
                 )
         return result
 
-    def teardown(self, pod_uid: str) -> None:
-        """Remove the pod's volume directories (hostPath targets are the node's, left alone)."""
+    def teardown(self, pod_uid: str) -> bool:
+        """Unmount everything under the pod's directory (tmpfs volumes, subPath binds), then
+        remove its volumes; hostPath targets are the node's, left alone.
+
+        False if a mount is still there: nothing is removed then, since removing files through
+        a bind mount would remove the node's own; the error is logged with the paths left.
+        """
+        pod_dir = self.pod_dir(pod_uid)
+        log = get_logger("kubelet_sim.volumes", uid=pod_uid)
+        for point in mount_points_under(pod_dir):
+            try:
+                unmount(point)
+            except OSError as exc:
+                log.warning("unmount failed", path=str(point), error=str(exc))
+        left = mount_points_under(pod_dir)
+        if left:
+            log.error("mounts left under the pod directory", paths=[str(p) for p in left])
+            return False
         shutil.rmtree(self.volumes_dir(pod_uid), ignore_errors=True)
+        return True
+
+    def _tmpfs_size(self, pod: PodView) -> int:
+        """The node's memory, or the pod's memory limit if every container has one and it is
+        smaller (calculateEmptyDirMemorySize)."""
+        limits = [
+            ((c.raw.get("resources") or {}).get("limits") or {}).get("memory")
+            for c in pod.containers
+        ]
+        if not limits or any(limit is None for limit in limits):
+            return self.memory_bytes
+        return min(self.memory_bytes, sum(value(str(limit)) for limit in limits))
 
 
 def _setup_one(ctx: Context, name: str, volume: dict[str, Any]) -> Prepared:

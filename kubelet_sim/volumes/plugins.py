@@ -16,6 +16,7 @@ from kubelet_sim.logs import get_logger
 from kubelet_sim.pod.spec import PodView
 from kubelet_sim.volumes.atomic_writer import FileProjection, write_atomic
 from kubelet_sim.volumes.downward import aggregate, downward_payload
+from kubelet_sim.volumes.hostmount import mount_tmpfs
 from kubelet_sim.volumes.objects import (
     CONFIG_MAP,
     SECRET,
@@ -39,11 +40,22 @@ class Context:
     lookup: ObjectLookup
     token: TokenSource | None
     volumes_dir: Path  # <root>/pods/<uid>/volumes
+    tmpfs_size: int | None = None  # bytes; None: this node may not mount, memory volumes on disk
 
     def volume_dir(self, plugin: str, name: str, mode: int = 0o755) -> Path:
         path = self.volumes_dir / plugin / name
         path.mkdir(parents=True, exist_ok=True)
-        os.chmod(path, mode)  # whatever the agent's umask
+        if not os.path.ismount(path):
+            os.chmod(path, mode)  # whatever the agent's umask
+        return path
+
+    def memory_dir(self, plugin: str, name: str) -> Path:
+        """A tmpfs mount, as the kubelet wraps these volumes in an emptyDir of medium Memory
+        (its root 1777 as tmpfs makes it; containers mount it read-only); on disk if we may
+        not mount."""
+        path = self.volume_dir(plugin, name)
+        if self.tmpfs_size is not None and not os.path.ismount(path):
+            mount_tmpfs(path, self.tmpfs_size)
         return path
 
 
@@ -67,12 +79,12 @@ def secret(ctx: Context, name: str, source: Json) -> Prepared:
     optional = bool(source.get("optional"))
     obj = fetch(ctx.lookup, SECRET, ctx.pod.namespace, str(source.get("secretName", "")), optional)
     payload = secret_payload(obj, _items(source), mode_of(source.get("defaultMode")), optional)
-    return _project(ctx, "kubernetes.io~secret", name, payload)
+    return _project(ctx, "kubernetes.io~secret", name, payload, memory=True)
 
 
 def downward_api(ctx: Context, name: str, source: Json) -> Prepared:
     payload = downward_payload(ctx.pod.raw, _items(source), mode_of(source.get("defaultMode")))
-    return _project(ctx, "kubernetes.io~downward-api", name, payload)
+    return _project(ctx, "kubernetes.io~downward-api", name, payload, memory=True)
 
 
 def projected(ctx: Context, name: str, source: Json) -> Prepared:
@@ -87,7 +99,7 @@ def projected(ctx: Context, name: str, source: Json) -> Prepared:
             errors.append(str(exc))
     if errors:
         raise MountError(aggregate(errors))
-    return _project(ctx, "kubernetes.io~projected", name, payload)
+    return _project(ctx, "kubernetes.io~projected", name, payload, memory=True)
 
 
 def host_path(ctx: Context, name: str, source: Json) -> Prepared:
@@ -111,8 +123,10 @@ def _items(source: Json) -> list[Json]:
     return list(source.get("items") or [])
 
 
-def _project(ctx: Context, plugin: str, name: str, payload: Payload) -> Prepared:
-    path = ctx.volume_dir(plugin, name)
+def _project(
+    ctx: Context, plugin: str, name: str, payload: Payload, *, memory: bool = False
+) -> Prepared:
+    path = ctx.memory_dir(plugin, name) if memory else ctx.volume_dir(plugin, name)
     try:
         changed = write_atomic(path, payload)
     except OSError as exc:

@@ -29,7 +29,7 @@ class Prepared:
 
     path: Path
     read_only: bool = False  # configMap, secret, projected, downwardAPI: always mounted ro
-    tmpfs: bool = False  # emptyDir with medium Memory
+    tmpfs: bool = False  # emptyDir with medium Memory (Docker makes it, in the container)
 
 
 @dataclass
@@ -44,6 +44,8 @@ class VolumeSetup:
     errors: list[str] = field(default_factory=list)
     read_only: set[str] = field(default_factory=set)
     tmpfs: set[str] = field(default_factory=set)
+    # The pod's directory, where subPaths are bind-mounted; None when the node may not mount.
+    subpath_staging: Path | None = None
 
     @property
     def ok(self) -> bool:
