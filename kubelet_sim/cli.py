@@ -225,6 +225,7 @@ def run(
         _run_nodes(kube, engine, root, settings, pod_settings, stop)
     finally:
         engine.close()
+    _exit_past_calls_in_flight()
 
 
 def _run_nodes(
@@ -261,6 +262,21 @@ def _run_nodes(
         while thread.is_alive():
             thread.join(0.5)
         get_logger("kubelet_sim.cli", node=name).info("stopped")
+
+
+def _exit_past_calls_in_flight() -> None:
+    """Exit now if a thread is still inside a Docker or API call (a pod worker, an image pull).
+
+    The agent has stopped in order; waiting for such a call could take a pull's whole deadline,
+    and a daemon thread that logs during interpreter shutdown aborts the process. The kubelet
+    exits the same way: what Docker has is adopted by the next start.
+    """
+    busy = [t.name for t in threading.enumerate() if t is not threading.current_thread()]
+    if busy:
+        get_logger("kubelet_sim.cli").info("exiting with calls in flight", threads=sorted(busy))
+        sys.stdout.flush()
+        sys.stderr.flush()
+        os._exit(0)
 
 
 def usable_root_dir(explicit: Path | None) -> Path:

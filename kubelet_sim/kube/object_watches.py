@@ -114,14 +114,16 @@ class ReferencedObjectWatches:
     def informer(self, ref: Ref) -> Informer | None:
         return self._informers.get(ref)
 
-    def stop(self) -> None:
+    def stop(self, timeout: float = 5.0) -> None:
+        """Waits `timeout` in all for the watch threads."""
+        deadline = time.monotonic() + timeout
         with self._lock:
             informers = list(self._informers.values())
             self._informers.clear()
             self._users.clear()
             self._by_pod.clear()
         for informer in informers:
-            informer.stop()
+            informer.stop(max(0.0, deadline - time.monotonic()))
 
     def _new_informer(self, ref: Ref) -> Informer:
         kind, namespace, name = ref
