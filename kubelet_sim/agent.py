@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import threading
+import time
 from dataclasses import dataclass
 
 from kubelet_sim.kube.client import KubeConnection, wait_for_api_server
@@ -29,6 +30,8 @@ from kubelet_sim.runtime.docker_runtime import DockerRuntime
 from kubelet_sim.runtime.observe import ContainerWatcher
 from kubelet_sim.supervise import LoopFailed, LoopHealth, Supervisor
 from kubelet_sim.volumes import VolumeManager
+
+SHUTDOWN_SECONDS = 3.0  # how long a stop waits for threads in a Docker or API call
 
 
 @dataclass(frozen=True)
@@ -183,8 +186,13 @@ class Agent:
             self.log.info("running")
             stop.wait()
         self.log.info("stopping")
-        self.pod_informer.stop()
-        self.node_informer.stop()
+        deadline = time.monotonic() + SHUTDOWN_SECONDS
+
+        def left() -> float:
+            return max(0.0, deadline - time.monotonic())
+
+        self.pod_informer.stop(left())
+        self.node_informer.stop(left())
         for name, informer in (("pods", self.pod_informer), ("node", self.node_informer)):
             stats = informer.stats
             self.log.info(
@@ -197,11 +205,14 @@ class Agent:
                 reconnects=stats.reconnects,
                 events=dict(stats.events),
             )
-        self.gc.stop()
-        self.workers.stop()
-        watcher.stop()
-        self.objects.stop()
-        self.events.stop()
+        # A thread still inside a Docker or API call at the deadline is left to it: the call
+        # either happened or did not, and the next start adopts what Docker has, as the
+        # kubelet's restart does.
+        self.gc.stop(left())
+        self.workers.stop(left())
+        watcher.stop(left())
+        self.objects.stop(left())
+        self.events.stop(left())
 
     # -- the pod index (by uid) for the workers --------------------------------------------
 

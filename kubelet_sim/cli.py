@@ -249,7 +249,11 @@ def run(
     finally:
         engine.close()
     if failures:
-        _fail("; ".join(f"node {name}: {why}" for name, why in failures))
+        message = "; ".join(f"node {name}: {why}" for name, why in failures)
+        typer.echo(f"kubelet-sim: error: {message}", err=True)
+    _exit_past_calls_in_flight(1 if failures else 0)
+    if failures:
+        raise SystemExit(1)
 
 
 def _run_nodes(
@@ -302,6 +306,21 @@ def _run_nodes(
             thread.join(0.5)
         get_logger("kubelet_sim.cli", node=name).info("stopped")
     return failures
+
+
+def _exit_past_calls_in_flight(code: int) -> None:
+    """Exit now if a thread is still inside a Docker or API call (a pod worker, an image pull).
+
+    The agent has stopped in order; waiting for such a call could take a pull's whole deadline,
+    and a daemon thread that logs during interpreter shutdown aborts the process. The kubelet
+    exits the same way: what Docker has is adopted by the next start.
+    """
+    busy = [t.name for t in threading.enumerate() if t is not threading.current_thread()]
+    if busy:
+        get_logger("kubelet_sim.cli").info("exiting with calls in flight", threads=sorted(busy))
+        sys.stdout.flush()
+        sys.stderr.flush()
+        os._exit(code)
 
 
 def usable_root_dir(explicit: Path | None) -> Path:

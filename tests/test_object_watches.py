@@ -117,7 +117,9 @@ def test_idle_and_immutable_objects_are_not_watched_and_a_read_watches_again(
         assert manager.wait_synced({env, frozen}, 0), "a stopped watch's object is known"
 
         cluster.core.patch_namespaced_config_map("env", ns, {"data": {"k": "v2"}})
-        assert (manager.get(env) or {}).get("data") == {"k": "v2"}, "a read lists again"
+        wait_for(
+            lambda: (manager.get(env) or {}).get("data") == {"k": "v2"}, 10, "a read to list again"
+        )
         assert manager.active() == 1
         assert manager.get(frozen) is not None
         assert manager.active() == 1, "an immutable object is never watched again"

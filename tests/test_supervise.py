@@ -48,7 +48,7 @@ def test_a_loop_that_raised_is_restarted_after_its_hook() -> None:
     supervisor = Supervisor(backoff=quick)
     thread = supervisor.thread("loop", body, stop, on_crash=lambda: calls.append("hook"))
     thread.start()
-    wait_for(lambda: len(calls) == 5, 5, "two restarts")
+    wait_for(lambda: len(calls) == 5, 30, "two restarts")  # tracebacks render slowly
     health = supervisor.health()["loop"]
     assert (health.state, health.restarts, health.last_error) == (RUNNING, 2, "KeyError: 'name'")
     assert calls == ["run", "hook", "run", "hook", "run"]

@@ -32,7 +32,9 @@ Ref = tuple[str, str, str]
 
 MAX_IDLE = 300.0  # 5 x the kubelet's syncFrequency (watch_based_manager's maxIdleTime)
 RECYCLE_PERIOD = 60.0  # how often idle watches are looked for (the kubelet's: every minute)
-RESTART_WAIT = 0.0  # a pod worker never waits: the old copy serves until the new list is in
+# A read of a stopped watch waits this long for the new list, as the kubelet's Get polls
+# hasSynced for 1 s; past it the copy we had answers and the list's end queues the pod again.
+RESTART_WAIT = 1.0
 
 
 class ReferencedObjectWatches:
@@ -195,7 +197,9 @@ class ReferencedObjectWatches:
     def informer(self, ref: Ref) -> Informer | None:
         return self._informers.get(ref)
 
-    def stop(self) -> None:
+    def stop(self, timeout: float = 5.0) -> None:
+        """Waits `timeout` in all for the watch threads."""
+        deadline = time.monotonic() + timeout
         self._stopping.set()
         with self._lock:
             informers = list(self._informers.values())
@@ -205,9 +209,9 @@ class ReferencedObjectWatches:
             self._parked.clear()
             self._last_read.clear()
         for informer in informers:
-            informer.stop()
+            informer.stop(max(0.0, deadline - time.monotonic()))
         if self._recycler is not None:
-            self._recycler.join(2)
+            self._recycler.join(max(0.0, deadline - time.monotonic()))
 
     def _park(self, ref: Ref, informer: Informer, *, immutable: bool) -> None:
         """Stop a watch but keep its cache: an idle one restarts on the next `get`."""

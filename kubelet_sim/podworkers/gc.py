@@ -43,10 +43,10 @@ class ContainerGC:
     def start(self) -> None:
         self._thread.start()
 
-    def stop(self) -> None:
+    def stop(self, timeout: float = 5.0) -> None:
         self._stop.set()
         if self._thread.is_alive():
-            self._thread.join(5)
+            self._thread.join(timeout)
 
     def collect(self) -> int:
         """One pass; the number of containers removed."""

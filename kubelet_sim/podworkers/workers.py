@@ -7,6 +7,7 @@ change that arrives during a sync is not lost (the uid is queued again when it f
 from __future__ import annotations
 
 import threading
+import time
 
 from kubelet_sim.logs import get_logger
 from kubelet_sim.podworkers.sync import PodSyncer
@@ -43,11 +44,13 @@ class PodWorkers:
         self.started.set()
 
     def stop(self, timeout: float = 5.0) -> None:
+        """Waits `timeout` in all for the workers; one in a Docker call may outlive it."""
         self._halt.set()
         self.queue.shut_down()
+        deadline = time.monotonic() + timeout
         for thread in self._threads:
             if thread.is_alive():
-                thread.join(timeout)
+                thread.join(max(0.0, deadline - time.monotonic()))
         self.syncer.shutdown()
 
     def enqueue(self, uid: str) -> None:
