@@ -157,9 +157,9 @@ def test_repeated_status_write_failures_back_off_and_are_said_once(
     failed = [r.time for r in fake.requests(verb="patch", resource="pods") if r.code == 500]
     assert len(failed) == 4
     gaps = [b - a for a, b in itertools.pairwise(failed)]
-    # The first retry comes at the end of the sync that failed (sandbox and container start in
-    # between), so compare the later ones: 2 s, then 4 s.
-    assert gaps[-1] > gaps[-2] * 1.5, f"retries back off: {gaps}"
+    # Each retry waits at least its booked delay (1 s doubling, jitter only adds); a slow sync
+    # can only make a gap longer, so the bounds are lower bounds.
+    assert all(gap >= 2**i for i, gap in enumerate(gaps)), f"retries back off: {gaps}"
     said = [e for e in logs if e["event"] == "status write failed; retrying with backoff"]
     assert [e["log_level"] for e in said].count("warning") == 1, said
     recovered = [e for e in logs if e["event"] == "status write succeeded after failures"]
