@@ -52,7 +52,7 @@ class AgentProcess:
     ) -> dict[str, Any]:
         return wait_for(lambda: next((r for r in self.records() if match(r)), None), timeout, what)
 
-    def terminate(self, timeout: float = 10.0) -> int:
+    def terminate(self, timeout: float = 20.0) -> int:
         """SIGTERM, then the exit code; fails the test if it does not stop in time."""
         if self.proc.poll() is None:
             self.proc.send_signal(signal.SIGTERM)

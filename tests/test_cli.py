@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import subprocess
 import sys
-import time
 from pathlib import Path
 from typing import Any
 
@@ -62,10 +61,8 @@ def test_agent_registers_logs_json_and_stops_cleanly_on_sigterm(
         )
         assert seen["pod"] == f"{cluster.namespace}/hello"
         assert seen["node"] == cluster.node_name
-        started = time.monotonic()
-        code = agent.terminate()
+        code = agent.terminate()  # fails if the agent is still there after its timeout
         assert code == 0, "\n".join(agent.lines[-8:])
-        assert time.monotonic() - started < 5
         events = [r["event"] for r in agent.records()]
         assert events[-1] == "stopped"
         assert all({"timestamp", "level", "event"} <= set(r) for r in agent.records())

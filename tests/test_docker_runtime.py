@@ -264,13 +264,13 @@ def test_stop_waits_grace_then_kills(pod: Pod) -> None:
         name="polite", entrypoint=("sh", "-c", 'trap "exit 0" TERM; sleep 1000 & wait')
     )
     wait_for(lambda: pod.exec(polite, "echo up") == "up", what="polite container running")
+    # Measured against the grace period, not a wall-clock budget (a loaded machine is slow).
     began = time.monotonic()
-    pod.rt.stop_container(polite, grace_seconds=10)
-    assert time.monotonic() - began < 2.0, "a container exiting on SIGTERM stops at once"
+    pod.rt.stop_container(polite, grace_seconds=60)
+    assert time.monotonic() - began < 30, "a container exiting on SIGTERM does not wait out grace"
     began = time.monotonic()
     pod.rt.stop_container(stubborn, grace_seconds=2)
-    took = time.monotonic() - began
-    assert 2.0 <= took < 5.0
+    assert time.monotonic() - began >= 2.0, "one ignoring SIGTERM is given its grace period"
     killed = pod.rt.inspect(stubborn)
     assert killed is not None
     assert (killed.state, killed.exit_code) == (cri.ContainerState.EXITED, 137)

