@@ -5,6 +5,7 @@ from __future__ import annotations
 import threading
 import time
 from dataclasses import dataclass
+from typing import Protocol
 
 from kubelet_sim.kube.client import KubeConnection, wait_for_api_server
 from kubelet_sim.kube.events import EventRecorder
@@ -32,6 +33,10 @@ from kubelet_sim.supervise import LoopFailed, LoopHealth, Supervisor
 from kubelet_sim.volumes import VolumeManager
 
 SHUTDOWN_SECONDS = 3.0  # how long a stop waits for threads in a Docker or API call
+
+
+class Stoppable(Protocol):
+    def stop(self, timeout: float) -> None: ...
 
 
 @dataclass(frozen=True)
@@ -187,12 +192,22 @@ class Agent:
             stop.wait()
         self.log.info("stopping")
         deadline = time.monotonic() + SHUTDOWN_SECONDS
-
-        def left() -> float:
-            return max(0.0, deadline - time.monotonic())
-
-        self.pod_informer.stop(left())
-        self.node_informer.stop(left())
+        parts: list[Stoppable] = [
+            self.pod_informer,
+            self.node_informer,
+            self.gc,
+            self.workers,
+            watcher,
+            self.objects,
+            self.events,
+        ]
+        for part in parts:  # ask every part at once, so that none waits behind a slow one
+            part.stop(0)
+        # Then wait within one deadline. A thread still inside a Docker or API call past it is
+        # left to it: the call either happened or did not, and the next start adopts what
+        # Docker has, as the kubelet's restart does.
+        for part in parts:
+            part.stop(max(0.0, deadline - time.monotonic()))
         for name, informer in (("pods", self.pod_informer), ("node", self.node_informer)):
             stats = informer.stats
             self.log.info(
@@ -205,14 +220,6 @@ class Agent:
                 reconnects=stats.reconnects,
                 events=dict(stats.events),
             )
-        # A thread still inside a Docker or API call at the deadline is left to it: the call
-        # either happened or did not, and the next start adopts what Docker has, as the
-        # kubelet's restart does.
-        self.gc.stop(left())
-        self.workers.stop(left())
-        watcher.stop(left())
-        self.objects.stop(left())
-        self.events.stop(left())
 
     # -- the pod index (by uid) for the workers --------------------------------------------
 

@@ -9,7 +9,7 @@ from typing import Any
 
 import pytest
 
-from tests.agent_process import running_agent
+from tests.agent_process import AgentProcess, running_agent
 from tests.cluster import Cluster, wait_for
 
 pytestmark = pytest.mark.docker
@@ -28,6 +28,14 @@ def _run(*args: str, env: dict[str, str] | None = None) -> subprocess.CompletedP
     )
 
 
+def _wait_ready(cluster: Cluster, agent: AgentProcess, timeout: float = 30) -> None:
+    try:
+        wait_for(lambda: _node_ready(cluster), timeout, "the Node to be Ready")
+    except BaseException:
+        print("\n".join(agent.lines[-30:]))
+        raise
+
+
 def _node_ready(cluster: Cluster) -> bool:
     try:
         node = cluster.core.read_node(cluster.node_name)
@@ -40,7 +48,7 @@ def test_agent_registers_logs_json_and_stops_cleanly_on_sigterm(
     cluster: Cluster, docker_env: object
 ) -> None:
     with running_agent(cluster, "--node-labels", "kubelet-sim.io/demo=yes") as agent:
-        wait_for(lambda: _node_ready(cluster), 15, "the Node to be Ready")
+        _wait_ready(cluster, agent)
         node = cluster.core.read_node(cluster.node_name)
         assert node.metadata.labels["kubelet-sim.io/demo"] == "yes"
         assert _own_taints(cluster) == [("kubelet-sim.io/virtual", "true", "NoSchedule")], (
@@ -64,7 +72,7 @@ def test_agent_registers_logs_json_and_stops_cleanly_on_sigterm(
         code = agent.terminate()  # fails if the agent is still there after its timeout
         assert code == 0, "\n".join(agent.lines[-8:])
         events = [r["event"] for r in agent.records()]
-        assert events[-1] == "stopped"
+        assert events[-1] == "stopped", agent.records()[-1]
         assert all({"timestamp", "level", "event"} <= set(r) for r in agent.records())
     assert cluster.core.read_node(cluster.node_name).metadata.name == cluster.node_name, (
         "the Node stays after a normal exit, as the kubelet's does"
@@ -90,15 +98,15 @@ def test_register_with_taints_replaces_the_default(
 ) -> None:
     """NodeRestriction lets a kubelet set its taints when it creates its Node; none is kept
     from the default, and an explicit empty value registers none."""
-    with running_agent(cluster, "--register-with-taints", flag):
-        wait_for(lambda: _node_ready(cluster), 15, "the Node to be Ready")
+    with running_agent(cluster, "--register-with-taints", flag) as agent:
+        _wait_ready(cluster, agent)
         assert _own_taints(cluster) == taints
 
 
 def test_delete_node_on_exit(cluster: Cluster, docker_env: object) -> None:
     """With credentials that may delete Nodes (a kubelet's may not; see test_node_lifecycle)."""
     with running_agent(cluster, "--delete-node-on-exit", kubeconfig=cluster.kubeconfig) as agent:
-        wait_for(lambda: _node_ready(cluster), 15, "the Node to be Ready")
+        _wait_ready(cluster, agent)
         assert agent.terminate() == 0, "\n".join(agent.lines)
     from kubernetes.client.exceptions import ApiException
 
@@ -177,7 +185,7 @@ def test_insecure_kubeconfig_warns_once_not_per_request(
     insecure = tmp_path / "insecure.kubeconfig"
     insecure.write_text(json.dumps(config))
     with running_agent(cluster, kubeconfig=str(insecure)) as agent:
-        wait_for(lambda: _node_ready(cluster), 15, "the Node to be Ready")
+        _wait_ready(cluster, agent)
         assert agent.terminate() == 0
     assert not [line for line in agent.lines if "InsecureRequestWarning" in line]
     warned = [r for r in agent.records() if "TLS verification" in r.get("event", "")]
