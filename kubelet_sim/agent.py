@@ -32,6 +32,9 @@ from kubelet_sim.runtime.observe import ContainerWatcher
 from kubelet_sim.supervise import LoopFailed, LoopHealth, Supervisor
 from kubelet_sim.volumes import VolumeManager
 
+# Connections kept for ConfigMap/Secret watches: a pod using two objects of its own is common
+# (an env ConfigMap, a Secret); watches beyond it still work on connections not kept.
+OBJECT_WATCHES_PER_POD = 2
 SHUTDOWN_SECONDS = 3.0  # how long a stop waits for threads in a Docker or API call
 
 
@@ -80,7 +83,11 @@ class Agent:
             settings, NodeApi(kube.api, self.schema), runtime, supervisor=supervisor
         )
         self.objects = ReferencedObjectWatches(
-            kube.api, self._on_object_change, node=self.node_name, supervisor=supervisor
+            kube.api,
+            self._on_object_change,
+            node=self.node_name,
+            supervisor=supervisor,
+            pool_size=OBJECT_WATCHES_PER_POD * self._allocatable().pods,
         )
         self.node_informer = Informer(
             own_node(kube.api, self.node_name),

@@ -125,3 +125,32 @@ def test_idle_and_immutable_objects_are_not_watched_and_a_read_watches_again(
         assert manager.active() == 1, "an immutable object is never watched again"
     finally:
         manager.stop()
+
+
+@pytest.mark.parametrize(("pool_size", "discards"), [(2, True), (32, False)])
+def test_a_pool_sized_for_the_watches_keeps_their_connections(
+    cluster: Cluster, caplog: pytest.LogCaptureFixture, pool_size: int, discards: bool
+) -> None:
+    """Watches that end (here every second) hand their connection back; a pool smaller than
+    the watches throws it away with urllib3's "Connection pool is full" warning."""
+    refs = {("ConfigMap", cluster.namespace, f"cm-{i}") for i in range(12)}
+    manager = ReferencedObjectWatches(
+        connect(cluster.kubeconfig).api,
+        lambda _ref: None,
+        timeouts=WatchTimeouts(server_min=1, server_max=1, read=5),
+        pool_size=pool_size,
+    )
+    caplog.set_level("WARNING", logger="urllib3.connectionpool")
+    try:
+        manager.set_pod_references("pod-1", refs)
+        assert manager.wait_synced(refs, 10)
+        informers = [manager.informer(ref) for ref in refs]
+        wait_for(
+            lambda: all(i is not None and i.stats.watches >= 3 for i in informers),
+            20,
+            "every watch to end and start again twice",
+        )
+    finally:
+        manager.stop()
+    full = [r for r in caplog.records if "Connection pool is full" in r.getMessage()]
+    assert bool(full) == discards, [r.getMessage() for r in full[:3]]

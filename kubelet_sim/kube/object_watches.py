@@ -14,6 +14,7 @@ count as a read: every pod sync calls it, and a stopped watch's object is alread
 
 from __future__ import annotations
 
+import copy
 import threading
 import time
 from collections.abc import Callable, Iterable
@@ -37,6 +38,21 @@ RECYCLE_PERIOD = 60.0  # how often idle watches are looked for (the kubelet's: e
 RESTART_WAIT = 1.0
 
 
+def own_pool(api: client.ApiClient, size: int) -> client.ApiClient:
+    """A client like `api` with a connection pool of its own, `size` connections kept.
+
+    Each watch holds a connection for its whole life; in the agent's shared pool (a few
+    connections) every watch that ended found the pool full and had its connection thrown away
+    (urllib3's "Connection pool is full" warning) and the next one opened a new one. A pool
+    sized for the watches keeps them for reuse; connections are only opened when used.
+    """
+    configuration = copy.deepcopy(api.configuration)
+    configuration.connection_pool_maxsize = size
+    own = client.ApiClient(configuration=configuration)
+    own.user_agent = api.user_agent
+    return own
+
+
 class ReferencedObjectWatches:
     """Reference-counts objects by the pods (uids) that use them; a watch lives while used."""
 
@@ -51,8 +67,9 @@ class ReferencedObjectWatches:
         supervisor: Supervisor | None = None,
         max_idle: float = MAX_IDLE,
         recycle_period: float = RECYCLE_PERIOD,
+        pool_size: int | None = None,
     ) -> None:
-        self._core = client.CoreV1Api(api)
+        self._core = client.CoreV1Api(api if pool_size is None else own_pool(api, pool_size))
         self._on_change = on_change
         self._timeouts = timeouts
         self._backoff = backoff
