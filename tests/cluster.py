@@ -51,15 +51,21 @@ def api_mode() -> str:
 
 
 def wait_for(predicate: Callable[[], Any], timeout: float = 5.0, message: str = "condition") -> Any:
-    """Poll `predicate` until it returns something truthy; fail the test at the deadline."""
+    """Poll `predicate` until it returns something truthy; fail the test at the deadline.
+
+    Polls often at first, then every 0.25 s: a predicate often reads the API, and reading it
+    50 times a second took CPU from the agent and the API server the test was waiting for.
+    """
     deadline = time.monotonic() + timeout
+    pause = 0.02
     while True:
         value = predicate()
         if value:
             return value
         if time.monotonic() >= deadline:
             pytest.fail(f"timed out after {timeout}s waiting for {message}")
-        time.sleep(0.02)
+        time.sleep(pause)
+        pause = min(pause * 1.5, 0.25)
 
 
 @dataclass

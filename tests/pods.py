@@ -5,10 +5,9 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
-from kubernetes.client.exceptions import ApiException
-
 from kubelet_sim import cri
 from kubelet_sim.kube.client import connect
+from kubelet_sim.kube.rest import ApiError, call_json
 from kubelet_sim.tools.trace import Step, collect
 from tests.cluster import Cluster, wait_for
 from tests.docker_env import DockerEnv
@@ -49,13 +48,14 @@ def make_pod(
 
 
 def get_pod(cluster: Cluster, name: str) -> dict[str, Any] | None:
+    """The pod as the server sent it (raw JSON: every field, and no model round trip, whose
+    CPU cost, polled, slowed the agent it was waiting for)."""
     try:
-        pod = cluster.core.read_namespaced_pod(name, cluster.namespace)
-    except ApiException as exc:
-        if exc.status == 404:
+        return call_json(cluster.core.read_namespaced_pod, name, cluster.namespace)
+    except ApiError as exc:
+        if exc.not_found:
             return None
         raise
-    return cluster.api.sanitize_for_serialization(pod)  # type: ignore[no-any-return]
 
 
 def status_of(cluster: Cluster, name: str) -> dict[str, Any]:

@@ -18,6 +18,7 @@ from kubelet_sim.runtime import translate
 from kubelet_sim.runtime.docker_runtime import DockerRuntime, status_image_id
 from kubelet_sim.runtime.observe import ContainerWatcher
 from kubelet_sim.runtime.translate import created_observation
+from tests.cluster import wait_for as cluster_wait_for
 from tests.docker_env import TEST_LABEL, DockerEnv
 
 pytestmark = pytest.mark.docker
@@ -85,13 +86,7 @@ def pod(rt: DockerRuntime, docker_env: DockerEnv, request: pytest.FixtureRequest
 
 
 def wait_for(condition: Callable[[], Any], timeout: float = 10.0, what: str = "") -> Any:
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        value = condition()
-        if value:
-            return value
-        time.sleep(0.02)
-    pytest.fail(f"timed out after {timeout}s waiting for {what or condition}")
+    return cluster_wait_for(condition, timeout, what or str(condition))
 
 
 def free_port(kind: socket.SocketKind) -> int:
