@@ -45,6 +45,8 @@ def test_a_pod_deleted_before_it_started_ends_failed(cluster: Cluster, agent: Ru
                 "exitCode": 137,
                 "reason": "ContainerStatusUnknown",
                 "message": "The container could not be located when the pod was terminated",
+                "startedAt": None,
+                "finishedAt": None,
             }
         }
     finally:

@@ -34,9 +34,14 @@ _MICRO_TIME = re.compile(r"\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d\.\d{6}(Z|[+-]\d\d:\d\d
 _ZERO: dict[str, Any] = {"string": "", "integer": 0, "boolean": False}
 
 # What Go encodes although the schema calls it optional: struct-valued fields (not pointers) and
-# strings without `omitempty`. The OpenAPI document cannot say this; the Go types do.
+# strings without `omitempty`. The OpenAPI document cannot say this; the Go types do. A zero
+# metav1.Time (a struct, so `omitempty` keeps it) is encoded as null.
 _ALWAYS: dict[str, dict[str, Any]] = {
     "io.k8s.api.core.v1.ContainerStatus": {"state": {}, "lastState": {}},
+    "io.k8s.api.core.v1.ContainerStateRunning": {"startedAt": None},
+    "io.k8s.api.core.v1.ContainerStateTerminated": {"startedAt": None, "finishedAt": None},
+    "io.k8s.api.core.v1.PodCondition": {"lastProbeTime": None, "lastTransitionTime": None},
+    "io.k8s.api.core.v1.NodeCondition": {"lastHeartbeatTime": None, "lastTransitionTime": None},
     "io.k8s.api.core.v1.Node": {"spec": {}, "status": {}},
     "io.k8s.api.core.v1.NodeStatus": {"daemonEndpoints": {}, "nodeInfo": {}},
     "io.k8s.api.core.v1.NodeDaemonEndpoints": {"kubeletEndpoint": {}},
