@@ -17,7 +17,7 @@ from typing import Any
 import pytest
 
 from kubelet_sim.runtime.local_images import PAUSE_IMAGE
-from tests.cluster import Cluster, wait_for
+from tests.cluster import Cluster, deadline_scale, wait_for
 from tests.mounts import remove_root
 
 
@@ -54,6 +54,7 @@ class AgentProcess:
 
     def terminate(self, timeout: float = 20.0) -> int:
         """SIGTERM, then the exit code; fails the test if it does not stop in time."""
+        timeout *= deadline_scale()
         if self.proc.poll() is None:
             self.proc.send_signal(signal.SIGTERM)
         try:

@@ -72,7 +72,10 @@ def test_agent_registers_logs_json_and_stops_cleanly_on_sigterm(
         code = agent.terminate()  # fails if the agent is still there after its timeout
         assert code == 0, "\n".join(agent.lines[-8:])
         events = [r["event"] for r in agent.records()]
-        assert events[-1] == "stopped", agent.records()[-1]
+        # The last word is "stopped", or, on a machine slow enough that a thread is still in a
+        # call when the one shutdown deadline passes, the exit past it that cli.py says it does.
+        last = events[:-1] if events[-1] == "exiting with calls in flight" else events
+        assert last[-1] == "stopped", agent.records()[-1]
         assert all({"timestamp", "level", "event"} <= set(r) for r in agent.records())
     assert cluster.core.read_node(cluster.node_name).metadata.name == cluster.node_name, (
         "the Node stays after a normal exit, as the kubelet's does"

@@ -15,7 +15,7 @@ import pytest
 
 from kubelet_sim.kube.client import connect
 from kubelet_sim.tools.watch import human, stream
-from tests.cluster import Cluster, pod_body, wait_for
+from tests.cluster import Cluster, deadline_scale, pod_body, wait_for
 
 
 class Stream:
@@ -128,6 +128,6 @@ def test_the_command_prints_json_lines_and_stops_on_sigterm(cluster: Cluster) ->
         wait_for(lambda: any(r["type"] == "ADDED" for r in lines), 15, "the pod's ADDED line")
     finally:
         proc.send_signal(signal.SIGTERM)
-        code = proc.wait(10)
+        code = proc.wait(10 * deadline_scale())
     reader.join(5)
     assert code == 0, proc.stderr.read() if proc.stderr else ""
