@@ -128,6 +128,7 @@ class Agent:
             active_pods=self.active_pods,
             volumes=VolumeManager(runtime.root_dir, memory_bytes=self._allocatable().memory_bytes),
             tokens=TokenManager(kube.api),
+            supervisor=supervisor,
         )
         self.workers = PodWorkers(self.syncer, workers=pod_settings.workers, supervisor=supervisor)
         self.gc = ContainerGC(

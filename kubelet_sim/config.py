@@ -9,6 +9,11 @@ _DNS1123_SUBDOMAIN = re.compile(
 )
 
 
+# The kubelet release whose behaviour we follow: the Node's kubeletVersion and the probes'
+# User-Agent (kube-probe/<major>.<minor>) say it.
+KUBELET_COMPAT_VERSION = "v1.34.0"
+
+
 class ConfigError(ValueError):
     """A setting that can never work; reported as one line before anything starts."""
 

@@ -169,6 +169,16 @@ class RegistryAuth:
     auth: str = field(default="", repr=False)
 
 
+@dataclass(frozen=True)
+class ExecResult:
+    """A command run in a container: its exit code (None if it could not run or timed out)."""
+
+    exit_code: int | None
+    output: str  # stdout and stderr together, as far as the limit
+    error: str = ""  # why it could not run
+    timed_out: bool = False
+
+
 class ImagePullError(Exception):
     """The pull failed; the message becomes the ErrImagePull status message."""
 

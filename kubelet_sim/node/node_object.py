@@ -12,6 +12,7 @@ from datetime import UTC, datetime
 from typing import Any
 
 from kubelet_sim import __version__
+from kubelet_sim.config import KUBELET_COMPAT_VERSION
 from kubelet_sim.node.host import HostFacts
 from kubelet_sim.node.settings import NodeSettings, cpu_millicores, memory_bytes
 
@@ -19,7 +20,6 @@ Json = dict[str, Any]
 
 # The kubelet release whose behaviour we follow. Build metadata (like k3s' "+k3s1") shows that
 # this is kubelet-sim while comparing equal to v1.34.0 wherever the version is parsed.
-KUBELET_COMPAT_VERSION = "v1.34.0"
 KUBELET_VERSION = f"{KUBELET_COMPAT_VERSION}+kubelet-sim-{__version__}"
 
 LABEL_HOSTNAME = "kubernetes.io/hostname"

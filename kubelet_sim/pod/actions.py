@@ -12,6 +12,7 @@ from dataclasses import dataclass, field
 
 from kubelet_sim.cri import ContainerState, ObservedContainer
 from kubelet_sim.pod.attempts import latest_attempt, latest_sandbox
+from kubelet_sim.pod.probes import ProbeResults, probe_grace
 from kubelet_sim.pod.spec import ContainerView, PodView
 from kubelet_sim.pod.status import should_restart
 
@@ -24,6 +25,9 @@ class PodActions:
     init_to_start: ContainerView | None = None
     containers_to_start: list[ContainerView] = field(default_factory=list)
     containers_to_kill: list[tuple[ObservedContainer, str]] = field(default_factory=list)
+    # Killed for a failed liveness/startup probe, by container id: the probe's own grace period
+    # (None: the pod's). Unlike a changed definition, the restart policy decides what follows.
+    probe_kills: dict[str, int | None] = field(default_factory=dict)
     init_failed: bool = False
 
 
@@ -31,6 +35,7 @@ def compute_actions(
     pod: PodView,
     observed: Sequence[ObservedContainer],
     spec_hash: Callable[[ContainerView], str],
+    probes: ProbeResults | None = None,
 ) -> PodActions:
     sandbox = latest_sandbox(observed)
     actions = PodActions()
@@ -65,6 +70,15 @@ def compute_actions(
             message = f"Container {container.name} definition changed, will be restarted"
             actions.containers_to_kill.append((latest, message))
             actions.containers_to_start.append(container)
+            continue
+        failed = probes.failed(latest.id) if probes is not None else None
+        if failed is not None:  # computePodActions: kill it, restart unless the policy is Never
+            message = f"Container {container.name} failed {failed.value.lower()} probe"
+            if pod.restart_policy != "Never":
+                message += ", will be restarted"
+                actions.containers_to_start.append(container)
+            actions.containers_to_kill.append((latest, message))
+            actions.probe_kills[latest.id] = probe_grace(container, failed)
             continue
         keep += 1
     if keep == 0 and not actions.containers_to_start:

@@ -15,6 +15,7 @@ from typing import Any
 
 from kubelet_sim.cri import ContainerState, ObservedContainer
 from kubelet_sim.pod.attempts import attempts_of, latest_attempt, latest_sandbox
+from kubelet_sim.pod.probes import ProbeResults, Result
 from kubelet_sim.pod.spec import ContainerView, PodView
 
 Json = dict[str, Any]
@@ -49,6 +50,7 @@ class StatusInput:
     # The node finished terminating the pod (the kubelet's TerminatePod): containers without a
     # terminated state get ContainerStatusUnknown and the phase becomes terminal.
     finished: bool = False
+    probes: ProbeResults = field(default_factory=ProbeResults)  # the prober's results
 
 
 def format_time(ts: datetime | None) -> str | None:
@@ -108,7 +110,7 @@ def generate_status(inp: StatusInput) -> Json:
     if api_phase in ("Failed", "Succeeded") and phase != api_phase:
         phase = api_phase  # terminal phases never change
     status["phase"] = phase
-    _update_probe_results(pod, status)
+    _update_probe_results(inp, status)
     status["conditions"] = _conditions(inp, status, old, sandbox)
     status["hostIP"] = inp.host_ip
     status["hostIPs"] = [{"ip": inp.host_ip}]
@@ -398,17 +400,26 @@ def _add_volume_mounts(st: Json, container: ContainerView) -> None:
     st["volumeMounts"] = mounts
 
 
-def _update_probe_results(pod: PodView, status: Json) -> None:
-    """What the prober manager adds: `started` and `ready` per container.
+def _update_probe_results(inp: StatusInput, status: Json) -> None:
+    """What the prober manager adds (UpdatePodStatus): `started` and `ready` per container.
 
-    Probes are not run yet, so a container with a readiness probe is never claimed ready.
+    A running container without probes is started and ready; a startup probe holds `started`
+    until it succeeds, a readiness probe holds `ready` until it succeeds (and only once started).
     """
-    specs = {c.name: c for c in pod.containers}
+    specs = {c.name: c for c in inp.pod.containers}
     for st in status["containerStatuses"]:
         spec = specs[st["name"]]
+        latest = latest_attempt(inp.containers, st["name"])
+        probes = inp.probes.of(latest.id) if latest is not None else None
         running = "running" in st["state"]
-        st["started"] = running
-        st["ready"] = running and not spec.has_readiness_probe and not spec.has_startup_probe
+        started = running and (
+            not spec.has_startup_probe or (probes is not None and probes.started)
+        )
+        st["started"] = started
+        st["ready"] = started and (
+            not spec.has_readiness_probe
+            or (probes is not None and probes.readiness is Result.SUCCESS)
+        )
     for st in status.get("initContainerStatuses", []):
         terminated = st["state"].get("terminated") or {}
         st["started"] = "running" in st["state"]

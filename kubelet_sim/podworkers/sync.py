@@ -37,8 +37,10 @@ from kubelet_sim.podworkers.settings import SyncSettings
 from kubelet_sim.podworkers.starter import ERROR_RETRY, ContainerStarter
 from kubelet_sim.podworkers.state import PodState, StatusFailure
 from kubelet_sim.podworkers.stopper import ContainerStopper
+from kubelet_sim.prober.manager import ProbeManager
 from kubelet_sim.runtime.docker_runtime import DockerRuntime
 from kubelet_sim.runtime.observe import ContainerWatcher
+from kubelet_sim.supervise import Supervisor
 from kubelet_sim.volumes import VolumeManager, VolumeSetup
 
 __all__ = ["PodSyncer", "SyncSettings"]
@@ -62,6 +64,7 @@ class PodSyncer:
         active_pods: Callable[[], list[Json]],
         volumes: VolumeManager,
         tokens: TokenManager,
+        supervisor: Supervisor | None = None,
     ) -> None:
         self.settings = settings
         self.runtime = runtime
@@ -88,6 +91,9 @@ class PodSyncer:
         self.stopper = ContainerStopper(runtime, watcher, events)
         self.starter = ContainerStarter(
             settings, runtime, watcher, events, status, self.stopper, self._lookup
+        )
+        self.prober = ProbeManager(
+            runtime, self._probe_event, node=settings.node_name, supervisor=supervisor
         )
         self.log = get_logger("kubelet_sim.podworkers", node=settings.node_name)
 
@@ -124,8 +130,13 @@ class PodSyncer:
     @wake.setter
     def wake(self, enqueue: Callable[[str], None]) -> None:
         self.starter.puller.wake = enqueue
+        self.prober.wake = enqueue
+
+    def start(self) -> None:
+        self.prober.start()
 
     def shutdown(self) -> None:
+        self.prober.shutdown()
         self.stopper.shutdown()
         self.starter.puller.shutdown()
 
@@ -162,7 +173,9 @@ class PodSyncer:
         if not self.status.has_written(view.uid):
             self._write(pod, view, state)  # the kubelet's first word: Pending, ContainerCreating
         observed = self.watcher.pod_containers(view.uid)
-        actions = compute_actions(view, observed, spec_hash)
+        sandbox = latest_sandbox(observed)
+        self.prober.sync_pod(view, observed, self._pod_ip(view, sandbox))
+        actions = compute_actions(view, observed, spec_hash, self.prober.results(view.uid))
         retry: list[float | None] = [deadline]
         volumes = self._setup_volumes(view, observed)
         wants_to_start = (
@@ -176,7 +189,6 @@ class PodSyncer:
             )
             self._write(pod, view, state)
             return _soonest(deadline, stopping)
-        sandbox = latest_sandbox(observed)
         if actions.create_sandbox:
             stopping = self.stopper.stop_all(
                 view, observed, state, grace=view.termination_grace_period
@@ -190,8 +202,12 @@ class PodSyncer:
                 return ERROR_RETRY
         assert sandbox is not None
         for victim, message in actions.containers_to_kill:
-            self.stopper.stop(view, victim, state, view.termination_grace_period, message)
-            state.replacing.add(victim.name)
+            grace = view.termination_grace_period
+            if victim.id in actions.probe_kills:
+                grace = actions.probe_kills[victim.id] or grace
+            else:  # a changed definition: started again whatever the policy
+                state.replacing.add(victim.name)
+            self.stopper.stop(view, victim, state, grace, message)
             retry.append(self.stopper.recheck_in([victim.id]))
         for container in self._to_start(view, observed, state, actions):
             wait = self.starter.start(view, container, sandbox, state, volumes)
@@ -262,6 +278,7 @@ class PodSyncer:
         if view.being_deleted and view.deletion_grace_period is not None:
             grace = view.deletion_grace_period
         observed = self.watcher.pod_containers(view.uid)
+        self.prober.forget_pod(view.uid)  # the kubelet stops probing a terminating pod
         stopping = self.stopper.stop_all(view, observed, state, grace)
         if stopping is not None:  # phase stays as it is until the containers have stopped
             self._write(pod, view, state, evicted=evicted)
@@ -297,6 +314,7 @@ class PodSyncer:
         if self.volumes.teardown(uid):  # never through a mount left behind
             self.runtime.remove_pod_dir(uid)
         self.tokens.forget_pod(uid)
+        self.prober.forget_pod(uid)
         self.mount_backoff.forget_prefix(uid)
         self.states.pop(uid, None)
         self.admitter.forget(uid)
@@ -334,6 +352,7 @@ class PodSyncer:
                 previous=self.status.base(pod),
                 evicted=evicted,
                 finished=finished,
+                probes=self.prober.results(view.uid),
             )
         )
         failure = state.status_failure
@@ -411,6 +430,16 @@ class PodSyncer:
             state.messages[c.id] = message
 
     # -- small helpers ---------------------------------------------------------------------
+
+    def _pod_ip(self, view: PodView, sandbox: cri.ObservedContainer | None) -> str:
+        if view.host_network:
+            return self.settings.node_ip
+        return sandbox.ip if sandbox is not None else ""
+
+    def _probe_event(
+        self, view: PodView, container: ContainerView, kind: str, reason: str, message: str
+    ) -> None:
+        self.events.event(event_ref(view, container), kind, reason, message)
 
     def _lookup(self, kind: str, namespace: str, name: str) -> Json | None:
         return self.objects.get((kind, namespace, name))

@@ -39,6 +39,7 @@ class PodWorkers:
         syncer.wake = self.enqueue  # work finished off the workers (pulls) brings its pod back
 
     def start(self) -> None:
+        self.syncer.start()
         for thread in self._threads:
             thread.start()
         self.started.set()

@@ -10,12 +10,14 @@ import contextlib
 import math
 import re
 import threading
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, cast
 
 import docker
 from docker.errors import APIError, DockerException, NotFound
+from docker.utils.socket import frames_iter
 
 from kubelet_sim import cri
 from kubelet_sim.logs import get_logger
@@ -28,6 +30,7 @@ DEFAULT_ROOT_DIR = Path("/var/lib/kubelet-sim")
 # kubecontainer.MaxContainerTerminationMessageLogLines / ...LogLength (FallbackToLogsOnError)
 LOG_TAIL_LINES = 80
 LOG_TAIL_BYTES = 2048
+EXEC_OUTPUT_LIMIT = 10 * 1024  # the kubelet keeps the first 10 KiB of a probe's output
 
 _CONFLICT = re.compile(r'already in use by container "?([0-9a-f]{12,64})"?')
 
@@ -50,6 +53,7 @@ class RuntimeStats:
     stops: int = 0
     removes: int = 0
     pulls: int = 0
+    execs: int = 0
     _lock: threading.Lock = field(default_factory=threading.Lock, repr=False, compare=False)
 
     def add(self, kind: str) -> None:
@@ -284,6 +288,43 @@ class DockerRuntime:
         except (NotFound, APIError):
             return ""
         return raw[-max_bytes:].decode("utf-8", errors="replace")
+
+    def exec_probe(
+        self,
+        container_id: str,
+        command: Sequence[str],
+        timeout: float,
+        limit: int = EXEC_OUTPUT_LIMIT,
+    ) -> cri.ExecResult:
+        """Run `command` in the container for a probe or hook: its exit code and first output.
+
+        The stream is read under a socket deadline, so a command that hangs costs its timeout,
+        never a thread (the command itself may go on in the container, as with the kubelet).
+        """
+        self.stats.add("execs")
+        try:
+            exec_id = self._api.exec_create(container_id, list(command), stdout=True, stderr=True)
+            sock = self._api.exec_start(exec_id, socket=True)
+        except (NotFound, APIError) as exc:
+            return cri.ExecResult(
+                None, "", _explain(exc) if isinstance(exc, APIError) else str(exc)
+            )
+        raw = getattr(sock, "_sock", sock)
+        output = bytearray()
+        try:
+            raw.settimeout(timeout)
+            for _stream, chunk in frames_iter(sock, tty=False):  # type: ignore[no-untyped-call]
+                if len(output) < limit:
+                    output += chunk[: limit - len(output)]
+        except (TimeoutError, OSError):
+            return cri.ExecResult(None, output.decode(errors="replace"), "", timed_out=True)
+        finally:
+            sock.close()
+        try:
+            code = self._api.exec_inspect(exec_id).get("ExitCode")
+        except (NotFound, APIError) as exc:
+            return cri.ExecResult(None, output.decode(errors="replace"), str(exc))
+        return cri.ExecResult(code, output.decode(errors="replace"))
 
     # Observation
 

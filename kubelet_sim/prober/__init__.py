@@ -1,0 +1,1 @@
+"""Probes of running containers: results that feed the status writer and the kills."""

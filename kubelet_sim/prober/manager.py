@@ -1,0 +1,250 @@
+"""The prober manager (pkg/kubelet/prober/prober_manager.go, worker.go), without a thread per probe.
+
+Each probe of each running container is a worker record; one scheduler thread keeps them in a
+heap by their next tick, and a small pool runs the attempts that are due. A probe never writes
+status: a result that changes wakes the pod, and the pod's sync reads `results(uid)` as an
+input of the status it writes and of the kills it decides (liveness, startup).
+"""
+
+from __future__ import annotations
+
+import heapq
+import itertools
+import threading
+import time
+from collections.abc import Callable, Sequence
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass
+
+from kubelet_sim import cri
+from kubelet_sim.logs import get_logger
+from kubelet_sim.pod.attempts import latest_attempt
+from kubelet_sim.pod.probes import (
+    ContainerProbes,
+    Outcome,
+    ProbeCounter,
+    ProbeKind,
+    ProbeResults,
+    ProbeSpec,
+    Result,
+    probe_specs,
+)
+from kubelet_sim.pod.spec import ContainerView, PodView
+from kubelet_sim.prober.handlers import ExecRuntime, run_probe
+from kubelet_sim.supervise import Supervisor
+
+# (pod, container, event type, reason, message): the pod workers' event recorder.
+RecordEvent = Callable[[PodView, ContainerView, str, str, str], None]
+PROBE_THREADS = 4  # attempts in flight at once, whatever the number of probes
+
+_Key = tuple[str, ProbeKind]  # container id, kind
+
+
+@dataclass
+class _Worker:
+    uid: str
+    pod: PodView
+    container: ContainerView
+    container_id: str
+    started_at: float  # time.monotonic() equivalent of the container's start
+    counter: ProbeCounter
+    first_tick: float
+    on_hold: bool = False  # liveness/startup failed: no more probing of this attempt
+    busy: bool = False
+
+    @property
+    def spec(self) -> ProbeSpec:
+        return self.counter.spec
+
+
+class ProbeManager:
+    def __init__(
+        self,
+        runtime: ExecRuntime,
+        record_event: RecordEvent,
+        *,
+        node: str = "",
+        supervisor: Supervisor | None = None,
+        threads: int = PROBE_THREADS,
+    ) -> None:
+        self.runtime = runtime
+        self.record_event = record_event
+        self.wake: Callable[[str], None] = lambda _uid: None  # set by the pod workers
+        self._workers: dict[_Key, _Worker] = {}
+        self._pod_ips: dict[str, str] = {}
+        self._heap: list[tuple[float, int, _Key, _Worker]] = []
+        self._seq = itertools.count()
+        self._cond = threading.Condition()
+        self._stop = threading.Event()
+        self._pool = ThreadPoolExecutor(threads, thread_name_prefix=f"prober {node}")
+        self._thread = (supervisor or Supervisor()).thread(f"prober {node}", self._run, self._stop)
+        self.attempts = 0
+        self.log = get_logger("kubelet_sim.prober", node=node)
+
+    def start(self) -> None:
+        self._thread.start()
+
+    def shutdown(self) -> None:
+        self._stop.set()
+        with self._cond:
+            self._cond.notify_all()
+        self._pool.shutdown(wait=False, cancel_futures=True)
+
+    # -- what the pod workers tell and ask -----------------------------------------------
+
+    def sync_pod(
+        self, pod: PodView, observed: Sequence[cri.ObservedContainer], pod_ip: str
+    ) -> None:
+        """Probe exactly the running app containers' probes (AddPod/RemovePod in one call)."""
+        wanted: dict[_Key, tuple[ContainerView, cri.ObservedContainer, ProbeSpec]] = {}
+        for container in pod.containers:
+            latest = latest_attempt(observed, container.name)
+            if latest is None or latest.state is not cri.ContainerState.RUNNING:
+                continue
+            for spec in probe_specs(container):
+                wanted[(latest.id, spec.kind)] = (container, latest, spec)
+        now = time.monotonic()
+        with self._cond:
+            self._pod_ips[pod.uid] = pod_ip
+            for key in [k for k, w in self._workers.items() if w.uid == pod.uid]:
+                if key not in wanted:
+                    del self._workers[key]
+                else:
+                    self._workers[key].pod = pod
+            for key, (container, latest, spec) in wanted.items():
+                if key in self._workers:
+                    continue
+                started = latest.started_at.timestamp() if latest.started_at else time.time()
+                worker = self._workers[key] = _Worker(
+                    uid=pod.uid,
+                    pod=pod,
+                    container=container,
+                    container_id=latest.id,
+                    started_at=now - max(0.0, time.time() - started),
+                    counter=ProbeCounter.new(spec),
+                    first_tick=now,
+                )
+                heapq.heappush(self._heap, (now, next(self._seq), key, worker))
+                self._cond.notify_all()
+
+    def forget_pod(self, uid: str) -> None:
+        with self._cond:
+            for key in [k for k, w in self._workers.items() if w.uid == uid]:
+                del self._workers[key]
+            self._pod_ips.pop(uid, None)
+
+    def results(self, uid: str) -> ProbeResults:
+        found: dict[str, dict[ProbeKind, Result]] = {}
+        with self._cond:
+            for (cid, kind), w in self._workers.items():
+                if w.uid == uid:
+                    found.setdefault(cid, {})[kind] = w.counter.result
+        return ProbeResults(
+            {
+                cid: ContainerProbes(
+                    liveness=kinds.get(ProbeKind.LIVENESS),
+                    readiness=kinds.get(ProbeKind.READINESS),
+                    startup=kinds.get(ProbeKind.STARTUP),
+                )
+                for cid, kinds in found.items()
+            }
+        )
+
+    # -- the scheduler -------------------------------------------------------------------
+
+    def _run(self) -> None:
+        while not self._stop.is_set():
+            with self._cond:
+                due = self._next_due()
+                if due is None:
+                    wait = self._heap[0][0] - time.monotonic() if self._heap else None
+                    self._cond.wait(wait)
+                    continue
+                key, worker = due
+                worker.busy = True
+                ip = self._pod_ips.get(worker.uid, "")
+            try:
+                self._pool.submit(self._attempt, key, worker, ip)
+            except RuntimeError:  # the pool is shut down: we are stopping
+                return
+
+    def _next_due(self) -> tuple[_Key, _Worker] | None:
+        """Pop ticks that are due; the first whose worker should probe now is returned."""
+        now = time.monotonic()
+        while self._heap and self._heap[0][0] <= now:
+            tick, _, key, worker = heapq.heappop(self._heap)
+            if self._workers.get(key) is not worker:
+                continue  # its container stopped: the worker is gone
+            heapq.heappush(self._heap, (tick + worker.spec.period, next(self._seq), key, worker))
+            if worker.busy or not self._should_probe(worker, now):
+                continue
+            return key, worker
+        return None
+
+    def _should_probe(self, worker: _Worker, now: float) -> bool:
+        """worker.go's doProbe gates: held after a kill, started first, the initial delay."""
+        if worker.on_hold:
+            return False
+        if worker.spec.kind is ProbeKind.STARTUP:
+            if worker.counter.result is Result.SUCCESS:
+                return False  # a started container is never probed for startup again
+        elif not self._started(worker):
+            return False
+        return now - worker.started_at >= worker.spec.initial_delay
+
+    def _started(self, worker: _Worker) -> bool:
+        startup = self._workers.get((worker.container_id, ProbeKind.STARTUP))
+        return startup is None or startup.counter.result is Result.SUCCESS
+
+    # -- one attempt (on the pool) -------------------------------------------------------
+
+    def _attempt(self, key: _Key, worker: _Worker, pod_ip: str) -> None:
+        spec = worker.spec
+        try:
+            if spec.action is None:
+                outcome, output = Outcome.UNKNOWN, spec.error
+            else:
+                outcome, output = run_probe(
+                    spec.action, self.runtime, worker.container_id, pod_ip, spec.timeout
+                )
+        except Exception as exc:  # a probe must never take the pool down
+            outcome, output = Outcome.UNKNOWN, f"{type(exc).__name__}: {exc}"
+        self.attempts += 1
+        with self._cond:
+            worker.busy = False
+            if self._workers.get(key) is not worker:
+                return  # the container stopped while it was probed
+            changed = worker.counter.record(outcome)
+            if (
+                changed
+                and worker.counter.result is Result.FAILURE
+                and spec.kind
+                in (
+                    ProbeKind.LIVENESS,
+                    ProbeKind.STARTUP,
+                )
+            ):
+                worker.on_hold = True
+        self._tell(worker, outcome, output)
+        if changed:
+            self.log.info(
+                "probe result changed",
+                pod=f"{worker.pod.namespace}/{worker.pod.name}",
+                container=worker.container.name,
+                probe=spec.kind.value,
+                result=worker.counter.result.value,
+            )
+            self.wake(worker.uid)
+
+    def _tell(self, worker: _Worker, outcome: Outcome, output: str) -> None:
+        """prober.go's events: Unhealthy for a failure or an error, ProbeWarning for a warning."""
+        kind = worker.spec.kind.value
+        if outcome is Outcome.FAILURE:
+            reason, message = "Unhealthy", f"{kind} probe failed: {output}"
+        elif outcome is Outcome.UNKNOWN:
+            reason, message = "Unhealthy", f"{kind} probe errored: {output}"
+        elif outcome is Outcome.WARNING:
+            reason, message = "ProbeWarning", f"{kind} probe warning: {output}"
+        else:
+            return
+        self.record_event(worker.pod, worker.container, "Warning", reason, message)

@@ -1,0 +1,161 @@
+"""Probes on real containers: readiness drives Ready, liveness restarts, startup holds the others.
+
+The probes reach the pod on its IP on the Docker bridge of the test's own engine (httpd and nc
+of busybox serve them); results are read in the pod's status and the kubelet's events.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from tests.agent_fixture import RunningAgent
+from tests.cluster import Cluster, wait_for
+from tests.docker_env import DockerEnv
+from tests.pods import (
+    condition,
+    container,
+    container_status,
+    get_pod,
+    kubelet_events,
+    make_pod,
+    pod_containers,
+    wait_status,
+)
+
+FAST = {"periodSeconds": 1, "failureThreshold": 1}
+# httpd serves /www on port 8080 (named "http"); the trap makes SIGTERM end the pod at once.
+HTTPD = [
+    "sh",
+    "-c",
+    "mkdir -p /www && echo ok > /www/healthz && busybox httpd -p 8080 -h /www"
+    " && trap 'exit 0' TERM; while :; do sleep 1 & wait $!; done",
+]
+
+
+def _exec(docker_env: DockerEnv, cluster: Cluster, pod: str, *cmd: str) -> None:
+    uid = (get_pod(cluster, pod) or {})["metadata"]["uid"]
+    app = next(
+        c
+        for c in pod_containers(docker_env, uid)
+        if c.status == "running" and c.labels.get("io.kubernetes.container.name") == "c"
+    )
+    result = docker_env.client.containers.get(app.id).exec_run(list(cmd))
+    assert result.exit_code == 0, result.output
+
+
+def _ready(st: dict[str, Any]) -> bool:
+    return condition(st, "Ready").get("status") == "True" and bool(
+        container_status(st).get("ready")
+    )
+
+
+def _messages(cluster: Cluster, name: str, reason: str) -> list[str]:
+    return [e.message for e in kubelet_events(cluster, name) if e.reason == reason]
+
+
+def test_exec_readiness_gates_ready_both_ways(
+    cluster: Cluster, docker_env: DockerEnv, agent: RunningAgent
+) -> None:
+    probe = {"exec": {"command": ["test", "-f", "/tmp/ready"]}, **FAST}
+    make_pod(cluster, "r", container(readinessProbe=probe))
+    st = wait_status(
+        cluster, "r", lambda s: s.get("phase") == "Running", 30, "running, not yet ready"
+    )
+    wait_for(lambda: _messages(cluster, "r", "Unhealthy"), 20, "a failed readiness probe")
+    st = get_pod(cluster, "r")["status"]  # type: ignore[index]
+    assert container_status(st)["ready"] is False
+    assert container_status(st)["started"] is True
+    assert condition(st, "ContainersReady")["reason"] == "ContainersNotReady"
+    assert _messages(cluster, "r", "Unhealthy")[0] == "Readiness probe failed: "
+    _exec(docker_env, cluster, "r", "touch", "/tmp/ready")
+    wait_status(cluster, "r", _ready, 20, "Ready once the probe passes")
+    _exec(docker_env, cluster, "r", "rm", "/tmp/ready")
+    st = wait_status(cluster, "r", lambda s: not _ready(s), 20, "unready again")
+    assert container_status(st)["restartCount"] == 0, "readiness never restarts anything"
+
+
+def test_failed_liveness_restarts_with_the_kubelets_events(
+    cluster: Cluster, agent: RunningAgent
+) -> None:
+    probe = {
+        "exec": {"command": ["sh", "-c", "echo dead; exit 1"]},
+        "terminationGracePeriodSeconds": 1,
+        **FAST,
+    }
+    make_pod(cluster, "l", container(command=["sleep", "3600"], livenessProbe=probe))
+    st = wait_status(
+        cluster,
+        "l",
+        lambda s: container_status(s).get("restartCount", 0) >= 1,
+        60,
+        "a restart after the liveness probe failed",
+    )
+    last = container_status(st)["lastState"]["terminated"]
+    assert last["exitCode"] == 137, "sleep ignores SIGTERM: killed after the probe's grace"
+    assert last["reason"] == "Error"
+    wait_for(lambda: _messages(cluster, "l", "Killing"), 20, "the Killing event")
+    assert "Liveness probe failed: dead\n" in _messages(cluster, "l", "Unhealthy")
+    assert _messages(cluster, "l", "Killing")[0] == (
+        "Container c failed liveness probe, will be restarted"
+    )
+    assert st["phase"] == "Running"
+
+
+def test_http_and_tcp_probes_on_named_ports(
+    cluster: Cluster, docker_env: DockerEnv, agent: RunningAgent
+) -> None:
+    http = {"httpGet": {"path": "/healthz", "port": "http"}, **FAST}
+    tcp = {"tcpSocket": {"port": "http"}, **FAST}
+    make_pod(
+        cluster,
+        "web",
+        container(
+            command=HTTPD,
+            ports=[{"name": "http", "containerPort": 8080}],
+            readinessProbe=http,
+            livenessProbe=tcp,
+        ),
+    )
+    wait_status(cluster, "web", _ready, 30, "Ready through httpGet")
+    _exec(docker_env, cluster, "web", "rm", "/www/healthz")
+    st = wait_status(cluster, "web", lambda s: not _ready(s), 20, "unready on a 404")
+    assert container_status(st)["restartCount"] == 0, "the tcp liveness probe still passes"
+    wait_for(
+        lambda: (
+            "Readiness probe failed: HTTP probe failed with statuscode: 404"
+            in _messages(cluster, "web", "Unhealthy")
+        ),
+        20,
+        "the 404 event",
+    )
+
+
+def test_tcp_probe_on_a_closed_port_says_connection_refused(
+    cluster: Cluster, agent: RunningAgent
+) -> None:
+    make_pod(cluster, "closed", container(readinessProbe={"tcpSocket": {"port": 9}, **FAST}))
+    wait_for(lambda: _messages(cluster, "closed", "Unhealthy"), 30, "a failed tcp probe")
+    pod = get_pod(cluster, "closed") or {}
+    ip = pod["status"]["podIP"]
+    assert _messages(cluster, "closed", "Unhealthy")[0] == (
+        f"Readiness probe failed: dial tcp {ip}:9: connect: connection refused"
+    )
+    assert container_status(pod["status"])["ready"] is False
+
+
+def test_startup_probe_holds_started_then_releases(
+    cluster: Cluster, docker_env: DockerEnv, agent: RunningAgent
+) -> None:
+    startup = {
+        "exec": {"command": ["test", "-f", "/tmp/up"]},
+        "periodSeconds": 1,
+        "failureThreshold": 120,
+    }
+    make_pod(cluster, "s", container(startupProbe=startup))
+    wait_for(lambda: _messages(cluster, "s", "Unhealthy"), 30, "a failed startup probe")
+    st = get_pod(cluster, "s")["status"]  # type: ignore[index]
+    assert (container_status(st)["started"], container_status(st)["ready"]) == (False, False)
+    assert _messages(cluster, "s", "Unhealthy")[0] == "Startup probe failed: "
+    _exec(docker_env, cluster, "s", "touch", "/tmp/up")
+    st = wait_status(cluster, "s", _ready, 20, "started and Ready")
+    assert container_status(st)["started"] is True
