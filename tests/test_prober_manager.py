@@ -1,0 +1,139 @@
+"""The prober manager with a fake runtime: gates, holds and wake-ups, without Docker or an API.
+
+Periods here are fractions of a second (the API's minimum is 1 s) so that the scheduling is
+observed in a few ticks.
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+from collections.abc import Sequence
+from datetime import UTC, datetime
+from typing import Any
+
+from kubelet_sim import cri
+from kubelet_sim.pod.probes import Result
+from kubelet_sim.pod.spec import ContainerView, PodView
+from kubelet_sim.prober.manager import ProbeManager
+from tests.cluster import wait_for
+
+REF = cri.PodRef(node="n1", namespace="ns", name="p", uid="u1")
+TICK = 0.05
+
+
+class FakeExec:
+    """Answers each command by its first word: `ok` exits 0, anything else exits 1."""
+
+    def __init__(self) -> None:
+        self.calls: list[tuple[str, ...]] = []
+        self.first: dict[str, float] = {}  # time.monotonic() of each word's first call
+        self.lock = threading.Lock()
+
+    def exec_probe(
+        self, container_id: str, command: Sequence[str], timeout: float
+    ) -> cri.ExecResult:
+        with self.lock:
+            self.calls.append(tuple(command))
+            self.first.setdefault(command[0], time.monotonic())
+        return cri.ExecResult(0 if command[0] == "ok" else 1, f"said {command[0]}")
+
+    def count(self, word: str) -> int:
+        with self.lock:
+            return sum(1 for c in self.calls if c[0] == word)
+
+
+def _pod(**probes: Any) -> PodView:
+    return PodView.from_api(
+        {
+            "metadata": {"name": "p", "namespace": "ns", "uid": "u1"},
+            "spec": {"containers": [{"name": "c", "image": "i:1", **probes}]},
+        }
+    )
+
+
+def _probe(word: str, **extra: Any) -> dict[str, Any]:
+    return {"exec": {"command": [word]}, "periodSeconds": TICK, "failureThreshold": 1, **extra}
+
+
+def _observed(cid: str = "c1") -> list[cri.ObservedContainer]:
+    return [
+        cri.ObservedContainer(
+            id=cid,
+            pod=REF,
+            name="c",
+            attempt=0,
+            state=cri.ContainerState.RUNNING,
+            image="i:1",
+            started_at=datetime.now(UTC),
+        )
+    ]
+
+
+class Harness:
+    def __init__(self) -> None:
+        self.runtime = FakeExec()
+        self.events: list[tuple[str, str]] = []
+        self.woken: list[str] = []
+        self.manager = ProbeManager(self.runtime, self._event)
+        self.manager.wake = self.woken.append
+        self.manager.start()
+
+    def _event(self, _p: PodView, _c: ContainerView, _t: str, reason: str, msg: str) -> None:
+        self.events.append((reason, msg))
+
+    def result(self, kind: str, cid: str = "c1") -> Result | None:
+        probes = self.manager.results("u1").of(cid)
+        return getattr(probes, kind) if probes is not None else None
+
+
+def test_readiness_waits_for_startup_and_a_failed_liveness_is_held() -> None:
+    h = Harness()
+    try:
+        pod = _pod(
+            startupProbe=_probe("no", failureThreshold=1000),
+            readinessProbe=_probe("ok"),
+            livenessProbe=_probe("dead"),
+        )
+        h.manager.sync_pod(pod, _observed(), "10.0.0.2")
+        wait_for(lambda: h.runtime.count("no") >= 3, 5, "startup probed")
+        assert h.runtime.count("ok") == 0, "readiness waits for the startup probe"
+        assert h.runtime.count("dead") == 0, "so does liveness"
+        assert h.result("readiness") is Result.FAILURE
+        assert ("Unhealthy", "Startup probe failed: said no") in h.events
+        # the same container, now starting up fine
+        started = _pod(
+            startupProbe=_probe("ok"), readinessProbe=_probe("ok"), livenessProbe=_probe("dead")
+        )
+        h.manager.forget_pod("u1")
+        h.manager.sync_pod(started, _observed("c2"), "10.0.0.2")
+        wait_for(lambda: h.result("readiness", "c2") is Result.SUCCESS, 5, "ready once started")
+        wait_for(lambda: h.result("liveness", "c2") is Result.FAILURE, 5, "liveness failed")
+        assert "u1" in h.woken, "a changed result brings the pod back to its worker"
+        held = h.runtime.count("dead")
+        wait_for(lambda: h.runtime.count("ok") >= held + 6, 5, "other probes go on")
+        assert h.runtime.count("dead") == held, "a failed liveness probe stops until a restart"
+    finally:
+        h.manager.shutdown()
+
+
+def test_initial_delay_and_stopped_containers() -> None:
+    h = Harness()
+    try:
+        began = time.monotonic()
+        h.manager.sync_pod(
+            _pod(readinessProbe=_probe("ok", initialDelaySeconds=0.5)), _observed(), ""
+        )
+        wait_for(lambda: h.result("readiness") is Result.SUCCESS, 5, "ready after the delay")
+        assert h.runtime.first["ok"] - began >= 0.5, "no probe within the initial delay"
+        other = PodView.from_api({**_pod(readinessProbe=_probe("other")).raw, "metadata": {
+            "name": "q", "namespace": "ns", "uid": "u2"}})  # fmt: skip
+        h.manager.sync_pod(other, _observed("c9"), "")
+        h.manager.sync_pod(_pod(readinessProbe=_probe("ok")), [], "")
+        assert h.manager.results("u1").of("c1") is None, "no result for a stopped container"
+        calls = h.runtime.count("ok")
+        marker = h.runtime.count("other")
+        wait_for(lambda: h.runtime.count("other") >= marker + 6, 5, "six ticks of another pod")
+        assert h.runtime.count("ok") <= calls + 1, "a stopped container is not probed"
+    finally:
+        h.manager.shutdown()
