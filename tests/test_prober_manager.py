@@ -137,3 +137,45 @@ def test_initial_delay_and_stopped_containers() -> None:
         assert h.runtime.count("ok") <= calls + 1, "a stopped container is not probed"
     finally:
         h.manager.shutdown()
+
+
+class _Events:
+    def __init__(self) -> None:
+        self.seen: list[tuple[str, str]] = []
+
+    def event(self, _ref: object, _type: str, reason: str, message: str) -> None:
+        self.seen.append((reason, message))
+
+
+def test_hooks_sleep_within_their_bound_and_say_a_failed_pre_stop() -> None:
+    """The sleep action (v1.29+: a v1.24 server drops it, so it is checked here) and the
+    FailedPreStopHook event of a failed exec hook."""
+    from kubelet_sim.podworkers.hooks import PRE_STOP, HookRunner
+
+    events = _Events()
+    runner = HookRunner(FakeExec(), events)  # type: ignore[arg-type]
+    try:
+        sleep = {"preStop": {"sleep": {"seconds": 30}}}
+        fails = {"preStop": {"exec": {"command": ["no"]}}}
+        pod = PodView.from_api(
+            {
+                "metadata": {"name": "p", "namespace": "ns", "uid": "u1"},
+                "spec": {
+                    "containers": [
+                        {"name": "c", "image": "i", "lifecycle": sleep},
+                        {"name": "d", "image": "i", "lifecycle": fails},
+                    ]
+                },
+            }
+        )
+        began = time.monotonic()
+        assert runner.run(pod, pod.containers[0], "c1", PRE_STOP, "", timeout=0.3) is None
+        assert 0.3 <= time.monotonic() - began < 5, "a sleep hook ends with its grace period"
+        error = runner.run(pod, pod.containers[1], "d1", PRE_STOP, "", timeout=1)
+        assert error == (
+            'Exec lifecycle hook ([no]) for Container "d" in Pod "p_ns(u1)" failed - error:'
+            " command 'no' exited with 1: , message: \"said no\""
+        )
+        assert events.seen == [("FailedPreStopHook", error)]
+    finally:
+        runner.shutdown()

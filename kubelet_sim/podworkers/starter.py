@@ -8,6 +8,7 @@ CreateContainerConfigError, CreateContainerError, RunContainerError).
 from __future__ import annotations
 
 import time
+from collections.abc import Callable
 
 from kubelet_sim import cri
 from kubelet_sim.kube.events import NORMAL, WARNING, EventRecorder, EventRef
@@ -25,6 +26,7 @@ from kubelet_sim.pod.restart_backoff import KeyedBackoff, go_duration
 from kubelet_sim.pod.spec import ContainerView, PodView
 from kubelet_sim.pod.status import WaitingReason
 from kubelet_sim.podworkers.event_refs import event_ref, pod_name
+from kubelet_sim.podworkers.hooks import POST_START, POST_START_LIMIT, HookRunner, hook_of
 from kubelet_sim.podworkers.images import ImagePuller
 from kubelet_sim.podworkers.settings import SyncSettings
 from kubelet_sim.podworkers.state import PodState
@@ -47,6 +49,7 @@ class ContainerStarter:
         status: PodStatusWriter,
         stopper: ContainerStopper,
         lookup: ObjectLookup,
+        hooks: HookRunner | None = None,
     ) -> None:
         self.settings = settings
         self.runtime = runtime
@@ -55,6 +58,8 @@ class ContainerStarter:
         self.status = status
         self.stopper = stopper
         self.lookup = lookup
+        self.hooks = hooks
+        self.wake: Callable[[str], None] = lambda _uid: None  # set by the pod workers
         self.puller = ImagePuller(runtime, events)
         self.crash_backoff = KeyedBackoff(initial=10.0, maximum=300.0)
         self.sandbox_images: set[str] = set()
@@ -129,7 +134,30 @@ class ContainerStarter:
         self.events.event(ref, NORMAL, "Started", f"Started container {container.name}")
         self.stopper.refresh(container_id)
         state.waiting.pop(container.name, None)
+        if self.hooks is not None and hook_of(container, POST_START) is not None:
+            self._post_start(self.hooks, view, container, container_id, sandbox.ip, state)
         return None
+
+    def _post_start(
+        self,
+        hooks: HookRunner,
+        view: PodView,
+        container: ContainerView,
+        container_id: str,
+        pod_ip: str,
+        state: PodState,
+    ) -> None:
+        """The postStart hook, off the pod worker; a failure comes back to the pod's sync,
+        which kills the container (startContainer's FailedPostStartHook)."""
+        ip = self.settings.node_ip if view.host_network else pod_ip
+
+        def run() -> None:
+            error = hooks.run(view, container, container_id, POST_START, ip, POST_START_LIMIT)
+            if error is not None:
+                state.post_start_failed[container_id] = error
+                self.wake(view.uid)
+
+        hooks.submit(run)
 
     def forget_pod(self, uid: str) -> None:
         self.puller.forget_pod(uid)

@@ -39,6 +39,8 @@ class PodState:
     replacing: set[str] = field(default_factory=set)
     # The final DELETE was sent; wait for the informer to drop the pod.
     finally_deleted: bool = False
+    # Containers whose postStart hook failed (by id, with the hook's message): killed next sync.
+    post_start_failed: dict[str, str] = field(default_factory=dict)
     # The last status write failed; retried with backoff, said once per distinct error.
     status_failure: StatusFailure | None = None
 

@@ -17,8 +17,10 @@ from collections.abc import Sequence
 from kubelet_sim import cri
 from kubelet_sim.kube.events import NORMAL, EventRecorder
 from kubelet_sim.logs import get_logger
-from kubelet_sim.pod.spec import PodView
+from kubelet_sim.pod.attempts import latest_sandbox
+from kubelet_sim.pod.spec import ContainerView, PodView
 from kubelet_sim.podworkers.event_refs import container_spec, event_ref
+from kubelet_sim.podworkers.hooks import PRE_STOP, HookRunner, hook_of
 from kubelet_sim.podworkers.state import PodState
 from kubelet_sim.runtime.docker_runtime import DockerRuntime
 from kubelet_sim.runtime.observe import ContainerWatcher
@@ -29,11 +31,16 @@ RECHECK_AFTER_KILL = 1.0  # a safety net in case Docker's die event is missed
 
 class ContainerStopper:
     def __init__(
-        self, runtime: DockerRuntime, watcher: ContainerWatcher, events: EventRecorder
+        self,
+        runtime: DockerRuntime,
+        watcher: ContainerWatcher,
+        events: EventRecorder,
+        hooks: HookRunner | None = None,
     ) -> None:
         self.runtime = runtime
         self.watcher = watcher
         self.events = events
+        self.hooks = hooks
         self._kill_at: dict[str, float] = {}  # container id → time.monotonic() of its SIGKILL
         self._heap: list[tuple[float, str]] = []
         self._cond = threading.Condition()
@@ -74,7 +81,37 @@ class ContainerStopper:
             state.killing.add(container.id)
             spec = container_spec(view, container.name)
             self.events.event(event_ref(view, spec), NORMAL, "Killing", message)
+            if grace > 0 and self.hooks is not None and hook_of(spec, PRE_STOP) is not None:
+                assert spec is not None
+                self._pre_stop(view, spec, container, grace)
+                return
         self._begin(container.id, max(grace, MIN_GRACE) if grace else 0.0)
+
+    def _pre_stop(
+        self, view: PodView, spec: ContainerView, container: cri.ObservedContainer, grace: float
+    ) -> None:
+        """killContainer's order: the preStop hook within the grace period, then SIGTERM with
+        what is left of it (at least 2 s), then SIGKILL. The SIGKILL is booked now, at the
+        latest it can come, so a hook that hangs still ends in one (or a shorter grace given
+        later hurries it)."""
+        hooks = self.hooks
+        assert hooks is not None
+        began = time.monotonic()
+        with self._cond:
+            self._book(container.id, began + grace + MIN_GRACE)
+        sandbox = latest_sandbox(self.watcher.pod_containers(view.uid))
+        pod_ip = sandbox.ip if sandbox is not None else ""
+
+        def run() -> None:
+            hooks.run(view, spec, container.id, PRE_STOP, pod_ip, grace)
+            left = max(grace - (time.monotonic() - began), MIN_GRACE)
+            if self.runtime.signal_stop(container.id):
+                with self._cond:
+                    self._book(container.id, time.monotonic() + left)
+            else:
+                self.refresh(container.id)
+
+        hooks.submit(run)
 
     def recheck_in(self, container_ids: Sequence[str]) -> float:
         """Seconds until the last of these containers has had its SIGKILL, plus a margin."""
@@ -124,12 +161,19 @@ class ContainerStopper:
             self.refresh(container_id)  # it had stopped already: let the watcher know
             return
         with self._cond:
-            self._kill_at[container_id] = kill_at
-            heapq.heappush(self._heap, (kill_at, container_id))
-            if self._thread is None:
-                self._thread = threading.Thread(target=self._run, name="stop-timer", daemon=True)
-                self._thread.start()
-            self._cond.notify()
+            self._book(container_id, kill_at)
+
+    def _book(self, container_id: str, kill_at: float) -> None:
+        """Book (or move earlier) a container's SIGKILL; the caller holds the condition."""
+        booked = self._kill_at.get(container_id)
+        if booked is not None and booked <= kill_at:
+            return
+        self._kill_at[container_id] = kill_at
+        heapq.heappush(self._heap, (kill_at, container_id))
+        if self._thread is None:
+            self._thread = threading.Thread(target=self._run, name="stop-timer", daemon=True)
+            self._thread.start()
+        self._cond.notify()
 
     def _run(self) -> None:
         while True:

@@ -33,6 +33,7 @@ from kubelet_sim.pod.status import (
 )
 from kubelet_sim.podworkers.admission import PodAdmitter
 from kubelet_sim.podworkers.event_refs import container_spec, event_ref, pod_name
+from kubelet_sim.podworkers.hooks import HookRunner
 from kubelet_sim.podworkers.settings import SyncSettings
 from kubelet_sim.podworkers.starter import ERROR_RETRY, ContainerStarter
 from kubelet_sim.podworkers.state import PodState, StatusFailure
@@ -88,9 +89,10 @@ class PodSyncer:
                 c.state is cri.ContainerState.RUNNING for c in watcher.pod_containers(uid)
             ),
         )
-        self.stopper = ContainerStopper(runtime, watcher, events)
+        self.hooks = HookRunner(runtime, events)
+        self.stopper = ContainerStopper(runtime, watcher, events, self.hooks)
         self.starter = ContainerStarter(
-            settings, runtime, watcher, events, status, self.stopper, self._lookup
+            settings, runtime, watcher, events, status, self.stopper, self._lookup, self.hooks
         )
         self.prober = ProbeManager(
             runtime, self._probe_event, node=settings.node_name, supervisor=supervisor
@@ -130,6 +132,7 @@ class PodSyncer:
     @wake.setter
     def wake(self, enqueue: Callable[[str], None]) -> None:
         self.starter.puller.wake = enqueue
+        self.starter.wake = enqueue
         self.prober.wake = enqueue
 
     def start(self) -> None:
@@ -137,6 +140,7 @@ class PodSyncer:
 
     def shutdown(self) -> None:
         self.prober.shutdown()
+        self.hooks.shutdown()
         self.stopper.shutdown()
         self.starter.puller.shutdown()
 
@@ -201,6 +205,7 @@ class PodSyncer:
                 self._write(pod, view, state)
                 return ERROR_RETRY
         assert sandbox is not None
+        self._kill_failed_post_starts(view, observed, state)
         for victim, message in actions.containers_to_kill:
             grace = view.termination_grace_period
             if victim.id in actions.probe_kills:
@@ -217,6 +222,18 @@ class PodSyncer:
         self._write(pod, view, state)
         pending = [r for r in retry if r is not None]
         return min(pending) if pending else None
+
+    def _kill_failed_post_starts(
+        self, view: PodView, observed: Sequence[cri.ObservedContainer], state: PodState
+    ) -> None:
+        """startContainer: a failed postStart hook kills its container (then the restart
+        policy and the crash-loop backoff decide what follows)."""
+        for container_id in list(state.post_start_failed):
+            del state.post_start_failed[container_id]
+            victim = next((c for c in observed if c.id == container_id), None)
+            if victim is not None and victim.state is cri.ContainerState.RUNNING:
+                grace = view.termination_grace_period
+                self.stopper.stop(view, victim, state, grace, "FailedPostStartHook")
 
     def _to_start(
         self,

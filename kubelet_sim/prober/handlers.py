@@ -25,7 +25,9 @@ from kubelet_sim.pod.probes import (
     TcpSocketAction,
 )
 
-USER_AGENT = "kube-probe/" + ".".join(KUBELET_COMPAT_VERSION.lstrip("v").split(".")[:2])
+_MAJOR_MINOR = ".".join(KUBELET_COMPAT_VERSION.lstrip("v").split(".")[:2])
+USER_AGENT = f"kube-probe/{_MAJOR_MINOR}"
+HOOK_USER_AGENT = f"kube-lifecycle/{_MAJOR_MINOR}"  # lifecycle/handlers.go
 BODY_LIMIT = 10 * 1024  # http.go reads at most 10 KiB of a body
 MAX_REDIRECTS = 10  # Go's http.Client
 
@@ -75,14 +77,7 @@ def run_tcp(host: str, port: int, timeout: float) -> tuple[Outcome, str]:
 
 def run_http(action: HttpGetAction, pod_ip: str, timeout: float) -> tuple[Outcome, str]:
     """GET with the kubelet's headers; 200-399 is success, a redirect off the host a warning."""
-    host = action.host or pod_ip
-    scheme = "https" if action.scheme == "HTTPS" else "http"
-    path = action.path if action.path.startswith("/") else "/" + action.path
-    url = f"{scheme}://{_host_port(host, action.port)}{path}"
-    headers = {"User-Agent": USER_AGENT, "Accept": "*/*"}
-    for name, value in action.headers:  # the spec's headers win, as http.go's
-        headers = {k: v for k, v in headers.items() if k.lower() != name.lower()}
-        headers[name] = value
+    url, headers = _request(action, pod_ip)
     for _ in range(MAX_REDIRECTS + 1):
         try:
             status, location, body = _get(url, headers, timeout)
@@ -98,6 +93,29 @@ def run_http(action: HttpGetAction, pod_ip: str, timeout: float) -> tuple[Outcom
             return Outcome.SUCCESS, body
         return Outcome.FAILURE, f"HTTP probe failed with statuscode: {status}"
     return Outcome.FAILURE, f'Get "{url}": stopped after {MAX_REDIRECTS} redirects'
+
+
+def http_get(action: HttpGetAction, host_default: str, timeout: float) -> str | None:
+    """A lifecycle hook's GET (handlers.go): only a failed request is an error, not its code."""
+    url, headers = _request(action, host_default, HOOK_USER_AGENT)
+    try:
+        _get(url, headers, timeout)
+    except OSError as exc:
+        return f'Get "{url}": {_dial_error(exc)}'
+    return None
+
+
+def _request(
+    action: HttpGetAction, host_default: str, user_agent: str = USER_AGENT
+) -> tuple[str, dict[str, str]]:
+    host = action.host or host_default
+    scheme = "https" if action.scheme == "HTTPS" else "http"
+    path = action.path if action.path.startswith("/") else "/" + action.path
+    headers = {"User-Agent": user_agent, "Accept": "*/*"}
+    for name, value in action.headers:  # the spec's headers win, as http.go's
+        headers = {k: v for k, v in headers.items() if k.lower() != name.lower()}
+        headers[name] = value
+    return f"{scheme}://{_host_port(host, action.port)}{path}", headers
 
 
 def _get(url: str, headers: dict[str, str], timeout: float) -> tuple[int, str, str]:

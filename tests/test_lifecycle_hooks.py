@@ -1,0 +1,148 @@
+"""postStart and preStop hooks on real containers, read back from the container's own output.
+
+The hooks write to PID 1's stdout, so `docker logs` of the container shows, in order, what the
+container and its hooks did. A finalizer keeps a deleted pod (and its exited containers) on
+the node until the test has read them.
+"""
+
+from __future__ import annotations
+
+import http.server
+import threading
+from collections.abc import Iterator
+from typing import Any
+
+import pytest
+
+from tests.agent_fixture import RunningAgent
+from tests.cluster import Cluster, wait_for
+from tests.docker_env import DockerEnv
+from tests.pods import (
+    container,
+    container_status,
+    get_pod,
+    kubelet_events,
+    make_pod,
+    pod_containers,
+    wait_status,
+)
+
+FINALIZER = "kubelet-sim.io/test-keeps-the-pod"
+SAY = "echo {} > /proc/1/fd/1"
+TRAPS_TERM = [
+    "sh",
+    "-c",
+    "trap 'echo term; exit 0' TERM; echo start; while :; do sleep 1 & wait $!; done",
+]
+
+
+def _logs(cluster: Cluster, docker_env: DockerEnv, name: str) -> list[str]:
+    uid = (get_pod(cluster, name) or {})["metadata"]["uid"]
+    apps = [
+        c
+        for c in pod_containers(docker_env, uid)
+        if c.labels.get("io.kubernetes.container.name") == "c"
+    ]
+    text = "".join(docker_env.client.api.logs(c.id).decode() for c in apps)
+    return text.split()
+
+
+def _messages(cluster: Cluster, name: str, reason: str) -> list[str]:
+    return [e.message for e in kubelet_events(cluster, name) if e.reason == reason]
+
+
+def _running(st: dict[str, Any]) -> bool:
+    return "running" in (container_status(st).get("state") or {})
+
+
+def test_pre_stop_runs_before_sigterm_and_post_start_after_start(
+    cluster: Cluster, docker_env: DockerEnv, agent: RunningAgent
+) -> None:
+    hooks = {
+        "postStart": {"exec": {"command": ["sh", "-c", SAY.format("poststart")]}},
+        "preStop": {"exec": {"command": ["sh", "-c", SAY.format("prestop")]}},
+    }
+    make_pod(cluster, "hooked", container(command=TRAPS_TERM, lifecycle=hooks))
+    cluster.core.patch_namespaced_pod(
+        "hooked", cluster.namespace, {"metadata": {"finalizers": [FINALIZER]}}
+    )
+    try:
+        wait_status(cluster, "hooked", _running, 30, "running")
+        wait_for(
+            lambda: "poststart" in _logs(cluster, docker_env, "hooked"), 20, "the postStart mark"
+        )
+        cluster.core.delete_namespaced_pod("hooked", cluster.namespace)
+        wait_for(lambda: "term" in _logs(cluster, docker_env, "hooked"), 30, "SIGTERM handled")
+        assert _logs(cluster, docker_env, "hooked") == ["start", "poststart", "prestop", "term"]
+    finally:
+        cluster.core.patch_namespaced_pod(
+            "hooked", cluster.namespace, {"metadata": {"finalizers": None}}
+        )
+
+
+def test_failed_post_start_kills_and_restarts_the_container(
+    cluster: Cluster, agent: RunningAgent
+) -> None:
+    command = ["sh", "-c", "echo nope; exit 1"]
+    make_pod(
+        cluster, "bad-hook", container(lifecycle={"postStart": {"exec": {"command": command}}})
+    )
+    wait_status(
+        cluster,
+        "bad-hook",
+        lambda s: container_status(s).get("restartCount", 0) >= 1,
+        60,
+        "a restart after the failed postStart hook",
+    )
+    wait_for(lambda: _messages(cluster, "bad-hook", "Killing"), 20, "the Killing event")
+    uid = (get_pod(cluster, "bad-hook") or {})["metadata"]["uid"]
+    pod = f"bad-hook_{cluster.namespace}({uid})"
+    assert _messages(cluster, "bad-hook", "FailedPostStartHook")[0] == (
+        f'Exec lifecycle hook ([sh -c echo nope; exit 1]) for Container "c" in Pod "{pod}"'
+        " failed - error: command 'sh -c echo nope; exit 1' exited with 1: ,"
+        ' message: "nope\\n"'
+    )
+    assert _messages(cluster, "bad-hook", "Killing")[0] == "FailedPostStartHook"
+
+
+class _Recorder(http.server.BaseHTTPRequestHandler):
+    seen: list[tuple[str, str]]
+
+    def do_GET(self) -> None:
+        self.seen.append((self.path, self.headers.get("User-Agent", "")))
+        self.send_response(200)
+        self.end_headers()
+
+    def log_message(self, *_: Any) -> None:
+        pass
+
+
+@pytest.fixture
+def loopback_server() -> Iterator[tuple[int, list[tuple[str, str]]]]:
+    """An HTTP server on 127.0.0.1 that records each GET (path, User-Agent)."""
+    seen: list[tuple[str, str]] = []
+    handler = type("Handler", (_Recorder,), {"seen": seen})
+    server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), handler)
+    thread = threading.Thread(target=server.serve_forever, daemon=True)
+    thread.start()
+    yield server.server_address[1], seen
+    server.shutdown()
+    server.server_close()
+
+
+def test_http_pre_stop_hook_reaches_its_host(
+    cluster: Cluster,
+    agent: RunningAgent,
+    loopback_server: tuple[int, list[tuple[str, str]]],
+) -> None:
+    """The agent runs in this process: its hook's GET to 127.0.0.1 stays on loopback."""
+    port, seen = loopback_server
+    get = {"host": "127.0.0.1", "port": port, "path": "/bye"}
+    make_pod(cluster, "web-hook", container(lifecycle={"preStop": {"httpGet": get}}))
+    wait_status(cluster, "web-hook", _running, 30, "running")
+    assert seen == [], "a preStop hook runs only when the container stops"
+    cluster.core.delete_namespaced_pod("web-hook", cluster.namespace)
+    wait_for(lambda: seen, 30, "the preStop GET")
+    assert seen[0][0] == "/bye"
+    assert seen[0][1].startswith("kube-lifecycle/"), "hooks send the kubelet's User-Agent"
+    wait_for(lambda: get_pod(cluster, "web-hook") is None, 30, "the pod gone")
