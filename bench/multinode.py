@@ -32,7 +32,8 @@ RESULTS = REPO / "bench" / "results"
 def _spawn(args: list[str], kubeconfig: str, root: Path, log: Path) -> subprocess.Popen[bytes]:
     return subprocess.Popen(
         [sys.executable, "-m", "kubelet_sim", *args, "--kubeconfig", kubeconfig,
-         "--pod-infra-image", PAUSE_IMAGE, "--root-dir", str(root), "--log-format", "json"],
+         "--pod-infra-image", PAUSE_IMAGE, "--root-dir", str(root), "--log-format", "json",
+         "--port", "0"],
         cwd=REPO, stdout=subprocess.DEVNULL, stderr=log.open("wb"),
     )  # fmt: skip
 

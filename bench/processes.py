@@ -109,6 +109,8 @@ class AgentProcess:
                 pause_image,
                 "--root-dir",
                 str(root_dir),
+                "--port",
+                "0",
                 "--log-format",
                 "json",
                 *extra_args,

@@ -2,11 +2,14 @@
 
 from __future__ import annotations
 
+import dataclasses
 import threading
 import time
+from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Protocol
 
+from kubelet_sim import cri
 from kubelet_sim.kube.client import KubeConnection, wait_for_api_server
 from kubelet_sim.kube.events import EventRecorder
 from kubelet_sim.kube.informer import DELETED, Informer
@@ -14,10 +17,12 @@ from kubelet_sim.kube.node_api import NodeApi
 from kubelet_sim.kube.object_watches import Ref, ReferencedObjectWatches
 from kubelet_sim.kube.pod_api import PodStatusWriter, delete_pod_finally
 from kubelet_sim.kube.rest import Json
+from kubelet_sim.kube.reviews import Reviews
 from kubelet_sim.kube.schema import ServerSchema
 from kubelet_sim.kube.tokens import TokenManager
 from kubelet_sim.kube.watches import own_node, pods_on_node
 from kubelet_sim.logs import get_logger
+from kubelet_sim.node.host import HostFacts, detect_host
 from kubelet_sim.node.lifecycle import NodeLifecycle
 from kubelet_sim.node.node_object import resources
 from kubelet_sim.node.settings import NodeSettings
@@ -29,6 +34,11 @@ from kubelet_sim.podworkers.sync import PodSyncer, SyncSettings
 from kubelet_sim.podworkers.workers import PodWorkers
 from kubelet_sim.runtime.docker_runtime import DockerRuntime
 from kubelet_sim.runtime.observe import ContainerWatcher
+from kubelet_sim.server.auth import Gate
+from kubelet_sim.server.certs import self_signed
+from kubelet_sim.server.http import KubeletServer
+from kubelet_sim.server.metrics import Family, render
+from kubelet_sim.server.settings import ServerSettings
 from kubelet_sim.supervise import LoopFailed, LoopHealth, Supervisor
 from kubelet_sim.volumes import VolumeManager
 
@@ -68,19 +78,25 @@ class Agent:
         runtime: DockerRuntime,
         pods: PodSettings | None = None,
         schema: ServerSchema | None = None,
+        server: ServerSettings | None = None,
     ) -> None:
-        self.settings = settings
         self.kube = kube
         self.runtime = runtime
         self.node_name = settings.node_name
         self.log = get_logger("kubelet_sim.agent", node=self.node_name)
+        host = detect_host()
+        self.server: KubeletServer | None = None
+        if server is not None:  # bound first: the Node advertises the port it really has
+            self.server = self._kubelet_server(settings, server, host)
+            settings = dataclasses.replace(settings, kubelet_port=self.server.port)
+        self.settings = settings
         self._halt = threading.Event()  # the caller's stop, or a loop that failed for good
         self.supervisor = supervisor = Supervisor(
             on_failure=lambda _why: self._halt.set(), node=self.node_name
         )
         self.schema = schema or ServerSchema()  # filled once the server answers
         self.lifecycle = NodeLifecycle(
-            settings, NodeApi(kube.api, self.schema), runtime, supervisor=supervisor
+            settings, NodeApi(kube.api, self.schema), runtime, host=host, supervisor=supervisor
         )
         self.objects = ReferencedObjectWatches(
             kube.api,
@@ -184,6 +200,8 @@ class Agent:
 
     def _run_controllers(self, stop: threading.Event) -> None:
         watcher = self.syncer.watcher
+        if self.server is not None:
+            self.server.start()
         self.events.start()
         self.node_informer.start()
         self.pod_informer.start()
@@ -216,6 +234,8 @@ class Agent:
         # Docker has, as the kubelet's restart does.
         for part in parts:
             part.stop(max(0.0, deadline - time.monotonic()))
+        if self.server is not None:
+            self.server.stop()
         for name, informer in (("pods", self.pod_informer), ("node", self.node_informer)):
             stats = informer.stats
             self.log.info(
@@ -228,6 +248,25 @@ class Agent:
                 reconnects=stats.reconnects,
                 events=dict(stats.events),
             )
+
+    def _kubelet_server(
+        self, node: NodeSettings, settings: ServerSettings, host: HostFacts
+    ) -> KubeletServer:
+        cert, key = settings.tls_cert_file, settings.tls_private_key_file
+        if cert is None or key is None:
+            ips = [node.node_ip or host.node_ip or "", "127.0.0.1"]
+            names = [node.node_name, host.hostname, "localhost"]
+            cert, key = self_signed(self.runtime.root_dir / "pki", node.node_name, names, ips)
+        return KubeletServer(
+            _AgentView(self),
+            self.runtime,
+            Gate(Reviews(self.kube.api), node.node_name, settings.anonymous_auth),
+            address=settings.address,
+            port=settings.port,
+            cert_file=cert,
+            key_file=key,
+            client_ca_file=settings.client_ca_file or self.kube.ca_file,
+        )
 
     # -- the pod index (by uid) for the workers --------------------------------------------
 
@@ -290,4 +329,70 @@ class Agent:
             cpu_milli=milli_value(allocatable["cpu"]),
             memory_bytes=value(allocatable["memory"]),
             pods=int(allocatable["pods"]),
+        )
+
+
+class _AgentView:
+    """What the kubelet API server reads of the agent (server.routes.NodeView)."""
+
+    def __init__(self, agent: Agent) -> None:
+        self._agent = agent
+
+    def pods(self) -> list[Json]:
+        return self._agent.active_pods()
+
+    def containers(self, uid: str) -> Sequence[cri.ObservedContainer]:
+        return self._agent.syncer.watcher.pod_containers(uid)
+
+    def health(self) -> tuple[bool, str]:
+        supervisor = self._agent.supervisor
+        return supervisor.healthy, supervisor.failure or "a loop is restarting"
+
+    def metrics(self) -> str:
+        agent = self._agent
+        running = [
+            c
+            for uid in agent._pod_uids()
+            for c in agent.syncer.watcher.pod_containers(uid)
+            if c.state is cri.ContainerState.RUNNING
+        ]
+        stats = agent.runtime.stats
+        docker = [
+            ({"kind": kind}, float(getattr(stats, kind)))
+            for kind in sorted(vars(stats))
+            if not kind.startswith("_")
+        ]
+        watches = [
+            ({"resource": name}, float(getattr(informer.stats, counter)))
+            for name, informer in (("pods", agent.pod_informer), ("node", agent.node_informer))
+            for counter in ("relists",)
+        ]
+        return render(
+            [
+                Family(
+                    "kubelet_running_pods",
+                    "gauge",
+                    "Number of pods that have a running pod sandbox",
+                    [({}, float(sum(1 for c in running if c.is_sandbox)))],
+                ),
+                Family(
+                    "kubelet_running_containers",
+                    "gauge",
+                    "Number of containers currently running",
+                    [
+                        (
+                            {"container_state": "running"},
+                            float(sum(1 for c in running if not c.is_sandbox)),
+                        )
+                    ],
+                ),
+                Family(
+                    "kubelet_sim_probe_attempts_total",
+                    "counter",
+                    "Probe attempts run (every kind)",
+                    [({}, float(agent.syncer.prober.attempts))],
+                ),
+                Family("kubelet_sim_docker_calls_total", "counter", "Docker engine calls", docker),
+                Family("kubelet_sim_watch_relists_total", "counter", "Relists after 410", watches),
+            ]
         )

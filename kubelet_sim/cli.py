@@ -25,6 +25,8 @@ from kubelet_sim.logs import configure_logging, get_logger
 from kubelet_sim.node.settings import NodeSettings, default_taints, parse_labels, parse_taints
 from kubelet_sim.runtime.docker_runtime import DockerRuntime, RuntimeUnavailable
 from kubelet_sim.runtime.log_rotation import LogRotation
+from kubelet_sim.server.http import ServerError
+from kubelet_sim.server.settings import ServerSettings
 from kubelet_sim.supervise import LoopFailed
 from kubelet_sim.tools import trace as pod_trace
 from kubelet_sim.tools import watch as watch_stream
@@ -135,8 +137,45 @@ def run(
     ] = None,
     kubelet_port: Annotated[
         int,
-        typer.Option(envvar="KUBELET_SIM_KUBELET_PORT", help="Port reported in daemonEndpoints."),
+        typer.Option(
+            "--port",
+            "--kubelet-port",
+            envvar=["KUBELET_SIM_PORT", "KUBELET_SIM_KUBELET_PORT"],
+            help="HTTPS port of the kubelet API (logs, metrics), advertised in daemonEndpoints;"
+            " 0 picks a free one. With several nodes, node i listens on PORT+i.",
+            min=0,
+            max=65535,
+        ),
     ] = 10250,
+    address: Annotated[
+        str,
+        typer.Option(envvar="KUBELET_SIM_ADDRESS", help="Address the kubelet API listens on."),
+    ] = "0.0.0.0",
+    tls_cert_file: Annotated[
+        Path | None,
+        typer.Option(
+            envvar="KUBELET_SIM_TLS_CERT_FILE",
+            help="Serving certificate of the kubelet API (default: self-signed, made at start).",
+        ),
+    ] = None,
+    tls_private_key_file: Annotated[
+        Path | None,
+        typer.Option(envvar="KUBELET_SIM_TLS_PRIVATE_KEY_FILE", help="Its private key."),
+    ] = None,
+    client_ca_file: Annotated[
+        str | None,
+        typer.Option(
+            envvar="KUBELET_SIM_CLIENT_CA_FILE",
+            help="CA of accepted client certificates (default: the kubeconfig's cluster CA).",
+        ),
+    ] = None,
+    anonymous_auth: Annotated[
+        bool,
+        typer.Option(
+            envvar="KUBELET_SIM_ANONYMOUS_AUTH",
+            help="Let requests without credentials in as system:anonymous (then authorized).",
+        ),
+    ] = False,
     delete_node_on_exit: Annotated[
         bool,
         typer.Option(
@@ -244,8 +283,20 @@ def run(
         _fail(str(exc))
     stop = _stop_on_signals()
     pod_settings = PodSettings(pause_image=pod_infra_image, allow_privileged=allow_privileged)
+    if (tls_cert_file is None) != (tls_private_key_file is None):
+        _fail("give --tls-cert-file and --tls-private-key-file together, or neither")
+    server = ServerSettings(
+        address=address,
+        port=kubelet_port,
+        tls_cert_file=tls_cert_file,
+        tls_private_key_file=tls_private_key_file,
+        client_ca_file=client_ca_file,
+        anonymous_auth=anonymous_auth,
+    )
     try:
-        failures = _run_nodes(kube, engine, root, settings, pod_settings, stop, rotation)
+        failures = _run_nodes(kube, engine, root, settings, pod_settings, stop, rotation, server)
+    except ServerError as exc:
+        _fail(str(exc))
     finally:
         engine.close()
     if failures:
@@ -264,6 +315,7 @@ def _run_nodes(
     pod_settings: PodSettings,
     stop: threading.Event,
     rotation: LogRotation,
+    server: ServerSettings,
 ) -> list[tuple[str, str]]:
     """One Agent per node, each on its own thread, sharing the API pool and the Docker client;
     each node's containers carry its name, which keeps them apart (also across restarts).
@@ -282,7 +334,7 @@ def _run_nodes(
             stop.set()
 
     schema = ServerSchema()  # read once for all the nodes: it is the same server
-    for node in settings:
+    for i, node in enumerate(settings):
         runtime = DockerRuntime(
             client=engine.client,
             node_name=node.node_name,
@@ -291,7 +343,10 @@ def _run_nodes(
             pull_progress_deadline=engine.pull_progress_deadline,
             log_rotation=rotation,
         )
-        agent = Agent(node, kube, runtime, pod_settings, schema)
+        port = server.port + i if server.port else 0
+        agent = Agent(
+            node, kube, runtime, pod_settings, schema, dataclasses.replace(server, port=port)
+        )
         thread = threading.Thread(
             target=run_agent, args=(agent,), name=f"node {node.node_name}", daemon=True
         )

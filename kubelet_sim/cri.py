@@ -179,6 +179,10 @@ class ExecResult:
     timed_out: bool = False
 
 
+class ContainerNotFound(Exception):
+    """The runtime has no such container (any more)."""
+
+
 class ImagePullError(Exception):
     """The pull failed; the message becomes the ErrImagePull status message."""
 

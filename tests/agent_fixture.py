@@ -14,6 +14,7 @@ from kubelet_sim.agent import Agent, PodSettings
 from kubelet_sim.kube.client import connect
 from kubelet_sim.node.settings import NodeSettings
 from kubelet_sim.runtime.docker_runtime import DockerRuntime
+from kubelet_sim.server.settings import ServerSettings
 from tests.cluster import Cluster, wait_for
 from tests.docker_env import DockerEnv
 
@@ -40,6 +41,7 @@ def start_agent(
     node: dict[str, Any] | None = None,
     pull_progress_deadline: float | None = None,
     prepare: Callable[[Agent], None] | None = None,
+    server: ServerSettings | None = None,
     **pod: Any,
 ) -> RunningAgent:
     """An agent on its thread. `node` holds NodeSettings fields (cpu, memory, ...), `pod`
@@ -53,6 +55,7 @@ def start_agent(
         connect(cluster.node_kubeconfig),
         runtime,
         PodSettings(pause_image=docker_env.pause_image, **pod),
+        server=server,
     )
     if prepare is not None:
         prepare(agent)

@@ -1,5 +1,6 @@
 """Shared fixtures: the API cluster (fake or real) and the Docker engine with local images."""
 
+import os
 from collections.abc import Iterator
 
 import pytest
@@ -9,6 +10,10 @@ from tests.cluster import *  # noqa: F403
 from tests.cluster import api_mode
 from tests.docker_env import *  # noqa: F403
 from tests.mounts import unmount_all_under
+
+# Many agents run at once (both passes, subprocess agents among them): each one's kubelet API
+# takes a free port (advertised in its Node) rather than all asking for 10250.
+os.environ.setdefault("KUBELET_SIM_PORT", "0")
 
 
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:

@@ -145,15 +145,7 @@ class KubeEnv:
 
     def kubeconfig_for(self, user: str, groups: list[str], filename: str) -> Path:
         """A kubeconfig with a client certificate for `user` in `groups`, signed by our CA."""
-        pki = self.workdir / "pki"
-        key, csr, crt = (pki / f"{filename}.{ext}" for ext in ("key", "csr", "crt"))
-        subject = "".join(f"/O={g}" for g in groups) + f"/CN={user}"
-        _openssl("ecparam", "-name", "prime256v1", "-genkey", "-noout", "-out", key.name, cwd=pki)
-        _openssl("req", "-new", "-key", key.name, "-subj", subject, "-out", csr.name, cwd=pki)
-        _openssl(
-            "x509", "-req", "-in", csr.name, "-CA", "ca.crt", "-CAkey", "ca.key",
-            "-CAcreateserial", "-days", "30", "-out", crt.name, cwd=pki,
-        )  # fmt: skip
+        crt, key = self._client_cert(user, groups, filename)
         config = {
             "apiVersion": "v1",
             "kind": "Config",
@@ -182,6 +174,25 @@ class KubeEnv:
         path.write_text(json.dumps(config, indent=2))
         return path
 
+    def _client_cert(self, user: str, groups: list[str], filename: str) -> tuple[Path, Path]:
+        pki = self.workdir / "pki"
+        key, csr, crt = (pki / f"{filename}.{ext}" for ext in ("key", "csr", "crt"))
+        subject = "".join(f"/O={g}" for g in groups) + f"/CN={user}"
+        _openssl("ecparam", "-name", "prime256v1", "-genkey", "-noout", "-out", key.name, cwd=pki)
+        _openssl("req", "-new", "-key", key.name, "-subj", subject, "-out", csr.name, cwd=pki)
+        _openssl(
+            "x509", "-req", "-in", csr.name, "-CA", "ca.crt", "-CAkey", "ca.key",
+            "-CAcreateserial", "-days", "30", "-out", crt.name, cwd=pki,
+        )  # fmt: skip
+        return crt, key
+
+    @property
+    def client_ca(self) -> tuple[Path, Path]:
+        """The CA (certificate, key) that signs client certificates, kubelet-client's among
+        them: kubelets of this control plane trust it, as kubeadm's trust the cluster CA."""
+        pki = self.workdir / "pki"
+        return pki / "ca.crt", pki / "ca.key"
+
     def node_kubeconfig(self, node_name: str) -> Path:
         """Credentials a kubelet has: `system:node:<name>` in `system:nodes`."""
         return self.kubeconfig_for(f"system:node:{node_name}", ["system:nodes"], node_name)
@@ -198,6 +209,8 @@ class KubeEnv:
             "-nodes", "-keyout", "ca.key", "-out", "ca.crt", "-days", "30",
             "-subj", "/CN=kubeenv-client-ca", cwd=pki,
         )  # fmt: skip
+        # What the API server shows kubelets when it proxies (kubeadm's apiserver-kubelet-client)
+        self._client_cert("kube-apiserver-kubelet-client", ["system:masters"], "kubelet-client")
 
     def _spawn(self, name: str, args: list[str]) -> subprocess.Popen[bytes]:
         log = (self.workdir / f"{name}.log").open("wb")
@@ -245,6 +258,9 @@ class KubeEnv:
                 "--advertise-address", "127.0.0.1",
                 "--cert-dir", str(self.workdir / "certs"),
                 "--client-ca-file", str(pki / "ca.crt"),
+                "--kubelet-client-certificate", str(pki / "kubelet-client.crt"),
+                "--kubelet-client-key", str(pki / "kubelet-client.key"),
+                "--kubelet-preferred-address-types", "InternalIP,Hostname",
                 "--authorization-mode", "Node,RBAC",
                 "--enable-admission-plugins", "NodeRestriction",
                 "--service-account-key-file", str(pki / "sa.pub"),

@@ -20,9 +20,10 @@ ALLOWED: dict[str, set[str]] = {
     "node": SHARED | {"kube", "runtime", "pod"},
     "prober": SHARED | {"pod"},
     "podworkers": SHARED | {"kube", "runtime", "pod", "volumes", "prober"},
-    "agent": SHARED | {"kube", "runtime", "pod", "node", "podworkers", "volumes"},
+    "server": SHARED | {"kube", "pod"},
+    "agent": SHARED | {"kube", "runtime", "pod", "node", "podworkers", "volumes", "server"},
     "tools": SHARED | {"kube", "runtime", "pod"},
-    "cli": SHARED | {"kube", "runtime", "node", "agent", "tools"},
+    "cli": SHARED | {"kube", "runtime", "node", "agent", "tools", "server"},
     "__main__": {"cli"},
 }
 THIRD_PARTY_OWNER = {"kubernetes": "kube", "docker": "runtime"}

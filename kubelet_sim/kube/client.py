@@ -29,6 +29,13 @@ class KubeConnection:
     host: str
     source: str
 
+    @property
+    def ca_file(self) -> str | None:
+        """The cluster CA's file (inline kubeconfig data is written to one by the client): on
+        kind/kubeadm it signs the API server's client certificate for kubelets."""
+        path = self.api.configuration.ssl_ca_cert
+        return str(path) if path else None
+
 
 def connect(
     kubeconfig: str | None = None, context: str | None = None, *, pool_size: int | None = None

@@ -90,7 +90,7 @@ class NodeSettings:
             raise ConfigError(f"--pods must be at least 1, got {self.pods}")
         if self.node_ip is not None:
             _validate_ip(self.node_ip)
-        if not 0 < self.kubelet_port < 65536:
+        if not 0 <= self.kubelet_port < 65536:  # 0 until the server has bound a free port
             raise ConfigError(f"kubelet port {self.kubelet_port} is not a TCP port (1-65535)")
         if self.lease_duration_seconds < 1 or min(self._intervals()) <= 0:
             raise ConfigError("lease duration and heartbeat intervals must be positive")

@@ -29,6 +29,8 @@ STATIC_RULES: dict[tuple[str, str], frozenset[str]] = {
     ("pods", "status"): frozenset({"update", "patch"}),
     ("events", ""): frozenset({"create", "update", "patch"}),
     ("leases", ""): frozenset({"get", "create", "update", "patch", "delete"}),
+    ("tokenreviews", ""): frozenset({"create"}),
+    ("subjectaccessreviews", ""): frozenset({"create"}),
 }
 GRAPH_VERBS = frozenset({"get", "list", "watch"})
 

@@ -51,6 +51,14 @@ EVENTS = Resource("events", "Event")
 BINDINGS = Resource("bindings", "Binding")
 LEASES = Resource("leases", "Lease", group="coordination.k8s.io")
 SERVICEACCOUNTS = Resource("serviceaccounts", "ServiceAccount", subresources=frozenset({"token"}))
+# Create-only reviews: answered, never stored (as the real server's).
+TOKENREVIEWS = Resource(
+    "tokenreviews", "TokenReview", group="authentication.k8s.io", namespaced=False
+)
+SUBJECTACCESSREVIEWS = Resource(
+    "subjectaccessreviews", "SubjectAccessReview", group="authorization.k8s.io", namespaced=False
+)
+REVIEWS = (TOKENREVIEWS, SUBJECTACCESSREVIEWS)
 
 ALL: tuple[Resource, ...] = (
     PODS,
@@ -63,7 +71,9 @@ ALL: tuple[Resource, ...] = (
     SERVICEACCOUNTS,
 )
 
-BY_GROUP: dict[tuple[str, str], Resource] = {(r.group, r.name): r for r in (*ALL, BINDINGS)}
+BY_GROUP: dict[tuple[str, str], Resource] = {
+    (r.group, r.name): r for r in (*ALL, BINDINGS, *REVIEWS)
+}
 
 
 def lookup(group: str, name: str) -> Resource | None:

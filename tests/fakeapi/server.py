@@ -17,7 +17,7 @@ from types import TracebackType
 from typing import Any
 from urllib.parse import parse_qs, urlsplit
 
-from tests.fakeapi import authz, errors, routes, selectors
+from tests.fakeapi import authz, errors, resources, reviews, routes, selectors
 from tests.fakeapi.errors import ApiError
 from tests.fakeapi.faults import FailRule, Faults, Predicate, RequestLog, RequestRecord
 from tests.fakeapi.registry import Registry, _parse_rv, typed
@@ -334,6 +334,17 @@ class FakeApiServer:
         if res is None:
             raise ApiError(404, "the server could not find the requested resource", "NotFound")
         authz.check(record.user, route, params, _json_or_none(raw), self.store)
+        if res in resources.REVIEWS:
+            if route.verb != "create" or route.name is not None:
+                raise ApiError(405, NOT_ALLOWED, "MethodNotAllowed")
+            body = _json(raw)
+            answer = (
+                reviews.token_review(self._tokens, body)
+                if res is resources.TOKENREVIEWS
+                else reviews.access_review(body)
+            )
+            self._send(h, record, 201, answer, {})
+            return
         if res is BINDINGS:
             if route.verb != "create" or route.name is not None:
                 raise ApiError(405, NOT_ALLOWED, "MethodNotAllowed")

@@ -1,0 +1,141 @@
+"""The kubelet API server on its port: TLS, then the gate, then a route.
+
+A thread per connection (the standard library's ThreadingHTTPServer) with the TLS handshake on
+that thread, so a slow or broken client never holds the accept loop. A client certificate from
+another CA fails the handshake: Python's ssl verifies during it, where Go's kubelet answers 401.
+"""
+
+from __future__ import annotations
+
+import ssl
+import threading
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from pathlib import Path
+from typing import Any
+from urllib.parse import urlsplit
+
+from kubelet_sim.logs import get_logger
+from kubelet_sim.server.auth import Gate
+from kubelet_sim.server.routes import LogSource, NodeView, Reply, route
+
+HANDSHAKE_TIMEOUT = 10.0
+
+
+class ServerError(Exception):
+    """The server cannot start (the port is taken, a certificate file is bad): one line."""
+
+
+class _Server(ThreadingHTTPServer):
+    daemon_threads = True
+    allow_reuse_address = True
+    block_on_close = False
+    app: KubeletServer
+
+
+class _Handler(BaseHTTPRequestHandler):
+    protocol_version = "HTTP/1.1"
+    server: _Server
+
+    def setup(self) -> None:
+        conn: ssl.SSLSocket = self.request
+        conn.settimeout(HANDSHAKE_TIMEOUT)
+        conn.do_handshake()  # a refused certificate raises here: the connection just ends
+        conn.settimeout(None)
+        super().setup()
+
+    def do_GET(self) -> None:
+        self.server.app.serve(self)
+
+    do_HEAD = do_POST = do_PUT = do_DELETE = do_PATCH = do_GET
+
+    def log_message(self, format: str, *args: Any) -> None:
+        self.server.app.log.debug("request", line=format % args)
+
+
+class KubeletServer:
+    def __init__(
+        self,
+        node: NodeView,
+        logs: LogSource,
+        gate: Gate,
+        *,
+        address: str,
+        port: int,
+        cert_file: Path,
+        key_file: Path,
+        client_ca_file: str | None,
+    ) -> None:
+        self.node, self.logs, self.gate = node, logs, gate
+        self.log = get_logger("kubelet_sim.server", node=gate.node_name)
+        context = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
+        try:
+            context.load_cert_chain(cert_file, key_file)
+            if client_ca_file:
+                context.load_verify_locations(client_ca_file)
+                context.verify_mode = ssl.CERT_OPTIONAL
+        except (OSError, ssl.SSLError) as exc:
+            raise ServerError(f"cannot use the serving certificate or client CA: {exc}") from exc
+        try:
+            self._http = _Server((address, port), _Handler, bind_and_activate=True)
+        except OSError as exc:
+            raise ServerError(f"cannot listen on {address}:{port}: {exc.strerror or exc}") from exc
+        self._http.app = self
+        self._http.socket = context.wrap_socket(
+            self._http.socket, server_side=True, do_handshake_on_connect=False
+        )
+        self.port = int(self._http.server_address[1])
+        self._thread: threading.Thread | None = None
+
+    def start(self) -> None:
+        self._thread = threading.Thread(
+            target=self._http.serve_forever, kwargs={"poll_interval": 0.5}, name="kubelet-server",
+            daemon=True,
+        )  # fmt: skip
+        self._thread.start()
+        self.log.info("kubelet API server listening", port=self.port)
+
+    def stop(self) -> None:
+        if self._thread is not None:
+            self._http.shutdown()
+        self._http.server_close()
+
+    def serve(self, handler: _Handler) -> None:
+        parts = urlsplit(handler.path)
+        conn: ssl.SSLSocket = handler.request
+        refused = self.gate.check(
+            handler.command,
+            parts.path,
+            conn.getpeercert() or None,
+            handler.headers.get("Authorization", ""),
+        )
+        if refused is not None:
+            reply = Reply.text(refused[0], refused[1] + "\n")
+        elif handler.command not in ("GET", "HEAD"):
+            reply = Reply.text(405, "405 method not allowed\n")
+        else:
+            try:
+                reply = route(self.node, self.logs, parts.path, parts.query)
+            except Exception as exc:  # one broken request never takes the server down
+                self.log.exception("request failed", path=parts.path)
+                reply = Reply.text(500, f"{type(exc).__name__}: {exc}\n")
+        _send(handler, reply)
+
+
+def _send(handler: BaseHTTPRequestHandler, reply: Reply) -> None:
+    """Chunked, flushed per chunk: a followed log reaches the client as Docker writes it."""
+    try:
+        handler.send_response(reply.status)
+        handler.send_header("Content-Type", reply.content_type)
+        handler.send_header("Transfer-Encoding", "chunked")
+        handler.end_headers()
+        if handler.command != "HEAD":
+            for chunk in reply.body:
+                if chunk:
+                    handler.wfile.write(b"%x\r\n%s\r\n" % (len(chunk), chunk))
+                    handler.wfile.flush()
+        handler.wfile.write(b"0\r\n\r\n")
+        handler.wfile.flush()
+    except OSError:  # TimeoutError included
+        handler.close_connection = True  # the client left: end a followed stream
+    finally:
+        reply.close()
