@@ -25,7 +25,11 @@ from tests.pods import container, get_pod, make_pod, running_ready, wait_status
 pytestmark = pytest.mark.docker
 
 MANIFEST = Path(__file__).resolve().parent.parent / "deploy" / "rbac.yaml"
-GROUPS = {"leases": "coordination.k8s.io"}
+GROUPS = {
+    "leases": "coordination.k8s.io",
+    "tokenreviews": "authentication.k8s.io",
+    "subjectaccessreviews": "authorization.k8s.io",
+}
 # Granted though one pod's life does not make them, each for a path the workload skips.
 NOT_IN_THE_WORKLOAD = {
     ("delete", "nodes"): "--delete-node-on-exit",
@@ -34,6 +38,8 @@ NOT_IN_THE_WORKLOAD = {
     ("get", "leases"): "adopting an existing Lease",
     ("update", "leases"): "renewing the Lease (every 10 s)",
     ("patch", "events"): "an event repeated",
+    ("create", "tokenreviews"): "a kubelet API request with a bearer token",
+    ("create", "subjectaccessreviews"): "authorizing a kubelet API request",
 }
 
 
