@@ -214,6 +214,9 @@ def test_refusals(cluster: Cluster, node: Node) -> None:
     with pytest.raises(urllib.error.HTTPError) as unknown:
         node.get("/pods", cert=None, token="not-a-token")
     assert unknown.value.code == 401
+    with pytest.raises(urllib.error.HTTPError) as streaming:
+        node.get(f"/exec/{cluster.namespace}/p/c?command=ls")
+    assert streaming.value.code == 501, "exec is not served yet, and says so"
 
 
 def test_pod_logs_through_the_api_server(cluster: Cluster, node: Node) -> None:

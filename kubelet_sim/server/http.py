@@ -19,6 +19,7 @@ from kubelet_sim.server.auth import Gate
 from kubelet_sim.server.routes import LogSource, NodeView, Reply, route
 
 HANDSHAKE_TIMEOUT = 10.0
+STREAMING = ("/exec/", "/attach/", "/portForward/", "/run/")  # not served yet
 
 
 class ServerError(Exception):
@@ -110,6 +111,8 @@ class KubeletServer:
         )
         if refused is not None:
             reply = Reply.text(refused[0], refused[1] + "\n")
+        elif parts.path.startswith(STREAMING):  # say so, rather than a bare 404 or 405
+            reply = Reply.text(501, "kubelet-sim does not serve exec, attach or port-forward yet\n")
         elif handler.command not in ("GET", "HEAD"):
             reply = Reply.text(405, "405 method not allowed\n")
         else:
