@@ -619,7 +619,46 @@ def scenario_status_validation(s: Side, node: str) -> list[tuple[str, Answer]]:
     return results
 
 
+def scenario_reviews(s: Side, node: str) -> list[tuple[str, Answer]]:
+    """What the kubelet API's gate asks, with node credentials: who a token is (TokenReview),
+    and whether a user may reach nodes/proxy (SubjectAccessReview)."""
+    kubelet = s.as_node(node)
+    issued = s("POST", "/api/v1/namespaces/{ns}/serviceaccounts/default/token", {"spec": {}})
+    token = (issued.body.get("status") or {}).get("token", "") if issued.code < 300 else ""
+    results = []
+    for step, candidate in (("unknown token", "not-a-token"), ("service account token", token)):
+        body = {"apiVersion": "authentication.k8s.io/v1", "kind": "TokenReview",
+                "spec": {"token": candidate}}  # fmt: skip
+        answer = kubelet("POST", "/apis/authentication.k8s.io/v1/tokenreviews", body)
+        status = answer.body.get("status") or {} if isinstance(answer.body, dict) else {}
+        user = status.get("user") or {}
+        shown = {"authenticated": status.get("authenticated"), "username": user.get("username"),
+                 "groups": user.get("groups")}  # fmt: skip
+        results.append((step, Answer(answer.code, shown)))
+    for step, user, groups, sub in (
+        ("admin on nodes/proxy", "kube-apiserver-kubelet-client", ["system:masters"], "proxy"),
+        ("account on nodes/proxy", "system:serviceaccount:x:a", ["system:authenticated"], "proxy"),
+        ("node on nodes/proxy", f"system:node:{node}", ["system:nodes"], "proxy"),
+        ("node on its node", f"system:node:{node}", ["system:nodes"], ""),
+    ):  # fmt: skip
+        body = {
+            "apiVersion": "authorization.k8s.io/v1",
+            "kind": "SubjectAccessReview",
+            "spec": {
+                "user": user,
+                "groups": [*groups, "system:authenticated"],
+                "resourceAttributes": {"verb": "get", "resource": "nodes", "subresource": sub,
+                                       "name": node, "version": "v1"},
+            },
+        }  # fmt: skip
+        answer = kubelet("POST", "/apis/authorization.k8s.io/v1/subjectaccessreviews", body)
+        status = answer.body.get("status") or {} if isinstance(answer.body, dict) else {}
+        results.append((step, Answer(answer.code, {"allowed": bool(status.get("allowed"))})))
+    return results
+
+
 SCENARIOS: dict[str, Scenario] = {
+    "reviews": scenario_reviews,
     "status validation": scenario_status_validation,
     "node credentials": scenario_node_credentials,
     "watch edges": scenario_watch_edges,
