@@ -14,22 +14,17 @@ from __future__ import annotations
 
 import argparse
 import contextlib
-import json
 import tempfile
 import time
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
-from kubernetes import client
-
 from bench import dockerside
-from bench.kube import PodWatch, api_client, create_namespace, delete_namespace, is_ready, pod_body
-from bench.processes import REPO, AgentProcess, ApiServer
+from bench.kube import PodWatch, create_namespace, delete_namespace, is_ready, pod_body
+from bench.processes import AgentProcess, one_node, write_result
 from bench.procstat import EngineCpu, UsageWindow
-from kubelet_sim.runtime.local_images import PAUSE_IMAGE
 
-RESULTS = REPO / "bench" / "results"
 NODE = "bench-probes"
 # busybox httpd on 8080 serves both the tcp and the http probe; the trap ends it on SIGTERM.
 SERVE = "mkdir -p /www && echo ok > /www/ok && busybox httpd -p 8080 -h /www"
@@ -115,28 +110,10 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--real-api", action="store_true", help="a real control plane")
     args = parser.parse_args(argv)
     tmp = Path(tempfile.mkdtemp(prefix="kubelet-sim-probes-"))
-    server = ApiServer(args.real_api, tmp)
-    core = client.CoreV1Api(api_client(server.kubeconfig))
-    agent = AgentProcess(
-        NODE, server.node_kubeconfig(NODE), tmp / "root", PAUSE_IMAGE, None, tmp / "agent.log"
-    )
-    try:
-        agent.wait_running(60)
+    with one_node(args.real_api, NODE, tmp) as (server, core, agent):
         phases = [_phase(core, agent, args.pods, kind, args.window) for kind in (None, args.kind)]
-    finally:
-        agent.stop()
-        with contextlib.suppress(Exception):
-            dockerside.remove_node_containers(dockerside.connect(), NODE)
-        with contextlib.suppress(client.ApiException):
-            core.delete_node(NODE)
-        server.stop()
     result = {"api": server.label, "time": datetime.now(UTC).isoformat(timespec="seconds")}
-    result["phases"] = phases  # type: ignore[assignment]
-    RESULTS.mkdir(exist_ok=True)
-    out = RESULTS / f"probes-{args.kind}-{datetime.now(UTC):%Y%m%dT%H%M%S}.json"
-    out.write_text(json.dumps(result, indent=2) + "\n")
-    print(json.dumps(result, indent=2))
-    print(f"written to {out}")
+    write_result(f"probes-{args.kind}", {**result, "phases": phases})
     return 0
 
 

@@ -16,10 +16,16 @@ import threading
 import time
 import urllib.parse
 import urllib.request
-from datetime import datetime
+from collections.abc import Iterator
+from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
+from kubernetes import client
+
+from bench import dockerside
+from bench.kube import api_client
+from kubelet_sim.runtime.local_images import PAUSE_IMAGE
 from tests.kubeenv import KubeEnv, find_binaries
 
 REPO = Path(__file__).resolve().parent.parent
@@ -194,3 +200,35 @@ class ApiServer:
             self.fake.stop()
         if self.env is not None:
             self.env.stop()
+
+
+@contextlib.contextmanager
+def one_node(real: bool, node: str, tmp: Path) -> Iterator[tuple[ApiServer, Any, AgentProcess]]:
+    """An API server and one agent for `node`, ready; afterwards the agent stopped, its
+    containers and Node removed and the server stopped, whatever happened in between."""
+    server = ApiServer(real, tmp)
+    core = client.CoreV1Api(api_client(server.kubeconfig))
+    agent = AgentProcess(
+        node, server.node_kubeconfig(node), tmp / "root", PAUSE_IMAGE, None, tmp / "agent.log"
+    )
+    try:
+        agent.wait_running(60)
+        yield server, core, agent
+    finally:
+        agent.stop()
+        with contextlib.suppress(Exception):
+            dockerside.remove_node_containers(dockerside.connect(), node)
+        with contextlib.suppress(client.ApiException):
+            core.delete_node(node)
+        server.stop()
+
+
+def write_result(name: str, result: dict[str, Any]) -> Path:
+    """bench/results/<name>-<time>.json, and the same on stdout."""
+    results = REPO / "bench" / "results"
+    results.mkdir(exist_ok=True)
+    out = results / f"{name}-{datetime.now(UTC):%Y%m%dT%H%M%S}.json"
+    out.write_text(json.dumps(result, indent=2) + "\n")
+    print(json.dumps(result, indent=2))
+    print(f"written to {out}")
+    return out

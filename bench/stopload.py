@@ -14,8 +14,6 @@ Results in bench/results/stopload-*.json.
 from __future__ import annotations
 
 import argparse
-import contextlib
-import json
 import tempfile
 import threading
 import time
@@ -23,15 +21,11 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
-from kubernetes import client
-
 from bench import dockerside
-from bench.kube import PodWatch, api_client, create_namespace, delete_namespace, is_ready, pod_body
-from bench.processes import REPO, AgentProcess, ApiServer
+from bench.kube import PodWatch, create_namespace, delete_namespace, is_ready, pod_body
+from bench.processes import one_node, write_result
 from bench.report import percentile
-from kubelet_sim.runtime.local_images import PAUSE_IMAGE
 
-RESULTS = REPO / "bench" / "results"
 NODE = "bench-stopload"
 
 
@@ -138,25 +132,9 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--real-api", action="store_true", help="a real control plane")
     args = parser.parse_args(argv)
     tmp = Path(tempfile.mkdtemp(prefix="kubelet-sim-stopload-"))
-    server = ApiServer(args.real_api, tmp)
-    kubeconfig, agent_kubeconfig = server.kubeconfig, server.node_kubeconfig(NODE)
-    core = client.CoreV1Api(api_client(kubeconfig))
-    agent = AgentProcess(NODE, agent_kubeconfig, tmp / "root", PAUSE_IMAGE, None, tmp / "agent.log")
-    try:
-        agent.wait_running(60)
+    with one_node(args.real_api, NODE, tmp) as (server, core, _agent):
         result = {"api": server.label, **run(core, args)}
-    finally:
-        agent.stop()
-        with contextlib.suppress(Exception):
-            dockerside.remove_node_containers(dockerside.connect(), NODE)
-        with contextlib.suppress(client.ApiException):
-            core.delete_node(NODE)
-        server.stop()
-    RESULTS.mkdir(exist_ok=True)
-    out = RESULTS / f"stopload-{result['api']}-{datetime.now(UTC):%Y%m%dT%H%M%S}.json"
-    out.write_text(json.dumps(result, indent=2) + "\n")
-    print(json.dumps(result, indent=2))
-    print(f"written to {out}")
+    write_result(f"stopload-{result['api']}", result)
     return 0
 
 
