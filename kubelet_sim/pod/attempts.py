@@ -28,3 +28,12 @@ def latest_attempt(containers: Sequence[ObservedContainer], name: str) -> Observ
 def latest_sandbox(containers: Sequence[ObservedContainer]) -> ObservedContainer | None:
     sandboxes = newest_first([c for c in containers if c.is_sandbox])
     return sandboxes[0] if sandboxes else None
+
+
+def pod_address(host_network: bool, containers: Sequence[ObservedContainer], node_ip: str) -> str:
+    """Where a probe or hook reaches the pod by default: the node's IP for a hostNetwork pod,
+    else its sandbox's ("" before it has one)."""
+    if host_network:
+        return node_ip
+    sandbox = latest_sandbox(containers)
+    return sandbox.ip if sandbox is not None else ""

@@ -35,10 +35,15 @@ def hook_of(container: ContainerView | None, which: str) -> dict[str, Any] | Non
 
 class HookRunner:
     def __init__(
-        self, runtime: ExecRuntime, events: EventRecorder, threads: int = HOOK_THREADS
+        self,
+        runtime: ExecRuntime,
+        events: EventRecorder,
+        node_ip: str = "",
+        threads: int = HOOK_THREADS,
     ) -> None:
         self.runtime = runtime
         self.events = events
+        self.node_ip = node_ip  # a hostNetwork pod's address
         self._pool = ThreadPoolExecutor(threads, thread_name_prefix="lifecycle-hook")
         self._closed = threading.Event()
 

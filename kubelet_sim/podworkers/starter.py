@@ -14,7 +14,7 @@ from kubelet_sim import cri
 from kubelet_sim.kube.events import NORMAL, WARNING, EventRecorder, EventRef
 from kubelet_sim.kube.pod_api import PodStatusWriter
 from kubelet_sim.logs import get_logger
-from kubelet_sim.pod.attempts import latest_attempt
+from kubelet_sim.pod.attempts import latest_attempt, pod_address
 from kubelet_sim.pod.container_config import (
     ContainerConfigError,
     ObjectLookup,
@@ -135,7 +135,7 @@ class ContainerStarter:
         self.stopper.refresh(container_id)
         state.waiting.pop(container.name, None)
         if self.hooks is not None and hook_of(container, POST_START) is not None:
-            self._post_start(self.hooks, view, container, container_id, sandbox.ip, state)
+            self._post_start(self.hooks, view, container, container_id, sandbox, state)
         return None
 
     def _post_start(
@@ -144,12 +144,12 @@ class ContainerStarter:
         view: PodView,
         container: ContainerView,
         container_id: str,
-        pod_ip: str,
+        sandbox: cri.ObservedContainer,
         state: PodState,
     ) -> None:
         """The postStart hook, off the pod worker; a failure comes back to the pod's sync,
         which kills the container (startContainer's FailedPostStartHook)."""
-        ip = self.settings.node_ip if view.host_network else pod_ip
+        ip = pod_address(view.host_network, [sandbox], self.settings.node_ip)
 
         def run() -> None:
             error = hooks.run(view, container, container_id, POST_START, ip, POST_START_LIMIT)

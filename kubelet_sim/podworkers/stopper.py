@@ -17,7 +17,7 @@ from collections.abc import Sequence
 from kubelet_sim import cri
 from kubelet_sim.kube.events import NORMAL, EventRecorder
 from kubelet_sim.logs import get_logger
-from kubelet_sim.pod.attempts import latest_sandbox
+from kubelet_sim.pod.attempts import pod_address
 from kubelet_sim.pod.spec import ContainerView, PodView
 from kubelet_sim.podworkers.event_refs import container_spec, event_ref
 from kubelet_sim.podworkers.hooks import PRE_STOP, HookRunner, hook_of
@@ -99,8 +99,8 @@ class ContainerStopper:
         began = time.monotonic()
         with self._cond:
             self._book(container.id, began + grace + MIN_GRACE)
-        sandbox = latest_sandbox(self.watcher.pod_containers(view.uid))
-        pod_ip = sandbox.ip if sandbox is not None else ""
+        observed = self.watcher.pod_containers(view.uid)
+        pod_ip = pod_address(view.host_network, observed, hooks.node_ip)
 
         def run() -> None:
             hooks.run(view, spec, container.id, PRE_STOP, pod_ip, grace)

@@ -20,7 +20,7 @@ from kubelet_sim.kube.rest import ApiError, Json
 from kubelet_sim.kube.tokens import TokenManager
 from kubelet_sim.logs import get_logger
 from kubelet_sim.pod.actions import PodActions, compute_actions
-from kubelet_sim.pod.attempts import latest_sandbox
+from kubelet_sim.pod.attempts import latest_sandbox, pod_address
 from kubelet_sim.pod.container_config import spec_hash
 from kubelet_sim.pod.references import referenced_objects
 from kubelet_sim.pod.restart_backoff import KeyedBackoff
@@ -89,7 +89,7 @@ class PodSyncer:
                 c.state is cri.ContainerState.RUNNING for c in watcher.pod_containers(uid)
             ),
         )
-        self.hooks = HookRunner(runtime, events)
+        self.hooks = HookRunner(runtime, events, settings.node_ip)
         self.stopper = ContainerStopper(runtime, watcher, events, self.hooks)
         self.starter = ContainerStarter(
             settings, runtime, watcher, events, status, self.stopper, self._lookup, self.hooks
@@ -178,7 +178,8 @@ class PodSyncer:
             self._write(pod, view, state)  # the kubelet's first word: Pending, ContainerCreating
         observed = self.watcher.pod_containers(view.uid)
         sandbox = latest_sandbox(observed)
-        self.prober.sync_pod(view, observed, self._pod_ip(view, sandbox))
+        address = pod_address(view.host_network, observed, self.settings.node_ip)
+        self.prober.sync_pod(view, observed, address)
         actions = compute_actions(view, observed, spec_hash, self.prober.results(view.uid))
         retry: list[float | None] = [deadline]
         volumes = self._setup_volumes(view, observed)
@@ -447,11 +448,6 @@ class PodSyncer:
             state.messages[c.id] = message
 
     # -- small helpers ---------------------------------------------------------------------
-
-    def _pod_ip(self, view: PodView, sandbox: cri.ObservedContainer | None) -> str:
-        if view.host_network:
-            return self.settings.node_ip
-        return sandbox.ip if sandbox is not None else ""
 
     def _probe_event(
         self, view: PodView, container: ContainerView, kind: str, reason: str, message: str

@@ -209,8 +209,8 @@ class ProbeManager:
                 )
         except Exception as exc:  # a probe must never take the pool down
             outcome, output = Outcome.UNKNOWN, f"{type(exc).__name__}: {exc}"
-        self.attempts += 1
         with self._cond:
+            self.attempts += 1
             worker.busy = False
             if self._workers.get(key) is not worker:
                 return  # the container stopped while it was probed
