@@ -36,6 +36,8 @@ class FakeExec:
         with self.lock:
             self.calls.append(tuple(command))
             self.first.setdefault(command[0], time.monotonic())
+        if command[0] == "hang":
+            return cri.ExecResult(None, "", timed_out=True)
         return cri.ExecResult(0 if command[0] == "ok" else 1, f"said {command[0]}")
 
     def count(self, word: str) -> int:
@@ -135,6 +137,25 @@ def test_initial_delay_and_stopped_containers() -> None:
         marker = h.runtime.count("other")
         wait_for(lambda: h.runtime.count("other") >= marker + 6, 5, "six ticks of another pod")
         assert h.runtime.count("ok") <= calls + 1, "a stopped container is not probed"
+    finally:
+        h.manager.shutdown()
+
+
+def test_a_timeout_fails_and_an_error_is_no_result() -> None:
+    """exec.go: a timed out command is a failure; prober.go: a probe that cannot run (a port
+    name the container lacks) is an error, told, and never counted."""
+    h = Harness()
+    try:
+        pod = _pod(
+            livenessProbe=_probe("hang", failureThreshold=2),
+            readinessProbe={"tcpSocket": {"port": "nope"}, "periodSeconds": TICK},
+        )
+        h.manager.sync_pod(pod, _observed(), "10.0.0.2")
+        wait_for(lambda: h.result("liveness") is Result.FAILURE, 5, "liveness failed")
+        assert ("Unhealthy", 'Liveness probe failed: command "hang" timed out') in h.events
+        errored = "Readiness probe errored and resulted in unknown state: port nope not found"
+        wait_for(lambda: ("Unhealthy", errored) in h.events, 5, "the error told")
+        assert h.result("readiness") is Result.FAILURE, "still its initial result"
     finally:
         h.manager.shutdown()
 

@@ -7,7 +7,7 @@ output, `HTTP probe failed with statuscode: 503`, or the dial error in Go's word
 from __future__ import annotations
 
 import http.client
-import shlex
+import json
 import socket
 import ssl
 from collections.abc import Sequence
@@ -60,8 +60,8 @@ def run_exec(
     runtime: ExecRuntime, container_id: str, action: ExecAction, timeout: float
 ) -> tuple[Outcome, str]:
     result = runtime.exec_probe(container_id, action.command, timeout)
-    if result.timed_out:  # prober.go: a timeout is a failure, in these words
-        return Outcome.FAILURE, f"command {shlex.join(action.command)!r} timed out"
+    if result.timed_out:  # exec.go: a timeout is a failure, its error the output (Go's %q)
+        return Outcome.FAILURE, f"command {json.dumps(' '.join(action.command))} timed out"
     if result.exit_code is None:
         return Outcome.UNKNOWN, result.error or "the command could not be run"
     return (Outcome.SUCCESS if result.exit_code == 0 else Outcome.FAILURE), result.output

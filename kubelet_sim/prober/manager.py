@@ -242,7 +242,8 @@ class ProbeManager:
         if outcome is Outcome.FAILURE:
             reason, message = "Unhealthy", f"{kind} probe failed: {output}"
         elif outcome is Outcome.UNKNOWN:
-            reason, message = "Unhealthy", f"{kind} probe errored: {output}"
+            reason = "Unhealthy"  # prober.go, since the result is named in it
+            message = f"{kind} probe errored and resulted in unknown state: {output}"
         elif outcome is Outcome.WARNING:
             reason, message = "ProbeWarning", f"{kind} probe warning: {output}"
         else:
