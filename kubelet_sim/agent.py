@@ -22,7 +22,7 @@ from kubelet_sim.kube.schema import ServerSchema
 from kubelet_sim.kube.tokens import TokenManager
 from kubelet_sim.kube.watches import own_node, pods_on_node
 from kubelet_sim.logs import get_logger
-from kubelet_sim.node.host import HostFacts, detect_host
+from kubelet_sim.node.host import HostFacts, detect_host, host_usage
 from kubelet_sim.node.lifecycle import NodeLifecycle
 from kubelet_sim.node.node_object import resources
 from kubelet_sim.node.settings import NodeSettings
@@ -37,8 +37,9 @@ from kubelet_sim.runtime.observe import ContainerWatcher
 from kubelet_sim.server.auth import Gate
 from kubelet_sim.server.certs import self_signed
 from kubelet_sim.server.http import KubeletServer
-from kubelet_sim.server.metrics import Family, render
+from kubelet_sim.server.metrics import Family, Sample, render
 from kubelet_sim.server.settings import ServerSettings
+from kubelet_sim.server.usage import NodeUsage, PodUsage
 from kubelet_sim.supervise import LoopFailed, LoopHealth, Supervisor
 from kubelet_sim.volumes import VolumeManager
 
@@ -337,6 +338,7 @@ class _AgentView:
 
     def __init__(self, agent: Agent) -> None:
         self._agent = agent
+        self.node_name = agent.node_name
 
     def pods(self) -> list[Json]:
         return self._agent.active_pods()
@@ -350,49 +352,71 @@ class _AgentView:
 
     def metrics(self) -> str:
         agent = self._agent
-        running = [
-            c
-            for uid in agent._pod_uids()
-            for c in agent.syncer.watcher.pod_containers(uid)
-            if c.state is cri.ContainerState.RUNNING
-        ]
+        running = [c for uid in agent._pod_uids() for c in self._running(uid)]
         stats = agent.runtime.stats
         docker = [
-            ({"kind": kind}, float(getattr(stats, kind)))
+            Sample({"kind": kind}, float(getattr(stats, kind)))
             for kind in sorted(vars(stats))
             if not kind.startswith("_")
         ]
-        watches = [
-            ({"resource": name}, float(getattr(informer.stats, counter)))
+        relists = [
+            Sample({"resource": name}, float(informer.stats.relists))
             for name, informer in (("pods", agent.pod_informer), ("node", agent.node_informer))
-            for counter in ("relists",)
         ]
+        sandboxes = sum(1 for c in running if c.is_sandbox)
         return render(
             [
                 Family(
                     "kubelet_running_pods",
                     "gauge",
                     "Number of pods that have a running pod sandbox",
-                    [({}, float(sum(1 for c in running if c.is_sandbox)))],
+                    [Sample({}, sandboxes)],
                 ),
                 Family(
                     "kubelet_running_containers",
                     "gauge",
                     "Number of containers currently running",
-                    [
-                        (
-                            {"container_state": "running"},
-                            float(sum(1 for c in running if not c.is_sandbox)),
-                        )
-                    ],
+                    [Sample({"container_state": "running"}, len(running) - sandboxes)],
                 ),
                 Family(
                     "kubelet_sim_probe_attempts_total",
                     "counter",
                     "Probe attempts run (every kind)",
-                    [({}, float(agent.syncer.prober.attempts))],
+                    [Sample({}, agent.syncer.prober.attempts)],
                 ),
                 Family("kubelet_sim_docker_calls_total", "counter", "Docker engine calls", docker),
-                Family("kubelet_sim_watch_relists_total", "counter", "Relists after 410", watches),
+                Family("kubelet_sim_watch_relists_total", "counter", "Relists after 410", relists),
             ]
         )
+
+    def usage(self) -> tuple[NodeUsage, list[PodUsage]]:
+        """One sample of the node and of every running container (a Docker call each)."""
+        agent = self._agent
+        cpu, memory = host_usage()
+        node = NodeUsage(cpu, memory, time.time())
+        pods = []
+        for pod in agent.active_pods():
+            meta = pod.get("metadata") or {}
+            uid = str(meta.get("uid", ""))
+            containers, sandbox, starts = {}, None, {}
+            for c in self._running(uid):
+                sample = agent.runtime.container_stats(c.id)
+                if sample is None:
+                    continue
+                if c.is_sandbox:
+                    sandbox = sample
+                else:
+                    containers[c.name] = sample
+                    if c.started_at is not None:
+                        starts[c.name] = c.started_at.timestamp()
+            if containers or sandbox:
+                name, namespace = str(meta.get("name")), str(meta.get("namespace"))
+                pods.append(PodUsage(namespace, name, uid, containers, sandbox, starts))
+        return node, pods
+
+    def _running(self, uid: str) -> list[cri.ObservedContainer]:
+        return [
+            c
+            for c in self._agent.syncer.watcher.pod_containers(uid)
+            if c.state is cri.ContainerState.RUNNING
+        ]

@@ -179,6 +179,16 @@ class ExecResult:
     timed_out: bool = False
 
 
+@dataclass(frozen=True)
+class ContainerStats:
+    """A container's resource use as the runtime counts it (cAdvisor's names in the comments)."""
+
+    cpu_seconds: float  # cumulative CPU time, core-seconds (usage_core_nanoseconds / 1e9)
+    memory_working_set_bytes: int  # usage minus inactive file pages, as cAdvisor's working set
+    memory_usage_bytes: int
+    timestamp: float  # unix seconds of the sample
+
+
 class ContainerNotFound(Exception):
     """The runtime has no such container (any more)."""
 

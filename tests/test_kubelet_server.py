@@ -155,6 +155,25 @@ def test_pods_and_metrics(cluster: Cluster, node: Node) -> None:
     assert re.search(r"^kubelet_running_pods 1$", metrics, re.M), metrics
     assert re.search(r'^kubelet_running_containers\{container_state="running"\} 1$', metrics, re.M)
     assert "# TYPE kubelet_sim_docker_calls_total counter" in metrics
+    ns = cluster.namespace
+    resource = node.text("/metrics/resource")
+    line = rf'^container_cpu_usage_seconds_total\{{container="c",namespace="{ns}",pod="counted"\}} '
+    assert re.search(line + r"[0-9.e+-]+ \d{13}$", resource, re.M), resource
+    working = re.search(
+        rf'^pod_memory_working_set_bytes\{{namespace="{ns}",pod="counted"\}} (\d+) \d+$',
+        resource,
+        re.M,
+    )
+    assert working is not None, resource
+    assert int(working.group(1)) > 0, "a running pod uses memory"
+    assert re.search(r"^node_cpu_usage_seconds_total [0-9.e+]+ \d{13}$", resource, re.M)
+    summary = json.loads(node.text("/stats/summary"))
+    assert summary["node"]["nodeName"] == cluster.node_name
+    (pod,) = summary["pods"]
+    assert pod["podRef"]["name"] == "counted"
+    assert [c["name"] for c in pod["containers"]] == ["c"]
+    assert pod["containers"][0]["memory"]["workingSetBytes"] > 0
+    assert pod["containers"][0]["cpu"]["usageCoreNanoSeconds"] >= 0
 
 
 def test_container_logs_with_kubectl_options(cluster: Cluster, node: Node) -> None:
@@ -231,3 +250,5 @@ def test_pod_logs_through_the_api_server(cluster: Cluster, node: Node) -> None:
         30,
         "the log through pods/log",
     )
+    summary = cluster.core.connect_get_node_proxy_with_path(cluster.node_name, "stats/summary")
+    assert "via-api" in summary, "nodes/proxy reaches the Summary API too (kubectl top's path)"

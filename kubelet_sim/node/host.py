@@ -159,3 +159,22 @@ def _read(path: str) -> str:
         return Path(path).read_text().strip()
     except OSError:
         return ""
+
+
+def host_usage() -> tuple[float, int]:
+    """The host's cumulative CPU core-seconds (every state but idle and iowait, /proc/stat) and
+    its memory working set (MemTotal - MemAvailable): the node's line of /metrics/resource."""
+    cpu = 0.0
+    for line in _read("/proc/stat").splitlines():
+        if line.startswith("cpu "):
+            ticks = [int(v) for v in line.split()[1:]]
+            busy = sum(ticks[:8]) - ticks[3] - (ticks[4] if len(ticks) > 4 else 0)
+            cpu = busy / os.sysconf("SC_CLK_TCK")
+            break
+    meminfo = {
+        line.split(":")[0]: int(line.split()[1])
+        for line in _read("/proc/meminfo").splitlines()
+        if line.split()[1:2] and line.split()[1].isdigit()
+    }
+    working = meminfo.get("MemTotal", 0) - meminfo.get("MemAvailable", 0)
+    return cpu, max(working, 0) * 1024

@@ -23,7 +23,7 @@ from kubelet_sim import cri
 from kubelet_sim.logs import get_logger
 from kubelet_sim.runtime import images, translate
 from kubelet_sim.runtime.log_rotation import LogRotation
-from kubelet_sim.runtime.parse import observed_from_inspect
+from kubelet_sim.runtime.parse import observed_from_inspect, stats_from_docker
 from kubelet_sim.runtime.pod_files import PodFiles
 
 DEFAULT_ROOT_DIR = Path("/var/lib/kubelet-sim")
@@ -55,6 +55,7 @@ class RuntimeStats:
     pulls: int = 0
     execs: int = 0
     logs: int = 0
+    stats: int = 0
     _lock: threading.Lock = field(default_factory=threading.Lock, repr=False, compare=False)
 
     def add(self, kind: str) -> None:
@@ -354,6 +355,15 @@ class DockerRuntime:
         except NotFound as exc:
             raise cri.ContainerNotFound(container_id) from exc
         return cast(Iterator[bytes], chunks)
+
+    def container_stats(self, container_id: str) -> cri.ContainerStats | None:
+        """One sample of a running container's CPU and memory (None if it is gone)."""
+        self.stats.add("stats")
+        try:
+            raw = self._api.stats(container_id, stream=False, one_shot=True)
+        except (NotFound, APIError):
+            return None
+        return stats_from_docker(raw)
 
     # Observation
 

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import time
 from datetime import datetime
 from typing import Any
 
@@ -109,3 +110,19 @@ def _attempt_from_name(attrs: dict[str, Any]) -> int:
     """The `_<attempt>` suffix of a dockershim name, for containers that lack the label."""
     name = str(attrs.get("Name", ""))
     return _int(name.rsplit("_", 1)[-1]) if "_" in name else 0
+
+
+def stats_from_docker(raw: dict[str, Any]) -> cri.ContainerStats:
+    """Docker's stats answer (cgroup v1 or v2) as the kubelet's summary counts it."""
+    cpu = ((raw.get("cpu_stats") or {}).get("cpu_usage") or {}).get("total_usage") or 0
+    memory = raw.get("memory_stats") or {}
+    usage = int(memory.get("usage") or 0)
+    detail = memory.get("stats") or {}
+    inactive = detail.get("total_inactive_file", detail.get("inactive_file", 0)) or 0
+    read = parse_time(str(raw.get("read") or ""))
+    return cri.ContainerStats(
+        cpu_seconds=int(cpu) / 1e9,
+        memory_working_set_bytes=max(usage - int(inactive), 0),
+        memory_usage_bytes=usage,
+        timestamp=read.timestamp() if read is not None else time.time(),
+    )

@@ -1,4 +1,4 @@
-"""The Prometheus text format (0.0.4) for `/metrics`: families of samples, rendered."""
+"""The Prometheus text format (0.0.4) for `/metrics` and `/metrics/resource`."""
 
 from __future__ import annotations
 
@@ -6,11 +6,18 @@ from dataclasses import dataclass, field
 
 
 @dataclass(frozen=True)
+class Sample:
+    labels: dict[str, str]
+    value: float
+    timestamp_ms: int | None = None  # resource metrics carry the time they were read
+
+
+@dataclass(frozen=True)
 class Family:
     name: str
     kind: str  # gauge or counter
     help: str
-    samples: list[tuple[dict[str, str], float]] = field(default_factory=list)
+    samples: list[Sample] = field(default_factory=list)
 
 
 def render(families: list[Family]) -> str:
@@ -18,11 +25,13 @@ def render(families: list[Family]) -> str:
     for family in families:
         lines.append(f"# HELP {family.name} {family.help}")
         lines.append(f"# TYPE {family.name} {family.kind}")
-        for labels, value in family.samples:
-            text = ",".join(f'{k}="{_escape(v)}"' for k, v in sorted(labels.items()))
-            lines.append(
-                f"{family.name}{{{text}}} {value:g}" if text else f"{family.name} {value:g}"
-            )
+        for sample in family.samples:
+            labels = ",".join(f'{k}="{_escape(v)}"' for k, v in sorted(sample.labels.items()))
+            line = f"{family.name}{{{labels}}}" if labels else family.name
+            line += f" {sample.value:.17g}"
+            if sample.timestamp_ms is not None:
+                line += f" {sample.timestamp_ms}"
+            lines.append(line)
     return "\n".join(lines) + "\n"
 
 

@@ -16,13 +16,17 @@ from urllib.parse import parse_qs
 
 from kubelet_sim import cri
 from kubelet_sim.pod.attempts import attempts_of
+from kubelet_sim.server.usage import NodeUsage, PodUsage, resource_metrics, summary
 
 Json = dict[str, Any]
+PROMETHEUS = "text/plain; version=0.0.4; charset=utf-8"
 _LOGS = re.compile(r"^/containerLogs/([^/]+)/([^/]+)/([^/]+)$")
 
 
 class NodeView(Protocol):
     """What the server reads of its node (the Agent has it)."""
+
+    node_name: str
 
     def pods(self) -> list[Json]: ...
 
@@ -31,6 +35,8 @@ class NodeView(Protocol):
     def health(self) -> tuple[bool, str]: ...
 
     def metrics(self) -> str: ...
+
+    def usage(self) -> tuple[NodeUsage, list[PodUsage]]: ...
 
 
 class LogSource(Protocol):
@@ -71,7 +77,12 @@ def route(node: NodeView, logs: LogSource, path: str, query: str) -> Reply:
             200, {"kind": "PodList", "apiVersion": "v1", "metadata": {}, "items": items}
         )
     if path == "/metrics":
-        return Reply(200, [node.metrics().encode()], "text/plain; version=0.0.4; charset=utf-8")
+        return Reply(200, [node.metrics().encode()], PROMETHEUS)
+    if path == "/metrics/resource":
+        return Reply(200, [resource_metrics(*node.usage()).encode()], PROMETHEUS)
+    if path == "/stats/summary":
+        node_usage, pods = node.usage()
+        return Reply.json(200, summary(node.node_name, node_usage, pods))
     found = _LOGS.match(path)
     if found:
         namespace, pod, container = found.groups()
