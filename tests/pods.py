@@ -116,6 +116,11 @@ def wait_for_events(cluster: Cluster, name: str, *reasons: str, timeout: float =
     wait_for(seen, timeout, f"the kubelet's events {sorted(reasons)} for {name}")
 
 
+def event_messages(cluster: Cluster, name: str, reason: str) -> list[str]:
+    """The messages of the kubelet's events of one reason for a pod, oldest first."""
+    return [e.message for e in kubelet_events(cluster, name) if e.reason == reason]
+
+
 def kubelet_events(cluster: Cluster, name: str) -> list[Any]:
     items = cluster.core.list_namespaced_event(cluster.namespace).items
     return [e for e in items if e.involved_object.name == name and e.source.component == "kubelet"]

@@ -20,8 +20,8 @@ from tests.docker_env import DockerEnv
 from tests.pods import (
     container,
     container_status,
+    event_messages,
     get_pod,
-    kubelet_events,
     make_pod,
     pod_containers,
     wait_status,
@@ -45,10 +45,6 @@ def _logs(cluster: Cluster, docker_env: DockerEnv, name: str) -> list[str]:
     ]
     text = "".join(docker_env.client.api.logs(c.id).decode() for c in apps)
     return text.split()
-
-
-def _messages(cluster: Cluster, name: str, reason: str) -> list[str]:
-    return [e.message for e in kubelet_events(cluster, name) if e.reason == reason]
 
 
 def _running(st: dict[str, Any]) -> bool:
@@ -94,15 +90,15 @@ def test_failed_post_start_kills_and_restarts_the_container(
         60,
         "a restart after the failed postStart hook",
     )
-    wait_for(lambda: _messages(cluster, "bad-hook", "Killing"), 20, "the Killing event")
+    wait_for(lambda: event_messages(cluster, "bad-hook", "Killing"), 20, "the Killing event")
     uid = (get_pod(cluster, "bad-hook") or {})["metadata"]["uid"]
     pod = f"bad-hook_{cluster.namespace}({uid})"
-    assert _messages(cluster, "bad-hook", "FailedPostStartHook")[0] == (
+    assert event_messages(cluster, "bad-hook", "FailedPostStartHook")[0] == (
         f'Exec lifecycle hook ([sh -c echo nope; exit 1]) for Container "c" in Pod "{pod}"'
         " failed - error: command 'sh -c echo nope; exit 1' exited with 1: ,"
         ' message: "nope\\n"'
     )
-    assert _messages(cluster, "bad-hook", "Killing")[0] == "FailedPostStartHook"
+    assert event_messages(cluster, "bad-hook", "Killing")[0] == "FailedPostStartHook"
 
 
 class _Recorder(http.server.BaseHTTPRequestHandler):

@@ -15,8 +15,8 @@ from tests.pods import (
     condition,
     container,
     container_status,
+    event_messages,
     get_pod,
-    kubelet_events,
     make_pod,
     pod_containers,
     wait_status,
@@ -49,10 +49,6 @@ def _ready(st: dict[str, Any]) -> bool:
     )
 
 
-def _messages(cluster: Cluster, name: str, reason: str) -> list[str]:
-    return [e.message for e in kubelet_events(cluster, name) if e.reason == reason]
-
-
 def test_exec_readiness_gates_ready_both_ways(
     cluster: Cluster, docker_env: DockerEnv, agent: RunningAgent
 ) -> None:
@@ -61,12 +57,12 @@ def test_exec_readiness_gates_ready_both_ways(
     st = wait_status(
         cluster, "r", lambda s: s.get("phase") == "Running", 30, "running, not yet ready"
     )
-    wait_for(lambda: _messages(cluster, "r", "Unhealthy"), 20, "a failed readiness probe")
+    wait_for(lambda: event_messages(cluster, "r", "Unhealthy"), 20, "a failed readiness probe")
     st = get_pod(cluster, "r")["status"]  # type: ignore[index]
     assert container_status(st)["ready"] is False
     assert container_status(st)["started"] is True
     assert condition(st, "ContainersReady")["reason"] == "ContainersNotReady"
-    assert _messages(cluster, "r", "Unhealthy")[0] == "Readiness probe failed: "
+    assert event_messages(cluster, "r", "Unhealthy")[0] == "Readiness probe failed: "
     _exec(docker_env, cluster, "r", "touch", "/tmp/ready")
     wait_status(cluster, "r", _ready, 20, "Ready once the probe passes")
     _exec(docker_env, cluster, "r", "rm", "/tmp/ready")
@@ -93,9 +89,9 @@ def test_failed_liveness_restarts_with_the_kubelets_events(
     last = container_status(st)["lastState"]["terminated"]
     assert last["exitCode"] == 137, "sleep ignores SIGTERM: killed after the probe's grace"
     assert last["reason"] == "Error"
-    wait_for(lambda: _messages(cluster, "l", "Killing"), 20, "the Killing event")
-    assert "Liveness probe failed: dead\n" in _messages(cluster, "l", "Unhealthy")
-    assert _messages(cluster, "l", "Killing")[0] == (
+    wait_for(lambda: event_messages(cluster, "l", "Killing"), 20, "the Killing event")
+    assert "Liveness probe failed: dead\n" in event_messages(cluster, "l", "Unhealthy")
+    assert event_messages(cluster, "l", "Killing")[0] == (
         "Container c failed liveness probe, will be restarted"
     )
     assert st["phase"] == "Running"
@@ -123,7 +119,7 @@ def test_http_and_tcp_probes_on_named_ports(
     wait_for(
         lambda: (
             "Readiness probe failed: HTTP probe failed with statuscode: 404"
-            in _messages(cluster, "web", "Unhealthy")
+            in event_messages(cluster, "web", "Unhealthy")
         ),
         20,
         "the 404 event",
@@ -134,10 +130,10 @@ def test_tcp_probe_on_a_closed_port_says_connection_refused(
     cluster: Cluster, agent: RunningAgent
 ) -> None:
     make_pod(cluster, "closed", container(readinessProbe={"tcpSocket": {"port": 9}, **FAST}))
-    wait_for(lambda: _messages(cluster, "closed", "Unhealthy"), 30, "a failed tcp probe")
+    wait_for(lambda: event_messages(cluster, "closed", "Unhealthy"), 30, "a failed tcp probe")
     pod = get_pod(cluster, "closed") or {}
     ip = pod["status"]["podIP"]
-    assert _messages(cluster, "closed", "Unhealthy")[0] == (
+    assert event_messages(cluster, "closed", "Unhealthy")[0] == (
         f"Readiness probe failed: dial tcp {ip}:9: connect: connection refused"
     )
     assert container_status(pod["status"])["ready"] is False
@@ -152,10 +148,10 @@ def test_startup_probe_holds_started_then_releases(
         "failureThreshold": 120,
     }
     make_pod(cluster, "s", container(startupProbe=startup))
-    wait_for(lambda: _messages(cluster, "s", "Unhealthy"), 30, "a failed startup probe")
+    wait_for(lambda: event_messages(cluster, "s", "Unhealthy"), 30, "a failed startup probe")
     st = get_pod(cluster, "s")["status"]  # type: ignore[index]
     assert (container_status(st)["started"], container_status(st)["ready"]) == (False, False)
-    assert _messages(cluster, "s", "Unhealthy")[0] == "Startup probe failed: "
+    assert event_messages(cluster, "s", "Unhealthy")[0] == "Startup probe failed: "
     _exec(docker_env, cluster, "s", "touch", "/tmp/up")
     st = wait_status(cluster, "s", _ready, 20, "started and Ready")
     assert container_status(st)["started"] is True
