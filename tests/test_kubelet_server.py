@@ -9,6 +9,7 @@ the node too.
 from __future__ import annotations
 
 import datetime
+import http.client
 import json
 import re
 import ssl
@@ -143,6 +144,18 @@ def test_the_node_advertises_the_port_it_serves(cluster: Cluster, node: Node) ->
 
     assert wait_for(port, 20, "the node's daemonEndpoints") == node.port
     assert node.text("/healthz") == "ok"
+    context = ssl.create_default_context()
+    context.check_hostname, context.verify_mode = False, ssl.CERT_NONE
+    context.load_cert_chain(node.tls / "admin.crt", node.tls / "admin.key")
+    conn = http.client.HTTPSConnection("127.0.0.1", node.port, context=context, timeout=30)
+    try:  # one connection: a HEAD answer must leave nothing behind for the next request
+        conn.request("HEAD", "/healthz")
+        head = conn.getresponse()
+        assert (head.status, head.read()) == (200, b"")
+        conn.request("GET", "/healthz")
+        assert conn.getresponse().read() == b"ok"
+    finally:
+        conn.close()
 
 
 def test_pods_and_metrics(cluster: Cluster, node: Node) -> None:

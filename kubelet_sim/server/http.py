@@ -131,12 +131,12 @@ def _send(handler: BaseHTTPRequestHandler, reply: Reply) -> None:
         handler.send_header("Content-Type", reply.content_type)
         handler.send_header("Transfer-Encoding", "chunked")
         handler.end_headers()
-        if handler.command != "HEAD":
+        if handler.command != "HEAD":  # a HEAD answer has no body, not even the last chunk
             for chunk in reply.body:
                 if chunk:
                     handler.wfile.write(b"%x\r\n%s\r\n" % (len(chunk), chunk))
                     handler.wfile.flush()
-        handler.wfile.write(b"0\r\n\r\n")
+            handler.wfile.write(b"0\r\n\r\n")
         handler.wfile.flush()
     except OSError:  # TimeoutError included
         handler.close_connection = True  # the client left: end a followed stream
