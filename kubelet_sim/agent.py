@@ -37,7 +37,7 @@ from kubelet_sim.runtime.observe import ContainerWatcher
 from kubelet_sim.server.auth import Gate
 from kubelet_sim.server.certs import self_signed
 from kubelet_sim.server.http import KubeletServer
-from kubelet_sim.server.metrics import Family, Sample, render
+from kubelet_sim.server.metrics import Family, Sample, histogram_family, render
 from kubelet_sim.server.settings import ServerSettings
 from kubelet_sim.server.usage import NodeUsage, PodUsage
 from kubelet_sim.supervise import LoopFailed, LoopHealth, Supervisor
@@ -364,7 +364,18 @@ class _AgentView:
             for name, informer in (("pods", agent.pod_informer), ("node", agent.node_informer))
         ]
         sandboxes = sum(1 for c in running if c.is_sandbox)
-        return render(
+        histograms = histogram_family(
+            "kubelet_pod_start_duration_seconds",
+            "Duration in seconds from kubelet seeing a pod for the first time to the pod starting"
+            " to run",
+            agent.syncer.start_duration.snapshot(),
+        ) + histogram_family(
+            "kubelet_pod_worker_duration_seconds",
+            "Duration in seconds to sync a single pod.",
+            agent.workers.duration.snapshot(),
+            {"operation": "sync"},
+        )
+        return histograms + render(
             [
                 Family(
                     "kubelet_running_pods",

@@ -168,6 +168,11 @@ def test_pods_and_metrics(cluster: Cluster, node: Node) -> None:
     assert re.search(r"^kubelet_running_pods 1$", metrics, re.M), metrics
     assert re.search(r'^kubelet_running_containers\{container_state="running"\} 1$', metrics, re.M)
     assert "# TYPE kubelet_sim_docker_calls_total counter" in metrics
+    started = re.search(r"^kubelet_pod_start_duration_seconds_count (\d+)$", metrics, re.M)
+    assert started is not None, metrics
+    assert int(started.group(1)) == 1, "one pod went from first seen to running"
+    syncs = r'^kubelet_pod_worker_duration_seconds_bucket\{le="\+Inf",operation="sync"\} (\d+)$'
+    assert int(re.search(syncs, metrics, re.M).group(1)) >= 2  # type: ignore[union-attr]
     ns = cluster.namespace
     resource = node.text("/metrics/resource")
     line = rf'^container_cpu_usage_seconds_total\{{container="c",namespace="{ns}",pod="counted"\}} '

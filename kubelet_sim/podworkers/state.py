@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import time
 from dataclasses import dataclass, field
 
 from kubelet_sim.backoff import Backoff
@@ -24,6 +25,9 @@ class StatusFailure:
 
 @dataclass
 class PodState:
+    # When this node first synced the pod (time.monotonic()): the start of its start duration.
+    first_seen: float = field(default_factory=time.monotonic)
+    start_observed: bool = False
     # Why each container is not running after the last sync (the kubelet's reasonCache).
     waiting: dict[str, WaitingReason] = field(default_factory=dict)
     # Termination messages read once per exited container id.

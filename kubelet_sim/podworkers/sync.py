@@ -13,6 +13,7 @@ from datetime import UTC, datetime
 from typing import Any
 
 from kubelet_sim import cri
+from kubelet_sim.histogram import POD_START_BUCKETS, Histogram
 from kubelet_sim.kube.events import WARNING, EventRecorder
 from kubelet_sim.kube.object_watches import ReferencedObjectWatches
 from kubelet_sim.kube.pod_api import PodStatusWriter
@@ -94,6 +95,7 @@ class PodSyncer:
         self.starter = ContainerStarter(
             settings, runtime, watcher, events, status, self.stopper, self._lookup, self.hooks
         )
+        self.start_duration = Histogram(POD_START_BUCKETS)
         self.prober = ProbeManager(
             runtime, self._probe_event, node=settings.node_name, supervisor=supervisor
         )
@@ -396,7 +398,12 @@ class PodSyncer:
             state.status_failure = None
 
     def _journal_status(self, view: PodView, state: PodState, status: Json) -> None:
-        """The first status write and the first one saying Ready, for `kubelet-sim trace`."""
+        """The first status write and the first one saying Ready, for `kubelet-sim trace`; the
+        first saying Running ends the pod's start duration (kubelet_pod_start_duration_seconds,
+        from first seen to running, as SyncPod observes it)."""
+        if status.get("phase") == "Running" and not state.start_observed:
+            state.start_observed = True
+            self.start_duration.observe(time.monotonic() - state.first_seen)
         ready = any(
             c.get("type") == "Ready" and c.get("status") == "True"
             for c in status.get("conditions") or []

@@ -9,6 +9,7 @@ from __future__ import annotations
 import threading
 import time
 
+from kubelet_sim.histogram import WORKER_BUCKETS, Histogram
 from kubelet_sim.logs import get_logger
 from kubelet_sim.podworkers.sync import PodSyncer
 from kubelet_sim.supervise import Supervisor
@@ -30,6 +31,7 @@ class PodWorkers:
         self.queue: WorkQueue[str] = WorkQueue(supervisor=supervisor)
         self.resync = resync
         self.syncs = 0
+        self.duration = Histogram(WORKER_BUCKETS)  # kubelet_pod_worker_duration_seconds
         self.started = threading.Event()
         self._halt = threading.Event()
         self._threads = [
@@ -75,11 +77,14 @@ class PodWorkers:
 
     def _sync(self, uid: str) -> float | None:
         self.syncs += 1
+        began = time.monotonic()
         try:
             delay = self.syncer.sync(uid)
         except Exception:
             self.log.exception("pod sync failed", uid=uid)
             return 10.0
+        finally:
+            self.duration.observe(time.monotonic() - began)
         if delay is None and self.syncer.pod_of(uid) is not None:
             return self.resync
         return delay

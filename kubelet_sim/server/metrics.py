@@ -37,3 +37,25 @@ def render(families: list[Family]) -> str:
 
 def _escape(value: str) -> str:
     return value.replace("\\", "\\\\").replace('"', '\\"').replace("\n", "\\n")
+
+
+def histogram_samples(
+    snapshot: tuple[list[tuple[float, int]], float, int], labels: dict[str, str] | None = None
+) -> dict[str, list[Sample]]:
+    """A histogram's _bucket (with le="+Inf"), _sum and _count samples, by name suffix."""
+    buckets, total, count = snapshot
+    labels = labels or {}
+    out = [Sample({**labels, "le": f"{bound:g}"}, n) for bound, n in buckets]
+    out.append(Sample({**labels, "le": "+Inf"}, count))
+    return {"_bucket": out, "_sum": [Sample(labels, total)], "_count": [Sample(labels, count)]}
+
+
+def histogram_family(name: str, help: str, snapshot: tuple[list[tuple[float, int]], float, int],
+                     labels: dict[str, str] | None = None) -> str:  # fmt: skip
+    """The text of one histogram family (render() writes gauges and counters)."""
+    parts = histogram_samples(snapshot, labels)
+    lines = [f"# HELP {name} {help}", f"# TYPE {name} histogram"]
+    for suffix in ("_bucket", "_sum", "_count"):
+        body = render([Family(name + suffix, "", "", parts[suffix])])
+        lines += [line for line in body.splitlines() if not line.startswith("#")]
+    return "\n".join(lines) + "\n"
