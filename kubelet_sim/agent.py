@@ -359,9 +359,12 @@ class _AgentView:
             for kind in sorted(vars(stats))
             if not kind.startswith("_")
         ]
-        relists = [
-            Sample({"resource": name}, float(informer.stats.relists))
-            for name, informer in (("pods", agent.pod_informer), ("node", agent.node_informer))
+        informers = (("pods", agent.pod_informer), ("node", agent.node_informer))
+        relists = [Sample({"resource": n}, i.stats.relists) for n, i in informers]
+        restarts = [Sample({"resource": n}, i.stats.reconnects) for n, i in informers]
+        requests = [
+            Sample({"code": code, "host": agent.kube.host, "method": method}, n)
+            for (method, code), n in sorted(agent.kube.request_counts().items())
         ]
         sandboxes = sum(1 for c in running if c.is_sandbox)
         histograms = histogram_family(
@@ -397,6 +400,18 @@ class _AgentView:
                 ),
                 Family("kubelet_sim_docker_calls_total", "counter", "Docker engine calls", docker),
                 Family("kubelet_sim_watch_relists_total", "counter", "Relists after 410", relists),
+                Family(
+                    "kubelet_sim_watch_restarts_total",
+                    "counter",
+                    "Watches started again after an error or a cut",
+                    restarts,
+                ),
+                Family(
+                    "rest_client_requests_total",
+                    "counter",
+                    "Number of HTTP requests, partitioned by status code, method, and host.",
+                    requests,
+                ),
             ]
         )
 

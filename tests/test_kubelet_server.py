@@ -171,6 +171,9 @@ def test_pods_and_metrics(cluster: Cluster, node: Node) -> None:
     started = re.search(r"^kubelet_pod_start_duration_seconds_count (\d+)$", metrics, re.M)
     assert started is not None, metrics
     assert int(started.group(1)) == 1, "one pod went from first seen to running"
+    patches = r'^rest_client_requests_total\{code="200",host="[^"]+",method="PATCH"\} (\d+)$'
+    assert int(re.search(patches, metrics, re.M).group(1)) >= 2, "status writes"  # type: ignore[union-attr]
+    assert re.search(r'^kubelet_sim_watch_restarts_total\{resource="pods"\} \d+$', metrics, re.M)
     syncs = r'^kubelet_pod_worker_duration_seconds_bucket\{le="\+Inf",operation="sync"\} (\d+)$'
     assert int(re.search(syncs, metrics, re.M).group(1)) >= 2  # type: ignore[union-attr]
     ns = cluster.namespace

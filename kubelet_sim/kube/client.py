@@ -4,11 +4,14 @@ from __future__ import annotations
 
 import os
 import threading
+from collections import Counter
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 import urllib3
 from kubernetes import client, config
+from kubernetes.client.exceptions import ApiException
 
 from kubelet_sim import __version__
 from kubelet_sim.backoff import Backoff
@@ -35,6 +38,12 @@ class KubeConnection:
         kind/kubeadm it signs the API server's client certificate for kubelets."""
         path = self.api.configuration.ssl_ca_cert
         return str(path) if path else None
+
+    def request_counts(self) -> dict[tuple[str, str], int]:
+        """Requests so far by (method, code), when the client counts them (connect's does)."""
+        if isinstance(self.api, CountingApiClient):
+            return self.api.request_counts()
+        return {}
 
 
 def connect(
@@ -76,9 +85,36 @@ def connect(
         )
     if not configuration.verify_ssl:
         _warn_insecure_once(source)
-    api = client.ApiClient(configuration=configuration)
+    api = CountingApiClient(configuration=configuration)
     api.user_agent = USER_AGENT
     return KubeConnection(api=api, host=api.configuration.host, source=source)
+
+
+class CountingApiClient(client.ApiClient):
+    """The client, counting its requests by method and answer code: client-go's
+    rest_client_requests_total, which the kubelet's /metrics carries."""
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        self.requests: Counter[tuple[str, str]] = Counter()
+        self._count_lock = threading.Lock()
+
+    def call_api(self, method: str, *args: Any, **kwargs: Any) -> Any:
+        code = "<error>"  # client-go's label when no answer came
+        try:
+            response = super().call_api(method, *args, **kwargs)
+            code = str(getattr(response, "status", "") or code)
+            return response
+        except ApiException as exc:
+            code = str(exc.status or code)
+            raise
+        finally:
+            with self._count_lock:
+                self.requests[(method.upper(), code)] += 1
+
+    def request_counts(self) -> dict[tuple[str, str], int]:
+        with self._count_lock:
+            return dict(self.requests)
 
 
 def _warn_insecure_once(source: str) -> None:
