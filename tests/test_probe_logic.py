@@ -150,3 +150,14 @@ def test_failed_liveness_kills_with_the_kubelets_message() -> None:
     assert actions.containers_to_kill[0][1].startswith("Container c failed startup probe")
     healthy = ProbeResults({"c1": ContainerProbes(liveness=Result.SUCCESS)})
     assert not compute_actions(view, OBSERVED, lambda _c: "", healthy).containers_to_kill
+
+
+def test_grpc_health_messages_by_hand() -> None:
+    """The two one-field protobuf messages of grpc.health.v1, as protoc would encode them."""
+    from kubelet_sim.prober.grpc_health import decode_status, encode_request
+
+    assert encode_request("") == b""
+    assert encode_request("db") == b"\x0a\x02db"
+    assert decode_status(b"\x08\x01") == 1
+    assert decode_status(b"") == 0, "an absent status is UNKNOWN"
+    assert decode_status(b"\x12\x01x\x08\x02") == 2, "an unknown field before it is skipped"

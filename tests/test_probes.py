@@ -6,9 +6,14 @@ of busybox serve them); results are read in the pod's status and the kubelet's e
 
 from __future__ import annotations
 
+from collections.abc import Iterator
+from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
 from typing import Any
 
-from tests.agent_fixture import RunningAgent
+import pytest
+
+from tests.agent_fixture import RunningAgent, start_agent
 from tests.cluster import Cluster, wait_for
 from tests.docker_env import DockerEnv
 from tests.pods import (
@@ -155,3 +160,65 @@ def test_startup_probe_holds_started_then_releases(
     _exec(docker_env, cluster, "s", "touch", "/tmp/up")
     st = wait_status(cluster, "s", _ready, 20, "started and Ready")
     assert container_status(st)["started"] is True
+
+
+class _Health:
+    """A grpc.health.v1 server on 127.0.0.1 whose answer the test sets."""
+
+    def __init__(self) -> None:
+        import grpc
+
+        from kubelet_sim.prober.grpc_health import encode_request
+
+        self.status = 2  # NOT_SERVING
+        self.asked: list[bytes] = []
+
+        def check(request: bytes, _context: Any) -> bytes:
+            self.asked.append(request)
+            return b"\x08" + bytes([self.status])
+
+        handler = grpc.method_handlers_generic_handler(
+            "grpc.health.v1.Health", {"Check": grpc.unary_unary_rpc_method_handler(check)}
+        )
+        self.server = grpc.server(ThreadPoolExecutor(2), handlers=[handler])
+        self.port = self.server.add_insecure_port("127.0.0.1:0")
+        self.server.start()
+        self.encode = encode_request
+
+
+@pytest.fixture
+def health() -> Iterator[_Health]:
+    server = _Health()
+    yield server
+    server.server.stop(0)
+
+
+@pytest.fixture
+def privileged_agent(
+    cluster: Cluster, docker_env: DockerEnv, tmp_path: Path
+) -> Iterator[RunningAgent]:
+    """hostNetwork pods need --allow-privileged; their address is the node's (127.0.0.1)."""
+    running = start_agent(cluster, docker_env, tmp_path / "root", allow_privileged=True)
+    yield running
+    if running.thread.is_alive():
+        running.stop()
+
+
+def test_grpc_readiness_asks_the_health_service(
+    cluster: Cluster, privileged_agent: RunningAgent, health: _Health
+) -> None:
+    """A hostNetwork pod's probe reaches the node's address: here a health server of the
+    test's own on loopback (so no traffic leaves the machine)."""
+    probe = {"grpc": {"port": health.port, "service": "db"}, **FAST}
+    make_pod(cluster, "g", container(readinessProbe=probe), hostNetwork=True)
+    wait_for(
+        lambda: (
+            'Readiness probe failed: service unhealthy (responded with "NOT_SERVING")'
+            in event_messages(cluster, "g", "Unhealthy")
+        ),
+        30,
+        "the NOT_SERVING answer",
+    )
+    assert health.asked[0] == health.encode("db"), "the probe names its service"
+    health.status = 1  # SERVING
+    wait_status(cluster, "g", _ready, 20, "Ready once SERVING")

@@ -24,6 +24,7 @@ from kubelet_sim.pod.probes import (
     Outcome,
     TcpSocketAction,
 )
+from kubelet_sim.prober.grpc_health import run_grpc
 
 _MAJOR_MINOR = ".".join(KUBELET_COMPAT_VERSION.lstrip("v").split(".")[:2])
 USER_AGENT = f"kube-probe/{_MAJOR_MINOR}"
@@ -50,9 +51,7 @@ def run_probe(
     if isinstance(action, TcpSocketAction):
         return run_tcp(action.host or pod_ip, action.port, timeout)
     if isinstance(action, GrpcAction):
-        # No gRPC client in our dependencies yet: an error, never a result (not ready, not
-        # restarted), with an event that says why.
-        return Outcome.UNKNOWN, "gRPC probes are not supported by kubelet-sim yet"
+        return run_grpc(action, pod_ip, timeout, USER_AGENT)
     return Outcome.UNKNOWN, f"unknown probe action {action!r}"
 
 
