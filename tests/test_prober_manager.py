@@ -190,9 +190,9 @@ def test_hooks_sleep_within_their_bound_and_say_a_failed_pre_stop() -> None:
             }
         )
         began = time.monotonic()
-        assert runner.run(pod, pod.containers[0], "c1", PRE_STOP, "", timeout=0.3) is None
+        assert runner.run(pod, pod.containers[0], "c1", PRE_STOP, [], timeout=0.3) is None
         assert 0.3 <= time.monotonic() - began < 5, "a sleep hook ends with its grace period"
-        error = runner.run(pod, pod.containers[1], "d1", PRE_STOP, "", timeout=1)
+        error = runner.run(pod, pod.containers[1], "d1", PRE_STOP, [], timeout=1)
         assert error == (
             'Exec lifecycle hook ([no]) for Container "d" in Pod "p_ns(u1)" failed - error:'
             " command 'no' exited with 1: , message: \"said no\""

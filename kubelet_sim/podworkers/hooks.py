@@ -10,11 +10,13 @@ from __future__ import annotations
 import json
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
+from kubelet_sim import cri
 from kubelet_sim.kube.events import WARNING, EventRecorder
+from kubelet_sim.pod.attempts import pod_address
 from kubelet_sim.pod.probes import HttpGetAction, ProbeKind, parse_probe, resolve_port
 from kubelet_sim.pod.spec import ContainerView, PodView
 from kubelet_sim.podworkers.event_refs import event_ref
@@ -61,14 +63,16 @@ class HookRunner:
         container: ContainerView,
         container_id: str,
         which: str,
-        pod_ip: str,
+        observed: Sequence[cri.ObservedContainer],
         timeout: float,
     ) -> str | None:
         """Run the hook now (on the caller's thread); the kubelet's failure message, or None.
 
-        A failure is also told as the kubelet tells it: a FailedPostStartHook or
-        FailedPreStopHook warning on the container."""
+        `observed` (the pod's containers, its sandbox among them) says where an httpGet
+        without a host goes. A failure is also told as the kubelet tells it: a
+        FailedPostStartHook or FailedPreStopHook warning on the container."""
         hook = hook_of(container, which) or {}
+        pod_ip = pod_address(view.host_network, observed, self.node_ip)
         error = self._run(view, container, container_id, hook, pod_ip, timeout)
         if error is not None:
             reason = "FailedPostStartHook" if which == POST_START else "FailedPreStopHook"

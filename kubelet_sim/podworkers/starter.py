@@ -14,7 +14,7 @@ from kubelet_sim import cri
 from kubelet_sim.kube.events import NORMAL, WARNING, EventRecorder, EventRef
 from kubelet_sim.kube.pod_api import PodStatusWriter
 from kubelet_sim.logs import get_logger
-from kubelet_sim.pod.attempts import latest_attempt, pod_address
+from kubelet_sim.pod.attempts import latest_attempt
 from kubelet_sim.pod.container_config import (
     ContainerConfigError,
     ObjectLookup,
@@ -149,10 +149,11 @@ class ContainerStarter:
     ) -> None:
         """The postStart hook, off the pod worker; a failure comes back to the pod's sync,
         which kills the container (startContainer's FailedPostStartHook)."""
-        ip = pod_address(view.host_network, [sandbox], self.settings.node_ip)
 
         def run() -> None:
-            error = hooks.run(view, container, container_id, POST_START, ip, POST_START_LIMIT)
+            error = hooks.run(
+                view, container, container_id, POST_START, [sandbox], POST_START_LIMIT
+            )
             if error is not None:
                 state.post_start_failed[container_id] = error
                 self.wake(view.uid)

@@ -17,7 +17,6 @@ from collections.abc import Sequence
 from kubelet_sim import cri
 from kubelet_sim.kube.events import NORMAL, EventRecorder
 from kubelet_sim.logs import get_logger
-from kubelet_sim.pod.attempts import pod_address
 from kubelet_sim.pod.spec import ContainerView, PodView
 from kubelet_sim.podworkers.event_refs import container_spec, event_ref
 from kubelet_sim.podworkers.hooks import PRE_STOP, HookRunner, hook_of
@@ -100,10 +99,9 @@ class ContainerStopper:
         with self._cond:
             self._book(container.id, began + grace + MIN_GRACE)
         observed = self.watcher.pod_containers(view.uid)
-        pod_ip = pod_address(view.host_network, observed, hooks.node_ip)
 
         def run() -> None:
-            hooks.run(view, spec, container.id, PRE_STOP, pod_ip, grace)
+            hooks.run(view, spec, container.id, PRE_STOP, observed, grace)
             left = max(grace - (time.monotonic() - began), MIN_GRACE)
             if self.runtime.signal_stop(container.id):
                 with self._cond:

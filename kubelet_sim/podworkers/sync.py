@@ -212,7 +212,8 @@ class PodSyncer:
         for victim, message in actions.containers_to_kill:
             grace = view.termination_grace_period
             if victim.id in actions.probe_kills:
-                grace = actions.probe_kills[victim.id] or grace
+                probe_grace = actions.probe_kills[victim.id]
+                grace = grace if probe_grace is None else probe_grace
             else:  # a changed definition: started again whatever the policy
                 state.replacing.add(victim.name)
             self.stopper.stop(view, victim, state, grace, message)

@@ -48,7 +48,6 @@ class _Worker:
     container_id: str
     started_at: float  # time.monotonic() equivalent of the container's start
     counter: ProbeCounter
-    first_tick: float
     on_hold: bool = False  # liveness/startup failed: no more probing of this attempt
     busy: bool = False
 
@@ -71,6 +70,7 @@ class ProbeManager:
         self.record_event = record_event
         self.wake: Callable[[str], None] = lambda _uid: None  # set by the pod workers
         self._workers: dict[_Key, _Worker] = {}
+        self._pod_keys: dict[str, set[_Key]] = {}  # each pod's workers: no scan of the node's
         self._pod_ips: dict[str, str] = {}
         self._heap: list[tuple[float, int, _Key, _Worker]] = []
         self._seq = itertools.count()
@@ -106,11 +106,12 @@ class ProbeManager:
         now = time.monotonic()
         with self._cond:
             self._pod_ips[pod.uid] = pod_ip
-            for key in [k for k, w in self._workers.items() if w.uid == pod.uid]:
-                if key not in wanted:
-                    del self._workers[key]
-                else:
-                    self._workers[key].pod = pod
+            keys = self._pod_keys.setdefault(pod.uid, set())
+            for key in keys - wanted.keys():
+                del self._workers[key]
+            keys.intersection_update(wanted)
+            for key in keys:
+                self._workers[key].pod = pod
             for key, (container, latest, spec) in wanted.items():
                 if key in self._workers:
                     continue
@@ -122,23 +123,22 @@ class ProbeManager:
                     container_id=latest.id,
                     started_at=now - max(0.0, time.time() - started),
                     counter=ProbeCounter.new(spec),
-                    first_tick=now,
                 )
+                keys.add(key)
                 heapq.heappush(self._heap, (now, next(self._seq), key, worker))
                 self._cond.notify_all()
 
     def forget_pod(self, uid: str) -> None:
         with self._cond:
-            for key in [k for k, w in self._workers.items() if w.uid == uid]:
+            for key in self._pod_keys.pop(uid, set()):
                 del self._workers[key]
             self._pod_ips.pop(uid, None)
 
     def results(self, uid: str) -> ProbeResults:
         found: dict[str, dict[ProbeKind, Result]] = {}
         with self._cond:
-            for (cid, kind), w in self._workers.items():
-                if w.uid == uid:
-                    found.setdefault(cid, {})[kind] = w.counter.result
+            for cid, kind in self._pod_keys.get(uid, ()):
+                found.setdefault(cid, {})[kind] = self._workers[(cid, kind)].counter.result
         return ProbeResults(
             {
                 cid: ContainerProbes(
