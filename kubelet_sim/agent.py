@@ -261,6 +261,7 @@ class Agent:
         return KubeletServer(
             _AgentView(self),
             self.runtime,
+            self.runtime,
             Gate(Reviews(self.kube.api), node.node_name, settings.anonymous_auth),
             address=settings.address,
             port=settings.port,

@@ -9,6 +9,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from datetime import datetime
 from enum import StrEnum
+from typing import Protocol
 
 # Container labels (kuberuntime/labels.go and dockershim naming); from these alone the agent's
 # state is rebuilt after a restart.
@@ -187,6 +188,28 @@ class ContainerStats:
     memory_working_set_bytes: int  # usage minus inactive file pages, as cAdvisor's working set
     memory_usage_bytes: int
     timestamp: float  # unix seconds of the sample
+
+
+class StreamSession(Protocol):
+    """A process's stdin/stdout/stderr in a container (exec, or attach to its main process)."""
+
+    tty: bool
+
+    def read(self) -> tuple[int, bytes]: ...  # (1 stdout | 2 stderr, data); (0, b"") at end
+
+    def write(self, data: bytes) -> None: ...
+
+    def close_stdin(self) -> None: ...
+
+    def resize(self, width: int, height: int) -> None: ...
+
+    def wait(self) -> int | None: ...  # exec: the exit code once the output ended
+
+    def close(self) -> None: ...
+
+
+class StreamError(Exception):
+    """The runtime could not open a stream (the container stopped, the port is closed)."""
 
 
 class ContainerNotFound(Exception):

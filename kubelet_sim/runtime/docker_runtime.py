@@ -9,6 +9,7 @@ from __future__ import annotations
 import contextlib
 import math
 import re
+import socket
 import threading
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, field
@@ -21,7 +22,7 @@ from docker.utils.socket import frames_iter
 
 from kubelet_sim import cri
 from kubelet_sim.logs import get_logger
-from kubelet_sim.runtime import images, translate
+from kubelet_sim.runtime import images, streams, translate
 from kubelet_sim.runtime.log_rotation import LogRotation
 from kubelet_sim.runtime.parse import observed_from_inspect, stats_from_docker
 from kubelet_sim.runtime.pod_files import PodFiles
@@ -54,6 +55,8 @@ class RuntimeStats:
     removes: int = 0
     pulls: int = 0
     execs: int = 0
+    streams: int = 0  # exec and attach sessions of the kubelet API (probes count as execs)
+    port_forwards: int = 0
     logs: int = 0
     stats: int = 0
     _lock: threading.Lock = field(default_factory=threading.Lock, repr=False, compare=False)
@@ -355,6 +358,54 @@ class DockerRuntime:
         except NotFound as exc:
             raise cri.ContainerNotFound(container_id) from exc
         return cast(Iterator[bytes], chunks)
+
+    # Streaming: the kubelet API's exec, attach and port-forward
+
+    def exec_stream(
+        self, container_id: str, command: Sequence[str], *, stdin: bool, tty: bool
+    ) -> cri.StreamSession:
+        self.stats.add("streams")
+        try:
+            return streams.exec_session(self._api, container_id, list(command), stdin, tty)
+        except (NotFound, APIError) as exc:
+            raise cri.StreamError(
+                _explain(exc) if isinstance(exc, APIError) else str(exc)
+            ) from None
+
+    def attach_stream(self, container_id: str, *, stdin: bool) -> cri.StreamSession:
+        self.stats.add("streams")
+        try:
+            return streams.attach_session(self._api, container_id, stdin)
+        except (NotFound, APIError) as exc:
+            raise cri.StreamError(
+                _explain(exc) if isinstance(exc, APIError) else str(exc)
+            ) from None
+
+    def pod_connect(self, sandbox_id: str, port: int, timeout: float = 10.0) -> socket.socket:
+        """localhost:port as the pod sees it: inside the sandbox's network namespace when this
+        process may enter it (root), else the pod's IP from the host (a port bound to the
+        pod's loopback only is then out of reach)."""
+        self.stats.add("port_forwards")
+        try:
+            attrs = cast(dict[str, Any], self._api.inspect_container(sandbox_id))
+        except (NotFound, APIError) as exc:
+            raise cri.StreamError(f"sandbox {sandbox_id[:12]} not found") from exc
+        pid = int((attrs.get("State") or {}).get("Pid") or 0)
+        if not pid:
+            raise cri.StreamError(f"sandbox {sandbox_id[:12]} is not running")
+        try:
+            return streams.connect_in_netns(pid, port, timeout)
+        except PermissionError:
+            pass
+        except OSError as exc:
+            raise cri.StreamError(str(exc.strerror or exc)) from None
+        host = (attrs.get("HostConfig") or {}).get("NetworkMode") == "host"
+        networks = (attrs.get("NetworkSettings") or {}).get("Networks") or {}
+        ip = "127.0.0.1" if host else str((networks.get(self.network) or {}).get("IPAddress", ""))
+        try:
+            return streams.connect_to_ip(ip, port, timeout)
+        except OSError as exc:
+            raise cri.StreamError(f"dial tcp {ip}:{port}: {exc.strerror or exc}") from None
 
     def container_stats(self, container_id: str) -> cri.ContainerStats | None:
         """One sample of a running container's CPU and memory (None if it is gone)."""

@@ -17,9 +17,11 @@ from urllib.parse import urlsplit
 from kubelet_sim.logs import get_logger
 from kubelet_sim.server.auth import Gate
 from kubelet_sim.server.routes import LogSource, NodeView, Reply, route
+from kubelet_sim.server.streaming.serve import PREFIXES, StreamRuntime
+from kubelet_sim.server.streaming.serve import serve as serve_stream
 
 HANDSHAKE_TIMEOUT = 10.0
-STREAMING = ("/exec/", "/attach/", "/portForward/", "/run/")  # not served yet
+NOT_SERVED = ("/run/",)
 
 
 class ServerError(Exception):
@@ -58,6 +60,7 @@ class KubeletServer:
         self,
         node: NodeView,
         logs: LogSource,
+        streams: StreamRuntime,
         gate: Gate,
         *,
         address: str,
@@ -66,7 +69,7 @@ class KubeletServer:
         key_file: Path,
         client_ca_file: str | None,
     ) -> None:
-        self.node, self.logs, self.gate = node, logs, gate
+        self.node, self.logs, self.streams, self.gate = node, logs, streams, gate
         self.log = get_logger("kubelet_sim.server", node=gate.node_name)
         context = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
         try:
@@ -111,8 +114,13 @@ class KubeletServer:
         )
         if refused is not None:
             reply = Reply.text(refused[0], refused[1] + "\n")
-        elif parts.path.startswith(STREAMING):  # say so, rather than a bare 404 or 405
-            reply = Reply.text(501, "kubelet-sim does not serve exec, attach or port-forward yet\n")
+        elif parts.path.startswith(PREFIXES) and handler.command in ("GET", "POST"):
+            answer = serve_stream(handler, parts.path, parts.query, self.node, self.streams)
+            if answer is None:
+                return  # the connection was upgraded, served and closed
+            reply = answer
+        elif parts.path.startswith(NOT_SERVED):  # say so, rather than a bare 404 or 405
+            reply = Reply.text(501, "kubelet-sim does not serve /run\n")
         elif handler.command not in ("GET", "HEAD"):
             reply = Reply.text(405, "405 method not allowed\n")
         else:
@@ -130,6 +138,8 @@ def _send(handler: BaseHTTPRequestHandler, reply: Reply) -> None:
         handler.send_response(reply.status)
         handler.send_header("Content-Type", reply.content_type)
         handler.send_header("Transfer-Encoding", "chunked")
+        for name, value in reply.headers:
+            handler.send_header(name, value)
         handler.end_headers()
         if handler.command != "HEAD":  # a HEAD answer has no body, not even the last chunk
             for chunk in reply.body:

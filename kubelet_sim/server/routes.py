@@ -57,10 +57,11 @@ class Reply:
     body: Iterable[bytes] = ()
     content_type: str = "text/plain; charset=utf-8"
     close: Callable[[], None] = field(default=lambda: None)  # ends a stream the client left
+    headers: tuple[tuple[str, str], ...] = ()
 
     @classmethod
-    def text(cls, status: int, text: str) -> Reply:
-        return cls(status, [text.encode()])
+    def text(cls, status: int, text: str, headers: Iterable[tuple[str, str]] = ()) -> Reply:
+        return cls(status, [text.encode()], headers=tuple(headers))
 
     @classmethod
     def json(cls, status: int, obj: Json) -> Reply:
@@ -104,15 +105,7 @@ def container_logs(
         options = _LogOptions.parse(query)
     except ValueError as exc:
         return Reply.text(422, f"{exc}\n")
-    pod = next(
-        (
-            p
-            for p in node.pods()
-            if (p.get("metadata") or {}).get("namespace") == namespace
-            and (p.get("metadata") or {}).get("name") == pod_name
-        ),
-        None,
-    )
+    pod = find_pod(node, namespace, pod_name)
     if pod is None:
         return Reply.text(404, f'pod "{pod_name}/{namespace}" does not exist\n')
     spec = pod.get("spec") or {}
@@ -143,6 +136,15 @@ def container_logs(
         return Reply.text(404, f'container "{container}" in pod "{pod_name}" is not available\n')
     close = getattr(chunks, "close", lambda: None)
     return Reply(200, _limited(chunks, options.limit_bytes), close=close)
+
+
+def find_pod(node: NodeView, namespace: str, name: str, uid: str = "") -> Json | None:
+    """GetPodByName (and the uid when the path names one)."""
+    for pod in node.pods():
+        meta = pod.get("metadata") or {}
+        if meta.get("namespace") == namespace and meta.get("name") == name:
+            return pod if not uid or meta.get("uid") == uid else None
+    return None
 
 
 def _limited(chunks: Iterable[bytes], limit: int | None) -> Iterator[bytes]:

@@ -1,0 +1,395 @@
+"""SPDY/3.1 as Kubernetes speaks it (moby/spdystream under apimachinery's httpstream/spdy).
+
+Written here because no maintained Python library speaks SPDY any more. Only what Kubernetes
+uses: streams opened by SYN_STREAM with headers, answered by SYN_REPLY, DATA with FIN for a
+half-close, RST_STREAM, PING echoed, GOAWAY, and SETTINGS/WINDOW_UPDATE read and ignored
+(spdystream does no flow control; TCP does it). Header blocks are zlib-compressed with the
+SPDY/3 dictionary, one compression context per direction for the whole connection.
+
+One thread owns the socket (`run`): it reads frames and writes what the others queued, so a TLS
+socket is never read and written by two threads at once. Writers block while too much is
+queued, and the reader stops reading while a stream holds too much unread: a slow peer or a
+slow container costs memory up to a bound, never more.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import selectors
+import socket
+import ssl
+import struct
+import threading
+import zlib
+from collections.abc import Callable
+from dataclasses import dataclass, field
+
+VERSION = 3
+SYN_STREAM, SYN_REPLY, RST_STREAM, SETTINGS, PING, GOAWAY, HEADERS, WINDOW_UPDATE = (
+    1, 2, 3, 4, 6, 7, 8, 9
+)  # fmt: skip
+FLAG_FIN = 0x01
+RST_PROTOCOL_ERROR, RST_REFUSED_STREAM, RST_CANCEL = 1, 3, 5
+MAX_DATA = 32 * 1024  # per DATA frame we send
+QUEUED_LIMIT = 1 << 20  # bytes queued for the socket before writers wait
+UNREAD_LIMIT = 4 << 20  # bytes a stream may hold unread before the socket is not read
+
+_WORDS = (
+    "options", "head", "post", "put", "delete", "trace", "accept", "accept-charset",
+    "accept-encoding", "accept-language", "accept-ranges", "age", "allow", "authorization",
+    "cache-control", "connection", "content-base", "content-encoding", "content-language",
+    "content-length", "content-location", "content-md5", "content-range", "content-type", "date",
+    "etag", "expect", "expires", "from", "host", "if-match", "if-modified-since", "if-none-match",
+    "if-range", "if-unmodified-since", "last-modified", "location", "max-forwards", "pragma",
+    "proxy-authenticate", "proxy-authorization", "range", "referer", "retry-after", "server", "te",
+    "trailer", "transfer-encoding", "upgrade", "user-agent", "vary", "via", "warning",
+    "www-authenticate", "method", "get", "status", "200 OK", "version", "HTTP/1.1", "url",
+    "public", "set-cookie", "keep-alive", "origin"
+)  # fmt: skip
+_TAIL = (
+    "100101201202205206300302303304305306307402405406407408409410411412413414415416417502504505"
+    "203 Non-Authoritative Information204 No Content301 Moved Permanently400 Bad Request"
+    "401 Unauthorized403 Forbidden404 Not Found500 Internal Server Error501 Not Implemented"
+    "503 Service UnavailableJan Feb Mar Apr May Jun Jul Aug Sept Oct Nov Dec 00:00:00 Mon, Tue, "
+    "Wed, Thu, Fri, Sat, Sun, GMTchunked,text/html,image/png,image/jpg,image/gif,application/xml,"
+    "application/xhtml+xml,text/plain,text/javascript,publicprivatemax-age=gzip,deflate,sdch"
+    "charset=utf-8charset=iso-8859-1,utf-,*,enq=0."
+)
+# The SPDY/3 header dictionary (draft 3, section 2.6.10.1): 1423 bytes, zlib id 0xe3c6a7c2.
+DICTIONARY = b"".join(struct.pack(">I", len(w)) + w.encode() for w in _WORDS) + _TAIL.encode()
+
+Headers = dict[str, list[str]]
+
+
+class ProtocolError(Exception):
+    """The peer sent something SPDY/3 does not allow: the connection ends."""
+
+
+def encode_headers(headers: Headers) -> bytes:
+    """A name/value block before compression: names lowercased, several values NUL-joined."""
+    out = [struct.pack(">I", len(headers))]
+    for name, values in headers.items():
+        key, value = name.lower().encode(), "\0".join(values).encode()
+        out += [struct.pack(">I", len(key)), key, struct.pack(">I", len(value)), value]
+    return b"".join(out)
+
+
+def decode_headers(block: bytes) -> Headers:
+    try:
+        (count,), at = struct.unpack_from(">I", block), 4
+        headers: Headers = {}
+        for _ in range(count):
+            (size,) = struct.unpack_from(">I", block, at)
+            name = block[at + 4 : at + 4 + size].decode()
+            at += 4 + size
+            (size,) = struct.unpack_from(">I", block, at)
+            value = block[at + 4 : at + 4 + size].decode()
+            at += 4 + size
+            headers.setdefault(name.lower(), []).extend(value.split("\0"))
+        return headers
+    except (struct.error, UnicodeDecodeError) as exc:
+        raise ProtocolError(f"bad header block: {exc}") from exc
+
+
+def control_frame(kind: int, flags: int, payload: bytes) -> bytes:
+    return struct.pack(">HHI", 0x8000 | VERSION, kind, (flags << 24) | len(payload)) + payload
+
+
+def data_frame(stream_id: int, flags: int, payload: bytes) -> bytes:
+    return struct.pack(">II", stream_id & 0x7FFFFFFF, (flags << 24) | len(payload)) + payload
+
+
+@dataclass
+class Stream:
+    """One SPDY stream: bytes in (read), bytes out (write), each side closed on its own."""
+
+    id: int
+    headers: Headers
+    conn: Connection
+    _unread: bytearray = field(default_factory=bytearray)
+    _remote_closed: bool = False  # the peer sent FIN or RST: read() ends once drained
+    _local_closed: bool = False
+    _replied: threading.Event = field(default_factory=threading.Event)
+    reset: bool = False
+
+    def header(self, name: str) -> str:
+        values = self.headers.get(name.lower())
+        return values[0] if values else ""
+
+    def read(self, size: int = 65536) -> bytes:
+        """Up to `size` bytes; b"" once the peer closed its side and all was read."""
+        with self.conn.lock:
+            while not self._unread and not self._remote_closed:
+                self.conn.changed.wait()
+            chunk = bytes(self._unread[:size])
+            del self._unread[:size]
+            self.conn.changed.notify_all()  # the reader may have paused for us
+        if chunk:
+            self.conn.wake()
+        return chunk
+
+    def write(self, data: bytes) -> None:
+        if self._local_closed or self.reset:
+            raise BrokenPipeError(f"stream {self.id} is closed")
+        for at in range(0, len(data), MAX_DATA):
+            self.conn.send(data_frame(self.id, 0, data[at : at + MAX_DATA]))
+
+    def close(self) -> None:
+        """Half-close: FIN on our side (the peer reads EOF), once."""
+        if not self._local_closed and not self.reset:
+            self._local_closed = True
+            self.conn.send(data_frame(self.id, FLAG_FIN, b""), wait=False)
+
+    def cancel(self) -> None:
+        if not self.reset:
+            self.reset = True
+            self.conn.send(control_frame(RST_STREAM, 0, struct.pack(">II", self.id, RST_CANCEL)))
+
+
+class Connection:
+    """A SPDY connection over a connected socket; `run()` in one thread moves all bytes.
+
+    `on_stream(stream)` is called on the socket's thread for each stream the peer opens: it
+    returns True to accept (a SYN_REPLY goes out) or False to refuse (RST_STREAM); it must not
+    block. `on_close()` is called once when the connection ends.
+    """
+
+    def __init__(
+        self,
+        sock: socket.socket,
+        *,
+        server: bool,
+        on_stream: Callable[[Stream], bool] = lambda stream: False,
+        already_read: bytes = b"",
+    ) -> None:
+        self.sock = sock
+        self.on_stream = on_stream
+        self.lock = threading.Lock()
+        self.changed = threading.Condition(self.lock)
+        self.streams: dict[int, Stream] = {}
+        self.closed = threading.Event()
+        self._inbox = bytearray(already_read)
+        self._outbox = bytearray()
+        self._next_id = 2 if server else 1
+        self._deflate = zlib.compressobj(9, zdict=DICTIONARY)
+        self._inflate = zlib.decompressobj(zdict=DICTIONARY)
+        self._wake_r, self._wake_w = socket.socketpair()  # closed objects fail, never reuse an fd
+        self._wake_w.setblocking(False)
+        self._closing = False
+        self._goaway_sent = False
+
+    # -- for other threads -----------------------------------------------------------------
+
+    def send(self, frame: bytes, *, wait: bool = True) -> None:
+        with self.lock:
+            while wait and len(self._outbox) > QUEUED_LIMIT and not self.closed.is_set():
+                self.changed.wait()
+            if self.closed.is_set():
+                raise BrokenPipeError("the connection is closed")
+            self._outbox += frame
+        self.wake()
+
+    def open_stream(self, headers: Headers, timeout: float = 30.0) -> Stream:
+        """Client side: SYN_STREAM, then wait for the peer's SYN_REPLY."""
+        with self.lock:  # compressed and queued in one step: the contexts stay in order
+            if self.closed.is_set():
+                raise BrokenPipeError("the connection is closed")
+            stream = Stream(self._next_id, headers, self)
+            self._next_id += 2
+            self.streams[stream.id] = stream
+            block = self._compress(encode_headers(headers))
+            prefix = struct.pack(">IIBB", stream.id, 0, 0, 0)
+            self._outbox += control_frame(SYN_STREAM, 0, prefix + block)
+        self.wake()
+        if not stream._replied.wait(timeout) or stream.reset:
+            raise ConnectionError(f"stream {stream.id} was refused or not answered")
+        return stream
+
+    def close(self) -> None:
+        """GOAWAY, everything queued flushed, then the socket closed (by the socket thread)."""
+        with self.lock:
+            if not self._goaway_sent and not self.closed.is_set():
+                self._goaway_sent = True
+                last = max((i for i in self.streams if i % 2 != self._next_id % 2), default=0)
+                self._outbox += control_frame(GOAWAY, 0, struct.pack(">II", last, 0))
+            self._closing = True
+        self.wake()
+
+    def wake(self) -> None:
+        with contextlib.suppress(OSError):  # closed already, or full: a wake is pending
+            self._wake_w.send(b"x")
+
+    # -- the socket's thread ---------------------------------------------------------------
+
+    def run(self) -> None:
+        """Move bytes until the peer hangs up or close() has flushed; then end every stream."""
+        self.sock.setblocking(False)
+        selector = selectors.DefaultSelector()
+        try:
+            self._parse()
+            while True:
+                with self.lock:
+                    if self._closing and not self._outbox:
+                        return
+                    paused = any(len(s._unread) > UNREAD_LIMIT for s in self.streams.values())
+                    events = 0 if paused else selectors.EVENT_READ
+                    if self._outbox:
+                        events |= selectors.EVENT_WRITE
+                self._register(selector, events)
+                pending = isinstance(self.sock, ssl.SSLSocket) and self.sock.pending() > 0
+                ready = selector.select(0 if pending and not paused else None)
+                if pending and not paused:
+                    ready.append((selector.get_key(self.sock), selectors.EVENT_READ))
+                for key, mask in ready:
+                    if key.fileobj == self._wake_r:
+                        self._wake_r.recv(4096)
+                        continue
+                    if mask & selectors.EVENT_WRITE and not self._flush():
+                        return
+                    if mask & selectors.EVENT_READ and not paused:
+                        if not self._receive():
+                            return
+                        self._parse()
+        except (OSError, ProtocolError):
+            return
+        finally:
+            selector.close()
+            self._shut()
+
+    def _register(self, selector: selectors.BaseSelector, events: int) -> None:
+        if not selector.get_map():
+            selector.register(self._wake_r, selectors.EVENT_READ)
+            if events:
+                selector.register(self.sock, events)
+            return
+        if events:
+            try:
+                selector.modify(self.sock, events)
+            except KeyError:
+                selector.register(self.sock, events)
+        else:
+            with contextlib.suppress(KeyError):
+                selector.unregister(self.sock)
+
+    def _receive(self) -> bool:
+        """False once the peer hung up."""
+        while True:
+            try:
+                chunk = self.sock.recv(65536)
+            except (ssl.SSLWantReadError, ssl.SSLWantWriteError, BlockingIOError):
+                return True
+            if not chunk:
+                return False
+            self._inbox += chunk
+            if not isinstance(self.sock, ssl.SSLSocket) or not self.sock.pending():
+                return True
+
+    def _flush(self) -> bool:
+        with self.lock:
+            out = bytes(self._outbox[:65536])
+        try:
+            sent = self.sock.send(out)
+        except (ssl.SSLWantReadError, ssl.SSLWantWriteError, BlockingIOError):
+            return True
+        with self.lock:
+            del self._outbox[:sent]
+            self.changed.notify_all()
+        return True
+
+    def _parse(self) -> None:
+        while len(self._inbox) >= 8:
+            first, second = struct.unpack_from(">II", self._inbox)
+            length = second & 0xFFFFFF
+            if len(self._inbox) < 8 + length:
+                return
+            flags, payload = second >> 24, bytes(self._inbox[8 : 8 + length])
+            del self._inbox[: 8 + length]
+            if first & 0x80000000:
+                if (first >> 16) & 0x7FFF != VERSION:
+                    raise ProtocolError(f"SPDY version {(first >> 16) & 0x7FFF}")
+                self._control(first & 0xFFFF, flags, payload)
+            else:
+                self._data(first & 0x7FFFFFFF, flags, payload)
+
+    def _control(self, kind: int, flags: int, payload: bytes) -> None:
+        if kind == SYN_STREAM:
+            stream_id = struct.unpack_from(">I", payload)[0] & 0x7FFFFFFF
+            stream = Stream(stream_id, decode_headers(self._decompress(payload[10:])), self)
+            with self.lock:
+                self.streams[stream_id] = stream
+            if flags & FLAG_FIN:
+                stream._remote_closed = True
+            accepted = self.on_stream(stream)
+            with self.lock:
+                if accepted:
+                    block = self._compress(encode_headers({}))
+                    self._outbox += control_frame(
+                        SYN_REPLY, 0, struct.pack(">I", stream_id) + block
+                    )
+                else:
+                    stream.reset = True
+                    self._outbox += control_frame(
+                        RST_STREAM, 0, struct.pack(">II", stream_id, RST_REFUSED_STREAM)
+                    )
+        elif kind == SYN_REPLY:
+            stream_id = struct.unpack_from(">I", payload)[0] & 0x7FFFFFFF
+            self._decompress(payload[4:])  # keeps the inflate context in step
+            with self.lock:
+                found = self.streams.get(stream_id)
+            if found is not None:
+                found._replied.set()
+        elif kind == HEADERS:
+            self._decompress(payload[4:])
+        elif kind == RST_STREAM:
+            stream_id = struct.unpack_from(">I", payload)[0] & 0x7FFFFFFF
+            with self.lock:
+                found = self.streams.get(stream_id)
+                if found is not None:
+                    found.reset = found._remote_closed = True
+                    found._replied.set()
+                    self.changed.notify_all()
+        elif kind == PING:
+            with self.lock:
+                self._outbox += control_frame(PING, 0, payload[:4])  # echo: spdystream's pong
+        elif kind == GOAWAY:
+            with self.lock:
+                self._closing = True
+        # SETTINGS and WINDOW_UPDATE: no flow control here, as in spdystream
+
+    def _data(self, stream_id: int, flags: int, payload: bytes) -> None:
+        with self.lock:
+            stream = self.streams.get(stream_id)
+            if stream is None or stream._remote_closed:
+                return  # data after FIN or for a stream we refused: dropped
+            stream._unread += payload
+            if flags & FLAG_FIN:
+                stream._remote_closed = True
+            self.changed.notify_all()
+
+    def _compress(self, block: bytes) -> bytes:
+        return self._deflate.compress(block) + self._deflate.flush(zlib.Z_SYNC_FLUSH)
+
+    def _decompress(self, block: bytes) -> bytes:
+        try:
+            return self._inflate.decompress(block)
+        except zlib.error as exc:
+            raise ProtocolError(f"header block: {exc}") from exc
+
+    def _shut(self) -> None:
+        with self.lock:
+            self.closed.set()
+            for stream in self.streams.values():
+                stream._remote_closed = True
+                stream._replied.set()
+            self.changed.notify_all()
+        self.sock.close()
+        self._wake_r.close()
+        self._wake_w.close()
+
+    def forget(self, *streams: Stream) -> None:
+        """A finished session's streams leave the table (port-forward opens two a connection)."""
+        with self.lock:
+            for stream in streams:
+                self.streams.pop(stream.id, None)
+                stream._remote_closed = True  # a reader still waiting on it ends
+            self.changed.notify_all()
