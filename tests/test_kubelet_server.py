@@ -8,133 +8,21 @@ the node too.
 
 from __future__ import annotations
 
-import datetime
 import http.client
 import json
 import re
 import ssl
 import urllib.error
-import urllib.request
-from collections.abc import Iterator
-from dataclasses import dataclass
-from pathlib import Path
-from typing import Any
 
 import pytest
-from cryptography import x509
-from cryptography.hazmat.primitives import hashes, serialization
-from cryptography.hazmat.primitives.asymmetric import ec
-from cryptography.x509.oid import NameOID
 
-from kubelet_sim.server.settings import ServerSettings
-from tests.agent_fixture import RunningAgent, start_agent
 from tests.cluster import Cluster, wait_for
-from tests.docker_env import DockerEnv
+from tests.kubelet_api import Node, node
 from tests.pods import container, container_status, make_pod, wait_status
 
+__all__ = ["node"]  # the fixture
+
 COUNT = ["sh", "-c", "i=0; while :; do i=$((i+1)); echo line $i; sleep 0.2; done"]
-
-
-@dataclass
-class Ca:
-    cert: Path
-    key: Path
-
-
-@dataclass
-class Node:
-    agent: RunningAgent
-    port: int
-    tls: Path  # a directory of client certificates
-
-    def get(self, path: str, cert: str | None = "admin", token: str | None = None) -> Any:
-        context = ssl.create_default_context()
-        context.check_hostname = False
-        context.verify_mode = ssl.CERT_NONE  # the node's serving certificate is self-signed
-        if cert is not None:
-            context.load_cert_chain(self.tls / f"{cert}.crt", self.tls / f"{cert}.key")
-        request = urllib.request.Request(f"https://127.0.0.1:{self.port}{path}")
-        if token is not None:
-            request.add_header("Authorization", f"Bearer {token}")
-        return urllib.request.urlopen(request, context=context, timeout=30)
-
-    def text(self, path: str) -> str:
-        with self.get(path) as response:
-            return str(response.read().decode())
-
-
-def _key_and_name(cn: str, org: str | None) -> tuple[ec.EllipticCurvePrivateKey, x509.Name]:
-    attrs = [x509.NameAttribute(NameOID.COMMON_NAME, cn)]
-    if org:
-        attrs.insert(0, x509.NameAttribute(NameOID.ORGANIZATION_NAME, org))
-    return ec.generate_private_key(ec.SECP256R1()), x509.Name(attrs)
-
-
-def _write(path: Path, key: Any, cert: x509.Certificate) -> None:
-    path.with_suffix(".crt").write_bytes(cert.public_bytes(serialization.Encoding.PEM))
-    path.with_suffix(".key").write_bytes(
-        key.private_bytes(
-            serialization.Encoding.PEM,
-            serialization.PrivateFormat.PKCS8,
-            serialization.NoEncryption(),
-        )
-    )
-
-
-def _new_ca(directory: Path, name: str) -> Ca:
-    key, subject = _key_and_name(name, None)
-    now = datetime.datetime.now(datetime.UTC)
-    cert = (
-        x509.CertificateBuilder()
-        .subject_name(subject)
-        .issuer_name(subject)
-        .public_key(key.public_key())
-        .serial_number(x509.random_serial_number())
-        .not_valid_before(now - datetime.timedelta(minutes=5))
-        .not_valid_after(now + datetime.timedelta(days=1))
-        .add_extension(x509.BasicConstraints(ca=True, path_length=None), critical=True)
-        .sign(key, hashes.SHA256())
-    )
-    _write(directory / name, key, cert)
-    return Ca(directory / f"{name}.crt", directory / f"{name}.key")
-
-
-def _client_cert(ca: Ca, path: Path, cn: str, org: str | None) -> None:
-    ca_key = serialization.load_pem_private_key(ca.key.read_bytes(), None)
-    ca_cert = x509.load_pem_x509_certificate(ca.cert.read_bytes())
-    key, subject = _key_and_name(cn, org)
-    now = datetime.datetime.now(datetime.UTC)
-    cert = (
-        x509.CertificateBuilder()
-        .subject_name(subject)
-        .issuer_name(ca_cert.subject)
-        .public_key(key.public_key())
-        .serial_number(x509.random_serial_number())
-        .not_valid_before(now - datetime.timedelta(minutes=5))
-        .not_valid_after(now + datetime.timedelta(days=1))
-        .sign(ca_key, hashes.SHA256())  # type: ignore[arg-type]
-    )
-    _write(path, key, cert)
-
-
-@pytest.fixture
-def node(cluster: Cluster, docker_env: DockerEnv, tmp_path: Path) -> Iterator[Node]:
-    """An agent serving the kubelet API on a free loopback port, trusting the control plane's
-    client CA when this session started one (else a CA of the test's own)."""
-    tls = tmp_path / "tls"
-    tls.mkdir()
-    env = cluster.session.env
-    ca = Ca(*env.client_ca) if env is not None else _new_ca(tls, "client-ca")
-    who = ("kube-apiserver-kubelet-client", "system:masters")
-    _client_cert(ca, tls / "admin", *who)
-    _client_cert(_new_ca(tls, "other-ca"), tls / "stranger", *who)
-    settings = ServerSettings(address="127.0.0.1", port=0, client_ca_file=str(ca.cert))
-    running = start_agent(cluster, docker_env, tmp_path / "root", server=settings)
-    server = running.agent.server
-    assert server is not None
-    yield Node(running, server.port, tls)
-    if running.thread.is_alive():
-        running.stop()
 
 
 def test_the_node_advertises_the_port_it_serves(cluster: Cluster, node: Node) -> None:
@@ -254,16 +142,15 @@ def test_refusals(cluster: Cluster, node: Node) -> None:
     with pytest.raises(urllib.error.HTTPError) as unknown:
         node.get("/pods", cert=None, token="not-a-token")
     assert unknown.value.code == 401
-    with pytest.raises(urllib.error.HTTPError) as streaming:
-        node.get(f"/exec/{cluster.namespace}/p/c?command=ls")
-    assert streaming.value.code == 501, "exec is not served yet, and says so"
+    with pytest.raises(urllib.error.HTTPError) as run:
+        node.get(f"/run/{cluster.namespace}/p/c?cmd=ls")
+    assert run.value.code == 501, "/run is not served, and says so"
 
 
 def test_pod_logs_through_the_api_server(cluster: Cluster, node: Node) -> None:
     """`kubectl logs`: the API server's pods/log reaches the node with its kubelet-client
-    certificate, at the node's InternalIP and advertised port."""
-    if cluster.session.env is None:
-        pytest.skip("needs a control plane whose kubelet-client certificate the node trusts")
+    certificate, at the node's InternalIP and advertised port (the fake proxies it the same
+    way)."""
     make_pod(cluster, "via-api", container(command=["sh", "-c", "echo through; sleep 3600"]))
     wait_status(cluster, "via-api", lambda s: s.get("phase") == "Running", 30, "running")
     wait_for(
@@ -271,5 +158,7 @@ def test_pod_logs_through_the_api_server(cluster: Cluster, node: Node) -> None:
         30,
         "the log through pods/log",
     )
+    if cluster.is_fake:
+        return  # the fake has pods/log but no nodes/proxy
     summary = cluster.core.connect_get_node_proxy_with_path(cluster.node_name, "stats/summary")
     assert "via-api" in summary, "nodes/proxy reaches the Summary API too (kubectl top's path)"

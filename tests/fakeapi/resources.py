@@ -34,7 +34,12 @@ class Resource:
         return f"{self.kind}List"
 
 
-PODS = Resource("pods", "Pod", subresources=frozenset({"status", "binding"}), has_status=True)
+PODS = Resource(
+    "pods",
+    "Pod",
+    subresources=frozenset({"status", "binding", "exec", "attach", "portforward", "log"}),
+    has_status=True,
+)
 NAMESPACES = Resource(
     "namespaces",
     "Namespace",

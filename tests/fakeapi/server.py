@@ -17,11 +17,11 @@ from types import TracebackType
 from typing import Any
 from urllib.parse import parse_qs, urlsplit
 
-from tests.fakeapi import authz, errors, resources, reviews, routes, selectors
+from tests.fakeapi import authz, errors, nodeproxy, resources, reviews, routes, selectors
 from tests.fakeapi.errors import ApiError
 from tests.fakeapi.faults import FailRule, Faults, Predicate, RequestLog, RequestRecord
 from tests.fakeapi.registry import Registry, _parse_rv, typed
-from tests.fakeapi.resources import BINDINGS, NAMESPACES, Resource, lookup
+from tests.fakeapi.resources import BINDINGS, NAMESPACES, NODES, PODS, Resource, lookup
 from tests.fakeapi.store import Event, Store, Watcher, with_rv
 
 Obj = dict[str, Any]
@@ -95,6 +95,8 @@ class FakeApiServer:
         self._stopping = threading.Event()
         self._httpd: _HttpServer | None = None
         self._thread: threading.Thread | None = None
+        # (cert, key) for pods/exec, attach, portforward and log (--kubelet-client-certificate)
+        self.kubelet_client: tuple[str, str] | None = None
         for name in DEFAULT_NAMESPACES:
             self.registry.create(NAMESPACES, "", {"metadata": {"name": name}})
 
@@ -352,6 +354,9 @@ class FakeApiServer:
                 h, record, 201, self.registry.bind(route.namespace or "", None, _json(raw)), {}
             )
             return
+        if res is PODS and route.sub in nodeproxy.SUBRESOURCES:
+            self._node_proxy(h, record, route, raw)
+            return
         ns = route.namespace if res.namespaced else ""
         verb, name = route.verb, route.name or ""
         if verb == "watch":
@@ -397,6 +402,22 @@ class FakeApiServer:
                 NOT_ALLOWED,
                 "MethodNotAllowed",
             )
+
+    def _node_proxy(
+        self, h: _Handler, record: RequestRecord, route: routes.Route, raw: bytes
+    ) -> None:
+        pod = self.registry.get(PODS, route.namespace or "", route.name or "")
+        node_name = (pod.get("spec") or {}).get("nodeName") or ""
+        node = self.store.get(NODES.name, "", node_name) if node_name else None
+        query = parse_qs(urlsplit(h.path).query)
+        target = nodeproxy.location(pod, node, route.sub or "", query)
+        if self.kubelet_client is None:
+            raise ApiError(500, "the fake API server was given no kubelet-client certificate")
+        record.code = 101 if "upgrade" in (h.headers.get("Connection") or "").lower() else 200
+        h.close_connection = True
+        nodeproxy.proxy(
+            h.connection, h.rfile, h.command, target, h.headers, raw, self.kubelet_client
+        )
 
     @staticmethod
     def _check_create_scope(res: Resource, route: routes.Route) -> None:

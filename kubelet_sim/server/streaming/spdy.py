@@ -75,16 +75,18 @@ def encode_headers(headers: Headers) -> bytes:
 
 
 def decode_headers(block: bytes) -> Headers:
+    def field(at: int) -> tuple[str, int]:
+        (size,) = struct.unpack_from(">I", block, at)
+        if at + 4 + size > len(block):
+            raise ProtocolError("header block: a field runs past the end")
+        return block[at + 4 : at + 4 + size].decode(), at + 4 + size
+
     try:
         (count,), at = struct.unpack_from(">I", block), 4
         headers: Headers = {}
         for _ in range(count):
-            (size,) = struct.unpack_from(">I", block, at)
-            name = block[at + 4 : at + 4 + size].decode()
-            at += 4 + size
-            (size,) = struct.unpack_from(">I", block, at)
-            value = block[at + 4 : at + 4 + size].decode()
-            at += 4 + size
+            name, at = field(at)
+            value, at = field(at)
             headers.setdefault(name.lower(), []).extend(value.split("\0"))
         return headers
     except (struct.error, UnicodeDecodeError) as exc:
