@@ -16,7 +16,7 @@ from collections.abc import Iterator
 
 import pytest
 
-from kubelet_sim.server.streaming import spdy
+from kubelet_sim.server.streaming import pump, spdy
 from tests.cluster import wait_for
 
 
@@ -87,7 +87,7 @@ def test_a_big_transfer_arrives_whole(pair: _Pair) -> None:
     """More than the send queue and the unread bound: writers wait, the reader pauses."""
     stream = pair.client.open_stream({"streamType": ["data"]})
     (theirs,) = pair.opened
-    payload = os.urandom(3 * spdy.QUEUED_LIMIT + 12345)
+    payload = os.urandom(3 * pump.QUEUED_LIMIT + 12345)
     writer = threading.Thread(target=lambda: (stream.write(payload), stream.close()))
     writer.start()
     assert _read_all(theirs) == payload

@@ -6,23 +6,19 @@ half-close, RST_STREAM, PING echoed, GOAWAY, and SETTINGS/WINDOW_UPDATE read and
 (spdystream does no flow control; TCP does it). Header blocks are zlib-compressed with the
 SPDY/3 dictionary, one compression context per direction for the whole connection.
 
-One thread owns the socket (`run`): it reads frames and writes what the others queued, so a TLS
-socket is never read and written by two threads at once. Writers block while too much is
-queued, and the reader stops reading while a stream holds too much unread: a slow peer or a
-slow container costs memory up to a bound, never more.
+The socket's own thread (`pump.SocketPump.run`) reads frames and writes what others queued.
 """
 
 from __future__ import annotations
 
-import contextlib
-import selectors
 import socket
-import ssl
 import struct
 import threading
 import zlib
 from collections.abc import Callable
 from dataclasses import dataclass, field
+
+from kubelet_sim.server.streaming.pump import ProtocolError, SocketPump
 
 VERSION = 3
 SYN_STREAM, SYN_REPLY, RST_STREAM, SETTINGS, PING, GOAWAY, HEADERS, WINDOW_UPDATE = (
@@ -31,8 +27,6 @@ SYN_STREAM, SYN_REPLY, RST_STREAM, SETTINGS, PING, GOAWAY, HEADERS, WINDOW_UPDAT
 FLAG_FIN = 0x01
 RST_PROTOCOL_ERROR, RST_REFUSED_STREAM, RST_CANCEL = 1, 3, 5
 MAX_DATA = 32 * 1024  # per DATA frame we send
-QUEUED_LIMIT = 1 << 20  # bytes queued for the socket before writers wait
-UNREAD_LIMIT = 4 << 20  # bytes a stream may hold unread before the socket is not read
 
 _WORDS = (
     "options", "head", "post", "put", "delete", "trace", "accept", "accept-charset",
@@ -59,10 +53,6 @@ _TAIL = (
 DICTIONARY = b"".join(struct.pack(">I", len(w)) + w.encode() for w in _WORDS) + _TAIL.encode()
 
 Headers = dict[str, list[str]]
-
-
-class ProtocolError(Exception):
-    """The peer sent something SPDY/3 does not allow: the connection ends."""
 
 
 def encode_headers(headers: Headers) -> bytes:
@@ -148,7 +138,7 @@ class Stream:
             self.conn.send(control_frame(RST_STREAM, 0, struct.pack(">II", self.id, RST_CANCEL)))
 
 
-class Connection:
+class Connection(SocketPump):
     """A SPDY connection over a connected socket; `run()` in one thread moves all bytes.
 
     `on_stream(stream)` is called on the socket's thread for each stream the peer opens: it
@@ -164,32 +154,14 @@ class Connection:
         on_stream: Callable[[Stream], bool] = lambda stream: False,
         already_read: bytes = b"",
     ) -> None:
-        self.sock = sock
+        super().__init__(sock, already_read)
         self.on_stream = on_stream
-        self.lock = threading.Lock()
-        self.changed = threading.Condition(self.lock)
         self.streams: dict[int, Stream] = {}
-        self.closed = threading.Event()
-        self._inbox = bytearray(already_read)
-        self._outbox = bytearray()
         self._next_id = 2 if server else 1
         self._deflate = zlib.compressobj(9, zdict=DICTIONARY)
         self._inflate = zlib.decompressobj(zdict=DICTIONARY)
-        self._wake_r, self._wake_w = socket.socketpair()  # closed objects fail, never reuse an fd
-        self._wake_w.setblocking(False)
-        self._closing = False
-        self._goaway_sent = False
 
     # -- for other threads -----------------------------------------------------------------
-
-    def send(self, frame: bytes, *, wait: bool = True) -> None:
-        with self.lock:
-            while wait and len(self._outbox) > QUEUED_LIMIT and not self.closed.is_set():
-                self.changed.wait()
-            if self.closed.is_set():
-                raise BrokenPipeError("the connection is closed")
-            self._outbox += frame
-        self.wake()
 
     def open_stream(self, headers: Headers, timeout: float = 30.0) -> Stream:
         """Client side: SYN_STREAM, then wait for the peer's SYN_REPLY."""
@@ -210,93 +182,10 @@ class Connection:
     def close(self) -> None:
         """GOAWAY, everything queued flushed, then the socket closed (by the socket thread)."""
         with self.lock:
-            if not self._goaway_sent and not self.closed.is_set():
-                self._goaway_sent = True
-                last = max((i for i in self.streams if i % 2 != self._next_id % 2), default=0)
-                self._outbox += control_frame(GOAWAY, 0, struct.pack(">II", last, 0))
-            self._closing = True
-        self.wake()
-
-    def wake(self) -> None:
-        with contextlib.suppress(OSError):  # closed already, or full: a wake is pending
-            self._wake_w.send(b"x")
+            last = max((i for i in self.streams if i % 2 != self._next_id % 2), default=0)
+        self.finish(control_frame(GOAWAY, 0, struct.pack(">II", last, 0)))
 
     # -- the socket's thread ---------------------------------------------------------------
-
-    def run(self) -> None:
-        """Move bytes until the peer hangs up or close() has flushed; then end every stream."""
-        self.sock.setblocking(False)
-        selector = selectors.DefaultSelector()
-        try:
-            self._parse()
-            while True:
-                with self.lock:
-                    if self._closing and not self._outbox:
-                        return
-                    paused = any(len(s._unread) > UNREAD_LIMIT for s in self.streams.values())
-                    events = 0 if paused else selectors.EVENT_READ
-                    if self._outbox:
-                        events |= selectors.EVENT_WRITE
-                self._register(selector, events)
-                pending = isinstance(self.sock, ssl.SSLSocket) and self.sock.pending() > 0
-                ready = selector.select(0 if pending and not paused else None)
-                if pending and not paused:
-                    ready.append((selector.get_key(self.sock), selectors.EVENT_READ))
-                for key, mask in ready:
-                    if key.fileobj == self._wake_r:
-                        self._wake_r.recv(4096)
-                        continue
-                    if mask & selectors.EVENT_WRITE and not self._flush():
-                        return
-                    if mask & selectors.EVENT_READ and not paused:
-                        if not self._receive():
-                            return
-                        self._parse()
-        except (OSError, ProtocolError):
-            return
-        finally:
-            selector.close()
-            self._shut()
-
-    def _register(self, selector: selectors.BaseSelector, events: int) -> None:
-        if not selector.get_map():
-            selector.register(self._wake_r, selectors.EVENT_READ)
-            if events:
-                selector.register(self.sock, events)
-            return
-        if events:
-            try:
-                selector.modify(self.sock, events)
-            except KeyError:
-                selector.register(self.sock, events)
-        else:
-            with contextlib.suppress(KeyError):
-                selector.unregister(self.sock)
-
-    def _receive(self) -> bool:
-        """False once the peer hung up."""
-        while True:
-            try:
-                chunk = self.sock.recv(65536)
-            except (ssl.SSLWantReadError, ssl.SSLWantWriteError, BlockingIOError):
-                return True
-            if not chunk:
-                return False
-            self._inbox += chunk
-            if not isinstance(self.sock, ssl.SSLSocket) or not self.sock.pending():
-                return True
-
-    def _flush(self) -> bool:
-        with self.lock:
-            out = bytes(self._outbox[:65536])
-        try:
-            sent = self.sock.send(out)
-        except (ssl.SSLWantReadError, ssl.SSLWantWriteError, BlockingIOError):
-            return True
-        with self.lock:
-            del self._outbox[:sent]
-            self.changed.notify_all()
-        return True
 
     def _parse(self) -> None:
         while len(self._inbox) >= 8:
@@ -377,16 +266,13 @@ class Connection:
         except zlib.error as exc:
             raise ProtocolError(f"header block: {exc}") from exc
 
-    def _shut(self) -> None:
-        with self.lock:
-            self.closed.set()
-            for stream in self.streams.values():
-                stream._remote_closed = True
-                stream._replied.set()
-            self.changed.notify_all()
-        self.sock.close()
-        self._wake_r.close()
-        self._wake_w.close()
+    def _unread(self) -> int:
+        return max((len(s._unread) for s in self.streams.values()), default=0)
+
+    def _ended(self) -> None:
+        for stream in self.streams.values():
+            stream._remote_closed = True
+            stream._replied.set()
 
     def forget(self, *streams: Stream) -> None:
         """A finished session's streams leave the table (port-forward opens two a connection)."""
