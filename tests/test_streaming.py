@@ -21,6 +21,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from kubernetes.stream import stream
 
 from tests import spdy_client
 from tests.cluster import Cluster, deadline_scale, wait_for
@@ -176,6 +177,25 @@ class _port_forward:
         self.stderr = err.decode(errors="replace")
 
 
+def test_exec_through_the_python_clients_websocket(cluster: Cluster, node: Node) -> None:
+    """kubernetes.stream speaks websocket (v4.channel.k8s.io here), which the API server
+    passes on to the node as it is."""
+    running(cluster, "ws", container(command=["sleep", "3600"]))
+    call = cluster.core.connect_get_namespaced_pod_exec
+    both = ["sh", "-c", "echo out; echo err >&2"]
+    out = stream(call, "ws", cluster.namespace, command=both, stdout=True, stderr=True,
+                 stdin=False, tty=False)  # fmt: skip
+    assert sorted(out.splitlines()) == ["err", "out"]
+    session = stream(call, "ws", cluster.namespace, command=["sh", "-c", "head -n1; exit 5"],
+                     stdin=True, stdout=True, stderr=True, tty=False,
+                     _preload_content=False)  # fmt: skip
+    session.write_stdin("fed\n")
+    session.run_forever(timeout=30 * deadline_scale())
+    assert session.read_stdout() == "fed\n"
+    assert session.returncode == 5, "the exit code from the v4 Status on the error channel"
+    session.close()
+
+
 # -- the protocol, straight at the node ------------------------------------------------------
 
 
@@ -234,7 +254,7 @@ def test_refusals_before_the_upgrade(cluster: Cluster, node: Node) -> None:
     )
     assert odd.headers.get_all("X-Accepted-Stream-Protocol-Versions")[1] == "v4.channel.k8s.io"
     ws = spdy_client.connect(node.port, path, node.tls, ["v5.channel.k8s.io"], websocket=True)
-    assert ws.status == 400, "kubectl falls back to SPDY on a refused websocket"
+    assert ws.status == 403, "kubectl offers only v5 over websocket, then falls back to SPDY"
     nothing = spdy_client.connect(
         node.port, _exec_path(cluster, "ref", "true"), node.tls, ["v4.channel.k8s.io"]
     )

@@ -66,6 +66,10 @@ class SocketPump:
             self._closing = True
         self.wake()
 
+    def close(self) -> None:
+        """End the connection in the framing's way (a goodbye frame), after what is queued."""
+        self.finish()
+
     def wake(self) -> None:
         with contextlib.suppress(OSError):  # closed already, or full: a wake is pending
             self._wake_w.send(b"x")

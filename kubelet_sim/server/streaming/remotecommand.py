@@ -16,7 +16,8 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from kubelet_sim import cri
-from kubelet_sim.server.streaming.spdy import Connection, Stream
+from kubelet_sim.server.streaming.pump import SocketPump
+from kubelet_sim.server.streaming.spdy import Stream
 
 V5, V4, V3, V2, V1 = (
     "v5.channel.k8s.io", "v4.channel.k8s.io", "v3.channel.k8s.io", "v2.channel.k8s.io",
@@ -103,6 +104,20 @@ class Streams:
             count += 1  # resize
         return cls(protocol, count)
 
+    @classmethod
+    def of_channels(cls, protocol: str, options: Options, channels: dict[int, Any]) -> Streams:
+        """A websocket's channels, there from the start: those the options ask for."""
+        wanted = (options.stdin, options.stdout, options.stderr, True, options.tty)
+        streams = cls(protocol, sum(wanted))
+        for number, name in enumerate(("stdin", "stdout", "stderr", "error", "resize")):
+            if wanted[number]:
+                streams.by_type[name] = channels[number]
+        streams.ready.set()
+        # wsstream tells the client the session is up: an empty message on the first output
+        first = next(n for n in ("stdout", "stderr", "error") if n in streams.by_type)
+        streams.by_type[first].write(b"")
+        return streams
+
     def on_stream(self, stream: Stream) -> bool:
         self.by_type.setdefault(stream.header("streamType"), stream)
         if len(self.by_type) >= self.expected:
@@ -114,7 +129,7 @@ class Streams:
         if error is None:
             return
         try:
-            if self.protocol in (V5, V4):
+            if self.protocol.startswith(("v4.", "v5.")):
                 error.write(json.dumps(outcome, separators=(",", ":")).encode())
             elif outcome["status"] != "Success":
                 error.write(str(outcome["message"]).encode())
@@ -123,7 +138,7 @@ class Streams:
 
 
 def serve(
-    conn: Connection,
+    conn: SocketPump,
     streams: Streams,
     start: Callable[[], cri.StreamSession],
     command: list[str] | None,

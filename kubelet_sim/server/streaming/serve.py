@@ -14,9 +14,10 @@ from urllib.parse import parse_qs, unquote
 from kubelet_sim import cri
 from kubelet_sim.pod.attempts import attempts_of, latest_sandbox
 from kubelet_sim.server.routes import NodeView, Reply, find_pod
-from kubelet_sim.server.streaming import portforward, remotecommand
-from kubelet_sim.server.streaming.spdy import Connection, Stream
-from kubelet_sim.server.streaming.upgrade import Refused, negotiate, upgrade
+from kubelet_sim.server.streaming import portforward, remotecommand, websocket
+from kubelet_sim.server.streaming.pump import SocketPump
+from kubelet_sim.server.streaming.spdy import Stream
+from kubelet_sim.server.streaming.upgrade import Refused, is_websocket, negotiate, upgrade
 
 PREFIXES = ("/exec/", "/attach/", "/portForward/")
 _COMMAND = re.compile(r"^/(exec|attach)/([^/]+)/([^/]+)/(?:([^/]+)/)?([^/]+)$")
@@ -53,22 +54,24 @@ def _prepare(
     query: dict[str, list[str]],
     node: NodeView,
     runtime: StreamRuntime,
-) -> tuple[Connection, Callable[[], None]]:
+) -> tuple[SocketPump, Callable[[], None]]:
     command_path, forward_path = _COMMAND.match(path), _FORWARD.match(path)
     if forward_path:
         namespace, name, uid = (unquote(g or "") for g in forward_path.groups())
         sandbox = latest_sandbox(node.containers(_uid_of(node, namespace, name, uid)))
         if sandbox is None or sandbox.state != cri.ContainerState.RUNNING:
             raise Refused(500, f'pod not found ("{name}_{namespace}")')
+        if is_websocket(handler.headers):  # kubectl falls back to SPDY
+            raise Refused(400, "port-forward over websocket is not served here; use SPDY/3.1")
         sandbox_id = sandbox.id
         forward = portforward.PortForward(
             sandbox_id, lambda port: runtime.pod_connect(sandbox_id, port)
         )
-        conn = upgrade(
+        forwarding = upgrade(
             handler, negotiate(handler.headers, portforward.PROTOCOLS), forward.on_stream
         )
-        forward.conn = conn
-        return conn, lambda: None
+        forward.conn = forwarding
+        return forwarding, lambda: None
     if not command_path:
         raise Refused(404, "404 page not found")
     kind, namespace, name, uid, container = (unquote(g or "") for g in command_path.groups())
@@ -82,9 +85,16 @@ def _prepare(
     target = _running(node, namespace, name, uid, container)
     if target is None:
         raise Refused(500, f'container not found ("{container}")')
-    protocol = negotiate(handler.headers, remotecommand.PROTOCOLS)
-    streams = remotecommand.Streams.expect(protocol, options)
-    conn = upgrade(handler, protocol, streams.on_stream)
+    conn: SocketPump
+    if is_websocket(handler.headers):
+        protocol = websocket.negotiate(handler.headers)
+        socket_conn = websocket.upgrade(handler, protocol)
+        streams = remotecommand.Streams.of_channels(protocol, options, socket_conn.channels)
+        conn = socket_conn
+    else:
+        protocol = negotiate(handler.headers, remotecommand.PROTOCOLS)
+        streams = remotecommand.Streams.expect(protocol, options)
+        conn = upgrade(handler, protocol, streams.on_stream)
 
     def start() -> cri.StreamSession:
         if kind == "exec":

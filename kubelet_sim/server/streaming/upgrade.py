@@ -30,8 +30,6 @@ def is_websocket(headers: Message) -> bool:
 
 def negotiate(headers: Message, server: Sequence[str]) -> str:
     """The first protocol in the client's order that the server speaks (Handshake)."""
-    if is_websocket(headers):  # kubectl ≥ 1.30 tries these first and falls back to SPDY
-        raise Refused(400, "unable to upgrade: websocket streams are not served here, use SPDY/3.1")
     connection = (headers.get("Connection") or "").lower()
     upgrade = (headers.get("Upgrade") or "").lower()
     if "upgrade" not in connection or SPDY_31.lower() not in upgrade:
