@@ -65,10 +65,10 @@ def test_exec_output_exit_code_and_stdin(cluster: Cluster, node: Node) -> None:
 
 @needs_kubectl
 def test_cp_both_ways(cluster: Cluster, node: Node, tmp_path: Path) -> None:
-    """kubectl cp is tar through exec: 2 MiB each way, byte for byte."""
+    """kubectl cp is tar through exec: half a MiB each way (many frames), byte for byte."""
     running(cluster, "box", container(command=["sleep", "3600"]))
     sent = tmp_path / "sent.bin"
-    sent.write_bytes(os.urandom(2 << 20))
+    sent.write_bytes(os.urandom(512 << 10))
     up = kubectl(cluster, "cp", str(sent), "box:/tmp/data.bin")
     assert up.returncode == 0, up.stderr
     back = tmp_path / "back.bin"
