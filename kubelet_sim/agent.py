@@ -3,13 +3,16 @@
 from __future__ import annotations
 
 import dataclasses
+import ipaddress
 import threading
 import time
 from collections.abc import Sequence
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Protocol
 
 from kubelet_sim import cri
+from kubelet_sim.config import ConfigError
 from kubelet_sim.kube.client import KubeConnection, wait_for_api_server
 from kubelet_sim.kube.events import EventRecorder
 from kubelet_sim.kube.informer import DELETED, Informer
@@ -27,6 +30,7 @@ from kubelet_sim.node.lifecycle import NodeLifecycle
 from kubelet_sim.node.node_object import resources
 from kubelet_sim.node.settings import NodeSettings
 from kubelet_sim.pod.admission import Allocatable
+from kubelet_sim.pod.dns import NodeDNS, parse_resolv_conf
 from kubelet_sim.pod.quantity import milli_value, value
 from kubelet_sim.pod.references import referenced_objects
 from kubelet_sim.podworkers.gc import ContainerGC
@@ -58,6 +62,27 @@ class PodSettings:
     pause_image: str = "registry.k8s.io/pause:3.10"
     allow_privileged: bool = False
     workers: int = 8
+    dns: NodeDNS = dataclasses.field(default_factory=NodeDNS)  # resolvers and hosts files
+
+
+def node_dns(cluster_dns: list[str], domain: str, resolv_conf: str) -> NodeDNS:
+    """--cluster-dns (repeated or comma-separated), --cluster-domain and --resolv-conf read
+    once; ConfigError in one line when an address or the file is bad."""
+    servers = [ip.strip() for item in cluster_dns for ip in item.split(",") if ip.strip()]
+    for ip in servers:
+        try:
+            ipaddress.ip_address(ip)
+        except ValueError:
+            raise ConfigError(f"--cluster-dns: {ip!r} is not an IP address") from None
+    host = None
+    if resolv_conf:
+        try:
+            host = parse_resolv_conf(Path(resolv_conf).read_text())
+        except OSError as exc:
+            raise ConfigError(
+                f"cannot read --resolv-conf {resolv_conf}: {exc.strerror or exc}"
+            ) from None
+    return NodeDNS(tuple(servers), domain.strip(".").lower(), host)
 
 
 class Agent:
@@ -122,13 +147,15 @@ class Agent:
         self._pods: dict[str, Json] = {}
         self._pods_lock = threading.Lock()
         pod_settings = pods or PodSettings()
+        node_ip = settings.node_ip or self.lifecycle.host.node_ip or "127.0.0.1"
         self.syncer = PodSyncer(
             SyncSettings(
                 node_name=self.node_name,
-                node_ip=settings.node_ip or self.lifecycle.host.node_ip or "127.0.0.1",
+                node_ip=node_ip,
                 pause_image=pod_settings.pause_image,
                 allow_privileged=pod_settings.allow_privileged,
                 allocatable=self._allocatable(),
+                dns=dataclasses.replace(pod_settings.dns, node_ips=(node_ip,)),
             ),
             runtime,
             watcher=ContainerWatcher(

@@ -16,7 +16,7 @@ from typing import Annotated, NoReturn
 import typer
 
 from kubelet_sim import __version__
-from kubelet_sim.agent import Agent, PodSettings
+from kubelet_sim.agent import Agent, PodSettings, node_dns
 from kubelet_sim.config import ConfigError
 from kubelet_sim.kube.client import KubeConfigError, KubeConnection, connect
 from kubelet_sim.kube.rest import ApiError, request_json
@@ -190,6 +190,31 @@ def run(
             help="Sandbox image that holds each pod's network namespace.",
         ),
     ] = "registry.k8s.io/pause:3.10",
+    cluster_dns: Annotated[
+        list[str] | None,
+        typer.Option(
+            envvar="KUBELET_SIM_CLUSTER_DNS",
+            help="IP of the cluster DNS service (repeat or comma-separate for more): the only"
+            " nameserver of ClusterFirst pods (kind's: 10.96.0.10). Without it they fall back to"
+            " the node's resolver, with a MissingClusterDNS event, as the kubelet does.",
+        ),
+    ] = None,
+    cluster_domain: Annotated[
+        str,
+        typer.Option(
+            envvar="KUBELET_SIM_CLUSTER_DOMAIN",
+            help="The cluster's DNS domain (kind's: cluster.local): ClusterFirst pods search"
+            " <ns>.svc.<domain>, svc.<domain> and <domain>; pods with a subdomain get their FQDN.",
+        ),
+    ] = "",
+    resolv_conf: Annotated[
+        str,
+        typer.Option(
+            envvar="KUBELET_SIM_RESOLV_CONF",
+            help="The node's resolver file, the base of Default pods (and ClusterFirst without"
+            ' --cluster-dns); "" gives them 127.0.0.1, as the kubelet does.',
+        ),
+    ] = "/etc/resolv.conf",
     allow_privileged: Annotated[
         bool,
         typer.Option(
@@ -282,7 +307,13 @@ def run(
     except (ConfigError, KubeConfigError, RuntimeUnavailable) as exc:
         _fail(str(exc))
     stop = _stop_on_signals()
-    pod_settings = PodSettings(pause_image=pod_infra_image, allow_privileged=allow_privileged)
+    try:
+        dns = node_dns(cluster_dns or [], cluster_domain, resolv_conf)
+    except ConfigError as exc:
+        _fail(str(exc))
+    pod_settings = PodSettings(
+        pause_image=pod_infra_image, allow_privileged=allow_privileged, dns=dns
+    )
     if (tls_cert_file is None) != (tls_private_key_file is None):
         _fail("give --tls-cert-file and --tls-private-key-file together, or neither")
     server = ServerSettings(

@@ -2,9 +2,10 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 from kubelet_sim.pod.admission import Allocatable
+from kubelet_sim.pod.dns import NodeDNS
 
 
 @dataclass(frozen=True)
@@ -14,3 +15,5 @@ class SyncSettings:
     pause_image: str
     allow_privileged: bool
     allocatable: Allocatable
+    dns: NodeDNS = field(default_factory=NodeDNS)
+    hosts_file: str = "/etc/hosts"  # what hostNetwork pods' /etc/hosts is made from

@@ -9,6 +9,8 @@ from __future__ import annotations
 
 import time
 from collections.abc import Callable
+from dataclasses import replace
+from pathlib import Path
 
 from kubelet_sim import cri
 from kubelet_sim.kube.events import NORMAL, WARNING, EventRecorder, EventRef
@@ -19,8 +21,10 @@ from kubelet_sim.pod.container_config import (
     ContainerConfigError,
     ObjectLookup,
     container_config,
+    pod_hostname,
     sandbox_config,
 )
+from kubelet_sim.pod.dns import hosts_file, pod_dns, sandbox_hostname
 from kubelet_sim.pod.pull_secrets import auths_for
 from kubelet_sim.pod.restart_backoff import KeyedBackoff, go_duration
 from kubelet_sim.pod.spec import ContainerView, PodView
@@ -37,6 +41,10 @@ from kubelet_sim.runtime.translate import created_observation
 from kubelet_sim.volumes import VolumeError, VolumeSetup, mounts_for
 
 ERROR_RETRY = 10.0  # the kubelet's pod worker backoff after a failed sync
+
+
+ETC_HOSTS = "etc-hosts"  # the kubelet's name for it in the pod's directory
+RESOLV_CONF = "resolv.conf"
 
 
 class ContainerStarter:
@@ -73,6 +81,11 @@ class ContainerStarter:
             pause_image=self.settings.pause_image,
         )
         try:
+            cfg = replace(cfg, hostname=sandbox_hostname(view, cfg.hostname, self._domain))
+            resolver, warnings = pod_dns(view, self.settings.dns)
+            for warning in warnings:  # GetPodDNS runs as the sandbox is made, and says so then
+                self.events.event(event_ref(view), WARNING, warning.reason, warning.message)
+            self.runtime.files.write_managed(view.uid, RESOLV_CONF, resolver.render())
             if cfg.image not in self.sandbox_images:  # ensureSandboxImageExists, once
                 if self.runtime.image_status(cfg.image) is None:
                     self.runtime.pull_image(cfg.image)
@@ -116,7 +129,10 @@ class ContainerStarter:
                 host_ip=self.settings.node_ip,
                 pod_ip=sandbox.ip,
                 lookup=self.lookup,
-                mounts=mounts_for(container, volumes),
+                mounts=[
+                    *mounts_for(container, volumes),
+                    *self._managed_mounts(view, container, sandbox),
+                ],
             )
         except (ContainerConfigError, VolumeError) as exc:
             return self._failed(state, container, ref, "CreateContainerConfigError", str(exc))
@@ -137,6 +153,34 @@ class ContainerStarter:
         if self.hooks is not None and hook_of(container, POST_START) is not None:
             self._post_start(self.hooks, view, container, container_id, sandbox, state)
         return None
+
+    @property
+    def _domain(self) -> str:
+        return self.settings.dns.cluster_domain
+
+    def _managed_mounts(
+        self, view: PodView, container: ContainerView, sandbox: cri.ObservedContainer
+    ) -> list[cri.Mount]:
+        """/etc/hosts (makeHostsMount, unless a volume is mounted there) and the pod's
+        /etc/resolv.conf (as containerd mounts the sandbox's into each container)."""
+        files = self.runtime.files
+        resolv = files.pod_dir(view.uid) / RESOLV_CONF
+        if not resolv.exists():  # a sandbox this agent did not make (adopted after a restart)
+            files.write_managed(view.uid, RESOLV_CONF, pod_dns(view, self.settings.dns)[0].render())
+        mounts = [cri.Mount(str(resolv), "/etc/resolv.conf")]
+        if any(m.mount_path == "/etc/hosts" for m in container.volume_mounts):
+            return mounts
+        node_hosts = ""
+        if view.host_network:
+            try:
+                node_hosts = Path(self.settings.hosts_file).read_text()
+            except OSError:
+                node_hosts = ""
+        ips = [self.settings.node_ip] if view.host_network else [sandbox.ip] if sandbox.ip else []
+        hostname = pod_hostname(view)
+        text = hosts_file(view, ips, hostname, self._domain, node_hosts)
+        hosts = files.write_managed(view.uid, ETC_HOSTS, text)
+        return [cri.Mount(str(hosts), "/etc/hosts"), *mounts]
 
     def _post_start(
         self,

@@ -78,6 +78,16 @@ class PodFiles:
             return ""
         return data.decode("utf-8", errors="replace")
 
+    def write_managed(self, pod_uid: str, name: str, text: str) -> Path:
+        """A file the kubelet manages for the pod's containers (etc-hosts, resolv.conf): readable
+        by any user in them, replaced whole so a container never reads half of it."""
+        path = self.make_pod_dir(pod_uid) / name
+        staged = path.with_name(f".{name}.new")
+        staged.write_text(text)
+        os.chmod(staged, 0o644)
+        os.replace(staged, path)
+        return path
+
     def journal(self, pod_uid: str) -> Path:
         """What only the node knows of a pod's start (when its watch delivered it, admission,
         status writes), a JSON object a line, for `kubelet-sim trace`; gone with the pod."""

@@ -1,0 +1,121 @@
+"""What a pod's containers read in /etc/resolv.conf, /etc/hosts and `hostname`, and the events
+the kubelet records while forming them (observed inside real containers, on both servers)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+from kubelet_sim import cri
+from kubelet_sim.pod.dns import NodeDNS, parse_resolv_conf
+from tests.agent_fixture import start_agent
+from tests.cluster import Cluster
+from tests.docker_env import DockerEnv
+from tests.pods import (
+    container,
+    event_messages,
+    make_pod,
+    pod_containers,
+    status_of,
+    wait_for_events,
+    wait_status,
+)
+
+SHOW = ["sh", "-c", "cat /etc/resolv.conf; echo ===; cat /etc/hosts; echo ===; hostname"]
+NODE_RESOLVER = parse_resolv_conf("nameserver 10.0.0.2\nsearch corp.example\noptions rotate\n")
+
+
+def _shown(cluster: Cluster, docker_env: DockerEnv, name: str, **spec: Any) -> list[str]:
+    """The three files as the pod's container printed them, once it ran to the end."""
+    created = make_pod(cluster, name, container(command=SHOW), restart="Never", **spec)
+    wait_status(cluster, name, lambda s: s.get("phase") == "Succeeded", 30, "ran to the end")
+    (app,) = [
+        c
+        for c in pod_containers(docker_env, created["metadata"]["uid"])
+        if c.labels.get(cri.LABEL_CONTAINER_NAME) != cri.SANDBOX_CONTAINER_NAME
+    ]
+    logs = docker_env.client.api.logs(app.id, stdout=True, stderr=True).decode()
+    return list(logs.split("===\n"))
+
+
+def test_cluster_first_pod_with_a_subdomain_aliases_and_its_fqdn(
+    cluster: Cluster, docker_env: DockerEnv, tmp_path: Path
+) -> None:
+    dns = NodeDNS(("10.96.0.10",), "cluster.local", NODE_RESOLVER)
+    running = start_agent(cluster, docker_env, tmp_path / "root", dns=dns)
+    try:
+        resolv, hosts, hostname = _shown(
+            cluster,
+            docker_env,
+            "named",
+            hostname="web",
+            subdomain="backends",
+            setHostnameAsFQDN=True,
+            hostAliases=[{"ip": "10.9.9.9", "hostnames": ["one.example", "two.example"]}],
+        )
+        ns = cluster.namespace
+        assert resolv == (
+            f"search {ns}.svc.cluster.local svc.cluster.local cluster.local corp.example\n"
+            "nameserver 10.96.0.10\n"
+            "options ndots:5\n"
+        )
+        pod_ip = status_of(cluster, "named")["podIP"]
+        assert hosts == (
+            "# Kubernetes-managed hosts file.\n"
+            "127.0.0.1\tlocalhost\n"
+            "::1\tlocalhost ip6-localhost ip6-loopback\n"
+            "fe00::0\tip6-localnet\n"
+            "fe00::0\tip6-mcastprefix\n"
+            "fe00::1\tip6-allnodes\n"
+            "fe00::2\tip6-allrouters\n"
+            f"{pod_ip}\tweb.backends.{ns}.svc.cluster.local\tweb\n"
+            "\n"
+            "# Entries added by HostAliases.\n"
+            "10.9.9.9\tone.example\ttwo.example\n"
+        )
+        assert hostname == f"web.backends.{ns}.svc.cluster.local\n"
+    finally:
+        running.stop()
+
+
+def test_dns_policies_none_and_default_and_the_missing_cluster_dns(
+    cluster: Cluster, docker_env: DockerEnv, tmp_path: Path
+) -> None:
+    dns = NodeDNS((), "cluster.local", NODE_RESOLVER)  # no --cluster-dns
+    running = start_agent(cluster, docker_env, tmp_path / "root", dns=dns)
+    try:
+        config = {"nameservers": ["1.1.1.1"], "searches": ["a.example"],
+                  "options": [{"name": "ndots", "value": "2"}]}  # fmt: skip
+        none, _, _ = _shown(cluster, docker_env, "none", dnsPolicy="None", dnsConfig=config)
+        assert none == "search a.example\nnameserver 1.1.1.1\noptions ndots:2\n"
+        default, _, hostname = _shown(cluster, docker_env, "default", dnsPolicy="Default")
+        assert default == "search corp.example\nnameserver 10.0.0.2\noptions rotate\n"
+        assert hostname == "default\n"
+        fallback, _, _ = _shown(cluster, docker_env, "fallback")
+        assert fallback == default, "ClusterFirst without a cluster DNS: the node's resolver"
+        wait_for_events(cluster, "fallback", "MissingClusterDNS")
+        (message,) = set(event_messages(cluster, "fallback", "MissingClusterDNS"))
+        assert message.endswith(
+            "kubelet does not have ClusterDNS IP configured and cannot create Pod using"
+            ' "ClusterFirst" policy. Falling back to "Default" policy.'
+        )
+        assert event_messages(cluster, "default", "MissingClusterDNS") == []
+    finally:
+        running.stop()
+
+
+def test_a_too_long_fqdn_fails_the_sandbox_as_the_kubelet_says(
+    cluster: Cluster, docker_env: DockerEnv, tmp_path: Path
+) -> None:
+    dns = NodeDNS(("10.96.0.10",), "cluster.local", NODE_RESOLVER)
+    running = start_agent(cluster, docker_env, tmp_path / "root", dns=dns)
+    try:
+        make_pod(cluster, "long", hostname="h" * 50, subdomain="s", setHostnameAsFQDN=True)
+        wait_for_events(cluster, "long", "FailedCreatePodSandBox", timeout=20)
+        (message,) = set(event_messages(cluster, "long", "FailedCreatePodSandBox"))
+        assert message.startswith(
+            "Failed to create pod sandbox: failed to construct FQDN from pod hostname and"
+            f" cluster domain, FQDN {'h' * 50}.s.{cluster.namespace}.svc.cluster.local is too long"
+        )
+    finally:
+        running.stop()
