@@ -161,6 +161,16 @@ class ImageInfo:
 
 
 @dataclass(frozen=True)
+class ImageSummary:
+    """An image on the node as the runtime lists it (the CRI's ListImages)."""
+
+    id: str
+    repo_tags: tuple[str, ...]
+    repo_digests: tuple[str, ...]
+    size: int
+
+
+@dataclass(frozen=True)
 class RegistryAuth:
     """Credentials for one registry from an imagePullSecret; never logged."""
 

@@ -41,6 +41,9 @@ class FakeProbe:
             raise RuntimeError("runtime down")
         return "27.3.1"
 
+    def list_images(self) -> list[Any]:
+        return []
+
 
 @pytest.fixture(scope="module")
 def host() -> HostFacts:
@@ -262,6 +265,9 @@ def test_real_docker_makes_the_node_ready(
     assert node is not None
     version = node["status"]["nodeInfo"]["containerRuntimeVersion"]
     assert version == f"docker://{runtime.version()}"
+    busybox = docker_env.client.api.inspect_image("kubelet-sim.local/busybox:test")
+    listed = {n: i["sizeBytes"] for i in node["status"].get("images") or () for n in i["names"]}
+    assert listed.get("kubelet-sim.local/busybox:test") == busybox["Size"], "status.images"
 
 
 def test_runtime_that_never_answered_registers_not_ready(

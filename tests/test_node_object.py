@@ -405,3 +405,24 @@ def test_desired_status_sets_ours_and_keeps_what_others_own() -> None:
         "volumesInUse": ["kubernetes.io/csi/x"],
         "capacity": {"cpu": "2"},
     }
+
+
+def test_images_are_the_largest_fifty_named_by_digests_then_tags() -> None:
+    from kubelet_sim.cri import ImageSummary
+    from kubelet_sim.node.node_object import node_images
+
+    many = [ImageSummary(f"sha256:{i:04}", (f"img{i}:v",), (), 1000 + i) for i in range(60)]
+    named = ImageSummary(
+        "sha256:big",
+        tuple(f"t{i}:v" for i in range(4)),
+        ("repo@sha256:aa", "other@sha256:bb"),
+        10**9,
+    )
+    listed = node_images([*many, named])
+    assert len(listed) == 50
+    assert listed[0] == {
+        "names": ["repo@sha256:aa", "other@sha256:bb", "t0:v", "t1:v", "t2:v"],
+        "sizeBytes": 10**9,
+    }
+    assert [i["sizeBytes"] for i in listed[1:3]] == [1059, 1058], "largest first"
+    assert node_images([]) == []

@@ -94,7 +94,8 @@ class NodeLifecycle:
 
     def _initial_node(self) -> Json:
         version, errors = self._status.observe_runtime()
-        return build_node(self.settings, self.host, version, errors, datetime.now(UTC))
+        images = self._status.images() if not errors else []
+        return build_node(self.settings, self.host, version, errors, datetime.now(UTC), images)
 
     def _delete_node(self) -> None:
         name = self.settings.node_name

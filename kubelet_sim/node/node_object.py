@@ -8,10 +8,11 @@ reads like a real one in `kubectl describe node`.
 from __future__ import annotations
 
 import copy
+from collections.abc import Sequence
 from datetime import UTC, datetime
 from typing import Any
 
-from kubelet_sim import __version__
+from kubelet_sim import __version__, cri
 from kubelet_sim.config import KUBELET_COMPAT_VERSION
 from kubelet_sim.node.host import HostFacts
 from kubelet_sim.node.settings import NodeSettings, cpu_millicores, memory_bytes
@@ -34,6 +35,8 @@ ANNOTATION_CMAD = "volumes.kubernetes.io/controller-managed-attach-detach"
 # Default hard eviction thresholds, which the kubelet subtracts from capacity for allocatable.
 EVICTION_MEMORY_BYTES = 100 * 1024 * 1024
 EVICTION_NODEFS_FRACTION = 0.10
+MAX_IMAGES = 50  # --node-status-max-images
+MAX_NAMES_PER_IMAGE = 5  # MaxNamesPerImageInNodeStatus
 
 READY_MESSAGE = "kubelet is posting ready status"
 RUNTIME_DOWN = "container runtime is down"
@@ -76,6 +79,7 @@ def build_node(
     runtime_version: str,
     runtime_errors: list[str],
     now: datetime,
+    images: Sequence[cri.ImageSummary] = (),
 ) -> Json:
     """The Node to create at registration; node labels and taints apply only here, as upstream."""
     node: Json = {
@@ -87,7 +91,7 @@ def build_node(
             "annotations": {ANNOTATION_CMAD: "true"},
         },
         "spec": {},
-        "status": node_status(settings, host, runtime_version, runtime_errors, [], now),
+        "status": node_status(settings, host, runtime_version, runtime_errors, [], now, images),
     }
     if settings.register_with_taints:
         node["spec"]["taints"] = copy.deepcopy(settings.register_with_taints)
@@ -118,10 +122,13 @@ def node_status(
     runtime_errors: list[str],
     previous_conditions: list[Json],
     now: datetime,
+    images: Sequence[cri.ImageSummary] = (),
 ) -> Json:
     """The whole `status` the kubelet owns, computed afresh at each status update."""
     capacity, allocatable = resources(settings, host)
+    listed = node_images(images)
     return {
+        **({"images": listed} if listed else {}),
         "capacity": capacity,
         "allocatable": allocatable,
         "conditions": compute_conditions(previous_conditions, runtime_errors, now),
@@ -129,6 +136,16 @@ def node_status(
         "daemonEndpoints": {"kubeletEndpoint": {"Port": settings.kubelet_port}},
         "nodeInfo": node_info(host, runtime_version),
     }
+
+
+def node_images(images: Sequence[cri.ImageSummary], limit: int = MAX_IMAGES) -> list[Json]:
+    """The Images setter: the largest `limit` images (nodeStatusMaxImages), each named by its
+    digests then its tags, at most MAX_NAMES_PER_IMAGE names."""
+    ordered = sorted(images, key=lambda i: (-i.size, i.id))[: max(limit, 0)]
+    return [
+        {"names": [*i.repo_digests, *i.repo_tags][:MAX_NAMES_PER_IMAGE], "sizeBytes": i.size}
+        for i in ordered
+    ]
 
 
 def resources(settings: NodeSettings, host: HostFacts) -> tuple[dict[str, str], dict[str, str]]:

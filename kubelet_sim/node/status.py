@@ -15,6 +15,7 @@ from typing import Protocol
 
 from structlog.stdlib import BoundLogger
 
+from kubelet_sim import cri
 from kubelet_sim.kube.node_api import NodeApi
 from kubelet_sim.kube.rest import ApiError, Json, resource_version
 from kubelet_sim.node.host import HostFacts
@@ -38,6 +39,8 @@ class RuntimeProbe(Protocol):
     def ping(self) -> bool: ...
 
     def version(self) -> str: ...
+
+    def list_images(self) -> list[cri.ImageSummary]: ...
 
 
 class NodeStatusController:
@@ -67,6 +70,7 @@ class NodeStatusController:
         self._thread: threading.Thread | None = None
         self._runtime_ever_answered = False
         self._runtime_version = "unknown"
+        self._image_list: list[cri.ImageSummary] = []
         self._conditions: list[Json] = []  # our conditions as the server last had them
         self._last_sent: Json | None = None
         self._last_write: float | None = None  # time.monotonic() of the last write
@@ -85,6 +89,14 @@ class NodeStatusController:
             answers = False
         self._runtime_ever_answered |= answers
         return self._runtime_version, runtime_errors(answers, self._runtime_ever_answered)
+
+    def images(self) -> list[cri.ImageSummary]:
+        """The runtime's images; the last list when it cannot answer (the kubelet's cache)."""
+        try:
+            self._image_list = self._probe.list_images()
+        except Exception as exc:  # the status goes out anyway, as the setter's error is logged
+            self._log.debug("listing images failed", error=str(exc))
+        return self._image_list
 
     def adopt(self, node: Json) -> None:
         """Start from the registered Node: its conditions carry the transition times we keep."""
@@ -160,7 +172,13 @@ class NodeStatusController:
             previous_conditions = list(self._conditions)
             last_sent = self._last_sent
         status = node_status(
-            self._settings, self._host, version, errors, previous_conditions, datetime.now(UTC)
+            self._settings,
+            self._host,
+            version,
+            errors,
+            previous_conditions,
+            datetime.now(UTC),
+            self.images() if not errors else (),
         )
         if not self._report_due() and not status_changed(last_sent, status):
             return "unchanged"

@@ -49,6 +49,7 @@ class RuntimeStats:
     lists: int = 0
     inspects: int = 0
     image_inspects: int = 0
+    image_lists: int = 0
     creates: int = 0
     starts: int = 0
     stops: int = 0
@@ -147,6 +148,20 @@ class DockerRuntime:
         """The local image for `ref`, or None; never touches the network."""
         self.stats.add("image_inspects")
         return images.inspect_image(self._api, ref)
+
+    def list_images(self) -> list[cri.ImageSummary]:
+        """Every image the engine holds (one call), for the Node's status.images."""
+        self.stats.add("image_lists")
+        listed = cast(list[dict[str, Any]], self._api.images())
+        return [
+            cri.ImageSummary(
+                id=str(image.get("Id", "")),
+                repo_tags=tuple(t for t in image.get("RepoTags") or () if "<none>" not in t),
+                repo_digests=tuple(d for d in image.get("RepoDigests") or () if "<none>" not in d),
+                size=int(image.get("Size") or 0),
+            )
+            for image in listed
+        ]
 
     def pull_image(self, ref: str, auth: cri.RegistryAuth | None = None) -> cri.ImageInfo:
         """Pull `ref`; ImagePullError carries the message the pod's ErrImagePull shows."""
