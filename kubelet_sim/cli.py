@@ -22,7 +22,13 @@ from kubelet_sim.kube.client import KubeConfigError, KubeConnection, connect
 from kubelet_sim.kube.rest import ApiError, request_json
 from kubelet_sim.kube.schema import ServerSchema
 from kubelet_sim.logs import configure_logging, get_logger
-from kubelet_sim.node.settings import NodeSettings, default_taints, parse_labels, parse_taints
+from kubelet_sim.node.settings import (
+    NodeSettings,
+    default_taints,
+    parse_labels,
+    parse_reserved,
+    parse_taints,
+)
 from kubelet_sim.runtime.docker_runtime import DockerRuntime, RuntimeUnavailable
 from kubelet_sim.runtime.log_rotation import LogRotation
 from kubelet_sim.server.http import ServerError
@@ -105,6 +111,21 @@ def run(
         typer.Option(
             envvar="KUBELET_SIM_NODE_LABELS",
             help="Extra labels at registration: key=value,... (kubernetes.io/ only the kubelet's).",
+        ),
+    ] = "",
+    system_reserved: Annotated[
+        str,
+        typer.Option(
+            envvar="KUBELET_SIM_SYSTEM_RESERVED",
+            help="Resources kept for the OS, e.g. cpu=200m,memory=500Mi,ephemeral-storage=1Gi:"
+            " taken from allocatable, as the kubelet does.",
+        ),
+    ] = "",
+    kube_reserved: Annotated[
+        str,
+        typer.Option(
+            envvar="KUBELET_SIM_KUBE_RESERVED",
+            help="Resources kept for Kubernetes' own daemons (same form): taken from allocatable.",
         ),
     ] = "",
     register_with_taints: Annotated[
@@ -287,6 +308,8 @@ def run(
                 node_ip=node_ip,
                 kubelet_port=kubelet_port,
                 delete_node_on_exit=delete_node_on_exit,
+                system_reserved=parse_reserved(system_reserved),
+                kube_reserved=parse_reserved(kube_reserved),
             )
             for name in names
         ]

@@ -17,6 +17,7 @@ from kubelet_sim.node.host import HostFacts, detect_host
 from kubelet_sim.node.lifecycle import NodeLifecycle, RuntimeProbe
 from kubelet_sim.node.node_object import KUBELET_VERSION
 from kubelet_sim.node.settings import NodeSettings
+from kubelet_sim.pod.quantity import value
 from tests.cluster import Cluster, wait_for
 
 MICRO_TIME = re.compile(r"^\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d\.\d{6}Z$")
@@ -268,6 +269,20 @@ def test_real_docker_makes_the_node_ready(
     busybox = docker_env.client.api.inspect_image("kubelet-sim.local/busybox:test")
     listed = {n: i["sizeBytes"] for i in node["status"].get("images") or () for n in i["names"]}
     assert listed.get("kubelet-sim.local/busybox:test") == busybox["Size"], "status.images"
+
+
+def test_reservations_shrink_the_allocatable_the_server_keeps(
+    cluster: Cluster, start_node: Start
+) -> None:
+    start_node(
+        cpu="4", memory="8Gi", system_reserved={"cpu": "250m"}, kube_reserved={"memory": "1Gi"}
+    )
+    node = _node(cluster)
+    assert node is not None
+    assert node["status"]["capacity"]["cpu"] == "4"
+    assert node["status"]["allocatable"]["cpu"] == "3750m"
+    memory = value(node["status"]["allocatable"]["memory"])  # a server may reformat it (7068Mi)
+    assert memory == (8 * 1024 - 1024 - 100) * 1024 * 1024
 
 
 def test_runtime_that_never_answered_registers_not_ready(

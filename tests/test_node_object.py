@@ -24,6 +24,7 @@ from kubelet_sim.node.node_object import (
 from kubelet_sim.node.settings import (
     NodeSettings,
     parse_labels,
+    parse_reserved,
     parse_taints,
     validate_node_labels,
 )
@@ -426,3 +427,24 @@ def test_images_are_the_largest_fifty_named_by_digests_then_tags() -> None:
     }
     assert [i["sizeBytes"] for i in listed[1:3]] == [1059, 1058], "largest first"
     assert node_images([]) == []
+
+
+def test_system_and_kube_reservations_come_off_allocatable() -> None:
+    settings = NodeSettings(
+        node_name="vn-1",
+        cpu="4",
+        memory="8Gi",
+        system_reserved=parse_reserved("cpu=200m,memory=500Mi,ephemeral-storage=1Gi,pid=100"),
+        kube_reserved=parse_reserved("cpu=300m, memory=1Gi"),
+    )
+    capacity, allocatable = resources(settings, HOST)
+    assert (capacity["cpu"], allocatable["cpu"]) == ("4", "3500m")
+    assert allocatable["memory"] == f"{(8 * 1024 - 500 - 1024 - 100) * 1024}Ki"
+    storage = HOST.ephemeral_storage_ki * 1024
+    assert allocatable["ephemeral-storage"] == str(storage - 1024**3 - int(storage * 0.1))
+    with pytest.raises(ConfigError, match=r'cannot reserve "nvidia\.com/gpu" resource'):
+        parse_reserved("nvidia.com/gpu=1")
+    with pytest.raises(ConfigError, match="expected resource=quantity"):
+        parse_reserved("cpu")
+    everything = NodeSettings(node_name="vn-1", cpu="1", kube_reserved={"cpu": "2"})
+    assert resources(everything, HOST)[1]["cpu"] == "0", "never below zero"

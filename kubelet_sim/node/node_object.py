@@ -15,7 +15,7 @@ from typing import Any
 from kubelet_sim import __version__, cri
 from kubelet_sim.config import KUBELET_COMPAT_VERSION
 from kubelet_sim.node.host import HostFacts
-from kubelet_sim.node.settings import NodeSettings, cpu_millicores, memory_bytes
+from kubelet_sim.node.settings import NodeSettings, cpu_millicores, memory_bytes, reserved_amount
 
 Json = dict[str, Any]
 
@@ -149,7 +149,8 @@ def node_images(images: Sequence[cri.ImageSummary], limit: int = MAX_IMAGES) -> 
 
 
 def resources(settings: NodeSettings, host: HostFacts) -> tuple[dict[str, str], dict[str, str]]:
-    """Capacity, and allocatable = capacity minus the default hard eviction thresholds."""
+    """Capacity, and allocatable = capacity minus --system-reserved, --kube-reserved and the
+    default hard eviction thresholds (GetNodeAllocatableReservation), never below zero."""
     millicores = cpu_millicores(settings.cpu) if settings.cpu else host.cpus * 1000
     memory = memory_bytes(settings.memory) if settings.memory else host.memory_ki * 1024
     storage = host.ephemeral_storage_ki * 1024
@@ -161,10 +162,20 @@ def resources(settings: NodeSettings, host: HostFacts) -> tuple[dict[str, str], 
         "memory": _ki_quantity(memory),
         "pods": str(settings.pods),
     }
-    reserved_memory = EVICTION_MEMORY_BYTES + sum(host.hugepages.values())
+
+    def reserved(name: str) -> int:
+        return sum(
+            reserved_amount(name, r[name])
+            for r in (settings.system_reserved, settings.kube_reserved)
+            if name in r
+        )
+
+    reserved_memory = reserved("memory") + EVICTION_MEMORY_BYTES + sum(host.hugepages.values())
+    reserved_storage = reserved("ephemeral-storage") + int(storage * EVICTION_NODEFS_FRACTION)
     allocatable = {
         **capacity,
-        "ephemeral-storage": str(int(storage * (1 - EVICTION_NODEFS_FRACTION))),
+        "cpu": _cpu_quantity(max(millicores - reserved("cpu"), 0)),
+        "ephemeral-storage": str(max(storage - reserved_storage, 0)),
         "memory": _ki_quantity(max(memory - reserved_memory, 0)),
     }
     return capacity, allocatable

@@ -76,8 +76,13 @@ class NodeSettings:
     lease_renew_interval: float = 10.0
     status_update_interval: float = 10.0
     status_report_interval: float = 300.0
+    system_reserved: dict[str, str] = field(default_factory=dict)  # --system-reserved
+    kube_reserved: dict[str, str] = field(default_factory=dict)  # --kube-reserved
 
     def __post_init__(self) -> None:
+        for reserved in (self.system_reserved, self.kube_reserved):
+            for name, quantity in reserved.items():
+                reserved_amount(name, quantity)
         validate_node_name(self.node_name)
         validate_node_labels(self.node_labels)
         for taint in self.register_with_taints:
@@ -177,6 +182,31 @@ def validate_label(key: str, value: str) -> None:
             f"invalid value {value!r} for label {key!r}: at most 63 characters of letters,"
             " digits, '-', '_' or '.', starting and ending with a letter or digit"
         )
+
+
+RESERVABLE = ("cpu", "memory", "ephemeral-storage", "pid")
+
+
+def parse_reserved(text: str) -> dict[str, str]:
+    """`--system-reserved cpu=200m,memory=500Mi,ephemeral-storage=1Gi,pid=1000`."""
+    reserved: dict[str, str] = {}
+    for item in _items(text):
+        name, sep, quantity = item.partition("=")
+        if not sep:
+            raise ConfigError(f"invalid reservation {item!r}: expected resource=quantity")
+        reserved[name.strip()] = quantity.strip()
+        reserved_amount(name.strip(), quantity.strip())
+    return reserved
+
+
+def reserved_amount(name: str, quantity: str) -> int:
+    """Millicores for cpu, bytes for memory and storage, a count for pid."""
+    if name not in RESERVABLE:
+        raise ConfigError(f'cannot reserve "{name}" resource')  # the kubelet's words
+    amount = _quantity(quantity, name) * (1000 if name == "cpu" else 1)
+    if amount < 0 or amount != amount.to_integral_value():
+        raise ConfigError(f"invalid {name} reservation {quantity!r}")
+    return int(amount)
 
 
 def cpu_millicores(text: str) -> int:
