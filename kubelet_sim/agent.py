@@ -63,6 +63,7 @@ class PodSettings:
     allow_privileged: bool = False
     workers: int = 8
     dns: NodeDNS = dataclasses.field(default_factory=NodeDNS)  # resolvers and hosts files
+    allowed_unsafe_sysctls: tuple[str, ...] = ()
 
 
 def node_dns(cluster_dns: list[str], domain: str, resolv_conf: str) -> NodeDNS:
@@ -156,6 +157,7 @@ class Agent:
                 allow_privileged=pod_settings.allow_privileged,
                 allocatable=self._allocatable(),
                 dns=dataclasses.replace(pod_settings.dns, node_ips=(node_ip,)),
+                allowed_unsafe_sysctls=pod_settings.allowed_unsafe_sysctls,
             ),
             runtime,
             watcher=ContainerWatcher(

@@ -236,6 +236,14 @@ def run(
             ' --cluster-dns); "" gives them 127.0.0.1, as the kubelet does.',
         ),
     ] = "/etc/resolv.conf",
+    allowed_unsafe_sysctls: Annotated[
+        str,
+        typer.Option(
+            envvar="KUBELET_SIM_ALLOWED_UNSAFE_SYSCTLS",
+            help="Sysctls (or prefixes ending in *) admitted beyond the safe set, comma-separated;"
+            " others are refused with SysctlForbidden, as by the kubelet.",
+        ),
+    ] = "",
     allow_privileged: Annotated[
         bool,
         typer.Option(
@@ -335,7 +343,12 @@ def run(
     except ConfigError as exc:
         _fail(str(exc))
     pod_settings = PodSettings(
-        pause_image=pod_infra_image, allow_privileged=allow_privileged, dns=dns
+        pause_image=pod_infra_image,
+        allow_privileged=allow_privileged,
+        dns=dns,
+        allowed_unsafe_sysctls=tuple(
+            s.strip() for s in allowed_unsafe_sysctls.split(",") if s.strip()
+        ),
     )
     if (tls_cert_file is None) != (tls_private_key_file is None):
         _fail("give --tls-cert-file and --tls-private-key-file together, or neither")

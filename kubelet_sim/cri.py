@@ -64,9 +64,7 @@ class SandboxConfig:
     host_network: bool = False
     host_pid: bool = False
     host_ipc: bool = False
-    dns_servers: tuple[str, ...] = ()
-    dns_searches: tuple[str, ...] = ()
-    dns_options: tuple[str, ...] = ()
+    sysctls: tuple[tuple[str, str], ...] = ()  # namespaced: set on the sandbox, shared by all
     extra_labels: dict[str, str] = field(default_factory=dict)
 
 
@@ -97,6 +95,8 @@ class SecurityConfig:
     capabilities_add: tuple[str, ...] = ()
     capabilities_drop: tuple[str, ...] = ()
     no_new_privileges: bool = False
+    supplemental_groups: tuple[int, ...] = ()
+    seccomp: str = "unconfined"  # "runtime/default" or "localhost/<file under <root>/seccomp>"
 
 
 @dataclass(frozen=True)
@@ -158,6 +158,7 @@ class ImageInfo:
     ref: str
     id: str  # sha256:...
     repo_digests: tuple[str, ...] = ()
+    user: str = ""  # the image's USER (uid, name, uid:gid); "" is root
 
 
 @dataclass(frozen=True)

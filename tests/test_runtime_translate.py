@@ -65,7 +65,7 @@ def test_names_and_labels() -> None:
     assert translate.sandbox_name(sandbox) == "k8s_POD_web_ns_u-1_1"
 
 
-def test_sandbox_body_bridge_with_ports_and_dns() -> None:
+def test_sandbox_body_bridge_with_ports_and_sysctls() -> None:
     body = translate.sandbox_body(
         cri.SandboxConfig(
             pod=POD,
@@ -77,9 +77,7 @@ def test_sandbox_body_bridge_with_ports_and_dns() -> None:
                 cri.PortMapping(81, 0),
                 cri.PortMapping(53, 53, "UDP", "10.0.0.1"),
             ),
-            dns_servers=("10.96.0.10",),
-            dns_searches=("ns.svc.cluster.local",),
-            dns_options=("ndots:5",),
+            sysctls=(("net.ipv4.tcp_syncookies", "1"),),
         )
     )
     host = body["HostConfig"]
@@ -90,11 +88,8 @@ def test_sandbox_body_bridge_with_ports_and_dns() -> None:
         "53/udp": [{"HostIp": "10.0.0.1", "HostPort": "53"}],
     }
     assert (host["NetworkMode"], host["IpcMode"]) == ("bridge", "shareable")
-    assert (host["Dns"], host["DnsSearch"], host["DnsOptions"]) == (
-        ["10.96.0.10"],
-        ["ns.svc.cluster.local"],
-        ["ndots:5"],
-    )
+    assert host["Sysctls"] == {"net.ipv4.tcp_syncookies": "1"}
+    assert "Dns" not in host, "the pod's resolv.conf is a file the kubelet writes, not Docker's"
 
 
 def test_sandbox_body_host_namespaces() -> None:
@@ -139,7 +134,7 @@ def test_container_body_mounts_and_host_namespaces() -> None:
     assert memory["VolumeOptions"]["DriverConfig"]["Options"]["type"] == "tmpfs"
     assert (host["NetworkMode"], host["IpcMode"]) == ("container:sb", "container:sb")
     assert (host["UTSMode"], host["PidMode"]) == ("host", "host")
-    assert "SecurityOpt" not in host
+    assert host["SecurityOpt"] == ["seccomp=unconfined"], "no profile is Unconfined"
     assert body["Healthcheck"] == {"Test": ["NONE"]}
 
 

@@ -14,6 +14,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from kubelet_sim.pod.quantity import milli_value, value
+from kubelet_sim.pod.security import SYSCTL_FORBIDDEN, sysctl_rejection
 from kubelet_sim.pod.spec import ContainerView, PodView
 
 REJECTED_PREFIX = "Pod was rejected: "  # kubelet.rejectPod writes this before every message
@@ -59,11 +60,15 @@ def admit(
     active_pods: Sequence[PodView],
     allocatable: Allocatable,
     allow_privileged: bool,
+    allowed_unsafe_sysctls: Sequence[str] = (),
 ) -> Rejection | None:
     """None if the pod may run; else the first reason the kubelet would give for refusing it.
 
     `active_pods` are the other pods already admitted and not terminated (not `pod` itself).
     """
+    refused_sysctl = sysctl_rejection(pod, allowed_unsafe_sysctls)
+    if refused_sysctl:  # the sysctl handler comes before the resource fit
+        return Rejection(SYSCTL_FORBIDDEN, REJECTED_PREFIX + refused_sysctl)
     if not allow_privileged:
         forbidden = forbidden_message(pod)
         if forbidden:
@@ -78,6 +83,7 @@ def admit_in_order(
     already_here: Collection[str],
     allocatable: Allocatable,
     allow_privileged: bool,
+    allowed_unsafe_sysctls: Sequence[str] = (),
 ) -> dict[str, Rejection | None]:
     """HandlePodAdditions: decide each new pod in creation order, counting only what was admitted.
 
@@ -98,7 +104,11 @@ def admit_in_order(
         if pod.uid in decisions:
             continue
         rejection = admit(
-            pod, active_pods=active, allocatable=allocatable, allow_privileged=allow_privileged
+            pod,
+            active_pods=active,
+            allocatable=allocatable,
+            allow_privileged=allow_privileged,
+            allowed_unsafe_sysctls=allowed_unsafe_sysctls,
         )
         decisions[pod.uid] = rejection
         if rejection is None:

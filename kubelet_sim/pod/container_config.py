@@ -17,6 +17,7 @@ from typing import Any
 
 from kubelet_sim import cri
 from kubelet_sim.pod.quantity import milli_value, value
+from kubelet_sim.pod.security import seccomp_profile, supplemental_groups, sysctls
 from kubelet_sim.pod.spec import ContainerView, Json, PodView
 
 ObjectLookup = Callable[[str, str, str], Json | None]
@@ -56,6 +57,7 @@ def sandbox_config(pod: PodView, *, node: str, attempt: int, pause_image: str) -
         host_network=pod.host_network,
         host_pid=pod.host_pid,
         host_ipc=pod.host_ipc,
+        sysctls=tuple(sysctls(pod)),
     )
 
 
@@ -411,6 +413,8 @@ def security_config(pod: PodView, container: ContainerView) -> cri.SecurityConfi
         capabilities_add=tuple(str(c) for c in capabilities.get("add") or ()),
         capabilities_drop=tuple(str(c) for c in capabilities.get("drop") or ()),
         no_new_privileges=context.get("allowPrivilegeEscalation") is False,
+        supplemental_groups=supplemental_groups(pod),
+        seccomp=seccomp_profile(pod, container),
     )
 
 

@@ -63,6 +63,7 @@ class PodAdmitter:
                 already_here={v.uid for v in undecided if self._admitted_before(v)},
                 allocatable=self.settings.allocatable,
                 allow_privileged=self.settings.allow_privileged,
+                allowed_unsafe_sysctls=self.settings.allowed_unsafe_sysctls,
             )
         )
 

@@ -17,3 +17,4 @@ class SyncSettings:
     allocatable: Allocatable
     dns: NodeDNS = field(default_factory=NodeDNS)
     hosts_file: str = "/etc/hosts"  # what hostNetwork pods' /etc/hosts is made from
+    allowed_unsafe_sysctls: tuple[str, ...] = ()  # --allowed-unsafe-sysctls

@@ -27,6 +27,7 @@ from kubelet_sim.pod.container_config import (
 from kubelet_sim.pod.dns import hosts_file, pod_dns, sandbox_hostname
 from kubelet_sim.pod.pull_secrets import auths_for
 from kubelet_sim.pod.restart_backoff import KeyedBackoff, go_duration
+from kubelet_sim.pod.security import checks_image_user, non_root_problem
 from kubelet_sim.pod.spec import ContainerView, PodView
 from kubelet_sim.pod.status import WaitingReason
 from kubelet_sim.podworkers.event_refs import event_ref, pod_name
@@ -120,6 +121,9 @@ class ContainerStarter:
             if image.waiting is not None:
                 state.waiting[container.name] = image.waiting
             return image.retry_in
+        non_root = self._non_root_problem(view, container)
+        if non_root is not None:
+            return self._failed(state, container, ref, "CreateContainerConfigError", non_root)
         try:
             cfg = container_config(
                 view,
@@ -153,6 +157,13 @@ class ContainerStarter:
         if self.hooks is not None and hook_of(container, POST_START) is not None:
             self._post_start(self.hooks, view, container, container_id, sandbox, state)
         return None
+
+    def _non_root_problem(self, view: PodView, container: ContainerView) -> str | None:
+        """verifyRunAsNonRoot against the image's USER (inspected only when it matters)."""
+        if not checks_image_user(view, container):
+            return non_root_problem(view, container, "")
+        image = self.runtime.image_status(container.image)
+        return non_root_problem(view, container, image.user if image else "")
 
     @property
     def _domain(self) -> str:

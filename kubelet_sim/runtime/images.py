@@ -29,6 +29,7 @@ def image_info(ref: str, attrs: dict[str, Any]) -> cri.ImageInfo:
         ref=ref,
         id=str(attrs.get("Id", "")),
         repo_digests=tuple(attrs.get("RepoDigests") or ()),
+        user=str((attrs.get("Config") or {}).get("User") or ""),
     )
 
 

@@ -79,6 +79,8 @@ def sandbox_body(
         host["PidMode"] = "host"
     if log_config:
         host["LogConfig"] = log_config
+    if cfg.sysctls:
+        host["Sysctls"] = dict(cfg.sysctls)
     body: dict[str, Any] = {
         "Image": cfg.image,
         "Labels": sandbox_labels(cfg),
@@ -97,12 +99,6 @@ def sandbox_body(
                         {"HostIp": p.host_ip, "HostPort": str(p.host_port)}
                     )
             host["PortBindings"] = bindings
-        if cfg.dns_servers:
-            host["Dns"] = list(cfg.dns_servers)
-        if cfg.dns_searches:
-            host["DnsSearch"] = list(cfg.dns_searches)
-        if cfg.dns_options:
-            host["DnsOptions"] = list(cfg.dns_options)
     body["HostConfig"] = host
     return body
 
@@ -191,8 +187,13 @@ def container_body(
         host["CapAdd"] = list(sec.capabilities_add)
     if sec.capabilities_drop:
         host["CapDrop"] = list(sec.capabilities_drop)
-    if sec.no_new_privileges:
-        host["SecurityOpt"] = ["no-new-privileges"]
+    options = ["no-new-privileges"] if sec.no_new_privileges else []
+    if sec.seccomp == "unconfined" or sec.seccomp.startswith("{"):
+        options.append(f"seccomp={sec.seccomp}")  # a profile's JSON, read by the runtime
+    if options:
+        host["SecurityOpt"] = options
+    if sec.supplemental_groups:
+        host["GroupAdd"] = [str(g) for g in sec.supplemental_groups]
     body: dict[str, Any] = {
         "Image": cfg.image,
         **command_fields(cfg),

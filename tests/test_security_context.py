@@ -1,0 +1,95 @@
+"""The security context as the container lives it: `id`, /proc/self/status, /proc/sys, and the
+kubelet's refusals (runAsNonRoot, unsafe sysctls) in the API, on both servers."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+from kubelet_sim import cri
+from tests.agent_fixture import start_agent
+from tests.cluster import Cluster
+from tests.docker_env import DockerEnv
+from tests.pods import container, container_status, make_pod, pod_containers, status_of, wait_status
+
+
+def _output(cluster: Cluster, docker_env: DockerEnv, name: str, script: str, **spec: Any) -> str:
+    created = make_pod(
+        cluster, name, container(command=["sh", "-c", script]), restart="Never", **spec
+    )
+    wait_status(cluster, name, lambda s: s.get("phase") in ("Succeeded", "Failed"), 30, "the end")
+    assert status_of(cluster, name)["phase"] == "Succeeded", status_of(cluster, name)
+    (app,) = [
+        c
+        for c in pod_containers(docker_env, created["metadata"]["uid"])
+        if c.labels.get(cri.LABEL_CONTAINER_NAME) != cri.SANDBOX_CONTAINER_NAME
+    ]
+    return str(docker_env.client.api.logs(app.id, stdout=True, stderr=True).decode())
+
+
+def test_users_groups_seccomp_and_sysctls_inside_the_container(
+    cluster: Cluster, docker_env: DockerEnv, tmp_path: Path
+) -> None:
+    root = tmp_path / "root"
+    running = start_agent(cluster, docker_env, root)
+    (root / "seccomp").mkdir(parents=True, exist_ok=True)
+    (root / "seccomp" / "allow.json").write_text(json.dumps({"defaultAction": "SCMP_ACT_ALLOW"}))
+    try:
+        ids = _output(
+            cluster, docker_env, "ids", "id -u; id -g; id -G",
+            securityContext={"runAsUser": 1000, "runAsGroup": 2000, "fsGroup": 3000,
+                             "supplementalGroups": [4000, 5000], "runAsNonRoot": True},
+        )  # fmt: skip
+        uid, gid, groups = ids.split("\n")[:3]
+        assert (uid, gid) == ("1000", "2000")
+        assert {"3000", "4000", "5000"} <= set(groups.split()), groups
+        status = "grep ^Seccomp: /proc/self/status"
+        assert _output(cluster, docker_env, "unset", status) == "Seccomp:\t0\n", "Unconfined"
+        default = {"seccompProfile": {"type": "RuntimeDefault"}}
+        assert (
+            _output(cluster, docker_env, "rd", status, securityContext=default) == "Seccomp:\t2\n"
+        )
+        local = {"seccompProfile": {"type": "Localhost", "localhostProfile": "allow.json"}}
+        assert _output(cluster, docker_env, "lh", status, securityContext=local) == "Seccomp:\t2\n"
+        ports = {"sysctls": [{"name": "net.ipv4.ip_local_port_range", "value": "30000 40000"}]}
+        shown = _output(cluster, docker_env, "sysctl", "cat /proc/sys/net/ipv4/ip_local_port_range",
+                        securityContext=ports)  # fmt: skip
+        assert shown.split() == ["30000", "40000"]
+    finally:
+        running.stop()
+
+
+def test_the_kubelets_refusals(cluster: Cluster, docker_env: DockerEnv, tmp_path: Path) -> None:
+    running = start_agent(cluster, docker_env, tmp_path / "root")
+    try:
+        unsafe = {"sysctls": [{"name": "kernel.msgmax", "value": "65536"}]}
+        make_pod(cluster, "unsafe", securityContext=unsafe)
+        refused = wait_status(
+            cluster, "unsafe", lambda s: s.get("phase") == "Failed", 20, "refused"
+        )
+        assert refused["reason"] == "SysctlForbidden"
+        assert (
+            refused["message"]
+            == 'Pod was rejected: forbidden sysctl: "kernel.msgmax" not allowlisted'
+        )
+        created = make_pod(cluster, "rooted", securityContext={"runAsNonRoot": True})
+        waiting = wait_status(
+            cluster, "rooted",
+            lambda s: (container_status(s).get("state") or {}).get("waiting", {}).get("reason")
+            == "CreateContainerConfigError", 20, "refused to run as root",
+        )  # fmt: skip
+        uid = created["metadata"]["uid"]
+        assert container_status(waiting)["state"]["waiting"]["message"] == (
+            "container has runAsNonRoot and image will run as root"
+            f' (pod: "rooted_{cluster.namespace}({uid})", container: c)'
+        )
+        zero = {"runAsNonRoot": True, "runAsUser": 0}
+        make_pod(cluster, "zero", securityContext=zero)
+        waiting = wait_status(
+            cluster, "zero",
+            lambda s: (container_status(s).get("state") or {}).get("waiting", {}).get("message", "")
+            .startswith("container's runAsUser breaks non-root policy"), 20, "refused uid 0",
+        )  # fmt: skip
+    finally:
+        running.stop()
