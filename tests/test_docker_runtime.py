@@ -326,7 +326,7 @@ def test_create_body_in_inspect(pod: Pod, docker_env: DockerEnv, tmp_path: Path)
     assert host["NetworkMode"] == host["IpcMode"] == f"container:{pod.sandbox.id}"
     assert host["CapAdd"] == ["NET_ADMIN"]
     assert host["CapDrop"] == ["MKNOD"]
-    assert host["SecurityOpt"] == ["no-new-privileges"]
+    assert host["SecurityOpt"] == ["no-new-privileges", "seccomp=unconfined"]
     assert host["Privileged"] is False
     assert f"{tmp_path}:/data:ro" in host["Binds"]
     log = tmp_path / "pods" / pod.ref.uid / "containers" / "app" / "0-termination-log"
