@@ -23,7 +23,7 @@ from kubelet_sim.kube.rest import Json
 from kubelet_sim.kube.reviews import Reviews
 from kubelet_sim.kube.schema import ServerSchema
 from kubelet_sim.kube.tokens import TokenManager
-from kubelet_sim.kube.watches import own_node, pods_on_node
+from kubelet_sim.kube.watches import all_services, own_node, pods_on_node
 from kubelet_sim.logs import get_logger
 from kubelet_sim.node.host import HostFacts, detect_host, host_usage
 from kubelet_sim.node.lifecycle import NodeLifecycle
@@ -51,6 +51,9 @@ from kubelet_sim.volumes import VolumeManager
 # (an env ConfigMap, a Secret); watches beyond it still work on connections not kept.
 OBJECT_WATCHES_PER_POD = 2
 SHUTDOWN_SECONDS = 3.0  # how long a stop waits for threads in a Docker or API call
+
+
+SERVICES_GRACE = 5.0  # seconds the pod workers wait for the first list of Services
 
 
 class Stoppable(Protocol):
@@ -144,6 +147,10 @@ class Agent:
             supervisor=supervisor,
             node=self.node_name,
         )
+        # The kubelet's service informer: service-link variables are read from its cache.
+        self.service_informer = Informer(
+            all_services(kube.api), None, supervisor=supervisor, node=self.node_name
+        )
         self.events = EventRecorder(kube.api, self.node_name, supervisor=supervisor)
         self._pods: dict[str, Json] = {}
         self._pods_lock = threading.Lock()
@@ -176,6 +183,7 @@ class Agent:
             tokens=TokenManager(kube.api),
             supervisor=supervisor,
         )
+        self.syncer.starter.services = self._services
         self.workers = PodWorkers(self.syncer, workers=pod_settings.workers, supervisor=supervisor)
         self.gc = ContainerGC(
             self.syncer.watcher,
@@ -235,10 +243,14 @@ class Agent:
         self.events.start()
         self.node_informer.start()
         self.pod_informer.start()
+        self.service_informer.start()
         watcher.start()
         for synced in (self.pod_informer.synced.wait, watcher.wait_synced):
             while not stop.is_set() and not synced(0.5):  # wakes only to notice a stop
                 pass
+        # The Services too, briefly: a container started before them would wait out a retry
+        # (the kubelet does not wait; a node that may not list them must still run pods).
+        self.service_informer.synced.wait(SERVICES_GRACE)
         if not stop.is_set():
             self.workers.start()
             self.gc.start()
@@ -251,6 +263,7 @@ class Agent:
         parts: list[Stoppable] = [
             self.pod_informer,
             self.node_informer,
+            self.service_informer,
             self.gc,
             self.workers,
             watcher,
@@ -304,6 +317,12 @@ class Agent:
     def pod_of(self, uid: str) -> Json | None:
         with self._pods_lock:
             return self._pods.get(uid)
+
+    def _services(self) -> list[Json] | None:
+        """Every Service, once the first list is in (None before: no variables can be made)."""
+        if not self.service_informer.synced.is_set():
+            return None
+        return self.service_informer.items()
 
     def active_pods(self) -> list[Json]:
         with self._pods_lock:
@@ -389,7 +408,11 @@ class _AgentView:
             for kind in sorted(vars(stats))
             if not kind.startswith("_")
         ]
-        informers = (("pods", agent.pod_informer), ("node", agent.node_informer))
+        informers = (
+            ("pods", agent.pod_informer),
+            ("node", agent.node_informer),
+            ("services", agent.service_informer),
+        )
         relists = [Sample({"resource": n}, i.stats.relists) for n, i in informers]
         restarts = [Sample({"resource": n}, i.stats.reconnects) for n, i in informers]
         requests = [

@@ -22,3 +22,13 @@ def own_node(api: client.ApiClient, node_name: str) -> ListWatchSource:
         list_method=client.CoreV1Api(api).list_node,
         kwargs={"field_selector": f"metadata.name={node_name}"},
     )
+
+
+def all_services(api: client.ApiClient) -> ListWatchSource:
+    """Every Service (the kubelet's service informer, for service-link variables); the Node
+    authorizer lets a node list and watch them."""
+    return ListWatchSource(
+        description="services",
+        list_method=client.CoreV1Api(api).list_service_for_all_namespaces,
+        kwargs={},
+    )

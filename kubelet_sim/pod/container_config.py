@@ -104,14 +104,23 @@ def container_config(
     pod_ip: str,
     lookup: ObjectLookup,
     mounts: Sequence[cri.Mount] = (),
+    services: Mapping[str, str] | None = None,
 ) -> cri.ContainerConfig:
     """The CRI ContainerConfig for one app or init container (generateContainerConfig).
 
     Raises ContainerConfigError with the kubelet's message when a referenced ConfigMap, Secret or
-    key is missing and the reference is not optional. Service-link variables (FOO_SERVICE_HOST,
-    KUBERNETES_SERVICE_HOST, ...) are not generated: kubelet-sim has no Service informer.
+    key is missing and the reference is not optional. `services` are the service-link
+    variables (pod/service_env.py).
     """
-    env = environment(pod, container, node=node, host_ip=host_ip, pod_ip=pod_ip, lookup=lookup)
+    env = environment(
+        pod,
+        container,
+        node=node,
+        host_ip=host_ip,
+        pod_ip=pod_ip,
+        lookup=lookup,
+        services=services or {},
+    )
     env_map = dict(env)
     raw = container.raw
     return cri.ContainerConfig(
@@ -202,8 +211,11 @@ def environment(
     host_ip: str,
     pod_ip: str,
     lookup: ObjectLookup,
+    services: Mapping[str, str] | None = None,
 ) -> list[tuple[str, str]]:
-    """The container's env: envFrom first, then env in order, a later name replacing an earlier.
+    """The container's env: envFrom first, then env in order, a later name replacing an earlier,
+    then the service-link variables the container did not set ($(VAR) sees both, the
+    container's first: makeEnvironmentVariables).
 
     The kubelet emits its map in Go's random order; we keep each name where it first appeared.
     Invalid envFrom keys are skipped as IsEnvVarName decides (the kubelet also emits an
@@ -217,7 +229,7 @@ def environment(
     for var in container.raw.get("env") or []:
         name, literal = str(var["name"]), str(var.get("value") or "")
         if literal:
-            env[name] = expand(literal, env)
+            env[name] = expand(literal, {**(services or {}), **env})
         elif not var.get("valueFrom"):
             env[name] = ""
         else:
@@ -226,7 +238,7 @@ def environment(
             )
             if resolved is not None:  # None: an optional reference to a missing object or key
                 env[name] = resolved
-    return list(env.items())
+    return [*env.items(), *((k, v) for k, v in (services or {}).items() if k not in env)]
 
 
 class _Objects:

@@ -28,7 +28,8 @@ from kubelet_sim.pod.dns import hosts_file, pod_dns, sandbox_hostname
 from kubelet_sim.pod.pull_secrets import auths_for
 from kubelet_sim.pod.restart_backoff import KeyedBackoff, go_duration
 from kubelet_sim.pod.security import checks_image_user, non_root_problem
-from kubelet_sim.pod.spec import ContainerView, PodView
+from kubelet_sim.pod.service_env import NOT_SYNCED, service_env
+from kubelet_sim.pod.spec import ContainerView, Json, PodView
 from kubelet_sim.pod.status import WaitingReason
 from kubelet_sim.podworkers.event_refs import event_ref, pod_name
 from kubelet_sim.podworkers.hooks import POST_START, POST_START_LIMIT, HookRunner, hook_of
@@ -69,6 +70,9 @@ class ContainerStarter:
         self.lookup = lookup
         self.hooks = hooks
         self.wake: Callable[[str], None] = lambda _uid: None  # set by the pod workers
+        # The Services for service-link variables, None until first listed (set by the agent;
+        # without one there are none, as for a kubelet without a service lister).
+        self.services: Callable[[], list[Json] | None] = lambda: []
         self.puller = ImagePuller(runtime, events)
         self.crash_backoff = KeyedBackoff(initial=10.0, maximum=300.0)
         self.sandbox_images: set[str] = set()
@@ -124,6 +128,10 @@ class ContainerStarter:
         non_root = self._non_root_problem(view, container)
         if non_root is not None:
             return self._failed(state, container, ref, "CreateContainerConfigError", non_root)
+        services = self.services()
+        if services is None:
+            return self._failed(state, container, ref, "CreateContainerConfigError", NOT_SYNCED)
+        links = view.spec.get("enableServiceLinks") is not False
         try:
             cfg = container_config(
                 view,
@@ -133,6 +141,7 @@ class ContainerStarter:
                 host_ip=self.settings.node_ip,
                 pod_ip=sandbox.ip,
                 lookup=self.lookup,
+                services=service_env(services, view.namespace, links),
                 mounts=[
                     *mounts_for(container, volumes),
                     *self._managed_mounts(view, container, sandbox),

@@ -28,6 +28,7 @@ STATIC_RULES: dict[tuple[str, str], frozenset[str]] = {
     ("pods", ""): frozenset({"get", "list", "watch", "create", "delete"}),
     ("pods", "status"): frozenset({"update", "patch"}),
     ("events", ""): frozenset({"create", "update", "patch"}),
+    ("services", ""): frozenset({"get", "list", "watch"}),
     ("leases", ""): frozenset({"get", "create", "update", "patch", "delete"}),
     ("tokenreviews", ""): frozenset({"create"}),
     ("subjectaccessreviews", ""): frozenset({"create"}),

@@ -60,6 +60,7 @@ ROOTS = (
     "io.k8s.api.core.v1.ConfigMap",
     "io.k8s.api.core.v1.Secret",
     "io.k8s.api.core.v1.ServiceAccount",
+    "io.k8s.api.core.v1.Service",
     "io.k8s.api.core.v1.Event",
     "io.k8s.api.core.v1.Binding",
     "io.k8s.api.coordination.v1.Lease",

@@ -10,7 +10,7 @@ from collections.abc import Callable
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
-from tests.fakeapi import controllers, defaults, errors, openapi, patch, resources
+from tests.fakeapi import controllers, defaults, errors, openapi, patch, resources, services
 from tests.fakeapi.errors import ApiError
 from tests.fakeapi.resources import NAMESPACES, NODES, PODS, Resource
 from tests.fakeapi.store import Store
@@ -76,6 +76,7 @@ class Registry:
     """Create/get/list/update/patch/delete with the real server's rules."""
 
     def __init__(self, store: Store) -> None:
+        self.cluster_ips = services.ClusterIPs()
         self.store = store
 
     # --- create -----------------------------------------------------------------------------
@@ -147,6 +148,8 @@ class Registry:
             problems = defaults.validate_name(obj)
             if res.name == "secrets":
                 defaults.default_secret(obj)
+            if res.name == "services" and not problems:
+                problems = services.default_service(obj, self.cluster_ips)
             if res.has_status:
                 obj.setdefault("status", {})
             if res is NODES:

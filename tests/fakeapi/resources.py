@@ -56,6 +56,9 @@ EVENTS = Resource("events", "Event")
 BINDINGS = Resource("bindings", "Binding")
 LEASES = Resource("leases", "Lease", group="coordination.k8s.io")
 SERVICEACCOUNTS = Resource("serviceaccounts", "ServiceAccount", subresources=frozenset({"token"}))
+SERVICES = Resource(
+    "services", "Service", subresources=frozenset({"status"}), has_status=True, short_names=("svc",)
+)
 # Create-only reviews: answered, never stored (as the real server's).
 TOKENREVIEWS = Resource(
     "tokenreviews", "TokenReview", group="authentication.k8s.io", namespaced=False
@@ -74,6 +77,7 @@ ALL: tuple[Resource, ...] = (
     EVENTS,
     LEASES,
     SERVICEACCOUNTS,
+    SERVICES,
 )
 
 BY_GROUP: dict[tuple[str, str], Resource] = {

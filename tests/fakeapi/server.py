@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import contextlib
+import copy
 import json
 import queue
 import socket
@@ -17,7 +18,16 @@ from types import TracebackType
 from typing import Any
 from urllib.parse import parse_qs, urlsplit
 
-from tests.fakeapi import authz, errors, nodeproxy, resources, reviews, routes, selectors
+from tests.fakeapi import (
+    authz,
+    errors,
+    nodeproxy,
+    resources,
+    reviews,
+    routes,
+    selectors,
+    services,
+)
 from tests.fakeapi.errors import ApiError
 from tests.fakeapi.faults import FailRule, Faults, Predicate, RequestLog, RequestRecord
 from tests.fakeapi.registry import Registry, _parse_rv, typed
@@ -99,6 +109,9 @@ class FakeApiServer:
         self.kubelet_client: tuple[str, str] | None = None
         for name in DEFAULT_NAMESPACES:
             self.registry.create(NAMESPACES, "", {"metadata": {"name": name}})
+        master = copy.deepcopy(services.MASTER_SERVICE)
+        master["spec"]["clusterIP"] = str(services.SERVICE_RANGE[1])
+        self.registry.create(resources.SERVICES, "default", master)
 
     # --- lifecycle --------------------------------------------------------------------------
 
