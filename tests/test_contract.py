@@ -657,7 +657,39 @@ def scenario_reviews(s: Side, node: str) -> list[tuple[str, Answer]]:
     return results
 
 
+def scenario_services(s: Side, node: str) -> list[tuple[str, Answer]]:
+    """What the agent's service informer reads: a Service as stored (ClusterIP masked, the
+    ranges may differ), a headless one, an invalid one, and the master Service's shape."""
+    services = "/api/v1/namespaces/{ns}/services"
+    body = {"metadata": {"name": "web"}, "spec": {"ports": [{"name": "http", "port": 80}],
+                                                   "selector": {"app": "web"}}}  # fmt: skip
+    made = s("POST", services, body)
+    headless = {
+        "metadata": {"name": "peers"},
+        "spec": {"clusterIP": "None", "ports": [{"port": 7}]},
+    }
+    bad = {"metadata": {"name": "bad"}, "spec": {}}
+    master = s("GET", "/api/v1/namespaces/default/services/kubernetes")
+
+    def masked(answer: Answer) -> Answer:
+        if not isinstance(answer.body, dict) or "spec" not in answer.body:
+            return answer
+        spec = dict(answer.body["spec"])
+        for key in ("clusterIP", "clusterIPs"):
+            spec[key] = "set" if spec.get(key) not in (None, "None", ["None"]) else spec.get(key)
+        spec.pop("ports", None) if answer.body["metadata"]["name"] == "kubernetes" else None
+        return Answer(answer.code, {"spec": spec, "status": answer.body.get("status")})
+
+    return [
+        ("create", masked(made)),
+        ("headless", masked(s("POST", services, headless))),
+        ("invalid", _shape(s("POST", services, bad))),
+        ("master", masked(master)),
+    ]
+
+
 SCENARIOS: dict[str, Scenario] = {
+    "services": scenario_services,
     "reviews": scenario_reviews,
     "status validation": scenario_status_validation,
     "node credentials": scenario_node_credentials,

@@ -59,9 +59,12 @@ def default_service(service: Obj, ips: ClusterIPs) -> list[dict[str, str]]:
         return []
     spec.setdefault("sessionAffinity", "None")
     spec.setdefault("internalTrafficPolicy", "Cluster")
+    wanted = spec.get("clusterIP") or ""
+    if wanted == "None" and not spec.get("selector"):  # headless, no selector: both families
+        spec.setdefault("ipFamilyPolicy", "RequireDualStack")
+        spec.setdefault("ipFamilies", ["IPv4", "IPv6"])
     spec.setdefault("ipFamilies", ["IPv4"])
     spec.setdefault("ipFamilyPolicy", "SingleStack")
-    wanted = spec.get("clusterIP") or ""
     if wanted != "None":
         spec["clusterIP"] = ips.take(wanted)
     spec["clusterIPs"] = [spec["clusterIP"]]
