@@ -125,6 +125,7 @@ class ContainerConfig:
     termination_message_path: str = "/dev/termination-log"
     termination_message_policy: str = "File"
     termination_grace_period: int = 30
+    pid_namespace_of: str = ""  # a container id: share its processes (kubectl debug --target)
     extra_labels: dict[str, str] = field(default_factory=dict)
 
 

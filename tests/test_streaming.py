@@ -143,6 +143,39 @@ def test_port_forward_to_a_closed_port_says_why(cluster: Cluster, node: Node) ->
     assert "connection refused" in said.group(2).lower(), forward.stderr
 
 
+@needs_kubectl
+def test_kubectl_debug_runs_an_ephemeral_container_beside_its_target(
+    cluster: Cluster, node: Node
+) -> None:
+    """`kubectl debug --target`: the ephemeral container shares the target's processes, is
+    reported in ephemeralContainerStatuses (never ready), and `-i` attaches to it."""
+    running(cluster, "target", container(command=["sleep", "3600"]))
+    image = "kubelet-sim.local/busybox:test"
+    made = kubectl(cluster, "debug", "target", f"--image={image}", "--target=c",
+                   "--container=dbg", "--", "sh", "-c", "ps -o args")  # fmt: skip
+    assert made.returncode == 0, made.stderr
+
+    def ended() -> dict[str, Any] | None:
+        pod = cluster.core.read_namespaced_pod("target", cluster.namespace)
+        statuses = (
+            cluster.api.sanitize_for_serialization(pod.status).get("ephemeralContainerStatuses")
+            or []
+        )
+        done = [s for s in statuses if s["name"] == "dbg" and "terminated" in s["state"]]
+        return done[0] if done else None
+
+    status = wait_for(ended, 30, "the ephemeral container's end in its status")
+    assert status["state"]["terminated"]["exitCode"] == 0
+    assert (status["ready"], status["restartCount"], status["image"]) == (False, 0, image)
+    logs = kubectl(cluster, "logs", "target", "-c", "dbg")
+    assert "sleep 3600" in logs.stdout.decode(), "the target's processes are visible"
+    asked = kubectl(cluster, "debug", "-i", "target", f"--image={image}", "--container=dbg2",
+                    "--", "sh", "-c", "read x; echo got $x", stdin=b"hello\n")  # fmt: skip
+    assert asked.returncode == 0, asked.stderr
+    assert "got hello" in asked.stdout.decode()
+    assert wait_status(cluster, "target", running_ready, 10, "the pod still runs")
+
+
 def _get(port: int) -> bytes:
     with urllib.request.urlopen(f"http://127.0.0.1:{port}/", timeout=10) as response:
         return bytes(response.read())

@@ -29,6 +29,7 @@ class PodActions:
     # (None: the pod's). Unlike a changed definition, the restart policy decides what follows.
     probe_kills: dict[str, int | None] = field(default_factory=dict)
     init_failed: bool = False
+    ephemeral_to_start: list[ContainerView] = field(default_factory=list)
 
 
 def compute_actions(
@@ -56,6 +57,10 @@ def compute_actions(
             if not (pod.restart_policy == "OnFailure" and _succeeded(c, observed))
         ]
         return actions
+    # Ephemeral containers may start before initialization completes, and never again.
+    actions.ephemeral_to_start = [
+        c for c in pod.ephemeral_containers if latest_attempt(observed, c.name) is None
+    ]
     initialized = _init_actions(pod, observed, actions)
     if actions.init_failed or not initialized:
         return actions

@@ -51,6 +51,8 @@ class PodView:
     deletion_grace_period: int | None
     status: Json
     raw: Json = field(repr=False, compare=False)
+    # kubectl debug's containers: started once in the running sandbox, never restarted
+    ephemeral_containers: tuple[ContainerView, ...] = ()
 
     @classmethod
     def from_api(cls, pod: Json) -> PodView:
@@ -63,6 +65,9 @@ class PodView:
             restart_policy=str(spec.get("restartPolicy") or "Always"),
             containers=tuple(_container(c) for c in spec.get("containers") or []),
             init_containers=tuple(_container(c) for c in spec.get("initContainers") or []),
+            ephemeral_containers=tuple(
+                _container(c) for c in spec.get("ephemeralContainers") or []
+            ),
             termination_grace_period=30 if grace is None else int(grace),
             active_deadline_seconds=spec.get("activeDeadlineSeconds"),
             deletion_timestamp=meta.get("deletionTimestamp"),

@@ -87,6 +87,10 @@ def generate_status(inp: StatusInput) -> Json:
         status["initContainerStatuses"] = _container_statuses(
             inp, pod.init_containers, old, has_init, True
         )
+    if pod.ephemeral_containers:
+        status["ephemeralContainerStatuses"] = _container_statuses(
+            inp, pod.ephemeral_containers, old, has_init, False, EPHEMERAL_KEY
+        )
     if inp.finished:
         default_unknown_states(pod, status)
     all_statuses = status["containerStatuses"] + status.get("initContainerStatuses", [])
@@ -117,6 +121,8 @@ def generate_status(inp: StatusInput) -> Json:
     status["startTime"] = old.get("startTime") or format_time(inp.now)
     return status
 
+
+EPHEMERAL_KEY = "ephemeralContainerStatuses"
 
 UNKNOWN_STATE = {
     "terminated": {
@@ -249,8 +255,9 @@ def _container_statuses(
     old: Json,
     has_init: bool,
     is_init: bool,
+    key: str = "",
 ) -> list[Json]:
-    old_key = "initContainerStatuses" if is_init else "containerStatuses"
+    old_key = key or ("initContainerStatuses" if is_init else "containerStatuses")
     old_by_name = {s["name"]: s for s in old.get(old_key) or []}
     default_reason = POD_INITIALIZING if has_init else CONTAINER_CREATING
     statuses: dict[str, Json] = {}
@@ -424,6 +431,9 @@ def _update_probe_results(inp: StatusInput, status: Json) -> None:
         terminated = st["state"].get("terminated") or {}
         st["started"] = "running" in st["state"]
         st["ready"] = bool(terminated) and terminated.get("exitCode") == 0
+    for st in status.get(EPHEMERAL_KEY, []):  # never ready: they take no traffic
+        st["started"] = "running" in st["state"]
+        st["ready"] = False
 
 
 def _go_list(names: Sequence[str]) -> str:

@@ -111,8 +111,10 @@ class ContainerStarter:
         sandbox: cri.ObservedContainer,
         state: PodState,
         volumes: VolumeSetup,
+        pid_of: str = "",
     ) -> float | None:
-        """startContainer: backoff, image, config, create, start; the retry delay if waiting."""
+        """startContainer: backoff, image, config, create, start; the retry delay if waiting.
+        `pid_of`: an ephemeral container's target, whose process namespace it joins."""
         latest = latest_attempt(self.watcher.pod_containers(view.uid), container.name)
         ref = event_ref(view, container)
         if latest is not None and latest.state is cri.ContainerState.EXITED:
@@ -149,6 +151,8 @@ class ContainerStarter:
             )
         except (ContainerConfigError, VolumeError) as exc:
             return self._failed(state, container, ref, "CreateContainerConfigError", str(exc))
+        if pid_of:
+            cfg = replace(cfg, pid_namespace_of=pid_of)
         try:
             container_id = self.runtime.create_container(cfg, sandbox.id)
         except cri.ContainerStartError as exc:

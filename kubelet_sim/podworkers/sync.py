@@ -21,7 +21,7 @@ from kubelet_sim.kube.rest import ApiError, Json
 from kubelet_sim.kube.tokens import TokenManager
 from kubelet_sim.logs import get_logger
 from kubelet_sim.pod.actions import PodActions, compute_actions
-from kubelet_sim.pod.attempts import latest_sandbox, pod_address
+from kubelet_sim.pod.attempts import latest_attempt, latest_sandbox, pod_address
 from kubelet_sim.pod.container_config import spec_hash
 from kubelet_sim.pod.references import referenced_objects
 from kubelet_sim.pod.restart_backoff import KeyedBackoff
@@ -223,6 +223,11 @@ class PodSyncer:
             if wait is None:
                 state.replacing.discard(container.name)
             retry.append(wait)
+        for container in actions.ephemeral_to_start:
+            target = container.raw.get("targetContainerName")
+            running = latest_attempt(observed, target) if target else None
+            shares = running.id if running and running.state is cri.ContainerState.RUNNING else ""
+            retry.append(self.starter.start(view, container, sandbox, state, volumes, shares))
         self._write(pod, view, state)
         pending = [r for r in retry if r is not None]
         return min(pending) if pending else None

@@ -7,6 +7,7 @@ import contextlib
 import ctypes
 import errno
 import os
+import queue
 import socket
 import struct
 import threading
@@ -96,17 +97,79 @@ def exec_session(
     return DockerSession(api, sock, tty=tty, exec_id=exec_id)
 
 
-def attach_session(api: Any, container_id: str, stdin: bool) -> DockerSession:
+def attach_session(api: Any, container_id: str, stdin: bool) -> AttachSession:
     config = api.inspect_container(container_id).get("Config") or {}
-    tty = bool(config.get("Tty"))
-    params = {
-        "stdout": 1,
-        "stderr": 1,
-        "stream": 1,
-        "stdin": 1 if stdin and config.get("OpenStdin") else 0,
-    }
-    sock = api.attach_socket(container_id, params=params)
-    return DockerSession(api, sock, tty=tty, container=container_id)
+    return AttachSession(
+        api,
+        container_id,
+        tty=bool(config.get("Tty")),
+        stdin=stdin and bool(config.get("OpenStdin")),
+    )
+
+
+class AttachSession:
+    """Attach to a container's main process. Its output comes from the container's log, followed
+    from the moment of the attach: Docker's attach subscribes to the output only after it has
+    answered, so a process that answers its first input at once would be lost to a client
+    (kubectl debug -i). Its stdin goes in over Docker's attach, which has no such race."""
+
+    def __init__(self, api: Any, container_id: str, *, tty: bool, stdin: bool) -> None:
+        self._api, self._container, self.tty = api, container_id, tty
+        self._since = time.time()
+        self._queue: queue.Queue[tuple[int, bytes]] = queue.Queue(maxsize=64)
+        self._streams: list[Any] = []
+        self._open = 2
+        for fd in (1, 2):
+            chunks = api.logs(
+                container_id, stdout=fd == 1, stderr=fd == 2, stream=True, follow=True,
+                since=self._since, tail="all",
+            )  # fmt: skip
+            self._streams.append(chunks)
+            threading.Thread(target=self._pump, args=(fd, chunks), daemon=True).start()
+        self._stdin: DockerSession | None = None
+        if stdin:
+            sock = api.attach_socket(container_id, params={"stdin": 1, "stream": 1})
+            self._stdin = DockerSession(api, sock, tty=tty, container=container_id)
+
+    def _pump(self, fd: int, chunks: Any) -> None:
+        try:
+            for chunk in chunks:
+                if chunk:
+                    self._queue.put((fd, bytes(chunk)))
+        except Exception:  # the stream was closed under us, or Docker went away
+            pass
+        self._queue.put((0, b""))
+
+    def read(self) -> tuple[int, bytes]:
+        while self._open:
+            fd, data = self._queue.get()
+            if data:
+                return fd, data
+            self._open -= 1
+        return 0, b""
+
+    def write(self, data: bytes) -> None:
+        if self._stdin is None:
+            raise BrokenPipeError("the container's stdin is not open")
+        self._stdin.write(data)
+
+    def close_stdin(self) -> None:
+        if self._stdin is not None:
+            self._stdin.close_stdin()
+
+    def resize(self, width: int, height: int) -> None:
+        with contextlib.suppress(Exception):  # advice: a stopped container cannot take it
+            self._api.resize(self._container, height=height, width=width)
+
+    def wait(self) -> int | None:
+        return None
+
+    def close(self) -> None:
+        for chunks in self._streams:
+            with contextlib.suppress(Exception):
+                chunks.close()
+        if self._stdin is not None:
+            self._stdin.close()
 
 
 def connect_in_netns(pid: int, port: int, timeout: float) -> socket.socket:

@@ -181,6 +181,8 @@ def container_body(
         host["UTSMode"] = "host"
     if host_pid:
         host["PidMode"] = "host"
+    elif cfg.pid_namespace_of:
+        host["PidMode"] = f"container:{cfg.pid_namespace_of}"
     if log_config:
         host["LogConfig"] = log_config
     if sec.capabilities_add:

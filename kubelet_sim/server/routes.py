@@ -109,7 +109,11 @@ def container_logs(
     if pod is None:
         return Reply.text(404, f'pod "{pod_name}/{namespace}" does not exist\n')
     spec = pod.get("spec") or {}
-    names = [c.get("name") for c in (*spec.get("initContainers", ()), *spec.get("containers", ()))]
+    names = [
+        c.get("name")
+        for key in ("initContainers", "containers", "ephemeralContainers")
+        for c in spec.get(key) or ()
+    ]
     if container not in names:
         return Reply.text(404, f"container {container} is not valid for pod {pod_name}\n")
     attempts = attempts_of(node.containers(str(pod["metadata"].get("uid"))), container)

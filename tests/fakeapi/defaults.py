@@ -10,6 +10,7 @@ import re
 from fractions import Fraction
 from typing import Any
 
+from tests.fakeapi import errors, resources
 from tests.fakeapi.errors import cause
 
 Obj = dict[str, Any]
@@ -425,3 +426,35 @@ def default_namespace(ns: Obj) -> None:
     ns["metadata"].setdefault("labels", {})["kubernetes.io/metadata.name"] = name
     ns.setdefault("spec", {}).setdefault("finalizers", ["kubernetes"])
     ns["status"] = {"phase": "Active"}
+
+
+def update_ephemeral_containers(current: Obj, new: Obj) -> Obj:
+    """pods/ephemeralcontainers (EphemeralContainersStrategy): only spec.ephemeralContainers
+    changes; they may be added, never changed or removed; names are the pod's own."""
+    result = copy.deepcopy(current)
+    old = {c["name"]: c for c in (current.get("spec") or {}).get("ephemeralContainers") or []}
+    wanted = copy.deepcopy((new.get("spec") or {}).get("ephemeralContainers") or [])
+    for container in wanted:
+        _default_container(container)
+    taken = {c["name"] for key in ("containers", "initContainers")
+             for c in (current.get("spec") or {}).get(key) or []}  # fmt: skip
+    problems = []
+    names = [c.get("name") for c in wanted]
+    for index, container in enumerate(wanted):
+        field = f"spec.ephemeralContainers[{index}].name"
+        if container.get("name") in taken or names.count(container.get("name")) > 1:
+            problems.append(cause("FieldValueDuplicate", field,
+                                  f'Duplicate value: "{container.get("name")}"'))  # fmt: skip
+        if container.get("name") in old and old[container["name"]] != container:
+            problems.append(cause("FieldValueForbidden", "spec.ephemeralContainers",
+                                  "Forbidden: existing ephemeral containers "
+                                  f'"{container["name"]}" may not be changed'))  # fmt: skip
+    for name in old:
+        if name not in names:
+            problems.append(cause("FieldValueForbidden", "spec.ephemeralContainers",
+                                  f'Forbidden: existing ephemeral containers "{name}" may not be'
+                                  " removed"))  # fmt: skip
+    if problems:
+        raise errors.invalid(resources.PODS, current["metadata"]["name"], problems)
+    result.setdefault("spec", {})["ephemeralContainers"] = wanted
+    return result

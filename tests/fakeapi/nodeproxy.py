@@ -78,6 +78,7 @@ def _container(pod: Obj, wanted: str) -> str:
     spec = pod.get("spec") or {}
     names = [c["name"] for c in spec.get("containers") or ()]
     init = [c["name"] for c in spec.get("initContainers") or ()]
+    ephemeral = [c["name"] for c in spec.get("ephemeralContainers") or ()]
     name = pod["metadata"]["name"]
     if not wanted:
         if len(names) == 1:
@@ -86,7 +87,7 @@ def _container(pod: Obj, wanted: str) -> str:
         if init:
             message += f" or one of the init containers: {init}"
         raise ApiError(400, message.replace("'", "").replace(",", ""), "BadRequest")
-    if wanted not in names + init:
+    if wanted not in names + init + ephemeral:
         raise ApiError(400, f"container {wanted} is not valid for pod {name}", "BadRequest")
     return wanted
 

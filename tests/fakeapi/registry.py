@@ -323,6 +323,8 @@ class Registry:
         return self.store.put(res.name, new, current)
 
     def _prepare(self, res: Resource, current: Obj, new: Obj, sub: str) -> Obj:
+        if sub == "ephemeralcontainers":
+            return defaults.update_ephemeral_containers(current, new)
         if sub == "status":
             # v1.24's status strategies keep the spec (and a pod's ownerReferences) but take
             # labels, annotations and finalizers from the write; newer servers reset all metadata.

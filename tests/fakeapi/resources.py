@@ -37,7 +37,9 @@ class Resource:
 PODS = Resource(
     "pods",
     "Pod",
-    subresources=frozenset({"status", "binding", "exec", "attach", "portforward", "log"}),
+    subresources=frozenset(
+        {"status", "binding", "exec", "attach", "portforward", "log", "ephemeralcontainers"}
+    ),
     has_status=True,
 )
 NAMESPACES = Resource(
