@@ -124,3 +124,22 @@ def test_invalid_image_names() -> None:
         assert invalid_image_message(good) is None, good
     for bad in ("UPPER:1", "a b", "busybox:", ":tag", ""):
         assert invalid_image_message(bad) is not None, bad
+
+
+def test_ephemeral_containers_start_once_even_before_init_and_keep_nothing_alive() -> None:
+    raw = pod(init=("i",)).raw
+    raw["spec"]["ephemeralContainers"] = [{"name": "dbg", "image": "i:1"}]
+    view = PodView.from_api(raw)
+    sandbox = c("POD")
+    first = compute_actions(view, [sandbox, c("i")], hash_h)
+    assert names(first.ephemeral_to_start) == ["dbg"], "while init still runs"
+    again = compute_actions(
+        view, [sandbox, c("i", EXIT, exit_code=0), c("dbg", EXIT, exit_code=1)], hash_h
+    )
+    assert again.ephemeral_to_start == [], "never restarted"
+    done = pod(restart="Never", names=("a",)).raw
+    done["spec"]["ephemeralContainers"] = [{"name": "dbg", "image": "i:1"}]
+    finished = [sandbox, c("a", EXIT, exit_code=0), c("dbg")]
+    assert compute_actions(PodView.from_api(done), finished, hash_h).kill_pod, (
+        "a running debug container does not keep a finished pod"
+    )
