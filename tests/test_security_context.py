@@ -15,14 +15,18 @@ from tests.pods import container, container_status, make_pod, pod_containers, st
 
 
 def _output(cluster: Cluster, docker_env: DockerEnv, name: str, script: str, **spec: Any) -> str:
-    created = make_pod(
-        cluster, name, container(command=["sh", "-c", script]), restart="Never", **spec
-    )
+    make_pod(cluster, name, container(command=["sh", "-c", script]), restart="Never", **spec)
+    return _logs_when_done(cluster, docker_env, name)
+
+
+def _logs_when_done(cluster: Cluster, docker_env: DockerEnv, name: str) -> str:
     wait_status(cluster, name, lambda s: s.get("phase") in ("Succeeded", "Failed"), 30, "the end")
-    assert status_of(cluster, name)["phase"] == "Succeeded", status_of(cluster, name)
+    status = status_of(cluster, name)
+    assert status["phase"] == "Succeeded", status
+    uid = cluster.core.read_namespaced_pod(name, cluster.namespace).metadata.uid
     (app,) = [
         c
-        for c in pod_containers(docker_env, created["metadata"]["uid"])
+        for c in pod_containers(docker_env, uid)
         if c.labels.get(cri.LABEL_CONTAINER_NAME) != cri.SANDBOX_CONTAINER_NAME
     ]
     return str(docker_env.client.api.logs(app.id, stdout=True, stderr=True).decode())
@@ -44,6 +48,22 @@ def test_users_groups_seccomp_and_sysctls_inside_the_container(
         uid, gid, groups = ids.split("\n")[:3]
         assert (uid, gid) == ("1000", "2000")
         assert {"3000", "4000", "5000"} <= set(groups.split()), groups
+        mounted = container(
+            command=["sh", "-c", "touch /data/new; stat -c '%g %a' /data /data/new; stat -L -c '%g %a' /info/name"],
+            volumeMounts=[{"name": "data", "mountPath": "/data"},
+                          {"name": "info", "mountPath": "/info"}],
+        )  # fmt: skip
+        make_pod(
+            cluster, "owned", mounted, restart="Never",
+            securityContext={"runAsUser": 1000, "fsGroup": 3000},
+            volumes=[{"name": "data", "emptyDir": {}},
+                     {"name": "info", "downwardAPI": {"items": [
+                         {"path": "name", "fieldRef": {"fieldPath": "metadata.name"}}]}}],
+        )  # fmt: skip
+        owned = _logs_when_done(cluster, docker_env, "owned")
+        assert owned.split("\n")[:3] == ["3000 2777", "3000 644", "3000 644"], (
+            "fsGroup owns the volumes; setgid passes it to new files"
+        )
         status = "grep ^Seccomp: /proc/self/status"
         assert _output(cluster, docker_env, "unset", status) == "Seccomp:\t0\n", "Unconfined"
         default = {"seccompProfile": {"type": "RuntimeDefault"}}

@@ -58,14 +58,50 @@ class Context:
             mount_tmpfs(path, self.tmpfs_size)
         return path
 
+    @property
+    def fs_group(self) -> int | None:
+        group = (self.pod.spec.get("securityContext") or {}).get("fsGroup")
+        return None if group is None else int(group)
+
 
 Plugin = Callable[[Context, str, Json], Prepared]
+
+RW_MASK, RO_MASK, EXEC_MASK = 0o660, 0o440, 0o110
+
+
+def set_volume_ownership(path: Path, fs_group: int, read_only: bool) -> None:
+    """SetVolumeOwnership (volume_linux.go): every file and directory in the volume gets the
+    pod's fsGroup and group read (and write unless the volume is read-only); directories get
+    setgid, so what the containers create later keeps the group. Symlinks keep their mode."""
+    mask = RO_MASK if read_only else RW_MASK
+    for root, dirs, files in os.walk(path):
+        for entry in [root, *(os.path.join(root, n) for n in (*dirs, *files))]:
+            info = os.lstat(entry)
+            os.lchown(entry, -1, fs_group)
+            if stat.S_ISLNK(info.st_mode):
+                continue
+            extra = mask | (stat.S_ISGID | EXEC_MASK if stat.S_ISDIR(info.st_mode) else 0)
+            os.chmod(entry, stat.S_IMODE(info.st_mode) | extra)
+
+
+def _owned(ctx: Context, path: Path, read_only: bool, changed: bool) -> None:
+    """Ownership once (the group not yet set) and again after the content changed."""
+    group = ctx.fs_group
+    if group is None or (not changed and os.stat(path).st_gid == group):
+        return
+    try:
+        set_volume_ownership(path, group, read_only)
+    except OSError as exc:
+        raise MountError(f"failed to set the volume's ownership to fsGroup {group}: {exc}") from exc
 
 
 def empty_dir(ctx: Context, name: str, source: Json) -> Prepared:
     """World-writable like the kubelet's, so any container user can share it."""
     path = ctx.volume_dir("kubernetes.io~empty-dir", name, 0o777)
-    return Prepared(path, tmpfs=source.get("medium") == "Memory")
+    memory = source.get("medium") == "Memory"
+    if not memory:  # a memory one is made by Docker inside the container
+        _owned(ctx, path, read_only=False, changed=False)
+    return Prepared(path, tmpfs=memory)
 
 
 def config_map(ctx: Context, name: str, source: Json) -> Prepared:
@@ -135,6 +171,7 @@ def _project(
         get_logger("kubelet_sim.volumes").info(
             "volume content written", pod=ctx.pod.full_name, volume=name, files=len(payload)
         )
+    _owned(ctx, path, read_only=True, changed=bool(changed))
     return Prepared(path, read_only=True)
 
 
