@@ -49,7 +49,8 @@ def test_users_groups_seccomp_and_sysctls_inside_the_container(
         assert (uid, gid) == ("1000", "2000")
         assert {"3000", "4000", "5000"} <= set(groups.split()), groups
         mounted = container(
-            command=["sh", "-c", "touch /data/new; stat -c '%g %a' /data /data/new; stat -L -c '%g %a' /info/name"],
+            command=["sh", "-c", "touch /data/new; stat -c '%g %a' /data /data/new;"
+                     " stat -L -c '%g %a' /info/name"],
             volumeMounts=[{"name": "data", "mountPath": "/data"},
                           {"name": "info", "mountPath": "/info"}],
         )  # fmt: skip
