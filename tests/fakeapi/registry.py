@@ -393,6 +393,8 @@ class Registry:
                 marked = copy.deepcopy(current)
                 marked["metadata"].update(deletionTimestamp=now(), deletionGracePeriodSeconds=0)
                 return typed(res, self.store.put(res.name, marked, current))
+            if res.name == "services":
+                self.cluster_ips.release(str((current.get("spec") or {}).get("clusterIP") or ""))
             return success_status(res, self.store.remove(res.name, current))
 
     @staticmethod
