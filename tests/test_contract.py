@@ -688,7 +688,25 @@ def scenario_services(s: Side, node: str) -> list[tuple[str, Answer]]:
     ]
 
 
+def scenario_quantities(s: Side, node: str) -> list[tuple[str, Answer]]:
+    """Quantities come back in the server's canonical form (pod resources, node capacity)."""
+    pod = _pod(node)
+    pod["spec"]["containers"][0]["resources"] = {
+        "requests": {"cpu": "0.5", "memory": "1024Mi", "ephemeral-storage": "1000"},
+        "limits": {"cpu": "1500m", "memory": "1.5Gi", "ephemeral-storage": "2e3"},
+    }
+    made = s("POST", "/api/v1/namespaces/{ns}/pods", pod)
+    resources = Answer(made.code, made.body["spec"]["containers"][0].get("resources"))
+    status = {"capacity": {"cpu": "4000m", "memory": "7237632Ki", "pods": "110"}}
+    node_body = {"metadata": {"name": node}, "status": status}
+    created = s("POST", "/api/v1/nodes", node_body)
+    capacity = Answer(created.code, (created.body.get("status") or {}).get("capacity"))
+    s("DELETE", f"/api/v1/nodes/{node}")
+    return [("pod resources", resources), ("node capacity", capacity)]
+
+
 SCENARIOS: dict[str, Scenario] = {
+    "quantities": scenario_quantities,
     "services": scenario_services,
     "reviews": scenario_reviews,
     "status validation": scenario_status_validation,

@@ -20,6 +20,7 @@ from functools import cache
 from pathlib import Path
 from typing import Any
 
+from tests.fakeapi import quantity
 from tests.fakeapi.resources import Resource
 
 Obj = dict[str, Any]
@@ -27,6 +28,7 @@ Obj = dict[str, Any]
 SCHEMA_FILE = Path(__file__).with_name("openapi_v1_24.json")
 REF_PREFIX = "#/definitions/"
 MICRO_TIME = "io.k8s.apimachinery.pkg.apis.meta.v1.MicroTime"
+QUANTITY = "io.k8s.apimachinery.pkg.api.resource.Quantity"
 MICRO_TIME_LAYOUT = "2006-01-02T15:04:05.000000Z07:00"  # Go's RFC3339Micro: exactly 6 digits
 _MICRO_TIME = re.compile(r"\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d\.\d{6}(Z|[+-]\d\d:\d\d)")
 
@@ -139,6 +141,8 @@ def prune(value: Any, schema: Obj | None) -> Any:
     if ref == MICRO_TIME and value is not None:
         _check_micro_time(value)
         return value
+    if ref == QUANTITY and isinstance(value, str | int | float):
+        return quantity.canonical(str(value)) or value  # decoded, then encoded canonical
     schema = resolve(schema)
     if schema is None:
         return value

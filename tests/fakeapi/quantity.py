@@ -1,0 +1,52 @@
+"""resource.Quantity as the API server writes it back (apimachinery's CanonicalizeBytes): the
+suffix kind of the input is kept (binary, decimal or exponent), the number made as short as it
+goes exactly: 7237632Ki is 7068Mi, 1000m is 1, 0.5 is 500m, 1536Mi stays, 1.5Gi is 1536Mi."""
+
+from __future__ import annotations
+
+import math
+import re
+from fractions import Fraction
+
+_FORM = re.compile(
+    r"^([+-]?(?:\d+\.?\d*|\.\d+))(?:([eE])([+-]?\d+))?(Ki|Mi|Gi|Ti|Pi|Ei|[numkMGTPE])?$"
+)
+_BINARY = {"Ki": 10, "Mi": 20, "Gi": 30, "Ti": 40, "Pi": 50, "Ei": 60}
+_DECIMAL = {"n": -9, "u": -6, "m": -3, "": 0, "k": 3, "M": 6, "G": 9, "T": 12, "P": 15, "E": 18}
+_DECIMAL_SUFFIX = {v: k for k, v in _DECIMAL.items()}
+_BINARY_SUFFIX = {v: k for k, v in _BINARY.items()} | {0: ""}
+
+
+def canonical(text: str) -> str | None:
+    """The server's form of a quantity, or None when `text` is not one."""
+    found = _FORM.match(text.strip())
+    if not found:
+        return None
+    number, e_mark, exponent, suffix = found.groups()
+    value = Fraction(number)
+    if e_mark:
+        value *= Fraction(10) ** int(exponent)
+    suffix = suffix or ""
+    if suffix in _BINARY:
+        value *= 2 ** _BINARY[suffix]
+    else:
+        value *= Fraction(10) ** _DECIMAL[suffix]
+    if value == 0:
+        return "0"
+    if suffix in _BINARY and abs(value) >= 1024 and value.denominator == 1:
+        amount, power = int(value), 0
+        while amount % 1024 == 0 and power < 60:
+            amount //= 1024
+            power += 10
+        return f"{amount}{_BINARY_SUFFIX[power]}"
+    nanos = math.ceil(value * 10**9)  # finer than nano rounds up
+    amount, power = nanos, -9
+    while amount % 10 == 0 and power < 18:
+        amount //= 10
+        power += 1
+    while power % 3:
+        amount *= 10
+        power -= 1
+    if e_mark:
+        return f"{amount}e{power}" if power else str(amount)
+    return f"{amount}{_DECIMAL_SUFFIX[power]}"
