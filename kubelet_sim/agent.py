@@ -30,7 +30,7 @@ from kubelet_sim.node.lifecycle import NodeLifecycle
 from kubelet_sim.node.node_object import resources
 from kubelet_sim.node.settings import NodeSettings
 from kubelet_sim.pod.admission import Allocatable
-from kubelet_sim.pod.dns import NodeDNS, parse_resolv_conf
+from kubelet_sim.pod.dns import NodeDNS, ResolvConf, parse_resolv_conf
 from kubelet_sim.pod.quantity import milli_value, value
 from kubelet_sim.pod.references import referenced_objects
 from kubelet_sim.podworkers.gc import ContainerGC
@@ -69,9 +69,23 @@ class PodSettings:
     allowed_unsafe_sysctls: tuple[str, ...] = ()
 
 
-def node_dns(cluster_dns: list[str], domain: str, resolv_conf: str) -> NodeDNS:
+DEFAULT_RESOLV_CONF = "/etc/resolv.conf"
+SYSTEMD_RESOLV_CONF = "/run/systemd/resolve/resolv.conf"
+
+
+def node_dns(
+    cluster_dns: list[str],
+    domain: str,
+    resolv_conf: str,
+    *,
+    default: str = DEFAULT_RESOLV_CONF,
+    systemd: str = SYSTEMD_RESOLV_CONF,
+) -> NodeDNS:
     """--cluster-dns (repeated or comma-separated), --cluster-domain and --resolv-conf read
-    once; ConfigError in one line when an address or the file is bad."""
+    once; ConfigError in one line when an address or the file is bad.
+
+    The default file naming only systemd-resolved's stub (127.0.0.53, useless inside a pod)
+    gives way to systemd-resolved's real upstreams, as kubeadm configures kubelets."""
     servers = [ip.strip() for item in cluster_dns for ip in item.split(",") if ip.strip()]
     for ip in servers:
         try:
@@ -80,13 +94,25 @@ def node_dns(cluster_dns: list[str], domain: str, resolv_conf: str) -> NodeDNS:
             raise ConfigError(f"--cluster-dns: {ip!r} is not an IP address") from None
     host = None
     if resolv_conf:
-        try:
-            host = parse_resolv_conf(Path(resolv_conf).read_text())
-        except OSError as exc:
-            raise ConfigError(
-                f"cannot read --resolv-conf {resolv_conf}: {exc.strerror or exc}"
-            ) from None
+        host = _read_resolv_conf(resolv_conf)
+        stub_only = bool(host.servers) and all(_loopback(s) for s in host.servers)
+        if resolv_conf == default and stub_only and Path(systemd).exists():
+            host = _read_resolv_conf(systemd)
     return NodeDNS(tuple(servers), domain.strip(".").lower(), host)
+
+
+def _loopback(address: str) -> bool:
+    try:
+        return ipaddress.ip_address(address).is_loopback
+    except ValueError:
+        return False
+
+
+def _read_resolv_conf(path: str) -> ResolvConf:
+    try:
+        return parse_resolv_conf(Path(path).read_text())
+    except OSError as exc:
+        raise ConfigError(f"cannot read --resolv-conf {path}: {exc.strerror or exc}") from None
 
 
 class Agent:

@@ -135,3 +135,24 @@ def test_set_hostname_as_fqdn() -> None:
     assert sandbox_hostname(pod(subdomain="s"), "p", "cluster.local") == "p"
     with pytest.raises(ValueError, match=r"FQDN .* is too long \(64 characters is the max, 7"):
         sandbox_hostname(fqdn, "h" * 50, "cluster.local")
+
+
+def test_the_default_resolver_skips_systemd_resolveds_stub(tmp_path: Any) -> None:
+    from kubelet_sim.agent import node_dns
+    from kubelet_sim.config import ConfigError
+
+    default, real = tmp_path / "resolv.conf", tmp_path / "systemd.conf"
+    default.write_text("nameserver 127.0.0.53\noptions edns0 trust-ad\nsearch lan\n")
+    real.write_text("nameserver 192.0.2.1\nsearch lan\n")
+    paths = {"default": str(default), "systemd": str(real)}
+    assert node_dns([], "", str(default), **paths).host == ResolvConf(("192.0.2.1",), ("lan",))
+    other = tmp_path / "other.conf"
+    other.write_text("nameserver 127.0.0.53\n")
+    kept = node_dns([], "", str(other), **paths).host
+    assert kept is not None
+    assert kept.servers == ("127.0.0.53",), "a file given on purpose is taken as it is"
+    assert node_dns(["10.96.0.10, 10.96.0.11"], "Cluster.Local.", "", **paths) == NodeDNS(
+        ("10.96.0.10", "10.96.0.11"), "cluster.local", None
+    )
+    with pytest.raises(ConfigError, match="is not an IP address"):
+        node_dns(["ten"], "", "", **paths)
