@@ -33,6 +33,9 @@ from kubelet_sim.supervise import Supervisor
 OUR_CONDITIONS = frozenset({kind for kind, _, _ in PRESSURE_CONDITIONS} | {"Ready"})
 
 
+IMAGE_LIST_PERIOD = 30.0  # the kubelet's image cache refresh (ImageGCManager's 30 s)
+
+
 class RuntimeProbe(Protocol):
     """What the node needs from the container runtime (DockerRuntime satisfies it)."""
 
@@ -71,6 +74,7 @@ class NodeStatusController:
         self._runtime_ever_answered = False
         self._runtime_version = "unknown"
         self._image_list: list[cri.ImageSummary] = []
+        self._images_listed: float | None = None  # time.monotonic() of the last list
         self._conditions: list[Json] = []  # our conditions as the server last had them
         self._last_sent: Json | None = None
         self._last_write: float | None = None  # time.monotonic() of the last write
@@ -91,9 +95,14 @@ class NodeStatusController:
         return self._runtime_version, runtime_errors(answers, self._runtime_ever_answered)
 
     def images(self) -> list[cri.ImageSummary]:
-        """The runtime's images; the last list when it cannot answer (the kubelet's cache)."""
+        """The runtime's images, listed at most every IMAGE_LIST_PERIOD as the kubelet's image
+        cache is refreshed; the last list when the runtime cannot answer."""
+        now = time.monotonic()
+        if self._images_listed is not None and now - self._images_listed < IMAGE_LIST_PERIOD:
+            return self._image_list
         try:
             self._image_list = self._probe.list_images()
+            self._images_listed = now
         except Exception as exc:  # the status goes out anyway, as the setter's error is logged
             self._log.debug("listing images failed", error=str(exc))
         return self._image_list
