@@ -111,11 +111,7 @@ class NodeSettings:
 def parse_labels(text: str) -> dict[str, str]:
     """`--node-labels a=b,c=d` as the kubelet takes it; an empty string means no labels."""
     labels: dict[str, str] = {}
-    for item in _items(text):
-        key, sep, value = item.partition("=")
-        if not sep:
-            raise ConfigError(f"invalid node label {item!r}: expected key=value")
-        key, value = key.strip(), value.strip()
+    for key, value in _pairs(text, "node label", "key=value"):
         if key in labels and labels[key] != value:
             raise ConfigError(f"node label {key!r} is given twice with different values")
         validate_label(key, value)
@@ -190,12 +186,9 @@ RESERVABLE = ("cpu", "memory", "ephemeral-storage", "pid")
 def parse_reserved(text: str) -> dict[str, str]:
     """`--system-reserved cpu=200m,memory=500Mi,ephemeral-storage=1Gi,pid=1000`."""
     reserved: dict[str, str] = {}
-    for item in _items(text):
-        name, sep, quantity = item.partition("=")
-        if not sep:
-            raise ConfigError(f"invalid reservation {item!r}: expected resource=quantity")
-        reserved[name.strip()] = quantity.strip()
-        reserved_amount(name.strip(), quantity.strip())
+    for name, quantity in _pairs(text, "reservation", "resource=quantity"):
+        reserved_amount(name, quantity)
+        reserved[name] = quantity
     return reserved
 
 
@@ -260,3 +253,14 @@ def _in_namespaces(namespace: str, roots: tuple[str, ...]) -> bool:
 
 def _items(text: str) -> list[str]:
     return [item.strip() for item in text.split(",") if item.strip()]
+
+
+def _pairs(text: str, what: str, form: str) -> list[tuple[str, str]]:
+    """`a=b,c=d` as (key, value) pairs, stripped; ConfigError for an item without `=`."""
+    pairs = []
+    for item in _items(text):
+        key, sep, value = item.partition("=")
+        if not sep:
+            raise ConfigError(f"invalid {what} {item!r}: expected {form}")
+        pairs.append((key.strip(), value.strip()))
+    return pairs

@@ -13,6 +13,7 @@ import selectors
 import socket
 import ssl
 import threading
+from typing import Protocol
 
 QUEUED_LIMIT = 1 << 20  # bytes queued for the socket before writers wait
 UNREAD_LIMIT = 4 << 20  # bytes one reader may hold unread before the socket is not read
@@ -20,6 +21,27 @@ UNREAD_LIMIT = 4 << 20  # bytes one reader may hold unread before the socket is 
 
 class ProtocolError(Exception):
     """The peer broke the framing: the connection ends."""
+
+
+class Inbound(Protocol):
+    """A stream or channel: bytes that arrived for it, and whether the peer closed its side."""
+
+    _unread: bytearray
+    _remote_closed: bool
+
+
+def read_inbound(conn: SocketPump, inbound: Inbound, size: int) -> bytes:
+    """Up to `size` bytes; b"" once the peer closed its side and all was read. Reading wakes
+    the socket's thread, which may have stopped reading while this one held too much."""
+    with conn.lock:
+        while not inbound._unread and not inbound._remote_closed:
+            conn.changed.wait()
+        chunk = bytes(inbound._unread[:size])
+        del inbound._unread[:size]
+        conn.changed.notify_all()
+    if chunk:
+        conn.wake()
+    return chunk
 
 
 class SocketPump:

@@ -18,7 +18,7 @@ import zlib
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
-from kubelet_sim.server.streaming.pump import ProtocolError, SocketPump
+from kubelet_sim.server.streaming.pump import ProtocolError, SocketPump, read_inbound
 
 VERSION = 3
 SYN_STREAM, SYN_REPLY, RST_STREAM, SETTINGS, PING, GOAWAY, HEADERS, WINDOW_UPDATE = (
@@ -109,16 +109,7 @@ class Stream:
         return values[0] if values else ""
 
     def read(self, size: int = 65536) -> bytes:
-        """Up to `size` bytes; b"" once the peer closed its side and all was read."""
-        with self.conn.lock:
-            while not self._unread and not self._remote_closed:
-                self.conn.changed.wait()
-            chunk = bytes(self._unread[:size])
-            del self._unread[:size]
-            self.conn.changed.notify_all()  # the reader may have paused for us
-        if chunk:
-            self.conn.wake()
-        return chunk
+        return read_inbound(self.conn, self, size)
 
     def write(self, data: bytes) -> None:
         if self._local_closed or self.reset:

@@ -21,7 +21,7 @@ from dataclasses import dataclass, field
 from email.message import Message
 from http.server import BaseHTTPRequestHandler
 
-from kubelet_sim.server.streaming.pump import ProtocolError, SocketPump
+from kubelet_sim.server.streaming.pump import ProtocolError, SocketPump, read_inbound
 from kubelet_sim.server.streaming.upgrade import Refused
 
 GUID = "258EAFA5-E914-47DA-95CA-C5AB0DC85B11"
@@ -85,15 +85,7 @@ class Channel:
     _remote_closed: bool = False
 
     def read(self, size: int = 65536) -> bytes:
-        with self.conn.lock:
-            while not self._unread and not self._remote_closed:
-                self.conn.changed.wait()
-            chunk = bytes(self._unread[:size])
-            del self._unread[:size]
-            self.conn.changed.notify_all()
-        if chunk:
-            self.conn.wake()
-        return chunk
+        return read_inbound(self.conn, self, size)
 
     def write(self, data: bytes) -> None:
         self.conn.send_message(self.number, data)
