@@ -103,6 +103,21 @@ def pod_containers(docker_env: DockerEnv, uid: str) -> list[SeenContainer]:
     ]
 
 
+def ended_output(cluster: Cluster, docker_env: DockerEnv, name: str) -> str:
+    """What the pod's one app container printed (stdout and stderr), once the pod (restart
+    policy Never) ran to its end; it must have succeeded."""
+    wait_status(cluster, name, lambda s: s.get("phase") in ("Succeeded", "Failed"), 30, "the end")
+    status = status_of(cluster, name)
+    assert status["phase"] == "Succeeded", status
+    uid = cluster.core.read_namespaced_pod(name, cluster.namespace).metadata.uid
+    (app,) = [
+        c
+        for c in pod_containers(docker_env, uid)
+        if c.labels.get(cri.LABEL_CONTAINER_NAME) != cri.SANDBOX_CONTAINER_NAME
+    ]
+    return str(docker_env.client.api.logs(app.id, stdout=True, stderr=True).decode())
+
+
 def running_ready(st: dict[str, Any]) -> bool:
     return st.get("phase") == "Running" and condition(st, "Ready").get("status") == "True"
 

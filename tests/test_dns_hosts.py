@@ -6,19 +6,17 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
-from kubelet_sim import cri
 from kubelet_sim.pod.dns import NodeDNS, parse_resolv_conf
 from tests.agent_fixture import start_agent
 from tests.cluster import Cluster
 from tests.docker_env import DockerEnv
 from tests.pods import (
     container,
+    ended_output,
     event_messages,
     make_pod,
-    pod_containers,
     status_of,
     wait_for_events,
-    wait_status,
 )
 
 SHOW = ["sh", "-c", "cat /etc/resolv.conf; echo ===; cat /etc/hosts; echo ===; hostname"]
@@ -27,15 +25,8 @@ NODE_RESOLVER = parse_resolv_conf("nameserver 10.0.0.2\nsearch corp.example\nopt
 
 def _shown(cluster: Cluster, docker_env: DockerEnv, name: str, **spec: Any) -> list[str]:
     """The three files as the pod's container printed them, once it ran to the end."""
-    created = make_pod(cluster, name, container(command=SHOW), restart="Never", **spec)
-    wait_status(cluster, name, lambda s: s.get("phase") == "Succeeded", 30, "ran to the end")
-    (app,) = [
-        c
-        for c in pod_containers(docker_env, created["metadata"]["uid"])
-        if c.labels.get(cri.LABEL_CONTAINER_NAME) != cri.SANDBOX_CONTAINER_NAME
-    ]
-    logs = docker_env.client.api.logs(app.id, stdout=True, stderr=True).decode()
-    return list(logs.split("===\n"))
+    make_pod(cluster, name, container(command=SHOW), restart="Never", **spec)
+    return ended_output(cluster, docker_env, name).split("===\n")
 
 
 def test_cluster_first_pod_with_a_subdomain_aliases_and_its_fqdn(

@@ -7,29 +7,15 @@ import json
 from pathlib import Path
 from typing import Any
 
-from kubelet_sim import cri
 from tests.agent_fixture import start_agent
 from tests.cluster import Cluster
 from tests.docker_env import DockerEnv
-from tests.pods import container, container_status, make_pod, pod_containers, status_of, wait_status
+from tests.pods import container, container_status, ended_output, make_pod, wait_status
 
 
 def _output(cluster: Cluster, docker_env: DockerEnv, name: str, script: str, **spec: Any) -> str:
     make_pod(cluster, name, container(command=["sh", "-c", script]), restart="Never", **spec)
-    return _logs_when_done(cluster, docker_env, name)
-
-
-def _logs_when_done(cluster: Cluster, docker_env: DockerEnv, name: str) -> str:
-    wait_status(cluster, name, lambda s: s.get("phase") in ("Succeeded", "Failed"), 30, "the end")
-    status = status_of(cluster, name)
-    assert status["phase"] == "Succeeded", status
-    uid = cluster.core.read_namespaced_pod(name, cluster.namespace).metadata.uid
-    (app,) = [
-        c
-        for c in pod_containers(docker_env, uid)
-        if c.labels.get(cri.LABEL_CONTAINER_NAME) != cri.SANDBOX_CONTAINER_NAME
-    ]
-    return str(docker_env.client.api.logs(app.id, stdout=True, stderr=True).decode())
+    return ended_output(cluster, docker_env, name)
 
 
 def test_users_groups_seccomp_and_sysctls_inside_the_container(
@@ -61,7 +47,7 @@ def test_users_groups_seccomp_and_sysctls_inside_the_container(
                      {"name": "info", "downwardAPI": {"items": [
                          {"path": "name", "fieldRef": {"fieldPath": "metadata.name"}}]}}],
         )  # fmt: skip
-        owned = _logs_when_done(cluster, docker_env, "owned")
+        owned = ended_output(cluster, docker_env, "owned")
         assert owned.split("\n")[:3] == ["3000 2777", "3000 644", "3000 644"], (
             "fsGroup owns the volumes; setgid passes it to new files"
         )

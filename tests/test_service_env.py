@@ -6,12 +6,11 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
-from kubelet_sim import cri
 from kubelet_sim.pod.service_env import service_env
 from tests.agent_fixture import start_agent
 from tests.cluster import Cluster, wait_for
 from tests.docker_env import DockerEnv
-from tests.pods import container, make_pod, pod_containers, wait_status
+from tests.pods import container, ended_output, make_pod
 
 
 def svc(name: str, namespace: str, ip: str, *ports: dict[str, Any]) -> dict[str, Any]:
@@ -83,12 +82,6 @@ def test_a_container_sees_the_services_of_its_namespace(
 
 def _env_of(cluster: Cluster, docker_env: DockerEnv, name: str, spec_container: dict[str, Any],
             **spec: Any) -> dict[str, str]:  # fmt: skip
-    created = make_pod(cluster, name, spec_container, restart="Never", **spec)
-    wait_status(cluster, name, lambda s: s.get("phase") == "Succeeded", 30, "ran to the end")
-    (app,) = [
-        c
-        for c in pod_containers(docker_env, created["metadata"]["uid"])
-        if c.labels.get(cri.LABEL_CONTAINER_NAME) != cri.SANDBOX_CONTAINER_NAME
-    ]
-    text = docker_env.client.api.logs(app.id, stdout=True).decode()
+    make_pod(cluster, name, spec_container, restart="Never", **spec)
+    text = ended_output(cluster, docker_env, name)
     return dict(line.split("=", 1) for line in text.splitlines() if "=" in line)
