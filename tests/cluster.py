@@ -35,6 +35,7 @@ __all__ = [
     "fake_api",
     "open_watch",
     "pod_body",
+    "server_has_field",
     "wait_for",
 ]
 
@@ -84,6 +85,23 @@ def wait_for(predicate: Callable[[], Any], timeout: float = 5.0, message: str = 
             pytest.fail(f"timed out after {timeout}s waiting for {message}")
         time.sleep(pause)
         pause = min(pause * 1.5, 0.25)
+
+
+_FIELDS_SEEN: dict[tuple[str, str, str], bool] = {}
+
+
+def server_has_field(api: Any, definition: str, field: str) -> bool:
+    """Whether the API server's own schema (/openapi/v2) gives `definition` the field `field`
+    (e.g. io.k8s.api.core.v1.Container `restartPolicy`, which v1.24 lacks). The schema, not
+    /version, tells: servers built from source may report no version at all."""
+    key = (str(api.configuration.host), definition, field)
+    if key not in _FIELDS_SEEN:
+        from kubelet_sim.kube.rest import request_json
+
+        document = request_json(api, "GET", "/openapi/v2", timeout=(5, 60))
+        properties = (document.get("definitions") or {}).get(definition, {}).get("properties")
+        _FIELDS_SEEN[key] = field in (properties or {})
+    return _FIELDS_SEEN[key]
 
 
 @dataclass

@@ -24,7 +24,7 @@ import pytest
 
 from kubelet_sim.kube.client import connect
 from kubelet_sim.kube.rest import ApiError, request_json
-from tests.cluster import Cluster, api_mode
+from tests.cluster import Cluster, api_mode, server_has_field
 from tests.fakeapi import FakeApiServer
 
 SMP = "application/strategic-merge-patch+json"
@@ -197,8 +197,14 @@ class Side:
 
 
 @pytest.fixture(scope="module")
-def fake_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[FakeApiServer, Path]]:
-    fake = FakeApiServer().start()
+def fake_server(
+    tmp_path_factory: pytest.TempPathFactory, cluster_session: Any
+) -> Iterator[tuple[FakeApiServer, Path]]:
+    """A fake with the types of the real server it is compared with: v1.24's, or the current
+    ones against a server that knows sidecars (v1.29+)."""
+    api = connect(cluster_session.kubeconfig).api
+    newer = server_has_field(api, "io.k8s.api.core.v1.Container", "restartPolicy")
+    fake = FakeApiServer(schema="current" if newer else "v1.24").start()
     path = fake.write_kubeconfig(tmp_path_factory.mktemp("contract") / "kubeconfig")
     try:
         yield fake, path

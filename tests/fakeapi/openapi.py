@@ -16,6 +16,7 @@ from __future__ import annotations
 import copy
 import json
 import re
+from dataclasses import dataclass, field
 from functools import cache
 from pathlib import Path
 from typing import Any
@@ -72,20 +73,111 @@ ROOTS = (
 )
 
 
-@cache
-def definitions() -> dict[str, Obj]:
-    data: dict[str, Obj] = json.loads(SCHEMA_FILE.read_text())
-    return data
+@dataclass(frozen=True)
+class Schema:
+    """One server version's types: what it answers at /version and /openapi/v2, and how it
+    decodes (prunes) and merges what it is sent."""
+
+    version: Obj
+    definitions: dict[str, Obj] = field(repr=False)
+
+    @property
+    def minor(self) -> int:
+        return int(self.version["minor"])
+
+    def document(self) -> Obj:
+        """What GET /openapi/v2 answers (only the definitions the fake serves)."""
+        return {
+            "swagger": "2.0",
+            "info": {"title": "Kubernetes", "version": str(self.version["gitVersion"])},
+            "paths": {},
+            "definitions": self.definitions,
+        }
+
+    def resolve(self, schema: Obj | None) -> Obj | None:
+        """Follow a `$ref` to its definition."""
+        if schema is None:
+            return None
+        ref = schema.get("$ref")
+        if isinstance(ref, str) and ref.startswith(REF_PREFIX):
+            return self.definitions.get(ref[len(REF_PREFIX) :])
+        return schema
+
+    def field_schema(self, schema: Obj | None, name: str) -> Obj | None:
+        """The schema of field `name` inside the map `schema` (None: the type has no such field)."""
+        schema = self.resolve(schema)
+        if schema is None:
+            return None
+        props = schema.get("properties")
+        if isinstance(props, dict):
+            return props.get(name)
+        extra = schema.get("additionalProperties")
+        return extra if isinstance(extra, dict) else {}
+
+    def items_schema(self, schema: Obj | None) -> Obj | None:
+        schema = self.resolve(schema)
+        items = (schema or {}).get("items")
+        return items if isinstance(items, dict) else None
+
+    def prune(self, value: Any, schema: Obj | None) -> Any:
+        """Drop the fields the type does not have, as decoding into a Go struct does."""
+        ref = str((schema or {}).get("$ref", ""))[len(REF_PREFIX) :]
+        if ref == MICRO_TIME and value is not None:
+            _check_micro_time(value)
+            return value
+        if ref == QUANTITY and isinstance(value, str | int | float):
+            return quantity.canonical(str(value)) or value  # decoded, then encoded canonical
+        schema = self.resolve(schema)
+        if schema is None:
+            return value
+        if isinstance(value, dict):
+            props = schema.get("properties")
+            if isinstance(props, dict):
+                pruned = {k: self.prune(v, props[k]) for k, v in value.items() if k in props}
+                for name, empty in _ALWAYS.get(ref, {}).items():
+                    if name not in pruned:
+                        pruned[name] = self.prune(copy.deepcopy(empty), props.get(name))
+                for name in schema.get("required") or ():  # Go encodes a zero for a missing one
+                    zero = _ZERO.get(str((self.resolve(props.get(name)) or {}).get("type")))
+                    if name not in pruned and zero is not None:
+                        pruned[name] = zero
+                return pruned
+            extra = schema.get("additionalProperties")
+            if isinstance(extra, dict):
+                return {k: self.prune(v, extra) for k, v in value.items()}
+            return value
+        if isinstance(value, list):
+            items = self.items_schema(schema)
+            return [self.prune(v, items) for v in value] if items is not None else value
+        return value
+
+    def prune_object(self, res: Resource, obj: Obj) -> Obj:
+        """A written object as the server stores it: without fields its type lacks.
+
+        Raises DecodeError where the real server's decoder fails (a MicroTime without 6 digits).
+        """
+        pruned: Obj = self.prune(obj, {"$ref": REF_PREFIX + definition_of(res)})
+        return pruned
 
 
-def document() -> Obj:
-    """What GET /openapi/v2 answers (only the definitions the fake serves)."""
+def version_document(minor: int, build: str) -> Obj:
     return {
-        "swagger": "2.0",
-        "info": {"title": "Kubernetes", "version": "v1.24.0"},
-        "paths": {},
-        "definitions": definitions(),
+        "major": "1",
+        "minor": str(minor),
+        "gitVersion": f"v1.{minor}.0-fake",
+        "gitCommit": "0000000000000000000000000000000000000000",
+        "gitTreeState": "clean",
+        "buildDate": build,
+        "goVersion": "go1.24.0",
+        "compiler": "gc",
+        "platform": "linux/amd64",
     }
+
+
+@cache
+def v1_24() -> Schema:
+    """The schema captured from a real v1.24 server: the fake of the contract test."""
+    return Schema(version_document(24, "2022-05-03T00:00:00Z"), json.loads(SCHEMA_FILE.read_text()))
 
 
 def _check_micro_time(value: Any) -> None:
@@ -105,76 +197,6 @@ def _check_micro_time(value: Any) -> None:
 def definition_of(res: Resource) -> str:
     group = {"": "core", "coordination.k8s.io": "coordination"}.get(res.group, res.group)
     return f"io.k8s.api.{group}.{res.version}.{res.kind}"
-
-
-def resolve(schema: Obj | None) -> Obj | None:
-    """Follow a `$ref` to its definition."""
-    if schema is None:
-        return None
-    ref = schema.get("$ref")
-    if isinstance(ref, str) and ref.startswith(REF_PREFIX):
-        return definitions().get(ref[len(REF_PREFIX) :])
-    return schema
-
-
-def field_schema(schema: Obj | None, field: str) -> Obj | None:
-    """The schema of `field` inside the map `schema` (None: the type has no such field)."""
-    schema = resolve(schema)
-    if schema is None:
-        return None
-    props = schema.get("properties")
-    if isinstance(props, dict):
-        return props.get(field)
-    extra = schema.get("additionalProperties")
-    return extra if isinstance(extra, dict) else {}
-
-
-def items_schema(schema: Obj | None) -> Obj | None:
-    schema = resolve(schema)
-    items = (schema or {}).get("items")
-    return items if isinstance(items, dict) else None
-
-
-def prune(value: Any, schema: Obj | None) -> Any:
-    """Drop the fields the type does not have, as decoding into a Go struct does."""
-    ref = str((schema or {}).get("$ref", ""))[len(REF_PREFIX) :]
-    if ref == MICRO_TIME and value is not None:
-        _check_micro_time(value)
-        return value
-    if ref == QUANTITY and isinstance(value, str | int | float):
-        return quantity.canonical(str(value)) or value  # decoded, then encoded canonical
-    schema = resolve(schema)
-    if schema is None:
-        return value
-    if isinstance(value, dict):
-        props = schema.get("properties")
-        if isinstance(props, dict):
-            pruned = {k: prune(v, props[k]) for k, v in value.items() if k in props}
-            for field, empty in _ALWAYS.get(ref, {}).items():
-                if field not in pruned:
-                    pruned[field] = prune(copy.deepcopy(empty), props.get(field))
-            for field in schema.get("required") or ():  # Go encodes a zero for a missing one
-                zero = _ZERO.get(str((resolve(props.get(field)) or {}).get("type")))
-                if field not in pruned and zero is not None:
-                    pruned[field] = zero
-            return pruned
-        extra = schema.get("additionalProperties")
-        if isinstance(extra, dict):
-            return {k: prune(v, extra) for k, v in value.items()}
-        return value
-    if isinstance(value, list):
-        items = items_schema(schema)
-        return [prune(v, items) for v in value] if items is not None else value
-    return value
-
-
-def prune_object(res: Resource, obj: Obj) -> Obj:
-    """A written object as the server stores it: without fields its type lacks.
-
-    Raises DecodeError where the real server's decoder fails (a MicroTime without 6 digits).
-    """
-    pruned: Obj = prune(obj, {"$ref": REF_PREFIX + definition_of(res)})
-    return pruned
 
 
 def capture(out: Path = SCHEMA_FILE) -> None:
@@ -221,4 +243,4 @@ def _refs(schema: Any) -> list[str]:
 
 if __name__ == "__main__":
     capture()
-    print(f"wrote {SCHEMA_FILE} ({len(definitions())} definitions)")
+    print(f"wrote {SCHEMA_FILE} ({len(json.loads(SCHEMA_FILE.read_text()))} definitions)")

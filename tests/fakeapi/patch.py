@@ -151,11 +151,11 @@ class PatchServerError(PatchError):
     """What a real server fails on itself (a 500, or a panic that drops the connection)."""
 
 
-def strategic_merge(original: Obj, patch: Obj, definition: str) -> Obj:
+def strategic_merge(original: Obj, patch: Obj, definition: str, types: openapi.Schema) -> Obj:
     """Apply a strategic merge patch to an object of the schema's `definition`."""
     if not isinstance(patch, dict):
         raise PatchError("strategic merge patch must be a JSON object")
-    merged = _merge_map(original, patch, {"$ref": openapi.REF_PREFIX + definition})
+    merged = _merge_map(original, patch, {"$ref": openapi.REF_PREFIX + definition}, types)
     return merged if merged is not None else {}
 
 
@@ -183,7 +183,7 @@ def _strip(value: Any) -> Any:
     return copy.deepcopy(value)
 
 
-def _merge_map(original: Any, patch: Obj, schema: Obj | None) -> Obj | None:
+def _merge_map(original: Any, patch: Obj, schema: Obj | None, types: openapi.Schema) -> Obj | None:
     """apimachinery's mergeMap: directives, $retainKeys, $setElementOrder lists, then fields."""
     directive = patch.get("$patch")
     if directive == "delete":
@@ -197,8 +197,9 @@ def _merge_map(original: Any, patch: Obj, schema: Obj | None) -> Obj | None:
     patch = dict(patch)
     for key in [k for k in patch if k.startswith("$setElementOrder/")]:
         field = key.split("/", 1)[1]
-        _check_order_directive(schema, field)
-        _merge_ordered(result, patch, field, patch.pop(key), openapi.field_schema(schema, field))
+        _check_order_directive(schema, field, types)
+        order, inner = patch.pop(key), types.field_schema(schema, field)
+        _merge_ordered(result, patch, field, order, inner, types)
     for key, value in patch.items():
         if key.startswith("$deleteFromPrimitiveList/"):
             field = key.split("/", 1)[1]
@@ -208,19 +209,23 @@ def _merge_map(original: Any, patch: Obj, schema: Obj | None) -> Obj | None:
         elif value is None:
             result.pop(key, None)
         elif isinstance(value, dict):
-            merged = _merge_map(result.get(key), value, openapi.field_schema(schema, key))
+            merged = _merge_map(result.get(key), value, types.field_schema(schema, key), types)
             if merged is None:
                 result.pop(key, None)
             else:
                 result[key] = merged
         elif isinstance(value, list):
-            result[key] = _merge_list(result.get(key), value, openapi.field_schema(schema, key))
+            result[key] = _merge_list(
+                result.get(key), value, types.field_schema(schema, key), types
+            )
         else:
             result[key] = copy.deepcopy(value)
     return result
 
 
-def _merge_ordered(result: Obj, patch: Obj, field: str, order: Any, schema: Obj | None) -> None:
+def _merge_ordered(
+    result: Obj, patch: Obj, field: str, order: Any, schema: Obj | None, types: openapi.Schema
+) -> None:
     """mergePatchIntoOriginal: a list and its `$setElementOrder`, merged and ordered at once."""
     _, key = _strategy(schema)
     if not isinstance(order, list):
@@ -233,7 +238,7 @@ def _merge_ordered(result: Obj, patch: Obj, field: str, order: Any, schema: Obj 
     elif original is None:
         merged = _strip(changes)
     else:
-        merged = _merge_list(original, changes, schema)
+        merged = _merge_list(original, changes, schema, types)
     in_order, server_only = _partition(merged, order, key)
     result[field] = _normalize_order(in_order, server_only, order, original or [], key)
 
@@ -283,10 +288,10 @@ def _normalize_order(
     return out
 
 
-def _check_order_directive(schema: Obj | None, field: str) -> None:
+def _check_order_directive(schema: Obj | None, field: str, types: openapi.Schema) -> None:
     """`$setElementOrder` on a field the type lacks is a 500 on a real server; on a list that
     merges by no key it panics there (v1.24 drops the connection): never a silent success."""
-    field_schema = openapi.field_schema(schema, field)
+    field_schema = types.field_schema(schema, field)
     if field_schema is None:
         raise PatchServerError(
             f'unable to find api field in struct {_type_name(schema)} for the json field "{field}"'
@@ -299,7 +304,9 @@ def _check_order_directive(schema: Obj | None, field: str) -> None:
         )
 
 
-def _merge_list(original: Any, patch: list[Any], schema: Obj | None) -> list[Any]:
+def _merge_list(
+    original: Any, patch: list[Any], schema: Obj | None, types: openapi.Schema
+) -> list[Any]:
     """mergeSliceHandler/mergeSlice: replace, or merge by key (or as a set) and reorder."""
     merges, merge_key = _strategy(schema)
     if not merges or not isinstance(original, list):
@@ -323,7 +330,7 @@ def _merge_list(original: Any, patch: list[Any], schema: Obj | None) -> list[Any
                 live = [r for r in live if r.get(merge_key) != item[merge_key]]
             else:
                 changes.append(item)
-        items = openapi.items_schema(schema)
+        items = types.items_schema(schema)
         merged = copy.deepcopy(live)
         for item in changes:
             pos = next(
@@ -332,6 +339,6 @@ def _merge_list(original: Any, patch: list[Any], schema: Obj | None) -> list[Any
             if pos is None:
                 merged.append(_strip(item))
             else:
-                merged[pos] = _merge_map(merged[pos], item, items)
+                merged[pos] = _merge_map(merged[pos], item, items, types)
     in_patch, server_only = _partition(merged, changes, merge_key)
     return _normalize_order(in_patch, server_only, changes, live, merge_key)

@@ -62,22 +62,13 @@ def _meta(obj: Obj) -> Obj:
     return meta
 
 
-def _decoded(res: Resource, obj: Obj) -> Obj:
-    """The body as the server decodes it into its type: unknown fields dropped, or a 400."""
-    try:
-        return openapi.prune_object(res, obj)
-    except openapi.DecodeError as exc:
-        raise errors.bad_request(
-            f'{res.kind} in version "{res.version}" cannot be handled as a {res.kind}: {exc}'
-        ) from None
-
-
 class Registry:
     """Create/get/list/update/patch/delete with the real server's rules."""
 
-    def __init__(self, store: Store) -> None:
+    def __init__(self, store: Store, types: openapi.Schema) -> None:
         self.cluster_ips = services.ClusterIPs()
         self.store = store
+        self.types = types  # the server version's schema: what a write is decoded into
 
     # --- create -----------------------------------------------------------------------------
 
@@ -85,7 +76,7 @@ class Registry:
         """POST: name generation, defaulting/admission, validation, server-owned metadata."""
         if not isinstance(body, dict):
             raise errors.bad_request("the body of the request must be a JSON object")
-        obj = _decoded(res, _untyped(copy.deepcopy(body)))
+        obj = self._decoded(res, _untyped(copy.deepcopy(body)))
         meta = _meta(obj)
         if res.namespaced:
             if meta.get("namespace") not in (None, "", namespace):
@@ -111,7 +102,9 @@ class Registry:
                 meta.pop(key, None)
             meta["uid"] = str(uuid.uuid4())
             meta["creationTimestamp"] = now()
-            meta.pop("generation", None)  # v1.24 keeps none for pods (v1.33+ does)
+            meta.pop("generation", None)
+            if res is PODS and self.types.minor >= 33:  # v1.24 keeps none for pods
+                meta["generation"] = 1
             created = self.store.put(res.name, obj, None)
         if res is NAMESPACES:
             for resource, child in controllers.namespace_objects(name):
@@ -268,8 +261,16 @@ class Registry:
             patched = self._apply_patch(res, typed(res, current), content_type, body)
             return self._apply_update(res, current, _untyped(patched), sub)
 
-    @staticmethod
-    def _apply_patch(res: Resource, doc: Obj, content_type: str, body: Any) -> Obj:
+    def _decoded(self, res: Resource, obj: Obj) -> Obj:
+        """The body as the server decodes it into its type: unknown fields dropped, or a 400."""
+        try:
+            return self.types.prune_object(res, obj)
+        except openapi.DecodeError as exc:
+            raise errors.bad_request(
+                f'{res.kind} in version "{res.version}" cannot be handled as a {res.kind}: {exc}'
+            ) from None
+
+    def _apply_patch(self, res: Resource, doc: Obj, content_type: str, body: Any) -> Obj:
         try:
             if content_type == JSON_PATCH:
                 result = patch.json_patch(doc, body)
@@ -278,7 +279,7 @@ class Registry:
             elif content_type == MERGE:
                 result = patch.merge_patch(doc, body)
             else:
-                result = patch.strategic_merge(doc, body, openapi.definition_of(res))
+                result = patch.strategic_merge(doc, body, openapi.definition_of(res), self.types)
         except patch.PatchServerError as exc:
             raise ApiError(500, str(exc), "InternalError") from None
         except patch.PatchError as exc:
@@ -294,7 +295,7 @@ class Registry:
 
     def _apply_update(self, res: Resource, current: Obj, new: Obj, sub: str) -> Obj:
         """Preconditions, strategy PrepareForUpdate, validation, no-op detection, finalizers."""
-        new = _decoded(res, new)
+        new = self._decoded(res, new)
         name = current["metadata"]["name"]
         meta, cur_meta = _meta(new), current["metadata"]
         if meta.get("uid") and meta["uid"] != cur_meta["uid"]:
@@ -307,6 +308,8 @@ class Registry:
                 f"({name})"
             )
         new = self._prepare(res, current, new, sub)
+        if "generation" in cur_meta and new.get("spec") != current.get("spec"):
+            new["metadata"]["generation"] = cur_meta["generation"] + 1  # a pod's, v1.33+
         if new == current:
             return current  # etcd skips identical writes: no new RV, no event
         meta = new["metadata"]

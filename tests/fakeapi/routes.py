@@ -10,17 +10,6 @@ from tests.fakeapi.resources import Resource
 
 Obj = dict[str, Any]
 TRUE = frozenset({"true", "1", "t", "True", "TRUE"})
-VERSION = {
-    "major": "1",
-    "minor": "34",
-    "gitVersion": "v1.34.0-fake",
-    "gitCommit": "0000000000000000000000000000000000000000",
-    "gitTreeState": "clean",
-    "buildDate": "2026-01-01T00:00:00Z",
-    "goVersion": "go1.24.0",
-    "compiler": "gc",
-    "platform": "linux/amd64",
-}
 
 
 @dataclass
@@ -46,15 +35,15 @@ def _verb(method: str, has_name: bool, params: dict[str, str]) -> str:
     return {"POST": "create", "PUT": "update", "PATCH": "patch"}.get(method, method.lower())
 
 
-def parse(method: str, path: str, params: dict[str, str]) -> Route:
+def parse(method: str, path: str, params: dict[str, str], types: openapi.Schema) -> Route:
     """Map a request path the way the API server's RequestInfoFactory does."""
     parts = [p for p in path.split("/") if p]
     if parts in (["api"], ["apis"], ["version"], ["api", "v1"]) or (
         parts[:2] == ["apis", "coordination.k8s.io"] and len(parts) <= 3
     ):
-        return Route("get", document=discovery(parts))
+        return Route("get", document=discovery(parts, types))
     if parts == ["openapi", "v2"] and method == "GET":
-        return Route("get", document=openapi.document())
+        return Route("get", document=types.document())
     if parts[:2] == ["api", "v1"]:
         group, rest = "", parts[2:]
     elif len(parts) >= 4 and parts[0] == "apis" and parts[2] == "v1":
@@ -116,7 +105,7 @@ def _resource_list(group_version: str, group: str) -> Obj:
     }
 
 
-def discovery(parts: list[str]) -> Obj:
+def discovery(parts: list[str], types: openapi.Schema) -> Obj:
     """Minimal but valid discovery documents."""
     coordination = {
         "name": "coordination.k8s.io",
@@ -124,7 +113,7 @@ def discovery(parts: list[str]) -> Obj:
         "preferredVersion": {"groupVersion": "coordination.k8s.io/v1", "version": "v1"},
     }
     if parts == ["version"]:
-        return dict(VERSION)
+        return dict(types.version)
     if parts == ["api"]:
         return {
             "kind": "APIVersions",

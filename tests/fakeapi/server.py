@@ -25,6 +25,7 @@ from tests.fakeapi import (
     resources,
     reviews,
     routes,
+    schemas,
     selectors,
     services,
 )
@@ -90,11 +91,19 @@ class FakeApiServer:
     events and coordination.k8s.io/v1 leases, reachable by the official client over HTTP."""
 
     def __init__(
-        self, *, bookmark_interval: float = 60.0, history_size: int = 1000, port: int = 0
+        self,
+        *,
+        bookmark_interval: float = 60.0,
+        history_size: int = 1000,
+        port: int = 0,
+        schema: str = "current",
     ) -> None:
         self.bookmark_interval = bookmark_interval
         self.store = Store(history_size)
-        self.registry = Registry(self.store)
+        # "current": the types of the Kubernetes the client was generated for; "v1.24": those
+        # of the real server the suite runs against (the contract test's fake).
+        self.types = schemas.by_name(schema)
+        self.registry = Registry(self.store, self.types)
         self.faults = Faults()
         self.log = RequestLog()
         self._port = port
@@ -280,7 +289,7 @@ class FakeApiServer:
         raw = h.rfile.read(length) if length else b""
         url = urlsplit(h.path)
         params = {k: v[-1] for k, v in parse_qs(url.query, keep_blank_values=True).items()}
-        route = routes.parse(h.command, url.path, params)
+        route = routes.parse(h.command, url.path, params, self.types)
         record = RequestRecord(
             time=time.time(),
             method=h.command,
