@@ -7,6 +7,7 @@ from typing import Any
 from kubelet_sim.cri import ContainerState, ObservedContainer, PodRef
 from kubelet_sim.pod.actions import compute_actions
 from kubelet_sim.pod.image_ref import invalid_image_message
+from kubelet_sim.pod.probes import ContainerProbes, ProbeResults, Result
 from kubelet_sim.pod.spec import ContainerView, PodView
 
 REF = PodRef("n", "p", "ns", "u")
@@ -14,14 +15,24 @@ RUN, EXIT = ContainerState.RUNNING, ContainerState.EXITED
 
 
 def pod(
-    restart: str = "Always", init: tuple[str, ...] = (), names: tuple[str, ...] = ("a", "b")
+    restart: str = "Always",
+    init: tuple[str, ...] = (),
+    names: tuple[str, ...] = ("a", "b"),
+    sidecars: tuple[str, ...] = (),
+    startup_probe: tuple[str, ...] = (),
 ) -> PodView:
+    """`init` in order; those also named in `sidecars` are restartable (restartPolicy Always)."""
     spec: dict[str, Any] = {
         "restartPolicy": restart,
         "containers": [{"name": n, "image": "i:1"} for n in names],
     }
     if init:
-        spec["initContainers"] = [{"name": n, "image": "i:1"} for n in init]
+        spec["initContainers"] = [
+            {"name": n, "image": "i:1"}
+            | ({"restartPolicy": "Always"} if n in sidecars else {})
+            | ({"startupProbe": {"exec": {"command": ["true"]}}} if n in startup_probe else {})
+            for n in init
+        ]
     return PodView.from_api(
         {"metadata": {"name": "p", "namespace": "ns", "uid": "u"}, "spec": spec}
     )
@@ -89,14 +100,12 @@ def test_dead_sandbox_is_recreated_unless_never_and_ran() -> None:
 def test_init_containers_in_order_and_failure_with_never() -> None:
     p = pod("Never", init=("i1", "i2"))
     first = compute_actions(p, [], hash_h)
-    assert first.init_to_start is not None
-    assert first.init_to_start.name == "i1"
+    assert names(first.init_to_start) == ["i1"]
     assert first.containers_to_start == []
     second = compute_actions(p, [c("POD"), c("i1", EXIT, exit_code=0)], hash_h)
-    assert second.init_to_start is not None
-    assert second.init_to_start.name == "i2"
+    assert names(second.init_to_start) == ["i2"]
     waiting = compute_actions(p, [c("POD"), c("i1", RUN)], hash_h)
-    assert waiting.init_to_start is None
+    assert waiting.init_to_start == []
     assert waiting.containers_to_start == []
     failed = compute_actions(p, [c("POD"), c("i1", EXIT, exit_code=1)], hash_h)
     assert failed.init_failed
@@ -143,3 +152,74 @@ def test_ephemeral_containers_start_once_even_before_init_and_keep_nothing_alive
     assert compute_actions(PodView.from_api(done), finished, hash_h).kill_pod, (
         "a running debug container does not keep a finished pod"
     )
+
+
+# --- sidecars (restartable init containers): computeInitContainerActions --------------------
+
+
+def test_a_sidecar_does_not_block_the_next_init_container_and_keeps_running() -> None:
+    p = pod("Never", init=("s", "i"), sidecars=("s",))
+    assert names(compute_actions(p, [], hash_h).init_to_start) == ["s"]
+    started = compute_actions(p, [c("POD"), c("s")], hash_h)
+    assert names(started.init_to_start) == ["i"]  # s runs on; i starts beside it
+    initializing = compute_actions(p, [c("POD"), c("s"), c("i")], hash_h)
+    assert (initializing.init_to_start, initializing.containers_to_start) == ([], [])
+    done = [c("POD"), c("s"), c("i", EXIT, exit_code=0)]
+    assert names(compute_actions(p, done, hash_h).containers_to_start) == ["a", "b"]
+
+
+def test_a_stopped_sidecar_restarts_whatever_the_pod_policy() -> None:
+    p = pod("Never", init=("s", "i"), sidecars=("s",))
+    crashed = [c("POD"), c("s", EXIT, exit_code=1), c("i", EXIT, exit_code=0), c("a"), c("b")]
+    actions = compute_actions(p, crashed, hash_h)
+    assert names(actions.init_to_start) == ["s"]
+    assert not actions.kill_pod
+    before_init = compute_actions(p, [c("POD"), c("s", EXIT, exit_code=0)], hash_h)
+    assert names(before_init.init_to_start) == ["s"]  # restarted, and i waits for it
+
+
+def test_sidecars_do_not_keep_a_finished_pod_alive() -> None:
+    p = pod("Never", init=("s",), sidecars=("s",), names=("a",))
+    finished = compute_actions(p, [c("POD"), c("s"), c("a", EXIT, exit_code=0)], hash_h)
+    assert finished.kill_pod
+    assert finished.init_to_start == []
+
+
+def test_a_sidecars_startup_probe_gates_the_next_init_container() -> None:
+    p = pod(init=("s", "i"), sidecars=("s",), startup_probe=("s",))
+    observed = [c("POD"), c("s")]
+    unknown = compute_actions(p, observed, hash_h, ProbeResults())
+    assert unknown.init_to_start == []  # not probed yet: wait
+    results = {"s0": ContainerProbes(startup=Result.UNKNOWN)}
+    assert compute_actions(p, observed, hash_h, ProbeResults(results)).init_to_start == []
+    results = {"s0": ContainerProbes(startup=Result.SUCCESS)}
+    assert names(compute_actions(p, observed, hash_h, ProbeResults(results)).init_to_start) == ["i"]
+    results = {"s0": ContainerProbes(startup=Result.FAILURE)}
+    failed = compute_actions(p, observed, hash_h, ProbeResults(results))
+    assert [(k.name, m) for k, m in failed.containers_to_kill] == [
+        ("s", "Init container s failed startup probe")
+    ]
+    assert names(failed.init_to_start) == ["s"]
+    assert "s0" in failed.probe_kills
+
+
+def test_a_started_sidecar_is_restarted_on_liveness_failure_or_a_changed_definition() -> None:
+    p = pod(init=("s",), sidecars=("s",), names=("a",))
+    running = [c("POD"), c("s"), c("a")]
+    dead = ProbeResults({"s0": ContainerProbes(liveness=Result.FAILURE)})
+    actions = compute_actions(p, running, hash_h, dead)
+    assert [(k.name, m) for k, m in actions.containers_to_kill] == [
+        ("s", "Init container s failed liveness probe")
+    ]
+    assert names(actions.init_to_start) == ["s"]
+    assert actions.containers_to_start == []  # a keeps running
+    changed = compute_actions(p, [c("POD"), c("s", spec_hash="old"), c("a")], hash_h)
+    assert [(k.name, m) for k, m in changed.containers_to_kill] == [
+        ("s", "Init container s definition changed")
+    ]
+
+
+def test_a_sidecar_gone_without_trace_after_initialization_is_started_again() -> None:
+    p = pod(init=("i", "s"), sidecars=("s",), names=("a",))
+    actions = compute_actions(p, [c("POD"), c("a")], hash_h)  # i and s removed since
+    assert names(actions.init_to_start) == ["s"]  # a regular init container never reruns

@@ -374,3 +374,94 @@ def test_a_host_network_pod_reports_the_node_ip() -> None:
     st = status(pod(hostNetwork=True), sandbox(ip=""), container())
     assert st["podIP"] == "10.0.0.1"
     assert st["podIPs"] == [{"ip": "10.0.0.1"}]
+
+
+# --- sidecars (restartable init containers): getPhase, generate.go, UpdatePodStatus ----------
+
+
+def sidecar_pod(restart: str = "Never", **extra: Any) -> PodView:
+    sidecar = {"name": "side", "image": "busybox:1", "restartPolicy": "Always", **extra}
+    return pod(restart, initContainers=[sidecar, {"name": "init", "image": "busybox:1"}])
+
+
+def test_a_running_sidecar_initializes_and_is_counted_for_readiness() -> None:
+    p = sidecar_pod()
+    starting = status(p, sandbox(), container("side"))
+    assert starting["phase"] == "Pending"  # `init` has not run yet
+    side, init = starting["initContainerStatuses"]
+    assert (side["started"], side["ready"], init["started"]) == (True, True, False)
+    assert conditions(starting)["Initialized"]["message"] == (
+        "containers with incomplete status: [init]"
+    )
+    running = status(
+        p,
+        sandbox(),
+        container("side"),
+        container("init", state=ContainerState.EXITED, exit_code=0),
+        container("c", attempt=0),
+    )
+    assert running["phase"] == "Running"
+    assert conditions(running)["Initialized"]["status"] == "True"
+    assert conditions(running)["ContainersReady"]["status"] == "True"
+    crashed = status(
+        p,
+        sandbox(),
+        container("side", state=ContainerState.EXITED, exit_code=1),
+        container("init", state=ContainerState.EXITED, exit_code=0),
+        container("c"),
+        waiting={"side": WaitingReason("CrashLoopBackOff", "back-off 10s")},
+    )
+    assert crashed["phase"] == "Running"  # a stopped sidecar does not count for the phase
+    side = crashed["initContainerStatuses"][0]
+    assert side["state"]["waiting"]["reason"] == "CrashLoopBackOff"  # even in a Never pod
+    ready = conditions(crashed)["ContainersReady"]
+    assert (ready["status"], ready["message"]) == (
+        "False",
+        "containers with unready status: [side]",
+    )
+    assert conditions(crashed)["Initialized"]["status"] == "True"
+
+
+def test_a_sidecar_with_a_startup_probe_is_not_started_until_it_succeeds() -> None:
+    p = sidecar_pod(startupProbe={"exec": {"command": ["true"]}})
+    st = status(p, sandbox(), container("side"))
+    side = st["initContainerStatuses"][0]
+    assert (side["started"], side["ready"]) == (False, False)
+    assert conditions(st)["Initialized"]["message"] == (
+        "containers with incomplete status: [side init]"
+    )
+    assert st["phase"] == "Pending"
+
+
+def test_a_pod_whose_app_containers_succeeded_succeeds_whatever_its_sidecars_exit_with() -> None:
+    st = status(
+        sidecar_pod(),
+        sandbox(state=ContainerState.EXITED),
+        container("side", state=ContainerState.EXITED, exit_code=143),
+        container("init", state=ContainerState.EXITED, exit_code=0),
+        container("c", state=ContainerState.EXITED, exit_code=0),
+        is_terminal=True,
+    )
+    assert st["phase"] == "Succeeded"
+    assert conditions(st)["Initialized"] == {
+        "type": "Initialized",
+        "status": "True",
+        "reason": "PodCompleted",
+        "lastProbeTime": None,
+        "lastTransitionTime": "2026-11-22T17:00:00Z",
+    }
+
+
+def test_observed_generation_where_the_server_counts_generations() -> None:
+    p = pod()
+    p.raw["metadata"]["generation"] = 3
+    st = status(p, sandbox(), container("c"))
+    assert st["observedGeneration"] == 3
+    by_type = conditions(st)
+    for kind in ("PodReadyToStartContainers", "Initialized", "Ready", "ContainersReady"):
+        assert by_type[kind]["observedGeneration"] == 3
+    assert by_type["PodScheduled"]["observedGeneration"] == 3
+    assert "observedGeneration" not in by_type["example.com/Custom"]  # not the kubelet's
+    older = status(pod(), sandbox(), container("c"))  # v1.24: pods have no generation
+    assert "observedGeneration" not in older
+    assert all("observedGeneration" not in c for c in older["conditions"])

@@ -29,6 +29,11 @@ class ContainerView:
     restart_policy: str | None = None  # "Always" marks a sidecar (restartable init container)
 
     @property
+    def is_sidecar(self) -> bool:
+        """A restartable init container (v1.29+): started in the init sequence, kept running."""
+        return self.restart_policy == "Always"
+
+    @property
     def has_readiness_probe(self) -> bool:
         return "readinessProbe" in self.raw
 
@@ -75,6 +80,10 @@ class PodView:
             status=pod.get("status") or {},
             raw=pod,
         )
+
+    @property
+    def sidecars(self) -> tuple[ContainerView, ...]:
+        return tuple(c for c in self.init_containers if c.is_sidecar)
 
     @property
     def full_name(self) -> str:

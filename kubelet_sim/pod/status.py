@@ -94,7 +94,8 @@ def generate_status(inp: StatusInput) -> Json:
     if inp.finished:
         default_unknown_states(pod, status)
     all_statuses = status["containerStatuses"] + status.get("initContainerStatuses", [])
-    phase = get_phase(pod, all_statuses, inp.is_terminal)
+    _update_probe_results(inp, status)  # a sidecar's `started` decides the phase
+    phase = get_phase(pod, all_statuses, inp.is_terminal, _active_app_started(pod, inp.containers))
     if inp.finished and phase in ("Pending", "Running"):
         phase = "Failed"  # TerminatePod: every pod the node finished with ends terminal
     api_phase = pod.api_phase
@@ -114,8 +115,13 @@ def generate_status(inp: StatusInput) -> Json:
     if api_phase in ("Failed", "Succeeded") and phase != api_phase:
         phase = api_phase  # terminal phases never change
     status["phase"] = phase
-    _update_probe_results(inp, status)
     status["conditions"] = _conditions(inp, status, old, sandbox)
+    generation = (pod.raw.get("metadata") or {}).get("generation")
+    if generation:  # PodObservedGenerationTracking (v1.33+ servers count a pod's generations)
+        status["observedGeneration"] = generation
+        for condition in status["conditions"]:
+            if condition["type"] in OWNED_CONDITIONS:
+                condition["observedGeneration"] = generation
     status["hostIP"] = inp.host_ip
     status["hostIPs"] = [{"ip": inp.host_ip}]
     status["startTime"] = old.get("startTime") or format_time(inp.now)
@@ -162,60 +168,42 @@ def _exit_code(st: Json) -> int | None:
     return None if terminated is None else int(terminated.get("exitCode", -1))
 
 
-def get_phase(pod: PodView, statuses: Sequence[Json], is_terminal: bool) -> str:
-    """getPhase from kubelet_pods.go (regular init containers and app containers)."""
+def get_phase(
+    pod: PodView, statuses: Sequence[Json], is_terminal: bool, initialized: bool = False
+) -> str:
+    """getPhase from kubelet_pods.go. `initialized`: an app container of the current sandbox
+    has started (HasAnyActiveRegularContainerStarted), so restarting sidecars do not put the
+    pod back into Pending."""
     by_name = {s["name"]: s for s in statuses}
     pending_init = failed_init = 0
     for container in pod.init_containers:
-        if container.restart_policy == "Always":
-            continue  # sidecars are not supported yet; they never block initialization here
-        st = by_name.get(container.name)
-        if st is None:
-            pending_init += 1
-            continue
-        state, last = st.get("state") or {}, st.get("lastState") or {}
-        if "running" in state:
-            pending_init += 1
-        elif "terminated" in state:
-            if state["terminated"].get("exitCode") != 0:
-                failed_init += 1
-        elif "waiting" in state:
-            if "terminated" in last:
-                if last["terminated"].get("exitCode") != 0:
-                    failed_init += 1
-            else:
-                pending_init += 1
+        if container.is_sidecar:
+            continue  # counted with the app containers below
+        kind, code = _phase_state(by_name.get(container.name))
+        if kind in ("terminated", "restarting"):
+            failed_init += code != 0
         else:
             pending_init += 1
-    unknown = running = waiting = stopped = succeeded = 0
+    unknown = running = waiting = stopped = succeeded = pending_sidecars = 0
+    for container in pod.sidecars:  # a stopped sidecar counts for nothing
+        st = by_name.get(container.name)
+        kind, _ = _phase_state(st)
+        running += kind == "running"
+        waiting += kind == "waiting"
+        unknown += kind in ("missing", "unknown")
+        pending_sidecars += kind in ("waiting", "unknown") or (
+            kind == "running" and not (st or {}).get("started")
+        )
     for container in pod.containers:
-        st = by_name.get(container.name)
-        if st is None:
-            unknown += 1
-            continue
-        state, last = st.get("state") or {}, st.get("lastState") or {}
-        if "running" in state:
-            running += 1
-        elif "terminated" in state:
-            stopped += 1
-            if state["terminated"].get("exitCode") == 0:
-                succeeded += 1
-        elif "waiting" in state:
-            if "terminated" in last:
-                stopped += 1
-            else:
-                waiting += 1
-        else:
-            unknown += 1
+        kind, code = _phase_state(by_name.get(container.name))
+        running += kind == "running"
+        waiting += kind == "waiting"
+        unknown += kind in ("missing", "unknown")
+        stopped += kind in ("terminated", "restarting")
+        succeeded += kind == "terminated" and code == 0
     if failed_init > 0 and pod.restart_policy == "Never":
         return "Failed"
-    any_regular_started = any(
-        "running" in (by_name.get(c.name, {}).get("state") or {})
-        or "terminated" in (by_name.get(c.name, {}).get("state") or {})
-        or "terminated" in (by_name.get(c.name, {}).get("lastState") or {})
-        for c in pod.containers
-    )
-    if (pending_init > 0 and not any_regular_started) or waiting > 0:
+    if pending_init > 0 or (pending_sidecars > 0 and not initialized) or waiting > 0:
         return "Pending"
     if running > 0 and unknown == 0:
         return "Running"
@@ -232,6 +220,39 @@ def get_phase(pod: PodView, statuses: Sequence[Json], is_terminal: bool) -> str:
     return "Pending"
 
 
+def _phase_state(st: Json | None) -> tuple[str, int | None]:
+    """A container status as getPhase sorts it, with the exit code of its (last) end:
+    missing, running, terminated, restarting (waiting after an end), waiting, or unknown."""
+    if st is None:
+        return "missing", None
+    state, last = st.get("state") or {}, st.get("lastState") or {}
+    if "running" in state:
+        return "running", None
+    if "terminated" in state:
+        return "terminated", state["terminated"].get("exitCode")
+    if "waiting" in state and "terminated" in last:
+        return "restarting", last["terminated"].get("exitCode")
+    if "waiting" in state:
+        return "waiting", None
+    return "unknown", None
+
+
+def _active_app_started(pod: PodView, observed: Sequence[ObservedContainer]) -> bool:
+    """HasAnyActiveRegularContainerStarted: an app container of the newest sandbox exists."""
+    sandbox = latest_sandbox(observed)
+    if sandbox is None:
+        return False
+    apps = {c.name for c in pod.containers}
+    return any(
+        c.name in apps
+        and (
+            sandbox.created_at is None or c.created_at is None or c.created_at >= sandbox.created_at
+        )
+        for c in observed
+        if not c.is_sandbox
+    )
+
+
 def should_restart(
     container: ContainerView, pod: PodView, latest: ObservedContainer | None
 ) -> bool:
@@ -244,6 +265,8 @@ def should_restart(
         return False
     if latest.state in (ContainerState.UNKNOWN, ContainerState.CREATED):
         return True
+    if container.is_sidecar:
+        return True  # its own restartPolicy, Always, overrides the pod's
     if pod.restart_policy == "Never":
         return False
     return not (pod.restart_policy == "OnFailure" and latest.exit_code == 0)
@@ -415,25 +438,29 @@ def _update_probe_results(inp: StatusInput, status: Json) -> None:
     """
     specs = {c.name: c for c in inp.pod.containers}
     for st in status["containerStatuses"]:
-        spec = specs[st["name"]]
-        latest = latest_attempt(inp.containers, st["name"])
-        probes = inp.probes.of(latest.id) if latest is not None else None
-        running = "running" in st["state"]
-        started = running and (
-            not spec.has_startup_probe or (probes is not None and probes.started)
-        )
-        st["started"] = started
-        st["ready"] = started and (
-            not spec.has_readiness_probe
-            or (probes is not None and probes.readiness is Result.SUCCESS)
-        )
+        st["started"], st["ready"] = _started_and_ready(inp, specs[st["name"]], st)
+    inits = {c.name: c for c in inp.pod.init_containers}
     for st in status.get("initContainerStatuses", []):
+        if inits[st["name"]].is_sidecar:
+            st["started"], st["ready"] = _started_and_ready(inp, inits[st["name"]], st)
+            continue
         terminated = st["state"].get("terminated") or {}
         st["started"] = "running" in st["state"]
         st["ready"] = bool(terminated) and terminated.get("exitCode") == 0
     for st in status.get(EPHEMERAL_KEY, []):  # never ready: they take no traffic
         st["started"] = "running" in st["state"]
         st["ready"] = False
+
+
+def _started_and_ready(inp: StatusInput, spec: ContainerView, st: Json) -> tuple[bool, bool]:
+    latest = latest_attempt(inp.containers, st["name"])
+    probes = inp.probes.of(latest.id) if latest is not None else None
+    running = "running" in st["state"]
+    started = running and (not spec.has_startup_probe or (probes is not None and probes.started))
+    ready = started and (
+        not spec.has_readiness_probe or (probes is not None and probes.readiness is Result.SUCCESS)
+    )
+    return started, ready
 
 
 def _go_list(names: Sequence[str]) -> str:
@@ -496,8 +523,11 @@ def _initialized(pod: PodView, status: Json, phase: str) -> Json:
         return {"type": "Initialized", "status": "True"}
     by_name = {s["name"]: s for s in status.get("initContainerStatuses", [])}
     unknown = [c.name for c in pod.init_containers if c.name not in by_name]
+    # isInitContainerInitialized: a sidecar once started, a regular one once it succeeded
     incomplete = [
-        c.name for c in pod.init_containers if c.name in by_name and not by_name[c.name]["ready"]
+        c.name
+        for c in pod.init_containers
+        if c.name in by_name and not by_name[c.name]["started" if c.is_sidecar else "ready"]
     ]
     if phase == "Succeeded" and not unknown:
         return {"type": "Initialized", "status": "True", "reason": "PodCompleted"}
@@ -511,8 +541,10 @@ def _initialized(pod: PodView, status: Json, phase: str) -> Json:
 
 def _containers_ready(pod: PodView, status: Json, phase: str) -> Json:
     by_name = {s["name"]: s for s in status["containerStatuses"]}
-    unknown = [c.name for c in pod.containers if c.name not in by_name]
-    unready = [c.name for c in pod.containers if c.name in by_name and not by_name[c.name]["ready"]]
+    by_name.update((s["name"], s) for s in status.get("initContainerStatuses", []))
+    containers = [*pod.sidecars, *pod.containers]  # sidecars count for readiness, first
+    unknown = [c.name for c in containers if c.name not in by_name]
+    unready = [c.name for c in containers if c.name in by_name and not by_name[c.name]["ready"]]
     if phase == "Succeeded" and not unknown:
         return {"type": "ContainersReady", "status": "False", "reason": "PodCompleted"}
     if phase == "Failed":

@@ -45,6 +45,15 @@ class PodState:
     finally_deleted: bool = False
     # Containers whose postStart hook failed (by id, with the hook's message): killed next sync.
     post_start_failed: dict[str, str] = field(default_factory=dict)
+    # The pod is being killed (its app containers are done): until its sandbox has stopped,
+    # no container is started again.
+    killing_pod: bool = False
+    # Stopping the pod's containers began (time.monotonic()): sidecars wait their turn (the app
+    # containers, then later sidecars, stop first) at most the grace period from here.
+    stop_began: float | None = None
+    # Sidecars whose preStop hook still runs, and those sent their stop signal in their turn.
+    pre_stop_running: set[str] = field(default_factory=set)
+    signalled_in_turn: set[str] = field(default_factory=set)
     # The last status write failed; retried with backoff, said once per distinct error.
     status_failure: StatusFailure | None = None
 

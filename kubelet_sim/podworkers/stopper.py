@@ -12,7 +12,7 @@ from __future__ import annotations
 import heapq
 import threading
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 
 from kubelet_sim import cri
 from kubelet_sim.kube.events import NORMAL, EventRecorder
@@ -45,6 +45,7 @@ class ContainerStopper:
         self._cond = threading.Condition()
         self._closed = False
         self._thread: threading.Thread | None = None
+        self.wake: Callable[[str], None] = lambda uid: None  # sync the pod again soon
         self.log = get_logger("kubelet_sim.podworkers", node=runtime.node_name)
 
     def stop_all(
@@ -58,14 +59,86 @@ class ContainerStopper:
         again (Docker's die event usually comes first)."""
         running = [c for c in observed if c.state is cri.ContainerState.RUNNING]
         apps = [c for c in running if not c.is_sandbox]
+        now = time.monotonic()
+        if apps and state.stop_began is None:
+            state.stop_began = now
+        turn_ends = (state.stop_began or now) + grace
+        waiting = False
         for c in apps:
-            self.stop(view, c, state, grace, f"Stopping container {c.name}")
+            spec = container_spec(view, c.name)
+            if spec is not None and spec.is_sidecar and grace > 0:
+                waiting |= self._stop_in_turn(view, spec, c, apps, state, grace, turn_ends)
+            else:
+                self.stop(view, c, state, grace, f"Stopping container {c.name}")
         if apps:
-            return self.recheck_in([c.id for c in apps])
+            recheck = self.recheck_in([c.id for c in apps])
+            return min(recheck, max(turn_ends - now, 0.0) + 0.05) if waiting else recheck
+        state.stop_began = None
         for sandbox in (c for c in running if c.is_sandbox):
             self.runtime.stop_container(sandbox.id, 0)  # pause dies at once: no grace to wait
             self.refresh(sandbox.id)
         return None
+
+    def _stop_in_turn(
+        self,
+        view: PodView,
+        spec: ContainerView,
+        container: cri.ObservedContainer,
+        running: Sequence[cri.ObservedContainer],
+        state: PodState,
+        grace: float,
+        turn_ends: float,
+    ) -> bool:
+        """A sidecar (the kubelet's terminationOrdering): its Killing event and preStop hook
+        come with everyone else's, but its stop signal waits until the app containers and the
+        sidecars declared after it have stopped, or the grace period is spent; what is left of
+        it (at least 2 s) is its own. True while it waits."""
+        cid = container.id
+        if cid not in state.killing:
+            state.killing.add(cid)
+            message = f"Stopping container {container.name}"
+            self.events.event(event_ref(view, spec), NORMAL, "Killing", message)
+            if self.hooks is not None and hook_of(spec, PRE_STOP) is not None:
+                self._pre_stop_only(view, spec, container, state, grace)
+        if cid in state.pre_stop_running:
+            return True
+        if cid in state.signalled_in_turn:
+            return False
+        now = time.monotonic()
+        if now < turn_ends and _waits_for(view, spec, {c.name for c in running}):
+            return True
+        state.signalled_in_turn.add(cid)
+        if self.runtime.signal_stop(cid):
+            with self._cond:
+                self._book(cid, now + max(turn_ends - now, MIN_GRACE))
+        else:
+            self.refresh(cid)
+        return False
+
+    def _pre_stop_only(
+        self,
+        view: PodView,
+        spec: ContainerView,
+        container: cri.ObservedContainer,
+        state: PodState,
+        grace: float,
+    ) -> None:
+        """A sidecar's preStop hook; its end brings the pod back to stop it in its turn."""
+        hooks = self.hooks
+        assert hooks is not None
+        state.pre_stop_running.add(container.id)
+        with self._cond:
+            self._book(container.id, time.monotonic() + grace + MIN_GRACE)
+        observed = self.watcher.pod_containers(view.uid)
+
+        def run() -> None:
+            try:
+                hooks.run(view, spec, container.id, PRE_STOP, observed, grace)
+            finally:
+                state.pre_stop_running.discard(container.id)
+                self.wake(view.uid)
+
+        hooks.submit(run)
 
     def stop(
         self,
@@ -206,3 +279,11 @@ class ContainerStopper:
     def _still_running(self, container_id: str) -> bool:
         seen = self.watcher.get(container_id)
         return seen is None or seen.state is cri.ContainerState.RUNNING
+
+
+def _waits_for(view: PodView, sidecar: ContainerView, running: set[str]) -> bool:
+    """Whether an app container, or a sidecar declared after this one, still runs."""
+    if any(c.name in running for c in view.containers):
+        return True
+    later = view.sidecars[view.sidecars.index(sidecar) + 1 :]
+    return any(c.name in running for c in later)

@@ -135,6 +135,7 @@ class PodSyncer:
     def wake(self, enqueue: Callable[[str], None]) -> None:
         self.starter.puller.wake = enqueue
         self.starter.wake = enqueue
+        self.stopper.wake = enqueue
         self.prober.wake = enqueue
 
     def start(self) -> None:
@@ -190,10 +191,14 @@ class PodSyncer:
         )
         if not volumes.ok and wants_to_start and not actions.kill_pod:
             return self.mount_backoff.get(view.uid)
-        if actions.kill_pod and not actions.create_sandbox:
+        if state.killing_pod or (actions.kill_pod and not actions.create_sandbox):
+            # killPodWithSyncResult, which the kubelet finishes in one sync: nothing starts
+            # (a sidecar that stopped is not restarted) until the sandbox is down too.
+            state.killing_pod = True
             stopping = self.stopper.stop_all(
                 view, observed, state, grace=view.termination_grace_period
             )
+            state.killing_pod = stopping is not None
             self._write(pod, view, state)
             return _soonest(deadline, stopping)
         if actions.create_sandbox:
@@ -253,12 +258,10 @@ class PodSyncer:
     ) -> list[ContainerView]:
         """The planned starts, plus replacements of changed containers once their old attempt
         has stopped (started whatever the restart policy, as SyncPod does in one go)."""
-        if actions.init_to_start:
-            return [actions.init_to_start]
         running = {
             c.name for c in observed if c.state is cri.ContainerState.RUNNING and not c.is_sandbox
         }
-        starts = list(actions.containers_to_start)
+        starts = [*actions.init_to_start, *actions.containers_to_start]
         starts += [
             c
             for c in view.containers

@@ -95,9 +95,10 @@ class ProbeManager:
     def sync_pod(
         self, pod: PodView, observed: Sequence[cri.ObservedContainer], pod_ip: str
     ) -> None:
-        """Probe exactly the running app containers' probes (AddPod/RemovePod in one call)."""
+        """Probe exactly the running app containers' and sidecars' probes (AddPod/RemovePod in
+        one call)."""
         wanted: dict[_Key, tuple[ContainerView, cri.ObservedContainer, ProbeSpec]] = {}
-        for container in pod.containers:
+        for container in (*pod.sidecars, *pod.containers):
             latest = latest_attempt(observed, container.name)
             if latest is None or latest.state is not cri.ContainerState.RUNNING:
                 continue

@@ -1,0 +1,209 @@
+"""Sidecars (init containers with `restartPolicy: Always`) through a whole life, on real Docker:
+start order, restarts, the startup probe gate, and termination in reverse order.
+
+What each container does goes to a file on a hostPath volume owned by the test (so the agent
+runs with --allow-privileged), read even after the pod is gone. Servers before v1.29 drop
+`restartPolicy` from init containers (the shared real server is v1.24), so there these tests are
+skipped; the fake serves the current types.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from kubelet_sim import cri
+from tests.agent_fixture import RunningAgent, start_agent
+from tests.cluster import Cluster, server_has_field, wait_for
+from tests.docker_env import DockerEnv
+from tests.pods import (
+    condition,
+    container,
+    container_status,
+    event_messages,
+    get_pod,
+    make_pod,
+    pod_containers,
+    running_ready,
+    wait_status,
+)
+
+
+@pytest.fixture(autouse=True)
+def _needs_sidecars(cluster: Cluster) -> None:
+    if not server_has_field(cluster.api, "io.k8s.api.core.v1.Container", "restartPolicy"):
+        pytest.skip(
+            "the API server's Container has no restartPolicy (v1.24 drops it from init "
+            "containers; sidecars are on by default from v1.29)"
+        )
+
+
+@pytest.fixture
+def log_dir(tmp_path: Path) -> Path:
+    path = tmp_path / "log"
+    path.mkdir()
+    return path
+
+
+@pytest.fixture
+def agent(cluster: Cluster, docker_env: DockerEnv, tmp_path: Path) -> Iterator[RunningAgent]:
+    running = start_agent(cluster, docker_env, tmp_path / "root", allow_privileged=True)
+    yield running
+    running.stop()
+
+
+def _step(name: str, on_term: str = "exit 0") -> list[str]:
+    """Write `<name>-start`, then `<name>-term` on SIGTERM and run `on_term`."""
+    return [
+        "sh",
+        "-c",
+        f"echo {name}-start >> /log/steps; "
+        f"trap 'echo {name}-term >> /log/steps; {on_term}' TERM; "
+        "while :; do sleep 1 & wait $!; done",
+    ]
+
+
+def _log_volume(tmp_path: Path) -> dict[str, Any]:
+    return {"name": "log", "hostPath": {"path": str(tmp_path), "type": "Directory"}}
+
+
+LOG_MOUNT = [{"name": "log", "mountPath": "/log"}]
+
+
+def _steps(tmp_path: Path) -> list[str]:
+    path = tmp_path / "steps"
+    return path.read_text().split() if path.exists() else []
+
+
+def _sidecar(name: str, command: list[str], **extra: Any) -> dict[str, Any]:
+    return container(name, command, restartPolicy="Always", volumeMounts=LOG_MOUNT, **extra)
+
+
+def _docker_container(docker_env: DockerEnv, uid: str, name: str, running: bool = True) -> str:
+    def find() -> str | None:
+        for c in pod_containers(docker_env, uid):
+            if c.labels.get(cri.LABEL_CONTAINER_NAME) == name and (
+                not running or c.status == "running"
+            ):
+                return c.id
+        return None
+
+    found: str = wait_for(find, 10, f"container {name} in Docker")
+    return found
+
+
+def test_sidecars_start_first_restart_on_their_own_and_stop_last_in_reverse(
+    cluster: Cluster, docker_env: DockerEnv, agent: RunningAgent, log_dir: Path
+) -> None:
+    slow_exit = "sleep 1; echo {}-exit >> /log/steps; exit 0"
+    pod = make_pod(
+        cluster,
+        "sidecars",
+        container("app", _step("app", slow_exit.format("app")), volumeMounts=LOG_MOUNT),
+        initContainers=[
+            _sidecar("s1", _step("s1")),
+            container("init", ["sh", "-c", "echo init-ran >> /log/steps"], volumeMounts=LOG_MOUNT),
+            _sidecar("s2", _step("s2", slow_exit.format("s2"))),
+        ],
+        volumes=[_log_volume(log_dir)],
+        terminationGracePeriodSeconds=20,
+    )
+    st = wait_status(cluster, "sidecars", running_ready, 30, "Running and Ready")
+    assert _steps(log_dir) == ["s1-start", "init-ran", "s2-start", "app-start"]
+    s1, init, s2 = st["initContainerStatuses"]
+    for sidecar in (s1, s2):
+        assert "running" in sidecar["state"]
+        assert (sidecar["started"], sidecar["ready"], sidecar["restartCount"]) == (True, True, 0)
+    assert init["state"]["terminated"]["reason"] == "Completed"
+    assert (init["started"], init["ready"]) == (False, True)
+    assert condition(st, "Initialized")["status"] == "True"
+
+    # A sidecar that dies is restarted alone; the pod stays Running.
+    uid = pod["metadata"]["uid"]
+    docker_env.client.api.kill(_docker_container(docker_env, uid, "s1"))
+    st = wait_status(
+        cluster,
+        "sidecars",
+        lambda s: (
+            container_status(s, "s1", init=True).get("restartCount") == 1
+            and "running" in container_status(s, "s1", init=True)["state"]
+        ),
+        30,
+        "s1 restarted",
+    )
+    s1 = container_status(st, "s1", init=True)
+    assert s1["lastState"]["terminated"]["exitCode"] == 137
+    assert container_status(st, "app")["restartCount"] == 0
+    assert st["phase"] == "Running"
+    wait_for(lambda: _steps(log_dir)[-1:] == ["s1-start"], 10, "s1 started again")
+
+    # Deleted: the app container stops first, then the sidecars, the last one first.
+    cluster.core.delete_namespaced_pod("sidecars", cluster.namespace)
+    wait_for(lambda: get_pod(cluster, "sidecars") is None, 40, "the pod gone")
+    ending = _steps(log_dir)[5:]
+    assert ending == ["app-term", "app-exit", "s2-term", "s2-exit", "s1-term"], _steps(log_dir)
+    stopping = {f"Stopping container {name}" for name in ("app", "s1", "s2")}
+    wait_for(
+        lambda: stopping <= set(event_messages(cluster, "sidecars", "Killing")),
+        10,
+        "a Killing event for each container",
+    )
+
+
+def test_a_finished_pod_stops_its_sidecars_and_succeeds(
+    cluster: Cluster, agent: RunningAgent, log_dir: Path
+) -> None:
+    make_pod(
+        cluster,
+        "done",
+        container("app", ["sh", "-c", "echo app-ran >> /log/steps"], volumeMounts=LOG_MOUNT),
+        initContainers=[_sidecar("side", _step("side"))],
+        volumes=[_log_volume(log_dir)],
+        restart="Never",
+    )
+    st = wait_status(cluster, "done", lambda s: s.get("phase") == "Succeeded", 30, "Succeeded")
+    side = container_status(st, "side", init=True)
+    assert side["state"]["terminated"]["exitCode"] == 0  # it trapped the SIGTERM
+    assert (side["started"], side["ready"]) == (False, False)
+    initialized = condition(st, "Initialized")
+    assert (initialized["status"], initialized.get("reason")) == ("True", "PodCompleted")
+    ready = condition(st, "ContainersReady")
+    assert (ready["status"], ready.get("reason")) == ("False", "PodCompleted")
+    assert _steps(log_dir) == ["side-start", "app-ran", "side-term"]
+
+
+def test_a_sidecars_startup_probe_holds_the_next_init_container(
+    cluster: Cluster, docker_env: DockerEnv, agent: RunningAgent, log_dir: Path
+) -> None:
+    probe = {"exec": {"command": ["test", "-f", "/tmp/up"]}, "periodSeconds": 1}
+    pod = make_pod(
+        cluster,
+        "gated",
+        container("app", _step("app"), volumeMounts=LOG_MOUNT),
+        initContainers=[
+            _sidecar("side", _step("side"), startupProbe={**probe, "failureThreshold": 60}),
+            container("init", ["sh", "-c", "echo init-ran >> /log/steps"], volumeMounts=LOG_MOUNT),
+        ],
+        volumes=[_log_volume(log_dir)],
+    )
+    wait_for(lambda: event_messages(cluster, "gated", "Unhealthy"), 20, "a failed startup probe")
+    st = get_pod(cluster, "gated")
+    assert st is not None
+    status = st["status"]
+    assert status["phase"] == "Pending"
+    side = container_status(status, "side", init=True)
+    assert "running" in side["state"]
+    assert side["started"] is False
+    assert container_status(status, "init", init=True)["state"] == {
+        "waiting": {"reason": "PodInitializing"}
+    }
+    assert _steps(log_dir) == ["side-start"]  # init has not run
+    side_id = _docker_container(docker_env, pod["metadata"]["uid"], "side")
+    exec_id = docker_env.client.api.exec_create(side_id, ["touch", "/tmp/up"])
+    docker_env.client.api.exec_start(exec_id)
+    st = wait_status(cluster, "gated", running_ready, 30, "Running and Ready")
+    assert _steps(log_dir) == ["side-start", "init-ran", "app-start"]
+    assert container_status(st, "side", init=True)["started"] is True
