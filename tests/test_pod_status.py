@@ -465,3 +465,17 @@ def test_observed_generation_where_the_server_counts_generations() -> None:
     older = status(pod(), sandbox(), container("c"))  # v1.24: pods have no generation
     assert "observedGeneration" not in older
     assert all("observedGeneration" not in c for c in older["conditions"])
+
+
+def test_a_created_container_reports_its_resources_and_allocated_requests() -> None:
+    resources = {"requests": {"cpu": "100m", "memory": "32Mi"}, "limits": {"memory": "64Mi"}}
+    p = pod(containers=[{"name": "c", "image": "busybox:1", "resources": resources},
+                        {"name": "d", "image": "busybox:1"},
+                        {"name": "e", "image": "busybox:1"}])  # fmt: skip
+    st = status(p, sandbox(), container("c"), container("d", state=ContainerState.EXITED))
+    c, d, e = st["containerStatuses"]
+    assert c["resources"] == resources
+    assert c["allocatedResources"] == {"cpu": "100m", "memory": "32Mi"}
+    assert d["resources"] == {}  # the runtime has it: reported, if empty
+    assert "allocatedResources" not in d
+    assert "resources" not in e  # never created: nothing to report

@@ -470,3 +470,21 @@ def test_memory_empty_dir_is_one_tmpfs_shared_by_the_pod(
         10,
         "the pod's memory volume removed",
     )
+
+
+def test_a_container_over_its_memory_limit_is_oom_killed(
+    cluster: Cluster, agent: RunningAgent
+) -> None:
+    """The kernel kills it inside its limit (dd's 64 MiB buffer in 16 MiB): OOMKilled, 137."""
+    make_pod(
+        cluster,
+        "greedy",
+        container(
+            command=["dd", "if=/dev/zero", "of=/dev/null", "bs=64M", "count=1"],
+            resources={"limits": {"memory": "16Mi"}},
+        ),
+        restart="Never",
+    )
+    st = wait_status(cluster, "greedy", lambda s: s.get("phase") == "Failed", 30, "Failed")
+    terminated = container_status(st)["state"]["terminated"]
+    assert (terminated["reason"], terminated["exitCode"]) == ("OOMKilled", 137)

@@ -310,6 +310,7 @@ def _container_statuses(
             if i == 0:
                 converted["image"] = container.image
                 _add_volume_mounts(converted, container)
+                _add_resources(converted, container)
                 st = converted
             else:
                 st["lastState"] = converted["state"]
@@ -414,6 +415,16 @@ def _terminated(observed: ObservedContainer, termination_message: str) -> Json:
     if message:
         terminated["message"] = message
     return terminated
+
+
+def _add_resources(st: Json, container: ContainerView) -> None:
+    """InPlacePodVerticalScaling (on by default since v1.33): a container the runtime has
+    reports the resources it was given, and its requests as allocated. Docker applies the
+    spec's values as they are (cri-dockerd reports none back), so these are the spec's."""
+    resources = container.raw.get("resources") or {}
+    st["resources"] = copy.deepcopy(resources)
+    if resources.get("requests"):
+        st["allocatedResources"] = copy.deepcopy(resources["requests"])
 
 
 def _add_volume_mounts(st: Json, container: ContainerView) -> None:

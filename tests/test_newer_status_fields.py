@@ -1,11 +1,11 @@
-"""status.observedGeneration: the pod generation the node last acted on (v1.33+ servers count
-a pod's generations; v1.24 keeps none, and then the node writes none)."""
+"""Status fields of current kubelets, written where the server has them and never sent where
+it does not (v1.24): observedGeneration, and a container's resources and allocatedResources."""
 
 from __future__ import annotations
 
 from tests.agent_fixture import RunningAgent
-from tests.cluster import Cluster
-from tests.pods import get_pod, make_pod, running_ready, wait_status
+from tests.cluster import Cluster, server_has_field
+from tests.pods import container, container_status, get_pod, make_pod, running_ready, wait_status
 
 
 def test_observed_generation_follows_the_pods_generation(
@@ -31,3 +31,17 @@ def test_observed_generation_follows_the_pods_generation(
     wait_status(
         cluster, "gen", lambda s: s.get("observedGeneration") == 2, 10, "generation 2 observed"
     )
+
+
+def test_a_running_container_reports_its_resources_where_the_server_has_the_fields(
+    cluster: Cluster, agent: RunningAgent
+) -> None:
+    resources = {"requests": {"cpu": "50m", "memory": "16Mi"}, "limits": {"memory": "64Mi"}}
+    make_pod(cluster, "sized", container(resources=resources))
+    st = container_status(wait_status(cluster, "sized", running_ready, 30, "Running"))
+    if not server_has_field(cluster.api, "io.k8s.api.core.v1.ContainerStatus", "resources"):
+        assert "resources" not in st  # v1.24: never sent
+        assert "allocatedResources" not in st
+        return
+    assert st["resources"] == resources
+    assert st["allocatedResources"] == resources["requests"]
