@@ -104,3 +104,66 @@ def test_grace_zero_kills_without_a_stop_signal() -> None:
     wait_for(runtime.kills, 5, "the SIGKILL")
     assert [c[0] for c in runtime.calls] == ["kill"]
     stop.shutdown()
+
+
+def sidecar_pod() -> PodView:
+    """App container `app`; sidecars `s1` then `s2` (s2 is stopped first, then s1)."""
+    sidecars = [{"name": n, "restartPolicy": "Always"} for n in ("s1", "s2")]
+    return PodView.from_api(
+        {
+            "metadata": {"name": "p", "namespace": "ns", "uid": "u1"},
+            "spec": {"containers": [{"name": "app"}], "initContainers": sidecars},
+        }
+    )
+
+
+def named(name: str) -> cri.ObservedContainer:
+    return cri.ObservedContainer(
+        id=name, pod=REF, name=name, attempt=0, state=cri.ContainerState.RUNNING, image="i"
+    )
+
+
+def terms(runtime: FakeRuntime) -> list[str]:
+    with runtime.lock:
+        return [c[1] for c in runtime.calls if c[0] == "term"]
+
+
+def test_sidecars_are_signalled_after_the_app_containers_the_last_declared_first() -> None:
+    stop, runtime = stopper()
+    pod, state = sidecar_pod(), PodState()
+    everyone = [named("app"), named("s1"), named("s2")]
+    again = stop.stop_all(pod, everyone, state, 30)
+    assert terms(runtime) == ["app"]  # the sidecars wait their turn
+    assert again is not None
+    assert again < 31
+    stop.stop_all(pod, [named("s1"), named("s2")], state, 30)  # app stopped
+    assert terms(runtime) == ["app", "s2"]
+    stop.stop_all(pod, [named("s1"), named("s2")], state, 30)  # s2 still stopping
+    assert terms(runtime) == ["app", "s2"]
+    stop.stop_all(pod, [named("s1")], state, 30)
+    assert terms(runtime) == ["app", "s2", "s1"]
+    stop.shutdown()
+
+
+def test_a_sidecar_stops_when_the_grace_period_is_spent_even_if_the_app_container_runs() -> None:
+    stop, runtime = stopper()
+    pod, state = sidecar_pod(), PodState()
+    everyone = [named("app"), named("s1"), named("s2")]
+    again = stop.stop_all(pod, everyone, state, 1)
+    assert again is not None
+    assert again <= 1.1  # back when the sidecars' wait ends
+    assert terms(runtime) == ["app"]
+    wait_for(lambda: time.monotonic() - (state.stop_began or 0) >= 1, 3, "the grace period")
+    stop.stop_all(pod, everyone, state, 1)
+    assert sorted(terms(runtime)) == ["app", "s1", "s2"]
+    # each has at least 2 s left before its SIGKILL (killContainer's minimum)
+    assert not [k for k in runtime.kills() if k[1] in ("s1", "s2")]
+    stop.shutdown()
+
+
+def test_with_no_grace_everything_is_killed_at_once() -> None:
+    stop, runtime = stopper()
+    stop.stop_all(sidecar_pod(), [named("app"), named("s1"), named("s2")], PodState(), 0)
+    wait_for(lambda: len(runtime.kills()) == 3, 3, "three SIGKILLs")
+    assert terms(runtime) == []
+    stop.shutdown()
