@@ -74,6 +74,7 @@ class Mount:
     container_path: str
     read_only: bool = False
     tmpfs: bool = False  # emptyDir with medium Memory
+    tmpfs_group: int | None = None  # the pod's fsGroup, owning the tmpfs root (setgid)
 
 
 @dataclass(frozen=True)

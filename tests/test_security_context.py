@@ -36,21 +36,24 @@ def test_users_groups_seccomp_and_sysctls_inside_the_container(
         assert {"3000", "4000", "5000"} <= set(groups.split()), groups
         mounted = container(
             command=["sh", "-c", "touch /data/new; stat -c '%g %a' /data /data/new;"
-                     " stat -L -c '%g %a' /info/name"],
+                     " stat -L -c '%g %a' /info/name;"
+                     " touch /mem/new; stat -c '%g %a' /mem /mem/new"],
             volumeMounts=[{"name": "data", "mountPath": "/data"},
-                          {"name": "info", "mountPath": "/info"}],
+                          {"name": "info", "mountPath": "/info"},
+                          {"name": "mem", "mountPath": "/mem"}],
         )  # fmt: skip
         make_pod(
             cluster, "owned", mounted, restart="Never",
             securityContext={"runAsUser": 1000, "fsGroup": 3000},
             volumes=[{"name": "data", "emptyDir": {}},
+                     {"name": "mem", "emptyDir": {"medium": "Memory"}},
                      {"name": "info", "downwardAPI": {"items": [
                          {"path": "name", "fieldRef": {"fieldPath": "metadata.name"}}]}}],
         )  # fmt: skip
         owned = ended_output(cluster, docker_env, "owned")
-        assert owned.split("\n")[:3] == ["3000 2777", "3000 644", "3000 644"], (
-            "fsGroup owns the volumes; setgid passes it to new files"
-        )
+        assert owned.split("\n")[:5] == [
+            "3000 2777", "3000 644", "3000 644", "3000 3777", "3000 644",
+        ], "fsGroup owns the volumes (a memory one too); setgid passes it to new files"  # fmt: skip
         status = "grep ^Seccomp: /proc/self/status"
         assert _output(cluster, docker_env, "unset", status) == "Seccomp:\t0\n", "Unconfined"
         default = {"seccompProfile": {"type": "RuntimeDefault"}}

@@ -233,7 +233,9 @@ def tmpfs_volume_name(pod_uid: str, host_path: str) -> str:
 
 
 def _tmpfs_volume_mount(cfg: cri.ContainerConfig, mount: cri.Mount) -> dict[str, Any]:
-    """emptyDir with medium Memory: a tmpfs the local volume driver makes on first use."""
+    """emptyDir with medium Memory: a tmpfs the local volume driver makes on first use. With an
+    fsGroup its root is the group's and setgid (SetVolumeOwnership on the kubelet's tmpfs)."""
+    options = "mode=1777" if mount.tmpfs_group is None else f"mode=3777,gid={mount.tmpfs_group}"
     return {
         "Type": "volume",
         "Source": tmpfs_volume_name(cfg.pod.uid, mount.host_path),
@@ -243,7 +245,7 @@ def _tmpfs_volume_mount(cfg: cri.ContainerConfig, mount: cri.Mount) -> dict[str,
             "Labels": {cri.LABEL_NODE: cfg.pod.node, cri.LABEL_POD_UID: cfg.pod.uid},
             "DriverConfig": {
                 "Name": "local",
-                "Options": {"type": "tmpfs", "device": "tmpfs", "o": "mode=1777"},
+                "Options": {"type": "tmpfs", "device": "tmpfs", "o": options},
             },
         },
     }

@@ -110,7 +110,11 @@ class VolumeManager:
             self.make_pod_dir(pod.uid),
             tmpfs_size=self._tmpfs_size(pod) if self.mount else None,
         )
-        result = VolumeSetup(subpath_staging=self.pod_dir(pod.uid) if self.mount else None)
+        group = (pod.spec.get("securityContext") or {}).get("fsGroup")
+        result = VolumeSetup(
+            subpath_staging=self.pod_dir(pod.uid) if self.mount else None,
+            fs_group=None if group is None else int(group),
+        )
         for volume in pod.spec.get("volumes") or []:
             name = str(volume.get("name", ""))
             try:

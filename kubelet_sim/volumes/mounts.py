@@ -42,4 +42,5 @@ def _mount(container: str, index: int, raw: dict[str, Any], setup: VolumeSetup) 
         container_path=str(raw.get("mountPath", "")),
         read_only=bool(raw.get("readOnly")) or name in setup.read_only,
         tmpfs=name in setup.tmpfs,
+        tmpfs_group=setup.fs_group if name in setup.tmpfs else None,
     )

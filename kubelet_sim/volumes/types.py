@@ -44,6 +44,8 @@ class VolumeSetup:
     errors: list[str] = field(default_factory=list)
     read_only: set[str] = field(default_factory=set)
     tmpfs: set[str] = field(default_factory=set)
+    # The pod's fsGroup: a memory emptyDir (made by Docker) gets it as its root's group.
+    fs_group: int | None = None
     # The pod's directory, where subPaths are bind-mounted; None when the node may not mount.
     subpath_staging: Path | None = None
 
