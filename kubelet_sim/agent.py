@@ -191,6 +191,7 @@ class Agent:
                 allocatable=self._allocatable(),
                 dns=dataclasses.replace(pod_settings.dns, node_ips=(node_ip,)),
                 allowed_unsafe_sysctls=pod_settings.allowed_unsafe_sysctls,
+                apparmor=self.lifecycle.host.apparmor,
             ),
             runtime,
             watcher=ContainerWatcher(

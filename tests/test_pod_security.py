@@ -1,10 +1,13 @@
-"""The kubelet's own security decisions (sysctl admission, runAsNonRoot, groups, seccomp)."""
+"""The kubelet's own security decisions (sysctl admission, runAsNonRoot, groups, seccomp,
+AppArmor)."""
 
 from __future__ import annotations
 
 from typing import Any
 
 from kubelet_sim.pod.security import (
+    apparmor_option,
+    apparmor_rejection,
     non_root_problem,
     seccomp_profile,
     supplemental_groups,
@@ -86,3 +89,30 @@ def test_groups_and_seccomp() -> None:
     assert seccomp_profile(both, both.containers[0]) == "localhost/a.json"
     pod_wide = pod(securityContext={"seccompProfile": {"type": "RuntimeDefault"}})
     assert seccomp_profile(pod_wide, pod_wide.containers[0]) == "runtime/default"
+
+
+def annotated(value: str, container: dict[str, Any] | None = None, **spec: Any) -> PodView:
+    view = pod(container, **spec)
+    key = "container.apparmor.security.beta.kubernetes.io/c"
+    view.raw["metadata"]["annotations"] = {key: value}
+    return view
+
+
+def test_apparmor_profiles_field_over_annotation_over_pod_and_admission() -> None:
+    (c,) = pod().containers
+    assert apparmor_option(pod(), c) == ""  # the runtime's default
+    unconfined = {"appArmorProfile": {"type": "Unconfined"}}
+    local = {"appArmorProfile": {"type": "Localhost", "localhostProfile": "k8s-deny"}}
+    assert apparmor_option(pod(securityContext=local), c) == "k8s-deny"
+    assert apparmor_option(annotated("unconfined", securityContext=local), c) == "unconfined"
+    field = annotated("localhost/other", {"securityContext": unconfined})
+    assert apparmor_option(field, field.containers[0]) == "unconfined"
+    assert apparmor_option(annotated("localhost/x"), c) == "x"
+    assert apparmor_rejection(pod(), host_enabled=False) is None
+    assert apparmor_rejection(pod(securityContext=unconfined), host_enabled=False) is None
+    assert apparmor_rejection(annotated("unconfined"), host_enabled=False) is None
+    for required in (annotated("runtime/default"), pod(securityContext=local)):
+        assert apparmor_rejection(required, host_enabled=False) == (
+            "Cannot enforce AppArmor: AppArmor is not enabled on the host"
+        )
+        assert apparmor_rejection(required, host_enabled=True) is None

@@ -7,10 +7,19 @@ import json
 from pathlib import Path
 from typing import Any
 
+from kubelet_sim.node.host import apparmor_enabled
 from tests.agent_fixture import start_agent
 from tests.cluster import Cluster
 from tests.docker_env import DockerEnv
-from tests.pods import container, container_status, ended_output, make_pod, wait_status
+from tests.pods import (
+    container,
+    container_status,
+    ended_output,
+    event_messages,
+    make_pod,
+    wait_for_events,
+    wait_status,
+)
 
 
 def _output(cluster: Cluster, docker_env: DockerEnv, name: str, script: str, **spec: Any) -> str:
@@ -101,5 +110,50 @@ def test_the_kubelets_refusals(cluster: Cluster, docker_env: DockerEnv, tmp_path
             lambda s: (container_status(s).get("state") or {}).get("waiting", {}).get("message", "")
             .startswith("container's runAsUser breaks non-root policy"), 20, "refused uid 0",
         )  # fmt: skip
+    finally:
+        running.stop()
+
+
+def test_apparmor_is_enforced_or_the_pod_refused_as_the_kubelet_does(
+    cluster: Cluster, docker_env: DockerEnv, tmp_path: Path
+) -> None:
+    """With AppArmor on the host, Docker confines the container (runtime/default is Docker's
+    profile); without, a pod that asks for a profile is rejected (Unconfined still runs). The
+    annotation form works on every server; the field (v1.30+) is kept only by newer ones."""
+    running = start_agent(cluster, docker_env, tmp_path / "root")
+    key = "container.apparmor.security.beta.kubernetes.io/c"
+    attr = "cat /proc/self/attr/current 2>/dev/null; true"  # no such attribute without AppArmor
+    try:
+        body = container(command=["sh", "-c", attr])
+        cluster.core.create_namespaced_pod(
+            cluster.namespace,
+            {"metadata": {"name": "free", "annotations": {key: "unconfined"}},
+             "spec": {"nodeName": cluster.node_name, "restartPolicy": "Never",
+                      "automountServiceAccountToken": False, "containers": [body]}},
+        )  # fmt: skip
+        free = ended_output(cluster, docker_env, "free").strip()
+        assert free == ("unconfined" if apparmor_enabled() else "")
+        cluster.core.create_namespaced_pod(
+            cluster.namespace,
+            {"metadata": {"name": "confined", "annotations": {key: "runtime/default"}},
+             "spec": {"nodeName": cluster.node_name, "restartPolicy": "Never",
+                      "automountServiceAccountToken": False, "containers": [body]}},
+        )  # fmt: skip
+        if apparmor_enabled():
+            assert ended_output(cluster, docker_env, "confined").strip() == (
+                "docker-default (enforce)"
+            )
+            return
+        refused = wait_status(
+            cluster, "confined", lambda s: s.get("phase") == "Failed", 20, "refused"
+        )
+        assert (refused["reason"], refused["message"]) == (
+            "AppArmor",
+            "Pod was rejected: Cannot enforce AppArmor: AppArmor is not enabled on the host",
+        )
+        wait_for_events(cluster, "confined", "AppArmor")
+        assert event_messages(cluster, "confined", "AppArmor") == [
+            "Cannot enforce AppArmor: AppArmor is not enabled on the host"
+        ]
     finally:
         running.stop()

@@ -53,6 +53,7 @@ class HostFacts:
     boot_id: str = ""
     # Huge page sizes as resource names ("hugepages-2Mi") and the bytes reserved for each.
     hugepages: dict[str, int] = field(default_factory=dict)
+    apparmor: bool = False  # the kernel enforces AppArmor (runc's apparmor.IsEnabled)
 
 
 def detect_host() -> HostFacts:
@@ -71,7 +72,15 @@ def detect_host() -> HostFacts:
         system_uuid=_read("/sys/class/dmi/id/product_uuid"),
         boot_id=_read("/proc/sys/kernel/random/boot_id"),
         hugepages=_hugepages(),
+        apparmor=apparmor_enabled(),
     )
+
+
+def apparmor_enabled(sys_root: str = "/sys") -> bool:
+    """runc's apparmor.IsEnabled: securityfs has apparmor and the module says Y."""
+    if not os.path.exists(f"{sys_root}/kernel/security/apparmor"):
+        return False
+    return _read(f"{sys_root}/module/apparmor/parameters/enabled").startswith("Y")
 
 
 def go_arch(machine: str) -> str:

@@ -14,7 +14,12 @@ from dataclasses import dataclass
 from typing import Any
 
 from kubelet_sim.pod.quantity import milli_value, value
-from kubelet_sim.pod.security import SYSCTL_FORBIDDEN, sysctl_rejection
+from kubelet_sim.pod.security import (
+    APPARMOR_REASON,
+    SYSCTL_FORBIDDEN,
+    apparmor_rejection,
+    sysctl_rejection,
+)
 from kubelet_sim.pod.spec import ContainerView, PodView
 
 REJECTED_PREFIX = "Pod was rejected: "  # kubelet.rejectPod writes this before every message
@@ -36,6 +41,11 @@ class Rejection:
 
     reason: str
     message: str
+
+    @property
+    def event_message(self) -> str:
+        """rejectPod's Warning event says it without the status message's prefix."""
+        return self.message.removeprefix(REJECTED_PREFIX)
 
 
 @dataclass(frozen=True)
@@ -61,6 +71,7 @@ def admit(
     allocatable: Allocatable,
     allow_privileged: bool,
     allowed_unsafe_sysctls: Sequence[str] = (),
+    apparmor: bool = False,
 ) -> Rejection | None:
     """None if the pod may run; else the first reason the kubelet would give for refusing it.
 
@@ -73,7 +84,13 @@ def admit(
         forbidden = forbidden_message(pod)
         if forbidden:
             return Rejection(FORBIDDEN, REJECTED_PREFIX + forbidden)
-    return _fit(pod, active_pods, allocatable)
+    misfit = _fit(pod, active_pods, allocatable)
+    if misfit is not None:
+        return misfit
+    refused_apparmor = apparmor_rejection(pod, apparmor)  # after the resource fit
+    if refused_apparmor:
+        return Rejection(APPARMOR_REASON, REJECTED_PREFIX + refused_apparmor)
+    return None
 
 
 def admit_in_order(
@@ -84,6 +101,7 @@ def admit_in_order(
     allocatable: Allocatable,
     allow_privileged: bool,
     allowed_unsafe_sysctls: Sequence[str] = (),
+    apparmor: bool = False,
 ) -> dict[str, Rejection | None]:
     """HandlePodAdditions: decide each new pod in creation order, counting only what was admitted.
 
@@ -109,6 +127,7 @@ def admit_in_order(
             allocatable=allocatable,
             allow_privileged=allow_privileged,
             allowed_unsafe_sysctls=allowed_unsafe_sysctls,
+            apparmor=apparmor,
         )
         decisions[pod.uid] = rejection
         if rejection is None:

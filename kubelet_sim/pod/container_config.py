@@ -17,7 +17,12 @@ from typing import Any
 
 from kubelet_sim import cri
 from kubelet_sim.pod.quantity import milli_value, value
-from kubelet_sim.pod.security import seccomp_profile, supplemental_groups, sysctls
+from kubelet_sim.pod.security import (
+    apparmor_option,
+    seccomp_profile,
+    supplemental_groups,
+    sysctls,
+)
 from kubelet_sim.pod.spec import ContainerView, Json, PodView
 
 ObjectLookup = Callable[[str, str, str], Json | None]
@@ -427,6 +432,7 @@ def security_config(pod: PodView, container: ContainerView) -> cri.SecurityConfi
         no_new_privileges=context.get("allowPrivilegeEscalation") is False,
         supplemental_groups=supplemental_groups(pod),
         seccomp=seccomp_profile(pod, container),
+        apparmor=apparmor_option(pod, container),
     )
 
 

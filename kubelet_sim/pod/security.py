@@ -8,7 +8,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Any
 
-from kubelet_sim.pod.spec import ContainerView, PodView
+from kubelet_sim.pod.spec import ContainerView, Json, PodView
 
 SYSCTL_FORBIDDEN = "SysctlForbidden"
 NET, IPC = "net", "ipc"
@@ -119,3 +119,71 @@ def seccomp_profile(pod: PodView, container: ContainerView) -> str:
     if kind == "Localhost":
         return f"localhost/{profile.get('localhostProfile', '')}"
     return SECCOMP_UNCONFINED
+
+
+# AppArmor (pkg/security/apparmor): the container's profile, then the deprecated annotation,
+# then the pod's. Docker applies a profile with `apparmor=<name>`; runtime/default is its own.
+APPARMOR_ANNOTATION = "container.apparmor.security.beta.kubernetes.io/"
+APPARMOR_REASON = "AppArmor"  # lifecycle.AppArmorNotAdmittedReason
+APPARMOR_RUNTIME_DEFAULT = ""
+APPARMOR_UNCONFINED = "unconfined"
+
+
+def apparmor_profile(pod: PodView, container: ContainerView) -> Json | None:
+    """GetProfile: the AppArmorProfile (type, localhostProfile) that applies, if any."""
+    profile = (container.raw.get("securityContext") or {}).get("appArmorProfile")
+    if profile:
+        return dict(profile)
+    annotations = (pod.raw.get("metadata") or {}).get("annotations") or {}
+    value = annotations.get(APPARMOR_ANNOTATION + container.name)
+    if value == "runtime/default":
+        return {"type": "RuntimeDefault"}
+    if value == "unconfined":
+        return {"type": "Unconfined"}
+    if isinstance(value, str) and value.startswith("localhost/"):
+        return {"type": "Localhost", "localhostProfile": value.removeprefix("localhost/")}
+    pod_profile = (pod.spec.get("securityContext") or {}).get("appArmorProfile")
+    return dict(pod_profile) if pod_profile else None
+
+
+def apparmor_rejection(pod: PodView, host_enabled: bool) -> str | None:
+    """The AppArmor admit handler: a profile other than Unconfined needs AppArmor on the host."""
+    if not _apparmor_required(pod):
+        return None
+    if not host_enabled:
+        return "Cannot enforce AppArmor: AppArmor is not enabled on the host"
+    for container in (*pod.init_containers, *pod.containers, *pod.ephemeral_containers):
+        profile = apparmor_profile(pod, container) or {}
+        if (
+            profile.get("type") == "Localhost"
+            and not str(profile.get("localhostProfile") or "").strip()
+        ):
+            return "Cannot enforce AppArmor: invalid empty AppArmor profile name"
+    return None
+
+
+def apparmor_option(pod: PodView, container: ContainerView) -> str:
+    """What the runtime is asked for: "" (its default), "unconfined", or a loaded profile."""
+    profile = apparmor_profile(pod, container) or {}
+    if profile.get("type") == "Unconfined":
+        return APPARMOR_UNCONFINED
+    if profile.get("type") == "Localhost":
+        return str(profile.get("localhostProfile") or "")
+    return APPARMOR_RUNTIME_DEFAULT
+
+
+def _apparmor_required(pod: PodView) -> bool:
+    """isRequired: any profile but Unconfined (the pod's, a container's, or an annotation)."""
+    contexts = [pod.spec.get("securityContext") or {}] + [
+        c.raw.get("securityContext") or {}
+        for c in (*pod.init_containers, *pod.containers, *pod.ephemeral_containers)
+    ]
+    for context in contexts:
+        profile = context.get("appArmorProfile")
+        if profile and profile.get("type") != "Unconfined":
+            return True
+    annotations = (pod.raw.get("metadata") or {}).get("annotations") or {}
+    return any(
+        key.startswith(APPARMOR_ANNOTATION) and value != "unconfined"
+        for key, value in annotations.items()
+    )

@@ -64,6 +64,7 @@ class PodAdmitter:
                 allocatable=self.settings.allocatable,
                 allow_privileged=self.settings.allow_privileged,
                 allowed_unsafe_sysctls=self.settings.allowed_unsafe_sysctls,
+                apparmor=self.settings.apparmor,
             )
         )
 

@@ -18,3 +18,4 @@ class SyncSettings:
     dns: NodeDNS = field(default_factory=NodeDNS)
     hosts_file: str = "/etc/hosts"  # what hostNetwork pods' /etc/hosts is made from
     allowed_unsafe_sysctls: tuple[str, ...] = ()  # --allowed-unsafe-sysctls
+    apparmor: bool = False  # the host enforces AppArmor profiles

@@ -159,7 +159,7 @@ class PodSyncer:
         )
         if rejection is not None:
             state.rejection = rejection
-            self.events.event(event_ref(view), WARNING, rejection.reason, rejection.message)
+            self.events.event(event_ref(view), WARNING, rejection.reason, rejection.event_message)
             self.log.warning("pod rejected", pod=pod_name(view), reason=rejection.reason)
 
     def _deadline_left(self, view: PodView) -> float | None:
