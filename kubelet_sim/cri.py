@@ -97,6 +97,7 @@ class SecurityConfig:
     capabilities_drop: tuple[str, ...] = ()
     no_new_privileges: bool = False
     supplemental_groups: tuple[int, ...] = ()
+    unmasked_proc: bool = False  # procMount Unmasked: no masked or read-only /proc paths
     apparmor: str = ""  # "": the runtime's default profile; "unconfined"; a loaded profile
     seccomp: str = "unconfined"  # "runtime/default" or "localhost/<file under <root>/seccomp>"
 

@@ -527,3 +527,12 @@ def test_containers_logs_rotate_as_the_kubelets_by_default(pod: Pod, docker_env:
     for cid in (container_id, pod.sandbox.id):
         log_config = docker_env.client.api.inspect_container(cid)["HostConfig"]["LogConfig"]
         assert log_config == {"Type": "json-file", "Config": {"max-size": "10m", "max-file": "5"}}
+
+
+def test_proc_masked_unless_unmasked(pod: Pod) -> None:
+    """procMount Default: Docker mounts /proc/sys read-only (one of its ReadonlyPaths); Unmasked
+    (empty MaskedPaths and ReadonlyPaths) leaves /proc whole."""
+    show = ("sh", "-c", "grep -c ' /proc/sys proc ro,' /proc/mounts; true")
+    assert pod.output(entrypoint=show).strip() == "1"
+    unmasked = pod.output(entrypoint=show, security=cri.SecurityConfig(unmasked_proc=True))
+    assert unmasked.strip() == "0"

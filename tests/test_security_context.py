@@ -7,9 +7,12 @@ import json
 from pathlib import Path
 from typing import Any
 
+import pytest
+from kubernetes.client.exceptions import ApiException
+
 from kubelet_sim.node.host import apparmor_enabled
 from tests.agent_fixture import start_agent
-from tests.cluster import Cluster
+from tests.cluster import Cluster, server_has_field
 from tests.docker_env import DockerEnv
 from tests.pods import (
     container,
@@ -17,6 +20,8 @@ from tests.pods import (
     ended_output,
     event_messages,
     make_pod,
+    running_ready,
+    status_of,
     wait_for_events,
     wait_status,
 )
@@ -155,5 +160,34 @@ def test_apparmor_is_enforced_or_the_pod_refused_as_the_kubelet_does(
         assert event_messages(cluster, "confined", "AppArmor") == [
             "Cannot enforce AppArmor: AppArmor is not enabled on the host"
         ]
+    finally:
+        running.stop()
+
+
+def test_a_user_namespace_is_refused_as_a_runtime_without_them_makes_the_kubelet_do(
+    cluster: Cluster, docker_env: DockerEnv, tmp_path: Path
+) -> None:
+    """hostUsers: false needs a runtime handler with user namespaces; Docker has none, so the
+    sandbox fails (FailedCreatePodSandBox, Pending) as with cri-dockerd. procMount Unmasked needs
+    hostUsers: false on current servers; a v1.24 server drops both and the pod just runs."""
+    running = start_agent(cluster, docker_env, tmp_path / "root")
+    unmasked = container(securityContext={"procMount": "Unmasked"})
+    try:
+        make_pod(cluster, "userns", unmasked, hostUsers=False)
+        if not server_has_field(cluster.api, "io.k8s.api.core.v1.PodSpec", "hostUsers"):
+            wait_status(cluster, "userns", running_ready, 20, "Running: hostUsers dropped")
+            return
+        wait_for_events(cluster, "userns", "FailedCreatePodSandBox")
+        assert event_messages(cluster, "userns", "FailedCreatePodSandBox")[0] == (
+            "Failed to create pod sandbox: can't set `spec.hostUsers: false`, runtime does not"
+            " support user namespaces"
+        )
+        st = status_of(cluster, "userns")
+        assert st["phase"] == "Pending"
+        assert container_status(st)["state"] == {"waiting": {"reason": "ContainerCreating"}}
+        with pytest.raises(ApiException) as refused:
+            make_pod(cluster, "masked", unmasked)
+        assert refused.value.status == 422
+        assert "`hostUsers` must be false to use `Unmasked`" in str(refused.value.body)
     finally:
         running.stop()

@@ -19,6 +19,7 @@ from kubelet_sim import cri
 from kubelet_sim.pod.quantity import milli_value, value
 from kubelet_sim.pod.security import (
     apparmor_option,
+    proc_unmasked,
     seccomp_profile,
     supplemental_groups,
     sysctls,
@@ -433,6 +434,7 @@ def security_config(pod: PodView, container: ContainerView) -> cri.SecurityConfi
         supplemental_groups=supplemental_groups(pod),
         seccomp=seccomp_profile(pod, container),
         apparmor=apparmor_option(pod, container),
+        unmasked_proc=proc_unmasked(container),
     )
 
 

@@ -187,3 +187,17 @@ def _apparmor_required(pod: PodView) -> bool:
         key.startswith(APPARMOR_ANNOTATION) and value != "unconfined"
         for key, value in annotations.items()
     )
+
+
+# User namespaces: Docker (like cri-dockerd) offers none, so its runtime handler reports no
+# UserNamespaces feature and the kubelet fails the sandbox (usernsManager, v1.33+ wording).
+USERNS_UNSUPPORTED = "can't set `spec.hostUsers: false`, runtime does not support user namespaces"
+
+
+def user_namespace_problem(pod: PodView) -> str | None:
+    return USERNS_UNSUPPORTED if pod.spec.get("hostUsers") is False else None
+
+
+def proc_unmasked(container: ContainerView) -> bool:
+    """procMount Unmasked: no masked or read-only /proc paths (ConvertToRuntimeMaskedPaths)."""
+    return (container.raw.get("securityContext") or {}).get("procMount") == "Unmasked"

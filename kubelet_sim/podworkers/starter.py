@@ -27,7 +27,11 @@ from kubelet_sim.pod.container_config import (
 from kubelet_sim.pod.dns import hosts_file, pod_dns, sandbox_hostname
 from kubelet_sim.pod.pull_secrets import auths_for
 from kubelet_sim.pod.restart_backoff import KeyedBackoff, go_duration
-from kubelet_sim.pod.security import checks_image_user, non_root_problem
+from kubelet_sim.pod.security import (
+    checks_image_user,
+    non_root_problem,
+    user_namespace_problem,
+)
 from kubelet_sim.pod.service_env import NOT_SYNCED, service_env
 from kubelet_sim.pod.spec import ContainerView, Json, PodView
 from kubelet_sim.pod.status import WaitingReason
@@ -90,6 +94,9 @@ class ContainerStarter:
             resolver, warnings = pod_dns(view, self.settings.dns)
             for warning in warnings:  # GetPodDNS runs as the sandbox is made, and says so then
                 self.events.event(event_ref(view), WARNING, warning.reason, warning.message)
+            userns = user_namespace_problem(view)  # generatePodSandboxLinuxConfig, after DNS
+            if userns:
+                raise ValueError(userns)
             self.runtime.files.write_managed(view.uid, RESOLV_CONF, resolver.render())
             if cfg.image not in self.sandbox_images:  # ensureSandboxImageExists, once
                 if self.runtime.image_status(cfg.image) is None:

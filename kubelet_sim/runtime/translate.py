@@ -192,6 +192,8 @@ def container_body(
     options = ["no-new-privileges"] if sec.no_new_privileges else []
     if sec.seccomp == "unconfined" or sec.seccomp.startswith("{"):
         options.append(f"seccomp={sec.seccomp}")  # a profile's JSON, read by the runtime
+    if sec.unmasked_proc:  # empty, not absent, as `--security-opt systempaths=unconfined` sends
+        host["MaskedPaths"], host["ReadonlyPaths"] = [], []
     if sec.apparmor:  # Docker ignores it on a host without AppArmor
         options.append(f"apparmor={sec.apparmor}")
     if options:

@@ -287,6 +287,31 @@ def _validate_containers(spec: Obj, field: str, seen: set[str]) -> list[dict[str
     return problems
 
 
+def proc_mounts(pod: Obj, minor: int) -> list[dict[str, str]]:
+    """procMount as the server's version treats it: v1.24 drops it (the ProcMountType gate is
+    off: dropDisabledFields); v1.30+ validates it (ValidateSecurityContext, KEP-4265): Default
+    or Unmasked, and Unmasked only in a user namespace."""
+    spec = pod.get("spec") or {}
+    if minor < 30:
+        for field in ("initContainers", "containers"):
+            for c in spec.get(field) or []:
+                (c.get("securityContext") or {}).pop("procMount", None)
+        return []
+    problems = []
+    host_users = spec.get("hostUsers") is not False
+    for field in ("initContainers", "containers"):
+        for i, c in enumerate(spec.get(field) or []):
+            mount = (c.get("securityContext") or {}).get("procMount")
+            path = f"spec.{field}[{i}].securityContext.procMount"
+            if mount is not None and mount not in ("Default", "Unmasked"):
+                message = f'Unsupported value: "{mount}": supported values: "Default", "Unmasked"'
+                problems.append(cause("FieldValueNotSupported", path, message))
+            elif mount == "Unmasked" and host_users:
+                message = 'Invalid value: "Unmasked": `hostUsers` must be false to use `Unmasked`'
+                problems.append(cause("FieldValueInvalid", path, message))
+    return problems
+
+
 def validate_pod(pod: Obj) -> list[dict[str, str]]:
     """ValidatePodCreate, for the fields we care about."""
     problems = validate_name(pod)

@@ -132,7 +132,7 @@ class Registry:
         if res is PODS:
             self._admit_service_account(obj)
             defaults.admit_new_pod(obj)
-            problems = defaults.validate_pod(obj)
+            problems = defaults.validate_pod(obj) + defaults.proc_mounts(obj, self.types.minor)
         elif res is NAMESPACES:
             problems = defaults.validate_name(obj, label=True)
             if not problems:
