@@ -711,7 +711,33 @@ def scenario_quantities(s: Side, node: str) -> list[tuple[str, Answer]]:
     return [("pod resources", resources), ("node capacity", capacity)]
 
 
+def scenario_ephemeral_containers(s: Side, node: str) -> list[tuple[str, Answer]]:
+    """pods/ephemeralcontainers as `kubectl debug` uses it: an ephemeral container added (and
+    defaulted), then the changes the server refuses: changing, removing, reusing a name."""
+    pods = "/api/v1/namespaces/{ns}/pods"
+    s("POST", pods, _pod(node, "e"))
+    path = pods + "/e/ephemeralcontainers"
+    debugger = {"name": "debugger", "image": "busybox:1.36", "command": ["sh"], "stdin": True,
+                "targetContainerName": "c"}  # fmt: skip
+    added = s("PATCH", path, {"spec": {"ephemeralContainers": [debugger]}}, SMP)
+    shown = (added.body.get("spec") or {}).get("ephemeralContainers") if added.code == 200 else 0
+    changed = {**debugger, "image": "busybox:1.37"}
+    current = s("GET", pods + "/e").body
+    replaced = {**current, "spec": {**current["spec"], "ephemeralContainers": [changed]}}
+    removed = {**current, "spec": {**current["spec"], "ephemeralContainers": []}}
+    twice = {**debugger, "name": "c"}
+    refused = s("PUT", path, replaced)  # go-cmp's diff after the first line varies by design
+    message = str((refused.body or {}).get("message", "")).split("\n", 1)[0]
+    return [
+        ("add", Answer(added.code, shown)),
+        ("change", Answer(refused.code, {**refused.body, "message": message})),
+        ("remove", s("PUT", path, removed)),
+        ("name of a container", s("PATCH", path, {"spec": {"ephemeralContainers": [twice]}}, SMP)),
+    ]
+
+
 SCENARIOS: dict[str, Scenario] = {
+    "ephemeral containers": scenario_ephemeral_containers,
     "quantities": scenario_quantities,
     "services": scenario_services,
     "reviews": scenario_reviews,

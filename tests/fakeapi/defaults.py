@@ -473,13 +473,25 @@ def update_ephemeral_containers(current: Obj, new: Obj) -> Obj:
         if container.get("name") in old and old[container["name"]] != container:
             problems.append(cause("FieldValueForbidden", "spec.ephemeralContainers",
                                   "Forbidden: existing ephemeral containers "
-                                  f'"{container["name"]}" may not be changed'))  # fmt: skip
+                                  f'"{container["name"]}" may not be changed\n'
+                                  + _field_diff(old[container["name"]], container)))  # fmt: skip
     for name in old:
         if name not in names:
             problems.append(cause("FieldValueForbidden", "spec.ephemeralContainers",
                                   f'Forbidden: existing ephemeral containers "{name}" may not be'
-                                  " removed"))  # fmt: skip
+                                  " removed\n"))  # fmt: skip
     if problems:
         raise errors.invalid(resources.PODS, current["metadata"]["name"], problems)
     result.setdefault("spec", {})["ephemeralContainers"] = wanted
     return result
+
+
+def _field_diff(old: Obj, new: Obj) -> str:
+    """The changed fields, one -/+ pair each. The real server prints go-cmp's diff of its
+    internal types, whose layout go-cmp varies on purpose; the contract compares the line
+    before it."""
+    lines = []
+    for key in sorted(set(old) | set(new)):
+        if old.get(key) != new.get(key):
+            lines += [f"-\t{key}: {old.get(key)!r}", f"+\t{key}: {new.get(key)!r}"]
+    return "\n".join(lines) + "\n"
