@@ -71,6 +71,7 @@ def _log_volume(tmp_path: Path) -> dict[str, Any]:
 
 
 LOG_MOUNT = [{"name": "log", "mountPath": "/log"}]
+PRE_STOP = {"preStop": {"exec": {"command": ["sh", "-c", "echo s1-prestop >> /log/steps"]}}}
 
 
 def _steps(tmp_path: Path) -> list[str]:
@@ -104,7 +105,7 @@ def test_sidecars_start_first_restart_on_their_own_and_stop_last_in_reverse(
         "sidecars",
         container("app", _step("app", slow_exit.format("app")), volumeMounts=LOG_MOUNT),
         initContainers=[
-            _sidecar("s1", _step("s1")),
+            _sidecar("s1", _step("s1"), lifecycle=PRE_STOP),
             container("init", ["sh", "-c", "echo init-ran >> /log/steps"], volumeMounts=LOG_MOUNT),
             _sidecar("s2", _step("s2", slow_exit.format("s2"))),
         ],
@@ -144,7 +145,12 @@ def test_sidecars_start_first_restart_on_their_own_and_stop_last_in_reverse(
     cluster.core.delete_namespaced_pod("sidecars", cluster.namespace)
     wait_for(lambda: get_pod(cluster, "sidecars") is None, 40, "the pod gone")
     ending = _steps(log_dir)[5:]
-    assert ending == ["app-term", "app-exit", "s2-term", "s2-exit", "s1-term"], _steps(log_dir)
+    # s1's preStop hook runs at once, beside the app container's SIGTERM (in either order)
+    assert sorted(ending) == sorted(["app-term", "app-exit", "s1-prestop", "s2-term", "s2-exit",
+                                     "s1-term"]), _steps(log_dir)  # fmt: skip
+    in_turn = [step for step in ending if step != "s1-prestop"]
+    assert in_turn == ["app-term", "app-exit", "s2-term", "s2-exit", "s1-term"], ending
+    assert ending.index("s1-prestop") < ending.index("s1-term"), ending
     stopping = {f"Stopping container {name}" for name in ("app", "s1", "s2")}
     wait_for(
         lambda: stopping <= set(event_messages(cluster, "sidecars", "Killing")),
@@ -207,3 +213,29 @@ def test_a_sidecars_startup_probe_holds_the_next_init_container(
     st = wait_status(cluster, "gated", running_ready, 30, "Running and Ready")
     assert _steps(log_dir) == ["side-start", "init-ran", "app-start"]
     assert container_status(st, "side", init=True)["started"] is True
+
+
+def test_a_sidecars_readiness_holds_the_pods_ready(
+    cluster: Cluster, docker_env: DockerEnv, agent: RunningAgent, log_dir: Path
+) -> None:
+    probe = {"exec": {"command": ["test", "-f", "/tmp/ready"]}, "periodSeconds": 1}
+    pod = make_pod(
+        cluster,
+        "unready",
+        container("app", _step("app"), volumeMounts=LOG_MOUNT),
+        initContainers=[_sidecar("side", _step("side"), readinessProbe=probe)],
+        volumes=[_log_volume(log_dir)],
+    )
+    st = wait_status(
+        cluster, "unready", lambda s: s.get("phase") == "Running", 30, "Running, not Ready"
+    )
+    ready = condition(st, "ContainersReady")
+    assert (ready["status"], ready["message"]) == (
+        "False",
+        "containers with unready status: [side]",
+    )
+    assert container_status(st, "side", init=True)["started"] is True  # readiness gates no start
+    side_id = _docker_container(docker_env, pod["metadata"]["uid"], "side")
+    exec_id = docker_env.client.api.exec_create(side_id, ["touch", "/tmp/ready"])
+    docker_env.client.api.exec_start(exec_id)
+    wait_status(cluster, "unready", running_ready, 20, "Ready once the sidecar is")
