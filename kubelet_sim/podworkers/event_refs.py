@@ -7,7 +7,7 @@ from kubelet_sim.pod.spec import ContainerView, PodView
 
 
 def container_spec(view: PodView, name: str) -> ContainerView | None:
-    for container in (*view.init_containers, *view.containers):
+    for container in (*view.init_containers, *view.containers, *view.ephemeral_containers):
         if container.name == name:
             return container
     return None
@@ -18,10 +18,14 @@ def pod_name(view: PodView) -> str:
 
 
 def event_ref(view: PodView, container: ContainerView | None = None) -> EventRef:
-    """The pod, or one of its containers by field path (`spec.containers{c}`)."""
+    """The pod, or one of its containers by field path (`spec.containers{c}`, as the kubelet's
+    GenerateContainerRef: app containers first, then init, then ephemeral ones)."""
     field_path = ""
     if container is not None:
-        group = "initContainers" if container in view.init_containers else "containers"
+        group = "containers"
+        if container.name not in {c.name for c in view.containers}:
+            init = container.name in {c.name for c in view.init_containers}
+            group = "initContainers" if init else "ephemeralContainers"
         field_path = f"spec.{group}{{{container.name}}}"
     rv = str((view.raw.get("metadata") or {}).get("resourceVersion") or "")
     return EventRef(view.namespace, view.name, view.uid, rv, field_path)
