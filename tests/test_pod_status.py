@@ -479,3 +479,16 @@ def test_a_created_container_reports_its_resources_and_allocated_requests() -> N
     assert d["resources"] == {}  # the runtime has it: reported, if empty
     assert "allocatedResources" not in d
     assert "resources" not in e  # never created: nothing to report
+
+
+def test_an_init_container_removed_after_initialization_counts_as_completed() -> None:
+    st = status(pod("Always", init=1), sandbox(), container("c"))
+    [init] = st["initContainerStatuses"]
+    assert init["state"]["terminated"]["reason"] == "Completed"
+    assert init["state"]["terminated"]["message"].startswith(
+        "Unable to get init container status from container runtime"
+    )
+    assert init["ready"] is True
+    assert st["phase"] == "Running"
+    before = status(pod("Always", init=1), sandbox())  # nothing created yet: still to run
+    assert before["initContainerStatuses"][0]["state"] == {"waiting": {"reason": "PodInitializing"}}

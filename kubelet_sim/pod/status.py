@@ -322,6 +322,8 @@ def _container_statuses(
         )
         if is_init and init_succeeded:
             continue
+        if is_init and latest is None and _initialized_without(container, inp, statuses):
+            continue
         if not should_restart(container, inp.pod, latest):
             continue
         reason = inp.waiting.get(container.name)
@@ -337,6 +339,27 @@ def _container_statuses(
     if is_init:
         return [statuses[c.name] for c in containers]
     return [statuses[name] for name in sorted(statuses)]
+
+
+def _initialized_without(container: ContainerView, inp: StatusInput, statuses: Json) -> bool:
+    """A regular init container the runtime no longer has, in a pod whose app containers were
+    created: it must have succeeded (convertToAPIContainerStatuses says so in its message)."""
+    st = statuses[container.name]
+    apps = {c.name for c in inp.pod.containers}
+    created = any(c.name in apps for c in inp.containers if not c.is_sandbox)
+    if container.is_sidecar or not created or "waiting" not in st["state"]:
+        return False
+    st["state"] = {
+        "terminated": {
+            "exitCode": 0,
+            "reason": "Completed",
+            "message": "Unable to get init container status from container runtime and pod has"
+            " been initialized, treat it as exited normally",
+            "startedAt": None,
+            "finishedAt": None,
+        }
+    }
+    return True
 
 
 def _infer_vanished_container(

@@ -189,7 +189,7 @@ class PodSyncer:
         wants_to_start = (
             actions.create_sandbox or actions.init_to_start or actions.containers_to_start
         )
-        if not volumes.ok and wants_to_start and not actions.kill_pod:
+        if not volumes.ok and wants_to_start and not (actions.kill_pod or state.killing_pod):
             return self.mount_backoff.get(view.uid)
         if state.killing_pod or (actions.kill_pod and not actions.create_sandbox):
             # killPodWithSyncResult, which the kubelet finishes in one sync: nothing starts
