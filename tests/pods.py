@@ -26,12 +26,13 @@ def make_pod(
     name: str,
     *containers: dict[str, Any],
     restart: str = "Always",
+    annotations: dict[str, str] | None = None,
     **spec: Any,
 ) -> dict[str, Any]:
     body = {
         "apiVersion": "v1",
         "kind": "Pod",
-        "metadata": {"name": name},
+        "metadata": {"name": name, **({"annotations": annotations} if annotations else {})},
         "spec": {
             "nodeName": cluster.node_name,
             "restartPolicy": restart,

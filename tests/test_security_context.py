@@ -130,20 +130,10 @@ def test_apparmor_is_enforced_or_the_pod_refused_as_the_kubelet_does(
     attr = "cat /proc/self/attr/current 2>/dev/null; true"  # no such attribute without AppArmor
     try:
         body = container(command=["sh", "-c", attr])
-        cluster.core.create_namespaced_pod(
-            cluster.namespace,
-            {"metadata": {"name": "free", "annotations": {key: "unconfined"}},
-             "spec": {"nodeName": cluster.node_name, "restartPolicy": "Never",
-                      "automountServiceAccountToken": False, "containers": [body]}},
-        )  # fmt: skip
+        make_pod(cluster, "free", body, restart="Never", annotations={key: "unconfined"})
         free = ended_output(cluster, docker_env, "free").strip()
         assert free == ("unconfined" if apparmor_enabled() else "")
-        cluster.core.create_namespaced_pod(
-            cluster.namespace,
-            {"metadata": {"name": "confined", "annotations": {key: "runtime/default"}},
-             "spec": {"nodeName": cluster.node_name, "restartPolicy": "Never",
-                      "automountServiceAccountToken": False, "containers": [body]}},
-        )  # fmt: skip
+        make_pod(cluster, "confined", body, restart="Never", annotations={key: "runtime/default"})
         if apparmor_enabled():
             assert ended_output(cluster, docker_env, "confined").strip() == (
                 "docker-default (enforce)"
