@@ -17,6 +17,7 @@ SHARED = {
     "cri",
     "smp",
     "histogram",
+    "paths",
     "__init__",
 }
 

@@ -571,15 +571,15 @@ def test_a_symlink_swapped_in_after_the_check_is_refused(
     data = setup.paths["e"] / "data"
     data.mkdir()
     (data / "passwd").write_text("the pod's own")
-    resolve = subpath_module._resolve_within
+    resolve = subpath_module.resolve_within
 
-    def resolve_then_swap(base: Path, path: Path) -> Path:
-        checked = resolve(base, path)
+    def resolve_then_swap(base: Path, path: Path, what: str = "path") -> Path:
+        checked = resolve(base, path, what)
         data.rename(setup.paths["e"] / "moved")
         data.symlink_to("/etc")
         return checked
 
-    monkeypatch.setattr(subpath_module, "_resolve_within", resolve_then_swap)
+    monkeypatch.setattr(subpath_module, "resolve_within", resolve_then_swap)
 
     with pytest.raises(VolumeError) as refused:
         mounts_for(pod.containers[0], setup)

@@ -22,6 +22,7 @@ from docker.utils.socket import frames_iter
 
 from kubelet_sim import cri
 from kubelet_sim.logs import get_logger
+from kubelet_sim.paths import resolve_within
 from kubelet_sim.runtime import images, streams, translate
 from kubelet_sim.runtime.log_rotation import LogRotation
 from kubelet_sim.runtime.parse import observed_from_inspect, stats_from_docker
@@ -229,9 +230,7 @@ class DockerRuntime:
         """A Localhost profile: its JSON, from <root-dir>/seccomp (the kubelet's seccomp dir)."""
         name = cfg.security.seccomp.removeprefix("localhost/")
         base = (self.root_dir / "seccomp").resolve()
-        path = (base / name).resolve()
-        if not path.is_relative_to(base):
-            raise ValueError(f"seccomp profile {name!r} is outside {base}")
+        path = base / resolve_within(base, base / name, "seccomp profile")  # ValueError if out
         try:
             return path.read_text()
         except OSError as exc:

@@ -12,15 +12,10 @@ import shutil
 from pathlib import Path
 from typing import Any
 
+from kubelet_sim.paths import safe_part
+
 # kubecontainer.MaxContainerTerminationMessageLength: the kubelet keeps the file's last 4 KiB.
 MAX_TERMINATION_MESSAGE_BYTES = 4096
-
-
-def _safe(part: str) -> str:
-    """Path parts come from the API (uid, container name): refuse anything that could escape."""
-    if not part or part in (".", "..") or "/" in part or "\0" in part:
-        raise ValueError(f"unsafe path component {part!r}")
-    return part
 
 
 def _make_dir(path: Path, mode: int) -> Path:
@@ -44,7 +39,7 @@ class PodFiles:
         self.root = root_dir.resolve()
 
     def pod_dir(self, pod_uid: str) -> Path:
-        return self.root / "pods" / _safe(pod_uid)
+        return self.root / "pods" / safe_part(pod_uid)
 
     def make_pod_dir(self, pod_uid: str) -> Path:
         self.root.parent.mkdir(parents=True, exist_ok=True)
@@ -54,7 +49,10 @@ class PodFiles:
 
     def termination_log(self, pod_uid: str, container: str, attempt: int) -> Path:
         return (
-            self.pod_dir(pod_uid) / "containers" / _safe(container) / f"{attempt}-termination-log"
+            self.pod_dir(pod_uid)
+            / "containers"
+            / safe_part(container)
+            / f"{attempt}-termination-log"
         )
 
     def create_termination_log(self, pod_uid: str, container: str, attempt: int) -> Path:

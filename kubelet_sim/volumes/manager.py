@@ -20,18 +20,12 @@ from pathlib import Path
 from typing import Any
 
 from kubelet_sim.logs import get_logger
+from kubelet_sim.paths import safe_part
 from kubelet_sim.pod.quantity import value
 from kubelet_sim.pod.spec import PodView
 from kubelet_sim.volumes.hostmount import can_mount, mount_points_under, unmount
 from kubelet_sim.volumes.plugins import PLUGINS, Context
 from kubelet_sim.volumes.types import MountError, ObjectLookup, Prepared, TokenSource, VolumeSetup
-
-
-def _safe(part: str) -> str:
-    """Path parts come from the API (uid, volume name): refuse anything that could escape."""
-    if not part or part in (".", "..") or "/" in part or "\0" in part:
-        raise ValueError(f"unsafe path component {part!r}")
-    return part
 
 
 def failed_mount(volume: str, error: str) -> str:
@@ -76,7 +70,7 @@ class VolumeManager:
             )
 
     def pod_dir(self, pod_uid: str) -> Path:
-        return self.root / "pods" / _safe(pod_uid)
+        return self.root / "pods" / safe_part(pod_uid)
 
     def volumes_dir(self, pod_uid: str) -> Path:
         return self.pod_dir(pod_uid) / "volumes"
@@ -161,7 +155,7 @@ class VolumeManager:
 
 def _setup_one(ctx: Context, name: str, volume: dict[str, Any]) -> Prepared:
     try:
-        _safe(name)
+        safe_part(name)
     except ValueError as exc:
         raise MountError(str(exc)) from exc
     kinds = [key for key in volume if key != "name"]

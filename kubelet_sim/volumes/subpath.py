@@ -15,6 +15,7 @@ import stat
 from pathlib import Path
 
 from kubelet_sim.logs import get_logger
+from kubelet_sim.paths import UnsafePath, resolve_within
 from kubelet_sim.volumes.hostmount import bind_mount_fd, mount_points_under, unmount
 from kubelet_sim.volumes.types import VolumeError
 
@@ -56,7 +57,7 @@ def prepare_sub_path(
                 f' container "{container}"'
             ) from exc
     try:
-        relative = _resolve_within(base, volume / sub_path)
+        relative = resolve_within(base, volume / sub_path, "subpath")
         fd = safe_open(base, relative)
         try:
             if staging is None:
@@ -66,20 +67,12 @@ def prepare_sub_path(
             return target
         finally:
             os.close(fd)
-    except (OSError, UnsafeSubPath) as exc:
+    except (OSError, UnsafeSubPath, UnsafePath) as exc:
         # The detail names host paths: it goes to the node's log only, as upstream.
         log.error("cannot prepare the subPath", error=str(exc))
         raise VolumeError(
             f'failed to prepare subPath for volumeMount "{volume_name}" of container "{container}"'
         ) from exc
-
-
-def _resolve_within(base: Path, path: Path) -> Path:
-    """Symlinks inside the volume are fine (a configMap key is one); the result must stay in."""
-    resolved = Path(os.path.realpath(path))
-    if resolved != base and base not in resolved.parents:
-        raise UnsafeSubPath(f"subpath {str(resolved)!r} not within volume path {str(base)!r}")
-    return resolved.relative_to(base)
 
 
 def safe_open(base: Path, relative: Path) -> int:
