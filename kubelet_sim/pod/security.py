@@ -101,7 +101,7 @@ def non_root_problem(pod: PodView, container: ContainerView, image_user: str) ->
 def supplemental_groups(pod: PodView) -> tuple[int, ...]:
     """fsGroup first, then supplementalGroups, as the kubelet hands them to the runtime."""
     context = pod.spec.get("securityContext") or {}
-    groups = [int(context["fsGroup"])] if context.get("fsGroup") is not None else []
+    groups = [pod.fs_group] if pod.fs_group is not None else []
     groups += [int(g) for g in context.get("supplementalGroups") or ()]
     return tuple(groups)
 
@@ -152,7 +152,7 @@ def apparmor_rejection(pod: PodView, host_enabled: bool) -> str | None:
         return None
     if not host_enabled:
         return "Cannot enforce AppArmor: AppArmor is not enabled on the host"
-    for container in (*pod.init_containers, *pod.containers, *pod.ephemeral_containers):
+    for container in pod.all_containers:
         profile = apparmor_profile(pod, container) or {}
         if (
             profile.get("type") == "Localhost"
@@ -175,8 +175,7 @@ def apparmor_option(pod: PodView, container: ContainerView) -> str:
 def _apparmor_required(pod: PodView) -> bool:
     """isRequired: any profile but Unconfined (the pod's, a container's, or an annotation)."""
     contexts = [pod.spec.get("securityContext") or {}] + [
-        c.raw.get("securityContext") or {}
-        for c in (*pod.init_containers, *pod.containers, *pod.ephemeral_containers)
+        c.raw.get("securityContext") or {} for c in pod.all_containers
     ]
     for context in contexts:
         profile = context.get("appArmorProfile")

@@ -86,6 +86,17 @@ class PodView:
         return tuple(c for c in self.init_containers if c.is_sidecar)
 
     @property
+    def all_containers(self) -> tuple[ContainerView, ...]:
+        """Init, app and ephemeral containers (podutil.AllContainers' order)."""
+        return (*self.init_containers, *self.containers, *self.ephemeral_containers)
+
+    @property
+    def fs_group(self) -> int | None:
+        """The pod's fsGroup: extra group of its containers and owner of its volumes."""
+        group = (self.spec.get("securityContext") or {}).get("fsGroup")
+        return None if group is None else int(group)
+
+    @property
     def full_name(self) -> str:
         """The kubelet's format.Pod: name_namespace(uid), used in its messages."""
         return f"{self.name}_{self.namespace}({self.uid})"

@@ -7,7 +7,7 @@ from kubelet_sim.pod.spec import ContainerView, PodView
 
 
 def container_spec(view: PodView, name: str) -> ContainerView | None:
-    for container in (*view.init_containers, *view.containers, *view.ephemeral_containers):
+    for container in view.all_containers:
         if container.name == name:
             return container
     return None

@@ -104,10 +104,9 @@ class VolumeManager:
             self.make_pod_dir(pod.uid),
             tmpfs_size=self._tmpfs_size(pod) if self.mount else None,
         )
-        group = (pod.spec.get("securityContext") or {}).get("fsGroup")
         result = VolumeSetup(
             subpath_staging=self.pod_dir(pod.uid) if self.mount else None,
-            fs_group=None if group is None else int(group),
+            fs_group=pod.fs_group,
         )
         for volume in pod.spec.get("volumes") or []:
             name = str(volume.get("name", ""))

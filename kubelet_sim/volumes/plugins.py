@@ -58,11 +58,6 @@ class Context:
             mount_tmpfs(path, self.tmpfs_size)
         return path
 
-    @property
-    def fs_group(self) -> int | None:
-        group = (self.pod.spec.get("securityContext") or {}).get("fsGroup")
-        return None if group is None else int(group)
-
 
 Plugin = Callable[[Context, str, Json], Prepared]
 
@@ -86,7 +81,7 @@ def set_volume_ownership(path: Path, fs_group: int, read_only: bool) -> None:
 
 def _owned(ctx: Context, path: Path, read_only: bool, changed: bool) -> None:
     """Ownership once (the group not yet set) and again after the content changed."""
-    group = ctx.fs_group
+    group = ctx.pod.fs_group
     if group is None or (not changed and os.stat(path).st_gid == group):
         return
     try:
