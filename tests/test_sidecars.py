@@ -96,6 +96,13 @@ def _docker_container(docker_env: DockerEnv, uid: str, name: str, running: bool 
     return found
 
 
+def _touch(docker_env: DockerEnv, pod: dict[str, Any], name: str, path: str) -> None:
+    """Create `path` in the pod's running container `name` (what its probe looks for)."""
+    container_id = _docker_container(docker_env, pod["metadata"]["uid"], name)
+    exec_id = docker_env.client.api.exec_create(container_id, ["touch", path])
+    docker_env.client.api.exec_start(exec_id)
+
+
 def test_sidecars_start_first_restart_on_their_own_and_stop_last_in_reverse(
     cluster: Cluster, docker_env: DockerEnv, agent: RunningAgent, log_dir: Path
 ) -> None:
@@ -207,9 +214,7 @@ def test_a_sidecars_startup_probe_holds_the_next_init_container(
         "waiting": {"reason": "PodInitializing"}
     }
     assert _steps(log_dir) == ["side-start"]  # init has not run
-    side_id = _docker_container(docker_env, pod["metadata"]["uid"], "side")
-    exec_id = docker_env.client.api.exec_create(side_id, ["touch", "/tmp/up"])
-    docker_env.client.api.exec_start(exec_id)
+    _touch(docker_env, pod, "side", "/tmp/up")
     st = wait_status(cluster, "gated", running_ready, 30, "Running and Ready")
     assert _steps(log_dir) == ["side-start", "init-ran", "app-start"]
     assert container_status(st, "side", init=True)["started"] is True
@@ -235,7 +240,5 @@ def test_a_sidecars_readiness_holds_the_pods_ready(
         "containers with unready status: [side]",
     )
     assert container_status(st, "side", init=True)["started"] is True  # readiness gates no start
-    side_id = _docker_container(docker_env, pod["metadata"]["uid"], "side")
-    exec_id = docker_env.client.api.exec_create(side_id, ["touch", "/tmp/ready"])
-    docker_env.client.api.exec_start(exec_id)
+    _touch(docker_env, pod, "side", "/tmp/ready")
     wait_status(cluster, "unready", running_ready, 20, "Ready once the sidecar is")

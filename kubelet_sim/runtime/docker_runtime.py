@@ -396,21 +396,13 @@ class DockerRuntime:
         self, container_id: str, command: Sequence[str], *, stdin: bool, tty: bool
     ) -> cri.StreamSession:
         self.stats.add("streams")
-        try:
+        with _stream_errors():
             return streams.exec_session(self._api, container_id, list(command), stdin, tty)
-        except (NotFound, APIError) as exc:
-            raise cri.StreamError(
-                _explain(exc) if isinstance(exc, APIError) else str(exc)
-            ) from None
 
     def attach_stream(self, container_id: str, *, stdin: bool) -> cri.StreamSession:
         self.stats.add("streams")
-        try:
+        with _stream_errors():
             return streams.attach_session(self._api, container_id, stdin)
-        except (NotFound, APIError) as exc:
-            raise cri.StreamError(
-                _explain(exc) if isinstance(exc, APIError) else str(exc)
-            ) from None
 
     def pod_connect(self, sandbox_id: str, port: int, timeout: float = 10.0) -> socket.socket:
         """localhost:port as the pod sees it: inside the sandbox's network namespace when this
@@ -528,3 +520,14 @@ class DockerRuntime:
 
 def _explain(exc: APIError) -> str:
     return str(exc.explanation or exc).strip()
+
+
+@contextlib.contextmanager
+def _stream_errors() -> Iterator[None]:
+    """Docker's refusal to open an exec or attach, as the runtime's StreamError."""
+    try:
+        yield
+    except NotFound as exc:  # before APIError, which it is
+        raise cri.StreamError(str(exc)) from None
+    except APIError as exc:
+        raise cri.StreamError(_explain(exc)) from None
