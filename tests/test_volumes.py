@@ -717,3 +717,15 @@ def test_config_map_update_reaches_a_running_container(
     assert run(manager, objects, pod).ok
     wait_for(lambda: read() == "bye", timeout=15, message="the update inside the container")
     assert container.exec_run(["touch", "/etc/cfg/x"]).exit_code != 0
+
+
+def test_an_owned_empty_dir_keeps_its_setgid_on_every_setup(
+    manager: VolumeManager, objects: Objects
+) -> None:
+    """Each sync sets the volumes up again: the fsGroup's setgid directory must stay 2777 (a
+    second setup used to chmod it back to 0777 and, its group already right, not own it again)."""
+    pod = make_pod([{"name": "e", "emptyDir": {}}])
+    pod.raw["spec"]["securityContext"] = {"fsGroup": 3000}
+    for _ in range(2):
+        path = run(manager, objects, pod).paths["e"]
+        assert (mode(path), path.stat().st_gid) == (0o2777, 3000)

@@ -45,8 +45,10 @@ class Context:
     def volume_dir(self, plugin: str, name: str, mode: int = 0o755) -> Path:
         path = self.volumes_dir / plugin / name
         path.mkdir(parents=True, exist_ok=True)
-        if not os.path.ismount(path):
-            os.chmod(path, mode)  # whatever the agent's umask
+        # Whatever the agent's umask; only when the permission bits differ (setupDir's
+        # Perm() check), so the setgid an fsGroup left on the directory stays.
+        if not os.path.ismount(path) and stat.S_IMODE(os.stat(path).st_mode) & 0o777 != mode:
+            os.chmod(path, mode)
         return path
 
     def memory_dir(self, plugin: str, name: str) -> Path:
