@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import logging
 import sys
-from typing import Any, Literal
+from typing import Any, Literal, TextIO
 
 import structlog
 
@@ -14,13 +14,17 @@ LogFormat = Literal["auto", "console", "json"]
 _NOISY_LIBRARIES = ("urllib3", "kubernetes", "docker")
 
 
-def configure_logging(log_format: LogFormat = "auto", level: str = "info") -> None:
+def configure_logging(
+    log_format: LogFormat = "auto", level: str = "info", stream: TextIO | None = None
+) -> None:
     """Route structlog and stdlib logging (urllib3, kubernetes, docker) through one renderer.
 
     Console lines on a tty, JSON lines otherwise, so that logs shipped from a pod parse.
+    `stream` (default stderr) lets the demo keep its nodes' logs in a file.
     """
+    out = stream or sys.stderr
     if log_format == "auto":
-        log_format = "console" if sys.stderr.isatty() else "json"
+        log_format = "console" if out.isatty() else "json"
     numeric_level = logging.getLevelNamesMapping()[level.upper()]
     shared: list[Any] = [
         structlog.contextvars.merge_contextvars,
@@ -29,7 +33,7 @@ def configure_logging(log_format: LogFormat = "auto", level: str = "info") -> No
         structlog.processors.TimeStamper(fmt="iso", utc=True),
     ]
     renderer: Any = (
-        structlog.dev.ConsoleRenderer(colors=sys.stderr.isatty())
+        structlog.dev.ConsoleRenderer(colors=out.isatty())
         if log_format == "console"
         else structlog.processors.JSONRenderer()
     )
@@ -47,7 +51,7 @@ def configure_logging(log_format: LogFormat = "auto", level: str = "info") -> No
             renderer,
         ],
     )
-    handler = logging.StreamHandler(sys.stderr)
+    handler = logging.StreamHandler(out)
     handler.setFormatter(formatter)
     root = logging.getLogger()
     root.handlers = [handler]

@@ -11,9 +11,8 @@ from typing import Any
 import pytest
 
 from kubelet_sim.agent import Agent, PodSettings
-from kubelet_sim.kube.client import connect
 from kubelet_sim.node.settings import NodeSettings
-from kubelet_sim.runtime.docker_runtime import DockerRuntime
+from kubelet_sim.nodeset import NodeIdentity, NodeSet, NodeSetSettings
 from kubelet_sim.server.settings import ServerSettings
 from tests.cluster import Cluster, wait_for
 from tests.docker_env import DockerEnv
@@ -46,17 +45,17 @@ def start_agent(
 ) -> RunningAgent:
     """An agent on its thread. `node` holds NodeSettings fields (cpu, memory, ...), `pod`
     PodSettings fields; `prepare` may swap parts of the agent before it runs (fault tests)."""
-    runtime = DockerRuntime.connect(node_name=cluster.node_name, root_dir=root)
-    if pull_progress_deadline is not None:
-        runtime.pull_progress_deadline = pull_progress_deadline
     settings = NodeSettings(node_name=cluster.node_name, node_ip="127.0.0.1", **(node or {}))
-    agent = Agent(
-        settings,
-        connect(cluster.node_kubeconfig),
-        runtime,
-        PodSettings(pause_image=docker_env.pause_image, **pod),
-        server=server,
+    nodes = NodeSet(
+        NodeSetSettings(
+            nodes=(NodeIdentity(settings, cluster.node_kubeconfig, root_dir=root),),
+            root_dir=root.parent,
+            pods=PodSettings(pause_image=docker_env.pause_image, **pod),
+            server=server,
+            image_pull_progress_deadline=pull_progress_deadline or 60.0,
+        )
     )
+    (agent,) = nodes.agents
     if prepare is not None:
         prepare(agent)
     stop = threading.Event()

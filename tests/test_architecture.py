@@ -34,7 +34,13 @@ ALLOWED: dict[str, set[str]] = {
     "server": SHARED | {"kube", "pod"},
     "agent": SHARED | {"kube", "runtime", "pod", "node", "podworkers", "volumes", "server"},
     "tools": SHARED | {"kube", "runtime", "pod"},
-    "cli": SHARED | {"kube", "runtime", "node", "agent", "tools", "server"},
+    "controlplane": SHARED,
+    "nodeset": SHARED | {"agent", "kube", "runtime", "node", "server"},
+    "demo": SHARED
+    | {"controlplane", "nodeset", "agent", "tools", "kube", "runtime", "node", "server", "pod"}
+    | {"volumes"},
+    "cli": SHARED
+    | {"kube", "runtime", "node", "agent", "tools", "server", "nodeset", "demo", "controlplane"},
     "__main__": {"cli"},
 }
 THIRD_PARTY_OWNER = {"kubernetes": "kube", "docker": "runtime"}
@@ -50,8 +56,20 @@ def _imports(path: Path) -> list[str]:
     for node in ast.walk(ast.parse(path.read_text(), str(path))):
         if isinstance(node, ast.Import):
             names.extend(alias.name for alias in node.names)
-        elif isinstance(node, ast.ImportFrom) and node.module and node.level == 0:
+        elif isinstance(node, ast.ImportFrom) and node.level > 0:
+            # relative: resolve against the module's own package
+            package = list(path.relative_to(PACKAGE.parent).with_suffix("").parts)
+            base = package[: len(package) - node.level]
+            module = ".".join([*base, *([node.module] if node.module else [])])
+            names.extend(f"{module}.{alias.name}" for alias in node.names)
+        elif isinstance(node, ast.ImportFrom) and node.module:
             names.append(node.module)
+            if node.module == "kubelet_sim":  # `from kubelet_sim import x` imports x
+                names.extend(
+                    f"kubelet_sim.{alias.name}"
+                    for alias in node.names
+                    if (PACKAGE / alias.name).is_dir() or (PACKAGE / f"{alias.name}.py").exists()
+                )
     return names
 
 

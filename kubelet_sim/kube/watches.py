@@ -32,3 +32,26 @@ def all_services(api: client.ApiClient) -> ListWatchSource:
         list_method=client.CoreV1Api(api).list_service_for_all_namespaces,
         kwargs={},
     )
+
+
+def pods_in_namespace(api: client.ApiClient, namespace: str | None) -> ListWatchSource:
+    """Every pod of one namespace, or of all (`None`): a viewer's watch, not a node's."""
+    core = client.CoreV1Api(api)
+    if namespace is None:
+        return ListWatchSource("pods", core.list_pod_for_all_namespaces)
+    return ListWatchSource(f"pods in {namespace}", core.list_namespaced_pod, (namespace,))
+
+
+def events_with_reason(
+    api: client.ApiClient, reason: str, namespace: str | None
+) -> ListWatchSource:
+    """Events of one reason (e.g. the scheduler's `Scheduled`), filtered by the server."""
+    core = client.CoreV1Api(api)
+    selector = {"field_selector": f"reason={reason}"}
+    if namespace is None:
+        return ListWatchSource(
+            f"{reason} events", core.list_event_for_all_namespaces, kwargs=selector
+        )
+    return ListWatchSource(
+        f"{reason} events in {namespace}", core.list_namespaced_event, (namespace,), selector
+    )

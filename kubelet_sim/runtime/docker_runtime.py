@@ -82,6 +82,9 @@ class DockerRuntime:
     network: str = "bridge"  # the Docker network pod sandboxes join (kind's is `kind`)
     pull_progress_deadline: float = 60.0  # dockershim's --image-pull-progress-deadline (1m)
     log_rotation: LogRotation = field(default_factory=LogRotation)  # json-file max-size/-file
+    # Labels on every container and volume this runtime makes: the demo marks what it owns so
+    # that it removes exactly that, also after a crash, and nothing a user's own node made.
+    owner_labels: dict[str, str] = field(default_factory=dict)
     stats: RuntimeStats = field(default_factory=RuntimeStats)
     _image_ids: dict[str, str] = field(default_factory=dict, init=False, repr=False)
     # sandbox id → (host network, host pid): containers share the sandbox's namespaces.
@@ -301,6 +304,19 @@ class DockerRuntime:
             if "already in progress" not in _explain(exc):
                 raise
 
+    def remove_owned(self, labels: dict[str, str]) -> tuple[int, int]:
+        """Force-remove every container, then every volume, that carries all of `labels`
+        (what a runtime with those `owner_labels` made); (containers, volumes) removed."""
+        selector = [f"{k}={v}" for k, v in labels.items()]
+        containers = self._api.containers(all=True, filters={"label": selector}) or []
+        for found in containers:
+            self.remove_container(str(found["Id"]))
+        volumes = (self._api.volumes(filters={"label": selector}) or {}).get("Volumes") or []
+        for volume in volumes:
+            with contextlib.suppress(NotFound, APIError):
+                self._api.remove_volume(volume["Name"], force=True)
+        return len(containers), len(volumes)
+
     def remove_pod_dir(self, pod_uid: str) -> None:
         """Drop the pod's termination logs and memory volumes once its containers are gone."""
         self.files.remove_pod_dir(pod_uid)
@@ -488,6 +504,12 @@ class DockerRuntime:
                 raise cri.ContainerStartError(_explain(again)) from None
 
     def _create_once(self, name: str, body: dict[str, Any]) -> str:
+        if self.owner_labels:
+            body = {**body, "Labels": {**(body.get("Labels") or {}), **self.owner_labels}}
+            for mount in (body.get("HostConfig") or {}).get("Mounts") or []:
+                options = mount.get("VolumeOptions")
+                if options is not None:
+                    options["Labels"] = {**(options.get("Labels") or {}), **self.owner_labels}
         result = self._api.create_container_from_config(body, name=name)
         return str(result["Id"])
 

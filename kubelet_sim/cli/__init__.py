@@ -1,0 +1,23 @@
+"""The `kubelet-sim` command: `kubelet-sim [options]` runs nodes; `watch`, `trace` and `demo`
+are subcommands of their own."""
+
+from __future__ import annotations
+
+import sys
+
+from kubelet_sim.cli.demo import demo_app
+from kubelet_sim.cli.run import app
+from kubelet_sim.cli.tools import trace_app, watch_app
+
+SUBCOMMANDS = {"watch": watch_app, "trace": trace_app, "demo": demo_app}
+
+
+def main() -> None:
+    """`kubelet-sim watch|trace|demo …` run those; anything else runs the node."""
+    if len(sys.argv) > 1 and sys.argv[1] in SUBCOMMANDS:
+        SUBCOMMANDS[sys.argv[1]](args=sys.argv[2:], prog_name=f"kubelet-sim {sys.argv[1]}")
+    else:
+        app()
+
+
+__all__ = ["main"]

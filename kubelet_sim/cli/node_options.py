@@ -1,0 +1,249 @@
+"""The node options that `kubelet-sim` and `kubelet-sim demo` share, declared once.
+
+`with_node_options` adds them to a command's signature and hands the command one
+`NodeOptions` (parameter `node`), which turns them into the composition root's settings.
+"""
+
+from __future__ import annotations
+
+import functools
+import inspect
+from collections.abc import Callable
+from dataclasses import dataclass, fields
+from enum import StrEnum
+from pathlib import Path
+from typing import Annotated, Any, TypeVar
+
+import typer
+
+from kubelet_sim.agent import PodSettings, node_dns
+from kubelet_sim.node.settings import (
+    NodeSettings,
+    default_taints,
+    parse_labels,
+    parse_reserved,
+    parse_taints,
+)
+from kubelet_sim.runtime.log_rotation import LogRotation
+
+DEFAULT_PAUSE_IMAGE = "registry.k8s.io/pause:3.10"
+
+
+class LogFormatChoice(StrEnum):
+    auto = "auto"
+    console = "console"
+    json = "json"
+
+
+class LogLevelChoice(StrEnum):
+    debug = "debug"
+    info = "info"
+    warning = "warning"
+    error = "error"
+
+
+def _opt(envvar: str, help_: str, *decls: str, **kw: Any) -> Any:
+    return typer.Option(*decls, envvar=f"KUBELET_SIM_{envvar}", help=help_, **kw)
+
+
+@dataclass(frozen=True)
+class NodeOptions:
+    log_format: Annotated[
+        LogFormatChoice, _opt("LOG_FORMAT", "console on a tty, json otherwise (auto).")
+    ] = LogFormatChoice.auto
+    log_level: Annotated[LogLevelChoice, _opt("LOG_LEVEL", "Log level.")] = LogLevelChoice.info
+    node_labels: Annotated[
+        str,
+        _opt(
+            "NODE_LABELS",
+            "Extra labels at registration: key=value,... (kubernetes.io/ only the kubelet's).",
+        ),
+    ] = ""
+    system_reserved: Annotated[
+        str,
+        _opt(
+            "SYSTEM_RESERVED",
+            "Resources kept for the OS, e.g. cpu=200m,memory=500Mi,ephemeral-storage=1Gi:"
+            " taken from allocatable, as the kubelet does.",
+        ),
+    ] = ""
+    kube_reserved: Annotated[
+        str,
+        _opt(
+            "KUBE_RESERVED",
+            "Resources kept for Kubernetes' own daemons (same form): taken from allocatable.",
+        ),
+    ] = ""
+    register_with_taints: Annotated[
+        str | None,
+        _opt(
+            "REGISTER_WITH_TAINTS",
+            "Taints at registration: key[=value]:Effect,... Default (not in the demo):"
+            " kubelet-sim.io/virtual=true:NoSchedule, so only pods that tolerate it are"
+            ' scheduled here; "" registers none.',
+        ),
+    ] = None
+    cpu: Annotated[str | None, _opt("CPU", "CPU capacity (default: the host's CPUs).")] = None
+    memory: Annotated[
+        str | None, _opt("MEMORY", "Memory capacity, e.g. 8Gi (default: the host's).")
+    ] = None
+    pods: Annotated[int, _opt("PODS", "Pod capacity.", min=1)] = 110
+    node_ip: Annotated[
+        str | None,
+        _opt("NODE_IP", "InternalIP (default: the default route's; the demo's: 127.0.0.1)."),
+    ] = None
+    pod_infra_image: Annotated[
+        str, _opt("POD_INFRA_IMAGE", "Sandbox image that holds each pod's network namespace.")
+    ] = DEFAULT_PAUSE_IMAGE
+    cluster_dns: Annotated[
+        list[str] | None,
+        _opt(
+            "CLUSTER_DNS",
+            "IP of the cluster DNS service (repeat or comma-separate for more): the only"
+            " nameserver of ClusterFirst pods (kind's: 10.96.0.10). Without it they fall back to"
+            " the node's resolver, with a MissingClusterDNS event, as the kubelet does.",
+        ),
+    ] = None
+    cluster_domain: Annotated[
+        str,
+        _opt(
+            "CLUSTER_DOMAIN",
+            "The cluster's DNS domain (kind's: cluster.local): ClusterFirst pods search"
+            " <ns>.svc.<domain>, svc.<domain> and <domain>; pods with a subdomain get their FQDN.",
+        ),
+    ] = ""
+    resolv_conf: Annotated[
+        str,
+        _opt(
+            "RESOLV_CONF",
+            "The node's resolver file, the base of Default pods (and ClusterFirst without"
+            ' --cluster-dns); "" gives them 127.0.0.1, as the kubelet does.',
+        ),
+    ] = "/etc/resolv.conf"
+    allowed_unsafe_sysctls: Annotated[
+        str,
+        _opt(
+            "ALLOWED_UNSAFE_SYSCTLS",
+            "Sysctls (or prefixes ending in *) admitted beyond the safe set, comma-separated;"
+            " others are refused with SysctlForbidden, as by the kubelet.",
+        ),
+    ] = ""
+    allow_privileged: Annotated[
+        bool,
+        _opt(
+            "ALLOW_PRIVILEGED",
+            "Admit pods that reach the host: privileged containers, hostNetwork, hostPID,"
+            " hostIPC, hostPath volumes, added capabilities and hostPorts below 1024. Without"
+            " it they are refused (Forbidden).",
+        ),
+    ] = False
+    root_dir: Annotated[
+        Path | None,
+        _opt(
+            "ROOT_DIR",
+            "Where pod files live (volumes, termination logs); Docker must see it."
+            " Default: /var/lib/kubelet-sim as root, else ~/.local/share/kubelet-sim"
+            " (the demo's: its own state directory).",
+        ),
+    ] = None
+    docker_network: Annotated[
+        str,
+        _opt(
+            "DOCKER_NETWORK",
+            "Docker network for pod sandboxes (kind's is `kind`); unless --node-ip is"
+            " given, the Node's InternalIP becomes this host's address on it.",
+        ),
+    ] = "bridge"
+    image_pull_progress_deadline: Annotated[
+        float,
+        _opt(
+            "IMAGE_PULL_PROGRESS_DEADLINE",
+            "Seconds a pull may go without progress before it is cancelled (ErrImagePull).",
+            min=1,
+        ),
+    ] = 60.0
+    container_log_max_size: Annotated[
+        str,
+        _opt(
+            "CONTAINER_LOG_MAX_SIZE",
+            "Largest size of a container's log file before it is rotated (the kubelet's).",
+        ),
+    ] = "10Mi"
+    container_log_max_files: Annotated[
+        int,
+        _opt(
+            "CONTAINER_LOG_MAX_FILES",
+            "Log files kept per container, the current one included (at least 2).",
+        ),
+    ] = 5
+
+    # --- into settings (ConfigError with one line when an item is bad) ---------------------
+
+    def node_settings(
+        self,
+        name: str,
+        *,
+        kubelet_port: int,
+        delete_node_on_exit: bool = False,
+        taints_by_default: bool = True,
+        node_ip: str | None = None,
+    ) -> NodeSettings:
+        if self.register_with_taints is not None:
+            taints = parse_taints(self.register_with_taints)
+        else:
+            taints = default_taints() if taints_by_default else []
+        return NodeSettings(
+            node_name=name,
+            node_labels=parse_labels(self.node_labels),
+            register_with_taints=taints,
+            cpu=self.cpu,
+            memory=self.memory,
+            pods=self.pods,
+            node_ip=self.node_ip or node_ip,
+            kubelet_port=kubelet_port,
+            delete_node_on_exit=delete_node_on_exit,
+            system_reserved=parse_reserved(self.system_reserved),
+            kube_reserved=parse_reserved(self.kube_reserved),
+        )
+
+    def pod_settings(self, pause_image: str | None = None) -> PodSettings:
+        return PodSettings(
+            pause_image=pause_image or self.pod_infra_image,
+            allow_privileged=self.allow_privileged,
+            dns=node_dns(self.cluster_dns or [], self.cluster_domain, self.resolv_conf),
+            allowed_unsafe_sysctls=tuple(
+                s.strip() for s in self.allowed_unsafe_sysctls.split(",") if s.strip()
+            ),
+        )
+
+    def log_rotation(self) -> LogRotation:
+        return LogRotation.parse(self.container_log_max_size, self.container_log_max_files)
+
+
+_FIELDS = [f.name for f in fields(NodeOptions)]
+
+
+R = TypeVar("R")
+
+
+def with_node_options(command: Callable[..., R]) -> Callable[..., R]:
+    """The command's own parameters, minus `node`, plus every NodeOptions field as an option;
+    the call gets them back as one NodeOptions."""
+    own = list(inspect.signature(command, eval_str=True).parameters.values())
+    resolved = inspect.get_annotations(NodeOptions, eval_str=True)
+    added = [
+        inspect.Parameter(
+            f.name, inspect.Parameter.KEYWORD_ONLY, default=f.default, annotation=resolved[f.name]
+        )
+        for f in fields(NodeOptions)
+    ]
+    params = [p.replace(kind=inspect.Parameter.KEYWORD_ONLY) for p in own if p.name != "node"]
+
+    @functools.wraps(command)
+    def wrapper(**kwargs: Any) -> R:
+        node = NodeOptions(**{name: kwargs.pop(name) for name in _FIELDS})
+        return command(node=node, **kwargs)
+
+    wrapper.__signature__ = inspect.Signature([*params, *added])  # type: ignore[attr-defined]
+    wrapper.__annotations__ = {p.name: p.annotation for p in [*params, *added]}
+    return wrapper

@@ -1,0 +1,172 @@
+"""`kubelet-sim --node-name n1`: parse options, build the nodes, run them until a signal."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Annotated
+
+import typer
+
+from kubelet_sim import __version__
+from kubelet_sim.cli.common import fail, stop_on_signals, typer_app
+from kubelet_sim.cli.node_options import NodeOptions, with_node_options
+from kubelet_sim.config import ConfigError
+from kubelet_sim.kube.client import KubeConfigError
+from kubelet_sim.logs import configure_logging
+from kubelet_sim.nodeset import (
+    NodeIdentity,
+    NodeSet,
+    NodeSetSettings,
+    exit_past_calls_in_flight,
+    usable_root_dir,
+)
+from kubelet_sim.runtime.docker_runtime import RuntimeUnavailable
+from kubelet_sim.server.http import ServerError
+from kubelet_sim.server.settings import ServerSettings
+
+app = typer_app()
+
+
+def _print_version(value: bool) -> None:
+    if value:
+        typer.echo(f"kubelet-sim {__version__}")
+        raise typer.Exit()
+
+
+@app.command(help="Run a virtual node whose pods are real Docker containers.")
+@with_node_options
+def run(
+    node: NodeOptions,
+    node_name: Annotated[
+        list[str] | None,
+        typer.Option(
+            envvar="KUBELET_SIM_NODE_NAME",
+            help="Name of the Node to register; repeat it for several nodes in one process.",
+        ),
+    ] = None,
+    nodes: Annotated[
+        int,
+        typer.Option(
+            envvar="KUBELET_SIM_NODES", help="Run this many nodes (see --node-name-prefix).", min=0
+        ),
+    ] = 0,
+    node_name_prefix: Annotated[
+        str,
+        typer.Option(
+            envvar="KUBELET_SIM_NODE_NAME_PREFIX",
+            help="With --nodes: names are PREFIX1, PREFIX2, ...",
+        ),
+    ] = "kubelet-sim-",
+    kubeconfig: Annotated[
+        str | None,
+        typer.Option(
+            envvar="KUBELET_SIM_KUBECONFIG",
+            help="Kubeconfig file (default: $KUBECONFIG, ~/.kube/config, else in-cluster).",
+        ),
+    ] = None,
+    context: Annotated[
+        str | None,
+        typer.Option(envvar="KUBELET_SIM_CONTEXT", help="Kubeconfig context to use."),
+    ] = None,
+    kubelet_port: Annotated[
+        int,
+        typer.Option(
+            "--port",
+            "--kubelet-port",
+            envvar=["KUBELET_SIM_PORT", "KUBELET_SIM_KUBELET_PORT"],
+            help="HTTPS port of the kubelet API (logs, metrics), advertised in daemonEndpoints;"
+            " 0 picks a free one. With several nodes, node i listens on PORT+i.",
+            min=0,
+            max=65535,
+        ),
+    ] = 10250,
+    address: Annotated[
+        str,
+        typer.Option(envvar="KUBELET_SIM_ADDRESS", help="Address the kubelet API listens on."),
+    ] = "0.0.0.0",
+    tls_cert_file: Annotated[
+        Path | None,
+        typer.Option(
+            envvar="KUBELET_SIM_TLS_CERT_FILE",
+            help="Serving certificate of the kubelet API (default: self-signed, made at start).",
+        ),
+    ] = None,
+    tls_private_key_file: Annotated[
+        Path | None,
+        typer.Option(envvar="KUBELET_SIM_TLS_PRIVATE_KEY_FILE", help="Its private key."),
+    ] = None,
+    client_ca_file: Annotated[
+        str | None,
+        typer.Option(
+            envvar="KUBELET_SIM_CLIENT_CA_FILE",
+            help="CA of accepted client certificates (default: the kubeconfig's cluster CA).",
+        ),
+    ] = None,
+    anonymous_auth: Annotated[
+        bool,
+        typer.Option(
+            envvar="KUBELET_SIM_ANONYMOUS_AUTH",
+            help="Let requests without credentials in as system:anonymous (then authorized).",
+        ),
+    ] = False,
+    delete_node_on_exit: Annotated[
+        bool,
+        typer.Option(
+            envvar="KUBELET_SIM_DELETE_NODE_ON_EXIT",
+            help="Delete the Node on exit (demos; node credentials may not).",
+        ),
+    ] = False,
+    version: Annotated[
+        bool,
+        typer.Option(
+            "--version", callback=_print_version, is_eager=True, help="Print the version."
+        ),
+    ] = False,
+) -> None:
+    configure_logging(node.log_format.value, node.log_level.value)
+    if bool(node_name) == bool(nodes):
+        fail("give --node-name (once or more) or --nodes, not both and not neither")
+    if (tls_cert_file is None) != (tls_private_key_file is None):
+        fail("give --tls-cert-file and --tls-private-key-file together, or neither")
+    names = list(node_name or [f"{node_name_prefix}{i}" for i in range(1, nodes + 1)])
+    server = ServerSettings(
+        address=address,
+        port=kubelet_port,
+        tls_cert_file=tls_cert_file,
+        tls_private_key_file=tls_private_key_file,
+        client_ca_file=client_ca_file,
+        anonymous_auth=anonymous_auth,
+    )
+    try:
+        settings = NodeSetSettings(
+            nodes=tuple(
+                NodeIdentity(
+                    node.node_settings(
+                        name, kubelet_port=kubelet_port, delete_node_on_exit=delete_node_on_exit
+                    )
+                )
+                for name in names
+            ),
+            root_dir=usable_root_dir(node.root_dir),
+            pods=node.pod_settings(),
+            server=server,
+            kubeconfig=kubeconfig,
+            context=context,
+            docker_network=node.docker_network,
+            image_pull_progress_deadline=node.image_pull_progress_deadline,
+            log_rotation=node.log_rotation(),
+        )
+        node_set = NodeSet(settings)
+    except (ConfigError, KubeConfigError, RuntimeUnavailable, ServerError) as exc:
+        fail(str(exc))
+    stop = stop_on_signals()
+    try:
+        failures = node_set.run(stop)
+    finally:
+        node_set.close()
+    if failures:
+        message = "; ".join(f"node {name}: {why}" for name, why in failures)
+        typer.echo(f"kubelet-sim: error: {message}", err=True)
+    exit_past_calls_in_flight(1 if failures else 0)
+    if failures:
+        raise SystemExit(1)

@@ -1,0 +1,364 @@
+"""A real control plane on loopback: etcd, kube-apiserver, kube-controller-manager and
+kube-scheduler as child processes, the way controller-runtime's envtest starts one.
+
+The demo and the tests start it through this one class. Authentication is by client
+certificate (one CA signs every certificate), authorization `Node,RBAC` with
+`NodeRestriction`, so a node given `node_credentials(name)` is treated exactly as a kubelet
+after TLS bootstrap; ServiceAccount tokens are signed with a key made here and the
+controller-manager signs CSRs with the CA.
+"""
+
+from __future__ import annotations
+
+import base64
+import json
+import shutil
+import signal
+import socket
+import ssl
+import subprocess
+import time
+import urllib.error
+import urllib.request
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from kubelet_sim.controlplane.binaries import Binaries
+from kubelet_sim.controlplane.pki import CertificateAuthority, CertPair, service_account_keys
+
+SERVICE_CIDR = "10.96.0.0/16"
+API_SERVICE_IP = "10.96.0.1"
+ISSUER = "https://kubernetes.default.svc.cluster.local"  # kind's: the token audience
+STOP_GRACE = 2.0  # a throw-away control plane needs no 10 s API-server drain
+
+# Linux's parent-death signal (util-linux setpriv): a killed parent leaves no control plane
+# behind. KILL, since a kube-scheduler given TERM without its API server was seen to hang.
+# Set through a wrapper, not preexec_fn, which is unsafe in a process with threads.
+_SETPRIV = shutil.which("setpriv")
+_DIE_WITH_PARENT = [_SETPRIV, "--pdeathsig", "KILL", "--"] if _SETPRIV else []
+
+
+class ControlPlaneError(RuntimeError):
+    """The control plane could not start; the message says why (with the component's log)."""
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+def _b64(path: Path) -> str:
+    return base64.b64encode(path.read_bytes()).decode()
+
+
+@dataclass(frozen=True)
+class NodeCredentials:
+    """What a kubelet holds after TLS bootstrap: a kubeconfig as `system:node:<name>` and a
+    serving certificate signed by the cluster CA."""
+
+    kubeconfig: Path
+    serving: CertPair
+    client_ca: Path  # the CA that signs the API server's kubelet-client certificate
+
+
+@dataclass
+class ControlPlane:
+    """One control plane in `workdir`; `start()` then `stop()` (or a `with` block).
+
+    `on_step(what, seconds)` hears each component become ready. `verify_kubelets` makes the
+    API server check kubelets' serving certificates against the CA (the demo's nodes have
+    such certificates; the tests' agents make self-signed ones)."""
+
+    binaries: Binaries
+    workdir: Path
+    controllers: bool = True
+    preferred_address_types: str = "InternalIP,Hostname"
+    verify_kubelets: bool = False
+    on_step: Callable[[str, float], None] | None = None
+    url: str = ""
+    admin_kubeconfig: Path = Path()
+    _procs: list[tuple[str, subprocess.Popen[bytes]]] = field(default_factory=list)
+    _argv: dict[int, list[str]] = field(default_factory=dict)
+    _ca: CertificateAuthority | None = None
+
+    # --- lifecycle -------------------------------------------------------------------------
+
+    def start(self, timeout: float = 60.0) -> ControlPlane:
+        try:
+            self.workdir.mkdir(mode=0o700, parents=True, exist_ok=True)
+            began = time.monotonic()
+            self._pki()
+            self._step("certificates", began)
+            etcd_url = self._start_etcd(timeout)
+            self._start_apiserver(etcd_url, timeout)
+            self.admin_kubeconfig = self.kubeconfig_for("admin", ("system:masters",), "admin")
+            if self.controllers and self.binaries.controller_manager is not None:
+                self._start_controller_manager(timeout)
+            if self.controllers and self.binaries.scheduler is not None:
+                self._start_scheduler(timeout)
+        except BaseException:
+            self.stop()
+            raise
+        return self
+
+    def stop(self, *, remove: bool = True) -> None:
+        for _name, proc in reversed(self._procs):
+            if proc.poll() is None:
+                proc.send_signal(signal.SIGTERM)
+        for _name, proc in reversed(self._procs):
+            try:
+                proc.wait(STOP_GRACE)
+            except subprocess.TimeoutExpired:
+                proc.kill()
+                proc.wait(5)
+        self._procs.clear()
+        if remove:
+            shutil.rmtree(self.workdir, ignore_errors=True)
+
+    def __enter__(self) -> ControlPlane:
+        return self.start()
+
+    def __exit__(self, *exc: object) -> None:
+        self.stop()
+
+    @property
+    def components(self) -> list[str]:
+        return [name for name, _ in self._procs]
+
+    @property
+    def processes(self) -> list[tuple[str, int, list[str]]]:
+        """(component, pid, command line) of each child: what a dead parent's successor may
+        end, and nothing else."""
+        return [(name, proc.pid, self._argv[proc.pid]) for name, proc in self._procs]
+
+    def log(self, name: str) -> str:
+        """A component's log so far (`etcd`, `kube-apiserver`, ...), for failure messages."""
+        path = self.workdir / f"{name}.log"
+        return path.read_text(errors="replace") if path.exists() else ""
+
+    def _step(self, what: str, began: float) -> None:
+        if self.on_step is not None:
+            self.on_step(what, time.monotonic() - began)
+
+    # --- credentials -----------------------------------------------------------------------
+
+    @property
+    def ca(self) -> CertificateAuthority:
+        assert self._ca is not None, "start() first"
+        return self._ca
+
+    @property
+    def client_ca(self) -> tuple[Path, Path]:
+        """The CA (certificate, key) that signs client certificates, kubelet-client's among
+        them: kubelets of this control plane trust it, as kubeadm's trust the cluster CA."""
+        return self.ca.pair.cert, self.ca.pair.key
+
+    def kubeconfig_for(self, user: str, groups: tuple[str, ...], filename: str) -> Path:
+        """A kubeconfig with a client certificate for `user` in `groups`, signed by our CA."""
+        pair = self.ca.issue(filename, user, groups=groups)
+        config = {
+            "apiVersion": "v1",
+            "kind": "Config",
+            "clusters": [
+                {
+                    "name": "kubelet-sim",
+                    "cluster": {
+                        "server": self.url,
+                        "certificate-authority-data": _b64(self.ca.pair.cert),
+                    },
+                }
+            ],
+            "users": [
+                {
+                    "name": user,
+                    "user": {
+                        "client-certificate-data": _b64(pair.cert),
+                        "client-key-data": _b64(pair.key),
+                    },
+                }
+            ],
+            "contexts": [
+                {"name": "kubelet-sim", "context": {"cluster": "kubelet-sim", "user": user}}
+            ],
+            "current-context": "kubelet-sim",
+        }
+        path = self.workdir / f"{filename}.kubeconfig"
+        path.write_text(json.dumps(config, indent=2))
+        path.chmod(0o600)
+        return path
+
+    def node_kubeconfig(self, node_name: str) -> Path:
+        """Credentials a kubelet has: `system:node:<name>` in `system:nodes`."""
+        return self.kubeconfig_for(f"system:node:{node_name}", ("system:nodes",), node_name)
+
+    def node_credentials(self, node_name: str, ips: tuple[str, ...]) -> NodeCredentials:
+        serving = self.ca.issue(
+            f"{node_name}-serving",
+            f"system:node:{node_name}",
+            groups=("system:nodes",),
+            dns_names=(node_name,),
+            ips=ips,
+            server=True,
+        )
+        return NodeCredentials(self.node_kubeconfig(node_name), serving, self.ca.pair.cert)
+
+    # --- components ------------------------------------------------------------------------
+
+    def _pki(self) -> None:
+        pki = self.workdir / "pki"
+        self._ca = CertificateAuthority(pki)
+        service_account_keys(pki)
+        dns = ("localhost", "kubernetes", "kubernetes.default", "kubernetes.default.svc")
+        self.ca.issue(
+            "apiserver",
+            "kube-apiserver",
+            dns_names=(*dns, "kubernetes.default.svc.cluster.local"),
+            ips=("127.0.0.1", API_SERVICE_IP),
+            server=True,
+        )
+        # What the API server shows kubelets when it proxies (kubeadm's apiserver-kubelet-client)
+        self.ca.issue("kubelet-client", "kube-apiserver-kubelet-client", groups=("system:masters",))
+
+    def _spawn(self, name: str, args: list[str]) -> subprocess.Popen[bytes]:
+        log = (self.workdir / f"{name}.log").open("wb")
+        proc = subprocess.Popen(
+            [*_DIE_WITH_PARENT, *args],
+            stdout=log,
+            stderr=subprocess.STDOUT,
+            stdin=subprocess.DEVNULL,
+            cwd=self.workdir,
+            start_new_session=True,  # a Ctrl-C at the terminal reaches us, not them
+        )
+        log.close()
+        self._procs.append((name, proc))
+        self._argv[proc.pid] = args
+        return proc
+
+    def _start_etcd(self, timeout: float) -> str:
+        began = time.monotonic()
+        client, peer = free_port(), free_port()
+        url = f"http://127.0.0.1:{client}"
+        proc = self._spawn(
+            "etcd",
+            [
+                str(self.binaries.etcd),
+                "--data-dir", str(self.workdir / "etcd"),
+                "--listen-client-urls", url,
+                "--advertise-client-urls", url,
+                "--listen-peer-urls", f"http://127.0.0.1:{peer}",
+                "--initial-advertise-peer-urls", f"http://127.0.0.1:{peer}",
+                "--initial-cluster", f"default=http://127.0.0.1:{peer}",
+                "--unsafe-no-fsync",
+            ],
+        )  # fmt: skip
+        self._wait_healthy("etcd", proc, f"{url}/health", timeout)
+        self._step("etcd", began)
+        return url
+
+    def _start_apiserver(self, etcd_url: str, timeout: float) -> None:
+        """Flags as ../shared/kube-bin/README.md says, the issuer (token audience) as kind's."""
+        began = time.monotonic()
+        port = free_port()
+        pki = self.workdir / "pki"
+        self.url = f"https://127.0.0.1:{port}"
+        verify = ["--kubelet-certificate-authority", str(pki / "ca.crt")]
+        proc = self._spawn(
+            "kube-apiserver",
+            [
+                str(self.binaries.apiserver),
+                "--etcd-servers", etcd_url,
+                "--bind-address", "127.0.0.1",
+                "--secure-port", str(port),
+                "--advertise-address", "127.0.0.1",
+                "--cert-dir", str(self.workdir / "certs"),
+                "--tls-cert-file", str(pki / "apiserver.crt"),
+                "--tls-private-key-file", str(pki / "apiserver.key"),
+                "--client-ca-file", str(pki / "ca.crt"),
+                "--kubelet-client-certificate", str(pki / "kubelet-client.crt"),
+                "--kubelet-client-key", str(pki / "kubelet-client.key"),
+                *(verify if self.verify_kubelets else []),
+                "--kubelet-preferred-address-types", self.preferred_address_types,
+                "--authorization-mode", "Node,RBAC",
+                "--enable-admission-plugins", "NodeRestriction",
+                "--service-account-key-file", str(pki / "sa.pub"),
+                "--service-account-signing-key-file", str(pki / "sa.key"),
+                "--service-account-issuer", ISSUER,
+                "--service-cluster-ip-range", SERVICE_CIDR,
+                "--allow-privileged=true",
+                "--endpoint-reconciler-type", "none",
+            ],
+        )  # fmt: skip
+        self._wait_healthy("kube-apiserver", proc, f"{self.url}/readyz", timeout)
+        self._step("kube-apiserver", began)
+
+    def _component_args(self, port: int) -> list[str]:
+        k = str(self.admin_kubeconfig)
+        return [
+            "--kubeconfig", k,
+            "--authentication-kubeconfig", k,
+            "--authorization-kubeconfig", k,
+            "--bind-address", "127.0.0.1",
+            "--secure-port", str(port),
+            "--leader-elect=false",
+        ]  # fmt: skip
+
+    def _start_controller_manager(self, timeout: float) -> None:
+        assert self.binaries.controller_manager is not None
+        began = time.monotonic()
+        pki = self.workdir / "pki"
+        port = free_port()
+        proc = self._spawn(
+            "kube-controller-manager",
+            [
+                str(self.binaries.controller_manager),
+                *self._component_args(port),
+                "--cert-dir", str(self.workdir / "kcm-certs"),
+                "--use-service-account-credentials=false",
+                "--service-account-private-key-file", str(pki / "sa.key"),
+                "--root-ca-file", str(pki / "ca.crt"),
+                "--cluster-signing-cert-file", str(pki / "ca.crt"),
+                "--cluster-signing-key-file", str(pki / "ca.key"),
+                "--controllers", "*,-serviceaccount-token",
+            ],
+        )  # fmt: skip
+        self._wait_healthy(
+            "kube-controller-manager", proc, f"https://127.0.0.1:{port}/healthz", timeout
+        )
+        self._step("kube-controller-manager", began)
+
+    def _start_scheduler(self, timeout: float) -> None:
+        assert self.binaries.scheduler is not None
+        began = time.monotonic()
+        port = free_port()
+        proc = self._spawn(
+            "kube-scheduler",
+            [
+                str(self.binaries.scheduler),
+                *self._component_args(port),
+                "--cert-dir", str(self.workdir / "scheduler-certs"),
+            ],
+        )  # fmt: skip
+        self._wait_healthy("kube-scheduler", proc, f"https://127.0.0.1:{port}/healthz", timeout)
+        self._step("kube-scheduler", began)
+
+    def _wait_healthy(
+        self, name: str, proc: subprocess.Popen[bytes], url: str, timeout: float
+    ) -> None:
+        """Until `url` answers 200 (anonymous may read health paths), or fail with the log."""
+        context = ssl.create_default_context()
+        context.check_hostname = False
+        context.verify_mode = ssl.CERT_NONE
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline and proc.poll() is None:
+            try:
+                with urllib.request.urlopen(url, context=context, timeout=2) as answer:
+                    if answer.status == 200:
+                        return
+            except (urllib.error.URLError, OSError):
+                pass
+            time.sleep(0.1)
+        why = f"exited with {proc.returncode}" if proc.poll() is not None else "not ready"
+        tail = "\n".join(self.log(name).splitlines()[-20:])
+        raise ControlPlaneError(f"{name} {why} after {timeout:.0f} s; its log ends:\n{tail}")

@@ -1,0 +1,219 @@
+"""The demo from start to clean exit: leftovers, images, control plane, nodes, sample, stream.
+
+Every step is said as it happens with its time since the command started; Ctrl-C undoes it
+all in reverse: nodes stopped, their containers removed, the control plane ended, its data
+removed (unless `keep`).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import shutil
+import threading
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+
+from kubelet_sim.agent import PodSettings
+from kubelet_sim.controlplane.binaries import Binaries
+from kubelet_sim.controlplane.cluster import ControlPlane
+from kubelet_sim.demo import sample
+from kubelet_sim.demo.images import ensure_images
+from kubelet_sim.demo.state import DemoState
+from kubelet_sim.kube.client import KubeConnection, connect
+from kubelet_sim.kube.rest import ApiError, request_json
+from kubelet_sim.node.settings import NodeSettings
+from kubelet_sim.nodeset import NodeIdentity, NodeSet, NodeSetSettings
+from kubelet_sim.runtime.docker_runtime import DockerRuntime
+from kubelet_sim.runtime.log_rotation import LogRotation
+from kubelet_sim.server.settings import ServerSettings
+from kubelet_sim.tools import handoff
+
+NODE_IP = "127.0.0.1"  # one machine: the API server reaches its kubelets on loopback
+READY_TIMEOUT = 60.0
+
+
+@dataclass(frozen=True)
+class DemoSettings:
+    state: DemoState
+    binaries: Binaries
+    node_names: tuple[str, ...]
+    node_settings: Callable[[str], NodeSettings]  # the CLI's node options for one name
+    pods: PodSettings
+    default_images: tuple[str, str]  # (sample, sandbox) when the user named none
+    image: str
+    replicas: int = 3
+    sample: bool = True
+    keep: bool = False
+    docker_network: str = "bridge"
+    image_pull_progress_deadline: float = 60.0
+    log_rotation: LogRotation = field(default_factory=LogRotation)
+
+
+class Demo:
+    def __init__(self, settings: DemoSettings, say: Callable[[str], None]) -> None:
+        self.settings = settings
+        self._say = say
+        self._began = time.monotonic()
+        self.plane: ControlPlane | None = None
+        self.nodes: NodeSet | None = None
+        self.engine: DockerRuntime | None = None
+
+    def say(self, message: str) -> None:
+        self._say(f"[{time.monotonic() - self._began:6.1f}s] {message}")
+
+    def run(self, stop: threading.Event) -> list[tuple[str, str]]:
+        """Until `stop`; then clean up. Returns the nodes' failures."""
+        try:
+            self._start(stop)
+            assert self.nodes is not None
+            return self.nodes.wait(stop)
+        finally:
+            stop.set()
+            if self.nodes is not None:
+                self.nodes.wait(stop)  # nothing may start a container while we remove them
+            self.cleanup()
+
+    def _start(self, stop: threading.Event) -> None:
+        s = self.settings
+        leftovers = s.state.claim()
+        self.engine = engine = DockerRuntime.connect(network=s.docker_network)
+        engine.pull_progress_deadline = s.image_pull_progress_deadline
+        containers, _volumes = engine.remove_owned(s.state.owner_labels)
+        if leftovers is not None or containers:
+            pid = f" (pid {leftovers.pid})" if leftovers else ""
+            ended = leftovers.processes if leftovers else 0
+            self.say(
+                f"cleaned up after a demo that did not exit{pid}: ended {ended} processes,"
+                f" removed {containers} containers"
+            )
+        image, pause = ensure_images(
+            engine, s.image, s.pods.pause_image, defaults=s.default_images, say=self.say
+        )
+        self.plane = plane = ControlPlane(
+            s.binaries,
+            s.state.data / "control-plane",
+            verify_kubelets=True,
+            on_step=lambda what, seconds: self.say(f"{what} ready in {seconds:.1f} s"),
+        )
+        self.say(f"starting a control plane from {s.binaries.apiserver.parent}")
+        plane.start()
+        s.state.write(children=[{"pid": pid, "argv": argv} for _name, pid, argv in plane.processes])
+        identities = []
+        for name in s.node_names:
+            creds = plane.node_credentials(name, ips=(NODE_IP,))
+            node = s.node_settings(name)
+            if node.node_ip is None:
+                node = dataclasses.replace(node, node_ip=NODE_IP)
+            identities.append(
+                NodeIdentity(node, str(creds.kubeconfig), (creds.serving.cert, creds.serving.key))
+            )
+        server = ServerSettings(address=NODE_IP, port=0, client_ca_file=str(plane.client_ca[0]))
+        self.nodes = NodeSet(
+            NodeSetSettings(
+                nodes=tuple(identities),
+                root_dir=s.state.data / "nodes",
+                pods=dataclasses.replace(s.pods, pause_image=pause),
+                server=server,
+                docker_network=s.docker_network,
+                image_pull_progress_deadline=s.image_pull_progress_deadline,
+                log_rotation=s.log_rotation,
+                owner_labels=s.state.owner_labels,
+            )
+        )
+        self.nodes.start(stop)
+        admin = connect(str(plane.admin_kubeconfig))
+        self._wait_nodes_ready(admin, stop)
+        shutil.copyfile(plane.admin_kubeconfig, s.state.kubeconfig)
+        s.state.kubeconfig.chmod(0o600)
+        self._tell_what_next()
+        if s.sample and not stop.is_set():
+            self._sample(admin, image, stop)
+
+    def _wait_nodes_ready(self, admin: KubeConnection, stop: threading.Event) -> None:
+        waiting = set(self.settings.node_names)
+        deadline = time.monotonic() + READY_TIMEOUT
+        while waiting and not stop.is_set():
+            if time.monotonic() > deadline:
+                raise DemoError(f"nodes not Ready after {READY_TIMEOUT:.0f} s: {sorted(waiting)}")
+            for node in request_json(admin.api, "GET", "/api/v1/nodes").get("items") or []:
+                name = node["metadata"]["name"]
+                conditions = (node.get("status") or {}).get("conditions") or []
+                ready = any(
+                    c.get("type") == "Ready" and c.get("status") == "True" for c in conditions
+                )
+                if name in waiting and ready:
+                    waiting.discard(name)
+                    self.say(f"{name} Ready")
+            stop.wait(0.2)
+
+    def _tell_what_next(self) -> None:
+        s = self.settings
+        kubectl = s.binaries.kubectl or shutil.which("kubectl")
+        k = str(kubectl) if kubectl and not shutil.which("kubectl") else "kubectl"
+        lines = [
+            f"export KUBECONFIG={s.state.kubeconfig}",
+            "then, in another terminal:",
+            f"  {k} get pods -o wide                       # who runs where",
+            f"  {k} logs deploy/{sample.SAMPLE_NAME}                      # through a virtual"
+            " node's kubelet API, TLS verified",
+            f"  {k} scale deploy/{sample.SAMPLE_NAME} --replicas 6        # watch the handoff here",
+        ]
+        if kubectl is None:
+            lines.append("(no kubectl found: `kubelet-sim demo --download` fetches one)")
+        for line in lines:
+            self._say(line)
+        self.say(f"nodes' logs: {s.state.log}; Ctrl-C stops it all")
+
+    def _sample(self, admin: KubeConnection, image: str, stop: threading.Event) -> None:
+        s = self.settings
+        assert self.nodes is not None
+        listening = threading.Event()
+        thread = threading.Thread(
+            target=handoff.stream,
+            args=(admin, self.nodes.runtimes, self._say, stop),
+            kwargs={"namespace": sample.SAMPLE_NAMESPACE, "listening": listening},
+            name="handoff stream",
+            daemon=True,
+        )
+        thread.start()
+        self._wait_default_account(admin, stop)
+        while not listening.wait(0.2) and not stop.is_set():
+            pass
+        sample.apply(admin, image, s.replicas)
+        self.say(
+            f"applied Deployment {sample.SAMPLE_NAME} ({s.replicas} replicas of {image});"
+            " the handoff of each pod follows"
+        )
+
+    def _wait_default_account(self, admin: KubeConnection, stop: threading.Event) -> None:
+        """Pods are refused until the namespace's `default` ServiceAccount exists."""
+        path = f"/api/v1/namespaces/{sample.SAMPLE_NAMESPACE}/serviceaccounts/default"
+        deadline = time.monotonic() + READY_TIMEOUT
+        while not stop.is_set() and time.monotonic() < deadline:
+            try:
+                request_json(admin.api, "GET", path)
+                return
+            except ApiError as exc:
+                if exc.status != 404:
+                    raise
+            stop.wait(0.2)
+
+    def cleanup(self) -> None:
+        began = time.monotonic()
+        if self.nodes is not None:
+            self.nodes.close()
+        if self.engine is not None:
+            containers, _ = self.engine.remove_owned(self.settings.state.owner_labels)
+            self.say(f"removed {containers} containers")
+            self.engine.close()
+        if self.plane is not None:
+            self.plane.stop(remove=not self.settings.keep)
+            self.say("control plane stopped")
+        self.settings.state.release(keep=self.settings.keep)
+        kept = f"; data kept in {self.settings.state.directory}" if self.settings.keep else ""
+        self.say(f"cleaned up in {time.monotonic() - began:.1f} s{kept}")
+
+
+class DemoError(RuntimeError):
+    """The demo could not come up; the message says why."""
