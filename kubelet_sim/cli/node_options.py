@@ -132,9 +132,10 @@ class NodeOptions:
         bool,
         _opt(
             "ALLOW_PRIVILEGED",
-            "Admit pods that reach the host: privileged containers, hostNetwork, hostPID,"
-            " hostIPC, hostPath volumes, added capabilities and hostPorts below 1024. Without"
-            " it they are refused (Forbidden).",
+            "Run what reaches the host: hostNetwork, hostPID, hostIPC, hostPath volumes and,"
+            " in any container (ephemeral ones too), privileged, added capabilities,"
+            " procMount Unmasked and hostPorts below 1024. Without it such pods are refused"
+            " (Forbidden), and such containers added later are never created.",
         ),
     ] = False
     root_dir: Annotated[
