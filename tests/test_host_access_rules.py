@@ -32,9 +32,26 @@ REQUESTS: dict[str, tuple[Json, str | None]] = {
         {"securityContext": {"capabilities": {"add": ["SYS_ADMIN"]}}},
         'added capabilities [SYS_ADMIN] for {noun} "x"',
     ),
+    # Docker's defaults, so nothing more (Pod Security's baseline and restricted allow it)
     "cap add NET_BIND_SERVICE": (
         {"securityContext": {"capabilities": {"add": ["NET_BIND_SERVICE"]}}},
-        'added capabilities [NET_BIND_SERVICE] for {noun} "x"',
+        None,
+    ),
+    "drop ALL, add NET_BIND_SERVICE": (
+        {"securityContext": {"capabilities": {"drop": ["ALL"], "add": ["NET_BIND_SERVICE"]}}},
+        None,
+    ),
+    "cap add NET_RAW": (  # a Docker default, but not baseline's: ARP and DNS spoofing
+        {"securityContext": {"capabilities": {"add": ["NET_RAW"]}}},
+        'added capabilities [NET_RAW] for {noun} "x"',
+    ),
+    "cap add ALL": (
+        {"securityContext": {"capabilities": {"add": ["ALL"]}}},
+        'added capabilities [ALL] for {noun} "x"',
+    ),
+    "cap add chown, cap_sys_admin": (  # spelled as Docker also reads them; only one refused
+        {"securityContext": {"capabilities": {"add": ["chown", "cap_sys_admin"]}}},
+        'added capabilities [cap_sys_admin] for {noun} "x"',
     ),
     "procMount Unmasked": (
         {"securityContext": {"procMount": "Unmasked"}},

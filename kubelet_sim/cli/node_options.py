@@ -133,9 +133,10 @@ class NodeOptions:
         _opt(
             "ALLOW_PRIVILEGED",
             "Run what reaches the host: hostNetwork, hostPID, hostIPC, hostPath volumes and,"
-            " in any container (ephemeral ones too), privileged, added capabilities,"
-            " procMount Unmasked and hostPorts below 1024. Without it such pods are refused"
-            " (Forbidden), and such containers added later are never created.",
+            " in any container (ephemeral ones too), privileged, capabilities added beyond"
+            " Pod Security's baseline list, procMount Unmasked and hostPorts below 1024."
+            " Without it such pods are refused (Forbidden), and such containers added later"
+            " are never created.",
         ),
     ] = False
     root_dir: Annotated[

@@ -6,11 +6,11 @@ API server. A virtual node runs on the user's own machine and cannot count on Po
 kubelet-sim gates, with that one switch, everything in a pod that reaches the host:
 
 - the pod's own requests (host namespaces, hostPath volumes), once, at admission;
-- each container's (privileged, added capabilities, host ports below 1024, procMount
-  Unmasked), with one rule set for every kind of container: at admission for init and app
-  containers, and again wherever a container is created. That second place is the only one
-  an ephemeral container (added through pods/ephemeralcontainers, e.g. `kubectl debug
-  --profile=sysadmin`, long after admission) ever passes.
+- each container's (privileged, added capabilities beyond those it has anyway, host ports
+  below 1024, procMount Unmasked), with one rule set for every kind of container: at
+  admission for init and app containers, and again wherever a container is created. That
+  second place is the only one an ephemeral container (added through pods/ephemeralcontainers,
+  e.g. `kubectl debug --profile=sysadmin`, long after admission) ever passes.
 
 The messages are canRunPod's: `pod with UID "<uid>" specified <what>, but is disallowed`.
 """
@@ -22,6 +22,26 @@ from kubelet_sim.pod.spec import ContainerKind, ContainerView, PodView
 
 # Host ports below this need CAP_NET_BIND_SERVICE on the host: they are the host's services'.
 FIRST_UNPRIVILEGED_PORT = 1024
+
+# Pod Security's baseline list: Docker's default capabilities but NET_RAW. A container has them
+# anyway, so adding one (as `drop: [ALL], add: [NET_BIND_SERVICE]` does) asks nothing more.
+BASELINE_CAPABILITIES = frozenset(
+    {
+        "AUDIT_WRITE",
+        "CHOWN",
+        "DAC_OVERRIDE",
+        "FOWNER",
+        "FSETID",
+        "KILL",
+        "MKNOD",
+        "NET_BIND_SERVICE",
+        "SETFCAP",
+        "SETGID",
+        "SETPCAP",
+        "SETUID",
+        "SYS_CHROOT",
+    }
+)
 
 _NOUN = {
     ContainerKind.APP: "container",
@@ -95,9 +115,11 @@ def privileged(container: ContainerView) -> bool:
 
 
 def added_capabilities(container: ContainerView) -> list[str]:
-    """securityContext.capabilities.add, as asked."""
+    """securityContext.capabilities.add beyond the baseline list, as asked (Docker reads
+    `sys_admin`, `SYS_ADMIN` and `CAP_SYS_ADMIN` alike; `ALL` is every one)."""
     security = container.raw.get("securityContext") or {}
-    return [str(c) for c in (security.get("capabilities") or {}).get("add") or ()]
+    added = [str(c) for c in (security.get("capabilities") or {}).get("add") or ()]
+    return [c for c in added if c.upper().removeprefix("CAP_") not in BASELINE_CAPABILITIES]
 
 
 def privileged_host_ports(container: ContainerView) -> list[int]:
