@@ -141,14 +141,14 @@ def test_limits_stand_in_for_missing_requests_and_overhead_counts() -> None:
         ),
         (
             pod(container(securityContext={"capabilities": {"add": ["SYS_ADMIN"]}})),
-            'added capabilities for container "c"',
+            'added capabilities [SYS_ADMIN] for container "c"',
         ),
         (
             pod(
                 container(),
                 init=(container("i", securityContext={"capabilities": {"add": ["NET_RAW"]}}),),
             ),
-            'added capabilities for container "i"',
+            'added capabilities [NET_RAW] for init container "i"',
         ),
         (
             pod(container(ports=[{"containerPort": 80, "hostPort": 80}])),

@@ -158,12 +158,14 @@ def test_a_user_namespace_is_refused_as_a_runtime_without_them_makes_the_kubelet
     cluster: Cluster, docker_env: DockerEnv, tmp_path: Path
 ) -> None:
     """hostUsers: false needs a runtime handler with user namespaces; Docker has none, so the
-    sandbox fails (FailedCreatePodSandBox, Pending) as with cri-dockerd. procMount Unmasked needs
-    hostUsers: false on current servers; a v1.24 server drops both and the pod just runs."""
+    sandbox fails (FailedCreatePodSandBox, Pending) as with cri-dockerd; a v1.24 server drops
+    hostUsers and the pod just runs. procMount Unmasked needs hostUsers: false on current
+    servers (v1.24 drops it too); it reaches the host, so without --allow-privileged such a pod
+    is refused (Forbidden) before its sandbox is tried."""
     running = start_agent(cluster, docker_env, tmp_path / "root")
     unmasked = container(securityContext={"procMount": "Unmasked"})
     try:
-        make_pod(cluster, "userns", unmasked, hostUsers=False)
+        make_pod(cluster, "userns", hostUsers=False)
         if not server_has_field(cluster.api, "io.k8s.api.core.v1.PodSpec", "hostUsers"):
             wait_status(cluster, "userns", running_ready, 20, "Running: hostUsers dropped")
             return
@@ -175,6 +177,13 @@ def test_a_user_namespace_is_refused_as_a_runtime_without_them_makes_the_kubelet
         st = status_of(cluster, "userns")
         assert st["phase"] == "Pending"
         assert container_status(st)["state"] == {"waiting": {"reason": "ContainerCreating"}}
+        uid = make_pod(cluster, "unmasked", unmasked, hostUsers=False)["metadata"]["uid"]
+        st = wait_status(cluster, "unmasked", lambda s: s.get("phase") == "Failed", 20, "Failed")
+        assert (st["reason"], st["message"]) == (
+            "Forbidden",
+            f'Pod was rejected: pod with UID "{uid}" specified procMount Unmasked for container'
+            ' "c", but is disallowed',
+        )
         with pytest.raises(ApiException) as refused:
             make_pod(cluster, "masked", unmasked)
         assert refused.value.status == 422

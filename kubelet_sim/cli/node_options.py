@@ -132,9 +132,11 @@ class NodeOptions:
         bool,
         _opt(
             "ALLOW_PRIVILEGED",
-            "Admit pods that reach the host: privileged containers, hostNetwork, hostPID,"
-            " hostIPC, hostPath volumes, added capabilities and hostPorts below 1024. Without"
-            " it they are refused (Forbidden).",
+            "Run what reaches the host: hostNetwork, hostPID, hostIPC, hostPath volumes and,"
+            " in any container (ephemeral ones too), privileged, capabilities added beyond"
+            " Pod Security's baseline list, procMount Unmasked and hostPorts below 1024."
+            " Without it such pods are refused (Forbidden), and such containers added later"
+            " are never created.",
         ),
     ] = False
     root_dir: Annotated[

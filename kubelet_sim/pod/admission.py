@@ -3,8 +3,8 @@
 A pod the scheduler placed here can still be refused: the kubelet re-runs the scheduler's resource
 fit against the pods it already runs (lifecycle/predicate.go, noderesources/fit.go) and, before
 v1.15, refused privileged pods unless started with --allow-privileged (privilegeAdmitHandler);
-kubelet-sim's switch also covers hostPath volumes, added capabilities and host ports below 1024. A
-refused pod is marked Failed with the reason and the message returned here (kubelet.rejectPod).
+kubelet-sim's switch covers whatever reaches the host (pod/host_access.py). A refused pod is marked
+Failed with the reason and the message returned here (kubelet.rejectPod).
 """
 
 from __future__ import annotations
@@ -13,6 +13,7 @@ from collections.abc import Collection, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
+from kubelet_sim.pod.host_access import forbidden_message
 from kubelet_sim.pod.quantity import milli_value, value
 from kubelet_sim.pod.security import (
     APPARMOR_REASON,
@@ -133,61 +134,6 @@ def admit_in_order(
         if rejection is None:
             active.append(pod)
     return decisions
-
-
-def forbidden_message(pod: PodView) -> str | None:
-    """canRunPod's message for the first request of the pod that reaches the host, if any.
-
-    Upstream gates host namespaces by pod source (HostNetworkSources etc.) and leaves hostPath,
-    capabilities and host ports to Pod Security admission; kubelet-sim gates them all with one
-    switch (--allow-privileged), so that no pod bound to a virtual node reaches the host unasked.
-    """
-    all_containers = [*pod.init_containers, *pod.containers]
-    checks = (
-        (any(_privileged(c) for c in pod.containers), "privileged container"),
-        (any(_privileged(c) for c in pod.init_containers), "privileged init container"),
-        (pod.host_network, "host networking"),
-        (pod.host_pid, "host PID"),
-        (pod.host_ipc, "host ipc"),
-        *((True, f'hostPath volume "{name}"') for name in _host_path_volumes(pod)),
-        *(
-            (True, f'added capabilities for container "{c.name}"')
-            for c in all_containers
-            if _added_capabilities(c)
-        ),
-        *(
-            (True, f'host port {port} for container "{c.name}"')
-            for c in all_containers
-            for port in _privileged_host_ports(c)
-        ),
-    )
-    for asked, what in checks:
-        if asked:
-            return f'pod with UID "{pod.uid}" specified {what}, but is disallowed'
-    return None
-
-
-# Host ports below this need CAP_NET_BIND_SERVICE on the host: they are the host's services'.
-FIRST_UNPRIVILEGED_PORT = 1024
-
-
-def _privileged(container: ContainerView) -> bool:
-    """securitycontext.HasPrivilegedRequest."""
-    return bool((container.raw.get("securityContext") or {}).get("privileged"))
-
-
-def _host_path_volumes(pod: PodView) -> list[str]:
-    return [str(v.get("name", "")) for v in pod.spec.get("volumes") or [] if "hostPath" in v]
-
-
-def _added_capabilities(container: ContainerView) -> bool:
-    security = container.raw.get("securityContext") or {}
-    return bool((security.get("capabilities") or {}).get("add"))
-
-
-def _privileged_host_ports(container: ContainerView) -> list[int]:
-    ports = [int(p.get("hostPort") or 0) for p in container.raw.get("ports") or []]
-    return [port for port in ports if 0 < port < FIRST_UNPRIVILEGED_PORT]
 
 
 def _fit(

@@ -6,6 +6,7 @@ The API object stays a dict at the edge; this view is what `pod/` reasons about.
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from enum import StrEnum
 from typing import Any
 
 Json = dict[str, Any]
@@ -40,6 +41,14 @@ class ContainerView:
     @property
     def has_startup_probe(self) -> bool:
         return "startupProbe" in self.raw
+
+
+class ContainerKind(StrEnum):
+    """Where a container is declared: the pod spec's field (GenerateContainerRef's paths)."""
+
+    INIT = "initContainers"
+    APP = "containers"
+    EPHEMERAL = "ephemeralContainers"
 
 
 @dataclass(frozen=True)
@@ -89,6 +98,15 @@ class PodView:
     def all_containers(self) -> tuple[ContainerView, ...]:
         """Init, app and ephemeral containers (podutil.AllContainers' order)."""
         return (*self.init_containers, *self.containers, *self.ephemeral_containers)
+
+    def kind_of(self, container: ContainerView) -> ContainerKind:
+        """By name, which is unique among all of a pod's containers: an app container, an init
+        container, else an ephemeral one (GenerateContainerRef's order)."""
+        if any(c.name == container.name for c in self.containers):
+            return ContainerKind.APP
+        if any(c.name == container.name for c in self.init_containers):
+            return ContainerKind.INIT
+        return ContainerKind.EPHEMERAL
 
     @property
     def fs_group(self) -> int | None:

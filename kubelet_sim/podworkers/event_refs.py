@@ -22,10 +22,6 @@ def event_ref(view: PodView, container: ContainerView | None = None) -> EventRef
     GenerateContainerRef: app containers first, then init, then ephemeral ones)."""
     field_path = ""
     if container is not None:
-        group = "containers"
-        if container.name not in {c.name for c in view.containers}:
-            init = container.name in {c.name for c in view.init_containers}
-            group = "initContainers" if init else "ephemeralContainers"
-        field_path = f"spec.{group}{{{container.name}}}"
+        field_path = f"spec.{view.kind_of(container)}{{{container.name}}}"
     rv = str((view.raw.get("metadata") or {}).get("resourceVersion") or "")
     return EventRef(view.namespace, view.name, view.uid, rv, field_path)

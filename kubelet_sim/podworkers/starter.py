@@ -1,8 +1,9 @@
 """Starting a pod's sandbox and containers, as the kubelet's startContainer does.
 
-Crash-loop backoff first, then the image, the container config, create and start, each failure
-ending in the kubelet's waiting reason and event (CrashLoopBackOff, ErrImagePull,
-CreateContainerConfigError, CreateContainerError, RunContainerError).
+The host-access gate first (--allow-privileged), then crash-loop backoff, the image, the
+container config, create and start, each failure ending in the kubelet's waiting reason and event
+(CreateContainerConfigError, CrashLoopBackOff, ErrImagePull, CreateContainerError,
+RunContainerError).
 """
 
 from __future__ import annotations
@@ -25,6 +26,7 @@ from kubelet_sim.pod.container_config import (
     sandbox_config,
 )
 from kubelet_sim.pod.dns import hosts_file, pod_dns, sandbox_hostname
+from kubelet_sim.pod.host_access import container_refusal
 from kubelet_sim.pod.pull_secrets import auths_for
 from kubelet_sim.pod.restart_backoff import KeyedBackoff, go_duration
 from kubelet_sim.pod.security import (
@@ -121,9 +123,18 @@ class ContainerStarter:
         pid_of: str = "",
     ) -> float | None:
         """startContainer: backoff, image, config, create, start; the retry delay if waiting.
-        `pid_of`: an ephemeral container's target, whose process namespace it joins."""
-        latest = latest_attempt(self.watcher.pod_containers(view.uid), container.name)
+        `pid_of`: an ephemeral container's target, whose process namespace it joins.
+
+        The host-access gate comes first, for every kind of container: an ephemeral one is
+        never admitted with its pod, and an init or app container is checked here again. A
+        refusal is generateContainerConfig's: CreateContainerConfigError and a Failed event."""
         ref = event_ref(view, container)
+        refused = container_refusal(
+            view, container, allow_privileged=self.settings.allow_privileged
+        )
+        if refused is not None:  # before anything else: not even its image is pulled
+            return self._failed(state, container, ref, "CreateContainerConfigError", refused)
+        latest = latest_attempt(self.watcher.pod_containers(view.uid), container.name)
         if latest is not None and latest.state is cri.ContainerState.EXITED:
             waiting = self._crash_loop_wait(view, container, latest, state, ref)
             if waiting is not None:
