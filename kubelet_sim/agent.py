@@ -36,6 +36,7 @@ from kubelet_sim.pod.references import referenced_objects
 from kubelet_sim.podworkers.gc import ContainerGC
 from kubelet_sim.podworkers.sync import PodSyncer, SyncSettings
 from kubelet_sim.podworkers.workers import PodWorkers
+from kubelet_sim.proxy.proxy import ProxySettings, ServiceProxy
 from kubelet_sim.runtime.docker_runtime import DockerRuntime
 from kubelet_sim.runtime.observe import ContainerWatcher
 from kubelet_sim.server.auth import Gate
@@ -135,7 +136,10 @@ class Agent:
         pods: PodSettings | None = None,
         schema: ServerSchema | None = None,
         server: ServerSettings | None = None,
+        *,
+        proxy: KubeConnection | None = None,
     ) -> None:
+        """`proxy`: the service proxy's connection (kube-proxy's rights); None runs none."""
         self.kube = kube
         self.runtime = runtime
         self.node_name = settings.node_name
@@ -173,11 +177,25 @@ class Agent:
             supervisor=supervisor,
             node=self.node_name,
         )
-        # The kubelet's service informer: service-link variables are read from its cache.
-        self.service_informer = Informer(
-            all_services(kube.api), None, supervisor=supervisor, node=self.node_name
-        )
         self.events = EventRecorder(kube.api, self.node_name, supervisor=supervisor)
+        self.proxy: ServiceProxy | None = None
+        if proxy is not None:
+            self.proxy = ServiceProxy(
+                ProxySettings(self.node_name, runtime.network_subnet()),
+                proxy,
+                self._services,
+                self._running_sandboxes,
+                self.events,
+                supervisor,
+            )
+        # The kubelet's service informer: service-link variables are read from its cache (and
+        # the service proxy's rules from it).
+        self.service_informer = Informer(
+            all_services(kube.api),
+            self._on_service_event if self.proxy is not None else None,
+            supervisor=supervisor,
+            node=self.node_name,
+        )
         self._pods: dict[str, Json] = {}
         self._pods_lock = threading.Lock()
         pod_settings = pods or PodSettings()
@@ -209,6 +227,7 @@ class Agent:
             volumes=VolumeManager(runtime.root_dir, memory_bytes=self._allocatable().memory_bytes),
             tokens=TokenManager(kube.api),
             supervisor=supervisor,
+            network=self.proxy.setup if self.proxy is not None else None,
         )
         self.syncer.starter.services = self._services
         self.workers = PodWorkers(self.syncer, workers=pod_settings.workers, supervisor=supervisor)
@@ -271,6 +290,8 @@ class Agent:
         self.node_informer.start()
         self.pod_informer.start()
         self.service_informer.start()
+        if self.proxy is not None:
+            self.proxy.start()
         watcher.start()
         for synced in (self.pod_informer.synced.wait, watcher.wait_synced):
             while not stop.is_set() and not synced(0.5):  # wakes only to notice a stop
@@ -291,6 +312,7 @@ class Agent:
             self.pod_informer,
             self.node_informer,
             self.service_informer,
+            *([self.proxy] if self.proxy is not None else []),
             self.gc,
             self.workers,
             watcher,
@@ -344,6 +366,17 @@ class Agent:
     def pod_of(self, uid: str) -> Json | None:
         with self._pods_lock:
             return self._pods.get(uid)
+
+    def _on_service_event(self, _kind: str, _service: Json) -> None:
+        if self.proxy is not None:
+            self.proxy.changed()
+
+    def _running_sandboxes(self) -> list[cri.ObservedContainer]:
+        return [
+            c
+            for c in self.syncer.watcher.all_containers()
+            if c.is_sandbox and c.state == cri.ContainerState.RUNNING
+        ]
 
     def _services(self) -> list[Json] | None:
         """Every Service, once the first list is in (None before: no variables can be made)."""

@@ -151,6 +151,7 @@ class ObservedContainer:
     oom_killed: bool = False
     error: str = ""  # the runtime's own error (e.g. exec format error), if any
     ip: str = ""  # sandboxes only: the pod IP
+    pid: int = 0  # sandboxes only, while running: a process in the pod's network namespace
 
     @property
     def is_sandbox(self) -> bool:

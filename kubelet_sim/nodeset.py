@@ -54,6 +54,10 @@ class NodeSetSettings:
     image_pull_progress_deadline: float = 60.0
     log_rotation: LogRotation = field(default_factory=LogRotation)
     owner_labels: dict[str, str] = field(default_factory=dict)  # on every container made
+    # The service proxy (Services and other nodes' pod ranges inside each pod's namespace),
+    # with kube-proxy's credentials when given (node credentials may not list EndpointSlices).
+    service_proxy: bool = True
+    proxy_kubeconfig: str | None = None
 
     def __post_init__(self) -> None:
         names = [n.settings.node_name for n in self.nodes]
@@ -83,16 +87,25 @@ class NodeSet:
             else:
                 pool = CONNECTIONS_PER_NODE + 4
                 kube[node.settings.node_name] = connect(node.kubeconfig, pool_size=pool)
+        proxy: KubeConnection | None = None
+        if settings.service_proxy and settings.proxy_kubeconfig is not None:
+            pool = 2 * len(settings.nodes) + 2
+            proxy = connect(settings.proxy_kubeconfig, pool_size=pool)
         self.engine = DockerRuntime.connect(network=settings.docker_network)
         try:
-            self.agents = self._build(settings, kube)
+            self.agents = self._build(settings, kube, proxy)
         except BaseException:
             self.engine.close()
             raise
         self.failures: list[tuple[str, str]] = []
         self._threads: list[threading.Thread] = []
 
-    def _build(self, settings: NodeSetSettings, kube: dict[str, KubeConnection]) -> list[Agent]:
+    def _build(
+        self,
+        settings: NodeSetSettings,
+        kube: dict[str, KubeConnection],
+        proxy: KubeConnection | None,
+    ) -> list[Agent]:
         identities = list(settings.nodes)
         if settings.docker_network != "bridge":
             gateway = self.engine.network_gateway()  # also: the network exists, or one line
@@ -122,7 +135,17 @@ class NodeSet:
             if server is not None and node.serving_cert is not None:
                 cert, key = node.serving_cert
                 server = dataclasses.replace(server, tls_cert_file=cert, tls_private_key_file=key)
-            agents.append(Agent(node.settings, kube[name], runtime, settings.pods, schema, server))
+            agents.append(
+                Agent(
+                    node.settings,
+                    kube[name],
+                    runtime,
+                    settings.pods,
+                    schema,
+                    server,
+                    proxy=(proxy or kube[name]) if settings.service_proxy else None,
+                )
+            )
         return agents
 
     @property

@@ -41,6 +41,7 @@ def start_agent(
     pull_progress_deadline: float | None = None,
     prepare: Callable[[Agent], None] | None = None,
     server: ServerSettings | None = None,
+    service_proxy: bool = False,
     **pod: Any,
 ) -> RunningAgent:
     """An agent on its thread. `node` holds NodeSettings fields (cpu, memory, ...), `pod`
@@ -53,6 +54,9 @@ def start_agent(
             pods=PodSettings(pause_image=docker_env.pause_image, **pod),
             server=server,
             image_pull_progress_deadline=pull_progress_deadline or 60.0,
+            # kube-proxy's rights: the test's own (admin) credentials, as the proxy's own
+            service_proxy=service_proxy,
+            proxy_kubeconfig=cluster.kubeconfig if service_proxy else None,
         )
     )
     (agent,) = nodes.agents

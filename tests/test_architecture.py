@@ -32,7 +32,9 @@ ALLOWED: dict[str, set[str]] = {
     "prober": SHARED | {"pod"},
     "podworkers": SHARED | {"kube", "runtime", "pod", "volumes", "prober"},
     "server": SHARED | {"kube", "pod"},
-    "agent": SHARED | {"kube", "runtime", "pod", "node", "podworkers", "volumes", "server"},
+    "proxy": SHARED | {"kube"},
+    "agent": SHARED
+    | {"kube", "runtime", "pod", "node", "podworkers", "volumes", "server", "proxy"},
     "tools": SHARED | {"kube", "runtime", "pod"},
     "controlplane": SHARED,
     "nodeset": SHARED | {"agent", "kube", "runtime", "node", "server"},

@@ -164,6 +164,15 @@ class NodeOptions:
             min=1,
         ),
     ] = 60.0
+    service_proxy: Annotated[
+        bool,
+        _opt(
+            "SERVICE_PROXY",
+            "Program Services (ClusterIPs, load-balanced over ready EndpointSlice endpoints) and"
+            " other nodes' pod ranges into each pod's network namespace, as kube-proxy and the"
+            " network plugin give a node; the host is not touched. Needs root and iptables.",
+        ),
+    ] = True
     container_log_max_size: Annotated[
         str,
         _opt(

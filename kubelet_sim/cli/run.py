@@ -109,6 +109,14 @@ def run(
             help="Let requests without credentials in as system:anonymous (then authorized).",
         ),
     ] = False,
+    proxy_kubeconfig: Annotated[
+        str | None,
+        typer.Option(
+            envvar="KUBELET_SIM_PROXY_KUBECONFIG",
+            help="Kubeconfig of the service proxy (kube-proxy's rights, system:node-proxier);"
+            " default: the node's own, which needs that role bound (see README).",
+        ),
+    ] = None,
     delete_node_on_exit: Annotated[
         bool,
         typer.Option(
@@ -155,6 +163,8 @@ def run(
             docker_network=node.docker_network,
             image_pull_progress_deadline=node.image_pull_progress_deadline,
             log_rotation=node.log_rotation(),
+            service_proxy=node.service_proxy,
+            proxy_kubeconfig=proxy_kubeconfig,
         )
         node_set = NodeSet(settings)
     except (ConfigError, KubeConfigError, RuntimeUnavailable, ServerError) as exc:

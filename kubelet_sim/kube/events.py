@@ -37,6 +37,8 @@ class EventRef:
     uid: str
     resource_version: str = ""
     field_path: str = ""
+    kind: str = "Pod"  # also Service and EndpointSlice, for the service proxy's warnings
+    api_version: str = "v1"
 
 
 @dataclass
@@ -162,11 +164,11 @@ class EventRecorder:
         self, key: tuple[str, ...], ref: EventRef, event_type: str, reason: str, msg: str, ts: str
     ) -> None:
         involved: Json = {
-            "kind": "Pod",
+            "kind": ref.kind,
             "namespace": ref.namespace,
             "name": ref.name,
             "uid": ref.uid,
-            "apiVersion": "v1",
+            "apiVersion": ref.api_version,
         }
         if ref.resource_version:
             involved["resourceVersion"] = ref.resource_version

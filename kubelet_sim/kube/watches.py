@@ -55,3 +55,20 @@ def events_with_reason(
     return ListWatchSource(
         f"{reason} events in {namespace}", core.list_namespaced_event, (namespace,), selector
     )
+
+
+def all_endpoint_slices(api: client.ApiClient) -> ListWatchSource:
+    """Every EndpointSlice, for the service proxy (kube-proxy's rights: system:node-proxier;
+    node credentials alone may not list them)."""
+    return ListWatchSource(
+        description="endpointslices",
+        list_method=client.DiscoveryV1Api(api).list_endpoint_slice_for_all_namespaces,
+        kwargs={},
+    )
+
+
+def all_nodes(api: client.ApiClient) -> ListWatchSource:
+    """Every Node, for the other nodes' pod ranges (the Node authorizer lets a node read them)."""
+    return ListWatchSource(
+        description="nodes", list_method=client.CoreV1Api(api).list_node, kwargs={}
+    )

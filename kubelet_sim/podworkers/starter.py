@@ -66,8 +66,13 @@ class ContainerStarter:
         stopper: ContainerStopper,
         lookup: ObjectLookup,
         hooks: HookRunner | None = None,
+        *,
+        network: Callable[[cri.ObservedContainer], None] | None = None,
     ) -> None:
         self.settings = settings
+        # The node's network set-up for a new sandbox (the service proxy's rules and routes),
+        # done before any container of the pod starts, as a CNI ADD.
+        self.network = network
         self.runtime = runtime
         self.watcher = watcher
         self.events = events
@@ -105,6 +110,8 @@ class ContainerStarter:
                     self.runtime.pull_image(cfg.image)
                 self.sandbox_images.add(cfg.image)
             sandbox = self.runtime.run_sandbox(cfg)
+            if self.network is not None and not view.host_network:
+                self.network(sandbox)
         except Exception as exc:  # any runtime failure: report it the kubelet's way, retry
             message = f"Failed to create pod sandbox: {exc}"
             self.events.event(event_ref(view), WARNING, "FailedCreatePodSandBox", message)

@@ -67,6 +67,7 @@ class PodSyncer:
         volumes: VolumeManager,
         tokens: TokenManager,
         supervisor: Supervisor | None = None,
+        network: Callable[[cri.ObservedContainer], None] | None = None,
     ) -> None:
         self.settings = settings
         self.runtime = runtime
@@ -93,7 +94,15 @@ class PodSyncer:
         self.hooks = HookRunner(runtime, events, settings.node_ip)
         self.stopper = ContainerStopper(runtime, watcher, events, self.hooks)
         self.starter = ContainerStarter(
-            settings, runtime, watcher, events, status, self.stopper, self._lookup, self.hooks
+            settings,
+            runtime,
+            watcher,
+            events,
+            status,
+            self.stopper,
+            self._lookup,
+            self.hooks,
+            network=network,
         )
         self.start_duration = Histogram(POD_START_BUCKETS)
         self.prober = ProbeManager(

@@ -128,6 +128,19 @@ class DockerRuntime:
                 return gateway
         raise RuntimeUnavailable(f"Docker network {self.network!r} has no IPv4 gateway")
 
+    def network_subnet(self) -> str | None:
+        """The IPv4 subnet of the sandboxes' network (where other nodes' addresses are
+        on-link), or None if Docker does not say."""
+        try:
+            attrs = cast(dict[str, Any], self.client.api.inspect_network(self.network))
+        except (NotFound, APIError):
+            return None
+        for config in (attrs.get("IPAM") or {}).get("Config") or []:
+            subnet = str(config.get("Subnet") or "")
+            if subnet and ":" not in subnet:
+                return subnet
+        return None
+
     def version(self) -> str:
         """The engine version, as nodeInfo.containerRuntimeVersion wants it (docker://X)."""
         return str(self.client.version().get("Version", "unknown"))

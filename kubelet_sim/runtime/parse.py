@@ -93,6 +93,9 @@ def observed_from_inspect(
         oom_killed=bool(state_json.get("OOMKilled")),
         error=str(state_json.get("Error") or ""),
         ip=_sandbox_ip(network) if is_sandbox else "",
+        pid=int(state_json.get("Pid") or 0)
+        if is_sandbox and state == cri.ContainerState.RUNNING
+        else 0,
     )
 
 

@@ -67,6 +67,7 @@ ROOTS = (
     "io.k8s.api.core.v1.Event",
     "io.k8s.api.core.v1.Binding",
     "io.k8s.api.coordination.v1.Lease",
+    "io.k8s.api.discovery.v1.EndpointSlice",
     "io.k8s.api.authentication.v1.TokenRequest",
     "io.k8s.apimachinery.pkg.apis.meta.v1.Status",
     "io.k8s.apimachinery.pkg.apis.meta.v1.DeleteOptions",
@@ -195,7 +196,8 @@ def _check_micro_time(value: Any) -> None:
 
 
 def definition_of(res: Resource) -> str:
-    group = {"": "core", "coordination.k8s.io": "coordination"}.get(res.group, res.group)
+    short = {"": "core", "coordination.k8s.io": "coordination", "discovery.k8s.io": "discovery"}
+    group = short.get(res.group, res.group)
     return f"io.k8s.api.{group}.{res.version}.{res.kind}"
 
 

@@ -61,6 +61,7 @@ SERVICEACCOUNTS = Resource("serviceaccounts", "ServiceAccount", subresources=fro
 SERVICES = Resource(
     "services", "Service", subresources=frozenset({"status"}), has_status=True, short_names=("svc",)
 )
+ENDPOINTSLICES = Resource("endpointslices", "EndpointSlice", group="discovery.k8s.io")
 # Create-only reviews: answered, never stored (as the real server's).
 TOKENREVIEWS = Resource(
     "tokenreviews", "TokenReview", group="authentication.k8s.io", namespaced=False
@@ -80,6 +81,7 @@ ALL: tuple[Resource, ...] = (
     LEASES,
     SERVICEACCOUNTS,
     SERVICES,
+    ENDPOINTSLICES,
 )
 
 BY_GROUP: dict[tuple[str, str], Resource] = {

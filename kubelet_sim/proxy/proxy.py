@@ -1,0 +1,165 @@
+"""The node's kube-proxy: Services and other nodes' pod ranges, inside each pod's namespace.
+
+A kubelet's node has kube-proxy (and the cluster's network plugin) in its own network
+namespace; a virtual node must not touch its host's, so the same rules go into each pod's
+namespace instead: programmed as the sandbox starts (before any container can connect, as a
+CNI ADD), and again within a debounce of any change to Services, EndpointSlices or Nodes.
+They leave with the pod. A hostNetwork pod shares the host's namespace and is never touched.
+"""
+
+from __future__ import annotations
+
+import threading
+from collections.abc import Callable
+from dataclasses import dataclass, field
+
+from kubelet_sim import cri
+from kubelet_sim.kube.client import KubeConnection
+from kubelet_sim.kube.events import EventRecorder, EventRef
+from kubelet_sim.kube.informer import Informer
+from kubelet_sim.kube.rest import Json
+from kubelet_sim.kube.watches import all_endpoint_slices, all_nodes
+from kubelet_sim.logs import get_logger
+from kubelet_sim.proxy import netns, rules
+from kubelet_sim.supervise import Supervisor
+
+DEBOUNCE = 0.05  # changes that come together (a rollout) are programmed together
+RESYNC = 30.0  # a namespace whose programming failed is retried at least this often
+FIRST_LIST_GRACE = 5.0  # a new pod waits this long at most for the first EndpointSlice list
+WARNING = "Warning"
+
+
+@dataclass
+class ProxySettings:
+    node_name: str
+    subnet: str | None  # the pods' Docker network (other nodes' ranges are routed only when on it)
+    debounce: float = DEBOUNCE
+    runner: netns.Runner = field(default=netns._run)
+
+
+class ServiceProxy:
+    """Owns the EndpointSlice and Node watches; reads Services from the agent's informer.
+
+    `sandboxes()` lists the node's running sandboxes. Disabled (one warning) where namespaces
+    cannot be entered (not root, no iptables): pods then run without Services, as on a node
+    without kube-proxy."""
+
+    def __init__(
+        self,
+        settings: ProxySettings,
+        kube: KubeConnection,
+        services: Callable[[], list[Json] | None],
+        sandboxes: Callable[[], list[cri.ObservedContainer]],
+        events: EventRecorder | None,
+        supervisor: Supervisor,
+    ) -> None:
+        self.settings = settings
+        self._services = services
+        self._sandboxes = sandboxes
+        self._events = events
+        self.log = get_logger("kubelet_sim.proxy", node=settings.node_name)
+        self.disabled = netns.unavailable() if settings.runner is netns._run else None
+        self._stop = threading.Event()
+        self._dirty = threading.Event()
+        self._lock = threading.Lock()  # one programmer at a time per namespace
+        self._namespaces: dict[int, netns.Namespace] = {}
+        self._warned: set[tuple[str, str, str, str]] = set()
+        self.slices = Informer(
+            all_endpoint_slices(kube.api),
+            lambda _kind, _obj: self.changed(),
+            supervisor=supervisor,
+            node=settings.node_name,
+        )
+        self.nodes = Informer(
+            all_nodes(kube.api),
+            lambda _kind, _obj: self.changed(),
+            supervisor=supervisor,
+            node=settings.node_name,
+        )
+        self._thread = supervisor.thread("service-proxy", self._run, self._stop)
+
+    def start(self) -> None:
+        if self.disabled:
+            self.log.warning("Services are not programmed into pods", reason=self.disabled)
+            return
+        self.slices.start()
+        self.nodes.start()
+        self._thread.start()
+
+    def stop(self, timeout: float = 5.0) -> None:
+        self._stop.set()
+        self._dirty.set()
+        for informer in (self.slices, self.nodes):
+            informer.stop(timeout)
+        if self._thread.is_alive():
+            self._thread.join(timeout)
+
+    def changed(self) -> None:
+        self._dirty.set()
+
+    def setup(self, sandbox: cri.ObservedContainer) -> None:
+        """Program a new sandbox's namespace now, before its containers start."""
+        if self.disabled or not sandbox.pid:
+            return
+        self.slices.synced.wait(FIRST_LIST_GRACE)
+        self._program([sandbox], full=False)
+
+    # ---------------------------------------------------------------------------------------
+
+    def _run(self) -> None:
+        while not self._stop.is_set():
+            self._dirty.wait(RESYNC)
+            if self._stop.wait(self.settings.debounce):
+                return
+            self._dirty.clear()
+            self._program(self._sandboxes(), full=True)
+
+    def _desired(self) -> tuple[rules.RuleSet, list[rules.Route]]:
+        ports, skipped = rules.service_ports(self._services() or [], self.slices.items())
+        for item in skipped:
+            self._warn(item)
+        routes = rules.pod_routes(self.nodes.items(), self.settings.node_name, self.settings.subnet)
+        return rules.render(ports), routes
+
+    def _program(self, sandboxes: list[cri.ObservedContainer], *, full: bool) -> None:
+        if not self.slices.synced.is_set():
+            return  # without the endpoints every Service would look empty and refuse
+        with self._lock:
+            ruleset, routes = self._desired()
+            live = {s.pid for s in sandboxes if s.pid}
+            for sandbox in sandboxes:
+                if not sandbox.pid or netns.is_host_namespace(sandbox.pid):
+                    continue
+                space = self._namespaces.get(sandbox.pid)
+                if space is None:
+                    space = netns.Namespace(sandbox.pid, run=self.settings.runner)
+                    self._namespaces[sandbox.pid] = space
+                try:
+                    if space.apply(ruleset, routes):
+                        self.log.debug(
+                            "programmed", pod=f"{sandbox.pod.namespace}/{sandbox.pod.name}"
+                        )
+                except (netns.NetnsError, OSError) as exc:
+                    # The pod may be going away under us; the next change or resync retries.
+                    space.programmed = None
+                    self.log.warning(
+                        "programming a pod's Services failed",
+                        pod=f"{sandbox.pod.namespace}/{sandbox.pod.name}",
+                        error=str(exc)[:300],
+                    )
+            if full:  # forget namespaces now gone
+                for pid in set(self._namespaces) - live:
+                    del self._namespaces[pid]
+
+    def _warn(self, item: rules.Skipped) -> None:
+        key = (item.kind, item.namespace, item.name, item.reason)
+        if key in self._warned:
+            return
+        self._warned.add(key)
+        self.log.warning(
+            "skipped", kind=item.kind, object=f"{item.namespace}/{item.name}", why=item.reason
+        )
+        if self._events is not None:
+            api_version = "discovery.k8s.io/v1" if item.kind == "EndpointSlice" else "v1"
+            ref = EventRef(item.namespace, item.name, "", kind=item.kind, api_version=api_version)
+            self._events.event(ref, WARNING, "NotProgrammed", item.reason)

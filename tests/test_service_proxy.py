@@ -1,0 +1,194 @@
+"""Services from the virtual node's pods, with real packets between real containers.
+
+Backends serve their own name over HTTP; a client pod on the node asks the Service's ClusterIP
+(`docker exec … wget`, inside the client's own namespace). The Service has no selector and the
+test writes its EndpointSlice, so both API servers see the same objects (the real one has an
+EndpointSlice controller, the fake has none). The proxy runs with the test's admin
+credentials, as kube-proxy runs with its own.
+"""
+
+from __future__ import annotations
+
+import subprocess
+import time
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from kubelet_sim import cri
+from kubelet_sim.kube.rest import request_json
+from tests.agent_fixture import RunningAgent, start_agent
+from tests.cluster import Cluster, wait_for
+from tests.docker_env import DockerEnv
+from tests.pods import container, get_pod, make_pod, pod_containers, running_ready, wait_status
+
+pytestmark = pytest.mark.docker
+
+SERVE = [
+    "sh", "-c", "mkdir -p /www && echo $HOSTNAME > /www/index.html && exec httpd -f -p 8080 -h /www"
+]  # fmt: skip
+
+
+def _slice_path(cluster: Cluster, name: str = "") -> str:
+    base = f"/apis/discovery.k8s.io/v1/namespaces/{cluster.namespace}/endpointslices"
+    return f"{base}/{name}" if name else base
+
+
+def _endpoint_slice(service: str, endpoints: dict[str, bool]) -> dict[str, Any]:
+    return {
+        "apiVersion": "discovery.k8s.io/v1",
+        "kind": "EndpointSlice",
+        "metadata": {"name": f"{service}-1", "labels": {"kubernetes.io/service-name": service}},
+        "addressType": "IPv4",
+        "ports": [{"name": "http", "port": 8080, "protocol": "TCP"}],
+        "endpoints": [
+            {"addresses": [ip], "conditions": {"ready": ready}} for ip, ready in endpoints.items()
+        ],
+    }  # fmt: skip
+
+
+def _pod_ip(cluster: Cluster, name: str) -> str:
+    st = wait_status(cluster, name, running_ready, 30, "running and ready")
+    return str(st["podIP"])
+
+
+def _app_container(cluster: Cluster, docker_env: DockerEnv, name: str) -> str:
+    uid = (get_pod(cluster, name) or {})["metadata"]["uid"]
+    (app,) = [
+        c
+        for c in pod_containers(docker_env, uid)
+        if c.labels.get(cri.LABEL_CONTAINER_NAME) != cri.SANDBOX_CONTAINER_NAME
+        and c.status == "running"
+    ]
+    return app.id
+
+
+def _ask(docker_env: DockerEnv, client: str, address: str) -> str:
+    """One HTTP request from inside the client pod (nc: this busybox's wget crashes): the
+    body's last line, or nc's error (`… Connection refused`)."""
+    host, port = address.rsplit(":", 1)
+    script = f"printf 'GET / HTTP/1.0\\r\\n\\r\\n' | nc -w 3 {host} {port} 2>&1"
+    result = docker_env.client.api.exec_create(client, ["sh", "-c", script])
+    out = docker_env.client.api.exec_start(result["Id"]).decode().strip()
+    return out.splitlines()[-1].strip() if out else ""
+
+
+def _sandbox_pid(docker_env: DockerEnv, uid: str) -> int:
+    (sandbox,) = [
+        c
+        for c in pod_containers(docker_env, uid)
+        if c.labels.get(cri.LABEL_CONTAINER_NAME) == cri.SANDBOX_CONTAINER_NAME
+    ]
+    return int(docker_env.client.api.inspect_container(sandbox.id)["State"]["Pid"])
+
+
+def _in_netns(pid: int, *argv: str) -> str:
+    return subprocess.run(
+        ["nsenter", f"--net=/proc/{pid}/ns/net", "--", *argv],
+        capture_output=True, text=True, check=True, timeout=10,
+    ).stdout  # fmt: skip
+
+
+@pytest.fixture
+def proxied(cluster: Cluster, docker_env: DockerEnv, tmp_path: Path) -> Any:
+    running = start_agent(cluster, docker_env, tmp_path / "root", service_proxy=True)
+    yield running
+    running.stop()
+
+
+def test_a_pod_reaches_a_service_load_balanced_and_follows_its_endpoints(
+    cluster: Cluster, docker_env: DockerEnv, proxied: RunningAgent
+) -> None:
+    for name in ("b1", "b2"):
+        make_pod(cluster, name, container(command=SERVE))
+    make_pod(cluster, "client")
+    ips = {name: _pod_ip(cluster, name) for name in ("b1", "b2")}
+    _pod_ip(cluster, "client")
+    cluster.core.create_namespaced_service(
+        cluster.namespace,
+        {"metadata": {"name": "web"},
+         "spec": {"ports": [{"name": "http", "port": 80, "targetPort": 8080}]}},
+    )  # fmt: skip
+    cluster_ip = cluster.core.read_namespaced_service("web", cluster.namespace).spec.cluster_ip
+    url = f"{cluster_ip}:80"
+    client = _app_container(cluster, docker_env, "client")
+    pid = _sandbox_pid(docker_env, (get_pod(cluster, "client") or {})["metadata"]["uid"])
+
+    def rules() -> str:
+        nat = _in_netns(pid, "iptables", "-w", "5", "-t", "nat", "-S")
+        return nat + _in_netns(pid, "iptables", "-w", "5", "-t", "filter", "-S")
+
+    # A packet is sent only once its rule is in place: without one it would follow the
+    # pod's default route off this machine.
+    wait_for(lambda: f"-d {cluster_ip}/32" in rules(), 5, "the Service's REJECT")
+    began = time.monotonic()
+    assert "refused" in _ask(docker_env, client, url).lower()
+    assert time.monotonic() - began < 2.5, "refused at once, not a timeout"
+
+    body = _endpoint_slice("web", {ips["b1"]: True, ips["b2"]: True})
+    request_json(cluster.api, "POST", _slice_path(cluster), body=body)
+    wait_for(lambda: rules().count("-j DNAT") == 2, 5, "DNAT to both backends")
+    seen: set[str] = set()
+
+    def both_answer() -> bool:
+        seen.add(_ask(docker_env, client, url))
+        return {"b1", "b2"} <= seen
+
+    wait_for(both_answer, 20, f"both backends behind {url} (seen {seen})")
+
+    # b2 turns unready: within a second only b1 answers.
+    body["endpoints"][1]["conditions"]["ready"] = False
+    current = request_json(cluster.api, "GET", _slice_path(cluster, "web-1"))
+    body["metadata"]["resourceVersion"] = current["metadata"]["resourceVersion"]
+    changed = time.monotonic()
+    request_json(cluster.api, "PUT", _slice_path(cluster, "web-1"), body=body)
+    wait_for(lambda: ips["b2"] not in rules(), 1.0, "b2's DNAT gone within a second")
+    took = time.monotonic() - changed
+    assert all(_ask(docker_env, client, url) == "b1" for _ in range(6))
+
+    # The Service deleted: its rules go (no packet is sent to a ClusterIP without a rule).
+    request_json(cluster.api, "DELETE", f"/api/v1/namespaces/{cluster.namespace}/services/web")
+    wait_for(lambda: cluster_ip not in rules(), 1.0, "the deleted Service's rules gone")
+    print(f"b2 unready -> rules changed in {took:.3f}s")
+
+
+def test_rules_live_in_the_pod_namespace_once_and_never_on_the_host(
+    cluster: Cluster, docker_env: DockerEnv, tmp_path: Path
+) -> None:
+    host_rules_before = _host_ksim_rules()
+    first = start_agent(cluster, docker_env, tmp_path / "root", service_proxy=True)
+    try:
+        make_pod(cluster, "client")
+        _pod_ip(cluster, "client")
+    finally:
+        first.stop()
+    uid = (get_pod(cluster, "client") or {})["metadata"]["uid"]
+    pid = _sandbox_pid(docker_env, uid)
+    again = start_agent(cluster, docker_env, tmp_path / "root", service_proxy=True)
+    try:
+        cluster.core.create_namespaced_service(
+            cluster.namespace,
+            {"metadata": {"name": "later"}, "spec": {"ports": [{"port": 81}]}},
+        )  # the restarted agent programs the running pod again
+
+        def rejected_once() -> str | None:
+            filt = _in_netns(pid, "iptables", "-w", "5", "-t", "filter", "-S")
+            return filt if "--dport 81" in filt else None
+
+        filt = wait_for(rejected_once, 10, "the new Service's REJECT in the pod's namespace")
+        nat = _in_netns(pid, "iptables", "-w", "5", "-t", "nat", "-S", "OUTPUT")
+        assert nat.count("-j KSIM-SERVICES") == 1, nat
+        assert filt.count("-A OUTPUT -j KSIM-SERVICES") == 1, filt
+    finally:
+        again.stop()
+    assert _host_ksim_rules() == host_rules_before == ""
+
+
+def _host_ksim_rules() -> str:
+    """Our chains and routes in the host's own namespace: there must never be any."""
+    saved = subprocess.run(["iptables-save"], capture_output=True, text=True, check=True).stdout
+    routes = subprocess.run(
+        ["ip", "-4", "route", "show", "proto", "250"], capture_output=True, text=True, check=True
+    ).stdout
+    return "".join(line + "\n" for line in saved.splitlines() if "KSIM" in line) + routes
