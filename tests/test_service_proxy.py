@@ -192,3 +192,69 @@ def _host_ksim_rules() -> str:
         ["ip", "-4", "route", "show", "proto", "250"], capture_output=True, text=True, check=True
     ).stdout
     return "".join(line + "\n" for line in saved.splitlines() if "KSIM" in line) + routes
+
+
+def test_cluster_dns_through_its_service_then_a_service_by_name(
+    cluster: Cluster, docker_env: DockerEnv, tmp_path: Path
+) -> None:
+    """kind's shape: ClusterFirst pods name the kube-dns Service's ClusterIP as their only
+    nameserver; the proxy leads that ClusterIP to the DNS pod; the name leads to a Service."""
+    from tests.dns_fixture import serve_in_netns
+
+    ns = cluster.namespace
+    dns_ports = [{"name": "dns", "port": 53, "protocol": "UDP"},
+                 {"name": "dns-tcp", "port": 53, "protocol": "TCP"}]  # fmt: skip
+    cluster.core.create_namespaced_service(
+        ns, {"metadata": {"name": "kube-dns"}, "spec": {"ports": dns_ports}}
+    )
+    cluster.core.create_namespaced_service(
+        ns, {"metadata": {"name": "my-svc"}, "spec": {"ports": [{"name": "http", "port": 80}]}}
+    )
+    dns_ip = cluster.core.read_namespaced_service("kube-dns", ns).spec.cluster_ip
+    svc_ip = cluster.core.read_namespaced_service("my-svc", ns).spec.cluster_ip
+    from kubelet_sim.agent import node_dns
+
+    running = start_agent(
+        cluster, docker_env, tmp_path / "root", service_proxy=True,
+        dns=node_dns([dns_ip], "cluster.local", ""),
+    )  # fmt: skip
+    servers = []
+    try:
+        make_pod(cluster, "dns", dnsPolicy="Default")
+        make_pod(cluster, "b1", container(command=SERVE), dnsPolicy="Default")
+        make_pod(cluster, "client")
+        ips = {name: _pod_ip(cluster, name) for name in ("dns", "b1", "client")}
+        dns_pid = _sandbox_pid(docker_env, (get_pod(cluster, "dns") or {})["metadata"]["uid"])
+        servers = serve_in_netns(dns_pid, {f"my-svc.{ns}.svc.cluster.local": svc_ip})
+        dns_slice = _endpoint_slice("kube-dns", {ips["dns"]: True})
+        dns_slice["ports"] = [{"name": "dns", "port": 53, "protocol": "UDP"},
+                              {"name": "dns-tcp", "port": 53, "protocol": "TCP"}]  # fmt: skip
+        request_json(cluster.api, "POST", _slice_path(cluster), body=dns_slice)
+        request_json(cluster.api, "POST", _slice_path(cluster),
+                     body=_endpoint_slice("my-svc", {ips["b1"]: True}))  # fmt: skip
+        client_pid = _sandbox_pid(docker_env, (get_pod(cluster, "client") or {})["metadata"]["uid"])
+
+        def programmed() -> bool:
+            nat = _in_netns(client_pid, "iptables", "-w", "5", "-t", "nat", "-S")
+            return f"{ips['dns']}:53" in nat and f"{ips['b1']}:8080" in nat
+
+        wait_for(programmed, 10, "DNAT to the DNS pod and to b1 in the client's namespace")
+        client = _app_container(cluster, docker_env, "client")
+        resolv = docker_env.client.api.exec_start(
+            docker_env.client.api.exec_create(client, ["cat", "/etc/resolv.conf"])["Id"]
+        ).decode()
+        assert f"nameserver {dns_ip}" in resolv
+        assert f"search {ns}.svc.cluster.local svc.cluster.local cluster.local" in resolv
+        script = (
+            "ip=$(nslookup my-svc | awk '/^Address/ {a=$NF} END {print a}'); echo ip=$ip;"
+            " printf 'GET / HTTP/1.0\\r\\n\\r\\n' | nc -w 3 $ip 80"
+        )
+        out = docker_env.client.api.exec_start(
+            docker_env.client.api.exec_create(client, ["sh", "-c", script])["Id"]
+        ).decode()
+        assert f"ip={svc_ip}" in out, out
+        assert out.strip().splitlines()[-1] == "b1", out
+    finally:
+        for server in servers:
+            server.stop()
+        running.stop()

@@ -115,6 +115,7 @@ def demo(
             docker_network=node.docker_network,
             image_pull_progress_deadline=node.image_pull_progress_deadline,
             log_rotation=node.log_rotation(),
+            service_proxy=node.service_proxy,
         )
         for name in names:  # every option checked before anything starts
             settings.node_settings(name)

@@ -48,6 +48,26 @@ class DemoSettings:
     docker_network: str = "bridge"
     image_pull_progress_deadline: float = 60.0
     log_rotation: LogRotation = field(default_factory=LogRotation)
+    service_proxy: bool = True
+
+
+def _grant_node_proxier(admin: KubeConnection) -> None:
+    """The nodes' service proxies read EndpointSlices with kube-proxy's role, as kube-proxy
+    itself does on a kubeadm cluster (there bound to its own ServiceAccount)."""
+    body = {
+        "apiVersion": "rbac.authorization.k8s.io/v1",
+        "kind": "ClusterRoleBinding",
+        "metadata": {"name": "kubelet-sim:node-proxier"},
+        "roleRef": {
+            "apiGroup": "rbac.authorization.k8s.io",
+            "kind": "ClusterRole",
+            "name": "system:node-proxier",
+        },
+        "subjects": [
+            {"apiGroup": "rbac.authorization.k8s.io", "kind": "Group", "name": "system:nodes"}
+        ],
+    }
+    request_json(admin.api, "POST", "/apis/rbac.authorization.k8s.io/v1/clusterrolebindings", body)
 
 
 class Demo:
@@ -99,6 +119,9 @@ class Demo:
         self.say(f"starting a control plane from {s.binaries.apiserver.parent}")
         plane.start()
         s.state.write(children=[{"pid": pid, "argv": argv} for _name, pid, argv in plane.processes])
+        admin = connect(str(plane.admin_kubeconfig))
+        if s.service_proxy:
+            _grant_node_proxier(admin)
         identities = []
         for name in s.node_names:
             creds = plane.node_credentials(name, ips=(NODE_IP,))
@@ -119,10 +142,10 @@ class Demo:
                 image_pull_progress_deadline=s.image_pull_progress_deadline,
                 log_rotation=s.log_rotation,
                 owner_labels=s.state.owner_labels,
+                service_proxy=s.service_proxy,
             )
         )
         self.nodes.start(stop)
-        admin = connect(str(plane.admin_kubeconfig))
         self._wait_nodes_ready(admin, stop)
         shutil.copyfile(plane.admin_kubeconfig, s.state.kubeconfig)
         s.state.kubeconfig.chmod(0o600)
