@@ -42,6 +42,7 @@ def start_agent(
     prepare: Callable[[Agent], None] | None = None,
     server: ServerSettings | None = None,
     service_proxy: bool = False,
+    docker_network: str = "bridge",
     **pod: Any,
 ) -> RunningAgent:
     """An agent on its thread. `node` holds NodeSettings fields (cpu, memory, ...), `pod`
@@ -56,6 +57,7 @@ def start_agent(
             image_pull_progress_deadline=pull_progress_deadline or 60.0,
             # kube-proxy's rights: the test's own (admin) credentials, as the proxy's own
             service_proxy=service_proxy,
+            docker_network=docker_network,
             proxy_kubeconfig=cluster.kubeconfig if service_proxy else None,
         )
     )

@@ -10,6 +10,7 @@ from tests.cluster import *  # noqa: F403
 from tests.cluster import api_mode
 from tests.docker_env import *  # noqa: F403
 from tests.mounts import unmount_all_under
+from tests.networks import network  # noqa: F401 (a fixture: a Docker network of the test's own)
 
 # Many agents run at once (both passes, subprocess agents among them): each one's kubelet API
 # takes a free port (advertised in its Node) rather than all asking for 10250.

@@ -3,8 +3,6 @@
 from __future__ import annotations
 
 import ipaddress
-import secrets
-from collections.abc import Iterator
 from typing import Any
 
 import pytest
@@ -12,24 +10,10 @@ import pytest
 from kubelet_sim import cri
 from tests.agent_process import running_agent
 from tests.cluster import Cluster, wait_for
-from tests.docker_env import TEST_LABEL, DockerEnv
+from tests.docker_env import DockerEnv
 from tests.pods import container, make_pod, running_ready, wait_status
 
 pytestmark = pytest.mark.docker
-
-
-@pytest.fixture
-def network(
-    cluster: Cluster, docker_env: DockerEnv, request: pytest.FixtureRequest
-) -> Iterator[Any]:
-    """A bridge network of the test's own engine, as kind makes its `kind` network."""
-    created = docker_env.client.networks.create(
-        f"ks-net-{secrets.token_hex(3)}", driver="bridge", labels={TEST_LABEL: request.node.nodeid}
-    )
-    created.reload()
-    yield created
-    docker_env.remove_labelled(f"{cri.LABEL_NODE}={cluster.node_name}")  # its endpoints first
-    created.remove()
 
 
 def _internal_ip(cluster: Cluster) -> str | None:

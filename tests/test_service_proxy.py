@@ -16,18 +16,14 @@ from typing import Any
 
 import pytest
 
-from kubelet_sim import cri
 from kubelet_sim.kube.rest import request_json
 from tests.agent_fixture import RunningAgent, start_agent
 from tests.cluster import Cluster, wait_for
 from tests.docker_env import DockerEnv
-from tests.pods import container, get_pod, make_pod, pod_containers, running_ready, wait_status
+from tests.netpods import SERVE, app_container, ask, in_netns, pod_ip, sandbox_pid
+from tests.pods import container, get_pod, make_pod
 
 pytestmark = pytest.mark.docker
-
-SERVE = [
-    "sh", "-c", "mkdir -p /www && echo $HOSTNAME > /www/index.html && exec httpd -f -p 8080 -h /www"
-]  # fmt: skip
 
 
 def _slice_path(cluster: Cluster, name: str = "") -> str:
@@ -48,48 +44,6 @@ def _endpoint_slice(service: str, endpoints: dict[str, bool]) -> dict[str, Any]:
     }  # fmt: skip
 
 
-def _pod_ip(cluster: Cluster, name: str) -> str:
-    st = wait_status(cluster, name, running_ready, 30, "running and ready")
-    return str(st["podIP"])
-
-
-def _app_container(cluster: Cluster, docker_env: DockerEnv, name: str) -> str:
-    uid = (get_pod(cluster, name) or {})["metadata"]["uid"]
-    (app,) = [
-        c
-        for c in pod_containers(docker_env, uid)
-        if c.labels.get(cri.LABEL_CONTAINER_NAME) != cri.SANDBOX_CONTAINER_NAME
-        and c.status == "running"
-    ]
-    return app.id
-
-
-def _ask(docker_env: DockerEnv, client: str, address: str) -> str:
-    """One HTTP request from inside the client pod (nc: this busybox's wget crashes): the
-    body's last line, or nc's error (`… Connection refused`)."""
-    host, port = address.rsplit(":", 1)
-    script = f"printf 'GET / HTTP/1.0\\r\\n\\r\\n' | nc -w 3 {host} {port} 2>&1"
-    result = docker_env.client.api.exec_create(client, ["sh", "-c", script])
-    out = docker_env.client.api.exec_start(result["Id"]).decode().strip()
-    return out.splitlines()[-1].strip() if out else ""
-
-
-def _sandbox_pid(docker_env: DockerEnv, uid: str) -> int:
-    (sandbox,) = [
-        c
-        for c in pod_containers(docker_env, uid)
-        if c.labels.get(cri.LABEL_CONTAINER_NAME) == cri.SANDBOX_CONTAINER_NAME
-    ]
-    return int(docker_env.client.api.inspect_container(sandbox.id)["State"]["Pid"])
-
-
-def _in_netns(pid: int, *argv: str) -> str:
-    return subprocess.run(
-        ["nsenter", f"--net=/proc/{pid}/ns/net", "--", *argv],
-        capture_output=True, text=True, check=True, timeout=10,
-    ).stdout  # fmt: skip
-
-
 @pytest.fixture
 def proxied(cluster: Cluster, docker_env: DockerEnv, tmp_path: Path) -> Any:
     running = start_agent(cluster, docker_env, tmp_path / "root", service_proxy=True)
@@ -103,8 +57,8 @@ def test_a_pod_reaches_a_service_load_balanced_and_follows_its_endpoints(
     for name in ("b1", "b2"):
         make_pod(cluster, name, container(command=SERVE))
     make_pod(cluster, "client")
-    ips = {name: _pod_ip(cluster, name) for name in ("b1", "b2")}
-    _pod_ip(cluster, "client")
+    ips = {name: pod_ip(cluster, name) for name in ("b1", "b2")}
+    pod_ip(cluster, "client")
     cluster.core.create_namespaced_service(
         cluster.namespace,
         {"metadata": {"name": "web"},
@@ -112,18 +66,18 @@ def test_a_pod_reaches_a_service_load_balanced_and_follows_its_endpoints(
     )  # fmt: skip
     cluster_ip = cluster.core.read_namespaced_service("web", cluster.namespace).spec.cluster_ip
     url = f"{cluster_ip}:80"
-    client = _app_container(cluster, docker_env, "client")
-    pid = _sandbox_pid(docker_env, (get_pod(cluster, "client") or {})["metadata"]["uid"])
+    client = app_container(cluster, docker_env, "client")
+    pid = sandbox_pid(docker_env, (get_pod(cluster, "client") or {})["metadata"]["uid"])
 
     def rules() -> str:
-        nat = _in_netns(pid, "iptables", "-w", "5", "-t", "nat", "-S")
-        return nat + _in_netns(pid, "iptables", "-w", "5", "-t", "filter", "-S")
+        nat = in_netns(pid, "iptables", "-w", "5", "-t", "nat", "-S")
+        return nat + in_netns(pid, "iptables", "-w", "5", "-t", "filter", "-S")
 
     # A packet is sent only once its rule is in place: without one it would follow the
     # pod's default route off this machine.
     wait_for(lambda: f"-d {cluster_ip}/32" in rules(), 5, "the Service's REJECT")
     began = time.monotonic()
-    assert "refused" in _ask(docker_env, client, url).lower()
+    assert "refused" in ask(docker_env, client, url).lower()
     assert time.monotonic() - began < 2.5, "refused at once, not a timeout"
 
     body = _endpoint_slice("web", {ips["b1"]: True, ips["b2"]: True})
@@ -132,7 +86,7 @@ def test_a_pod_reaches_a_service_load_balanced_and_follows_its_endpoints(
     seen: set[str] = set()
 
     def both_answer() -> bool:
-        seen.add(_ask(docker_env, client, url))
+        seen.add(ask(docker_env, client, url))
         return {"b1", "b2"} <= seen
 
     wait_for(both_answer, 20, f"both backends behind {url} (seen {seen})")
@@ -145,7 +99,7 @@ def test_a_pod_reaches_a_service_load_balanced_and_follows_its_endpoints(
     request_json(cluster.api, "PUT", _slice_path(cluster, "web-1"), body=body)
     wait_for(lambda: ips["b2"] not in rules(), 1.0, "b2's DNAT gone within a second")
     took = time.monotonic() - changed
-    assert all(_ask(docker_env, client, url) == "b1" for _ in range(6))
+    assert all(ask(docker_env, client, url) == "b1" for _ in range(6))
 
     # The Service deleted: its rules go (no packet is sent to a ClusterIP without a rule).
     request_json(cluster.api, "DELETE", f"/api/v1/namespaces/{cluster.namespace}/services/web")
@@ -160,11 +114,11 @@ def test_rules_live_in_the_pod_namespace_once_and_never_on_the_host(
     first = start_agent(cluster, docker_env, tmp_path / "root", service_proxy=True)
     try:
         make_pod(cluster, "client")
-        _pod_ip(cluster, "client")
+        pod_ip(cluster, "client")
     finally:
         first.stop()
     uid = (get_pod(cluster, "client") or {})["metadata"]["uid"]
-    pid = _sandbox_pid(docker_env, uid)
+    pid = sandbox_pid(docker_env, uid)
     again = start_agent(cluster, docker_env, tmp_path / "root", service_proxy=True)
     try:
         cluster.core.create_namespaced_service(
@@ -173,11 +127,11 @@ def test_rules_live_in_the_pod_namespace_once_and_never_on_the_host(
         )  # the restarted agent programs the running pod again
 
         def rejected_once() -> str | None:
-            filt = _in_netns(pid, "iptables", "-w", "5", "-t", "filter", "-S")
+            filt = in_netns(pid, "iptables", "-w", "5", "-t", "filter", "-S")
             return filt if "--dport 81" in filt else None
 
         filt = wait_for(rejected_once, 10, "the new Service's REJECT in the pod's namespace")
-        nat = _in_netns(pid, "iptables", "-w", "5", "-t", "nat", "-S", "OUTPUT")
+        nat = in_netns(pid, "iptables", "-w", "5", "-t", "nat", "-S", "OUTPUT")
         assert nat.count("-j KSIM-SERVICES") == 1, nat
         assert filt.count("-A OUTPUT -j KSIM-SERVICES") == 1, filt
     finally:
@@ -223,8 +177,8 @@ def test_cluster_dns_through_its_service_then_a_service_by_name(
         make_pod(cluster, "dns", dnsPolicy="Default")
         make_pod(cluster, "b1", container(command=SERVE), dnsPolicy="Default")
         make_pod(cluster, "client")
-        ips = {name: _pod_ip(cluster, name) for name in ("dns", "b1", "client")}
-        dns_pid = _sandbox_pid(docker_env, (get_pod(cluster, "dns") or {})["metadata"]["uid"])
+        ips = {name: pod_ip(cluster, name) for name in ("dns", "b1", "client")}
+        dns_pid = sandbox_pid(docker_env, (get_pod(cluster, "dns") or {})["metadata"]["uid"])
         servers = serve_in_netns(dns_pid, {f"my-svc.{ns}.svc.cluster.local": svc_ip})
         dns_slice = _endpoint_slice("kube-dns", {ips["dns"]: True})
         dns_slice["ports"] = [{"name": "dns", "port": 53, "protocol": "UDP"},
@@ -232,14 +186,14 @@ def test_cluster_dns_through_its_service_then_a_service_by_name(
         request_json(cluster.api, "POST", _slice_path(cluster), body=dns_slice)
         request_json(cluster.api, "POST", _slice_path(cluster),
                      body=_endpoint_slice("my-svc", {ips["b1"]: True}))  # fmt: skip
-        client_pid = _sandbox_pid(docker_env, (get_pod(cluster, "client") or {})["metadata"]["uid"])
+        client_pid = sandbox_pid(docker_env, (get_pod(cluster, "client") or {})["metadata"]["uid"])
 
         def programmed() -> bool:
-            nat = _in_netns(client_pid, "iptables", "-w", "5", "-t", "nat", "-S")
+            nat = in_netns(client_pid, "iptables", "-w", "5", "-t", "nat", "-S")
             return f"{ips['dns']}:53" in nat and f"{ips['b1']}:8080" in nat
 
         wait_for(programmed, 10, "DNAT to the DNS pod and to b1 in the client's namespace")
-        client = _app_container(cluster, docker_env, "client")
+        client = app_container(cluster, docker_env, "client")
         resolv = docker_env.client.api.exec_start(
             docker_env.client.api.exec_create(client, ["cat", "/etc/resolv.conf"])["Id"]
         ).decode()
