@@ -32,7 +32,9 @@ __all__ = [
     "api_mode",
     "cluster",
     "cluster_session",
+    "control_plane_session",
     "fake_api",
+    "new_cluster",
     "open_watch",
     "pod_body",
     "server_has_field",
@@ -235,12 +237,24 @@ def _cleanup(core: Any, session: _Session, namespace: str, node_name: str) -> No
 @pytest.fixture
 def cluster(cluster_session: _Session) -> Iterator[Cluster]:
     """A fresh namespace `ks-test-<random>` and node name `ks-node-<random>` per test."""
+    with new_cluster(cluster_session) as c:
+        yield c
+
+
+def control_plane_session(env: KubeEnv) -> _Session:
+    """A session on a control plane a test started itself (not the suite's)."""
+    return _Session(str(env.admin_kubeconfig), None, env)
+
+
+@contextlib.contextmanager
+def new_cluster(cluster_session: _Session, node_name: str | None = None) -> Iterator[Cluster]:
+    """What the `cluster` fixture gives, on any session; `node_name` instead of a random one."""
     from kubernetes import client, config
 
     api = config.new_client_from_config(config_file=cluster_session.kubeconfig)  # type: ignore[no-untyped-call]
     core = client.CoreV1Api(api)
     suffix = secrets.token_hex(4)
-    namespace, node_name = f"ks-test-{suffix}", f"ks-node-{suffix}"
+    namespace, node_name = f"ks-test-{suffix}", node_name or f"ks-node-{suffix}"
     core.create_namespace(client.V1Namespace(metadata=client.V1ObjectMeta(name=namespace)))
     if cluster_session.fake is None:
         _wait_default_service_account(core, cluster_session, namespace)

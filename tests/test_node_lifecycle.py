@@ -13,7 +13,7 @@ import pytest
 from kubelet_sim.kube.client import connect
 from kubelet_sim.kube.node_api import NodeApi
 from kubelet_sim.kube.rest import ApiError, call_json
-from kubelet_sim.node.host import HostFacts, detect_host
+from kubelet_sim.node.host import HostFacts, detect_host, resolve_name
 from kubelet_sim.node.lifecycle import NodeLifecycle, RuntimeProbe
 from kubelet_sim.node.node_object import KUBELET_VERSION
 from kubelet_sim.node.settings import NodeSettings
@@ -60,12 +60,17 @@ def start_node(cluster: Cluster, host: HostFacts) -> Iterator[Start]:
     started: list[NodeLifecycle] = []
 
     def start(
-        probe: RuntimeProbe | None = None, admin: bool = False, **overrides: Any
+        probe: RuntimeProbe | None = None,
+        admin: bool = False,
+        resolve: Callable[[str], tuple[str, ...]] = resolve_name,
+        **overrides: Any,
     ) -> NodeLifecycle:
         """With a kubelet's credentials on a real server, unless `admin`."""
         settings = NodeSettings(node_name=cluster.node_name, **{**FAST, **overrides})
         api = cluster.api if admin else connect(cluster.node_kubeconfig).api
-        lifecycle = NodeLifecycle(settings, NodeApi(api), probe or FakeProbe(), host)
+        lifecycle = NodeLifecycle(
+            settings, NodeApi(api), probe or FakeProbe(), host, resolve=resolve
+        )
         started.append(lifecycle)
         assert lifecycle.start()
         return lifecycle
@@ -133,7 +138,9 @@ def test_node_registers_with_the_kubelets_fields_and_is_ready(
     assert {"cpu", "memory", "pods", "ephemeral-storage"} <= set(status["capacity"])
     assert status["capacity"]["pods"] == "110"
     assert set(status["allocatable"]) == set(status["capacity"])
-    assert {"type": "Hostname", "address": cluster.node_name} in status["addresses"]
+    # the test's node name resolves nowhere: no Hostname address an API server would fail on
+    internal = [{"type": "InternalIP", "address": host.node_ip}] if host.node_ip else []
+    assert status["addresses"] == internal
     assert status["daemonEndpoints"]["kubeletEndpoint"]["Port"] == 10250
     info = status["nodeInfo"]
     assert info["kubeletVersion"] == KUBELET_VERSION
@@ -166,6 +173,25 @@ def test_restart_adopts_the_node_and_keeps_its_taints(cluster: Cluster, start_no
     assert node["metadata"]["labels"]["kubernetes.io/os"] == "linux"
     assert node["metadata"]["labels"]["example.com/admin"] == "yes"
     _wait_ready(cluster, "True")
+
+
+def _addresses(cluster: Cluster) -> list[dict[str, str]]:
+    return list(((_node(cluster) or {}).get("status") or {}).get("addresses") or [])
+
+
+def test_hostname_address_follows_what_the_node_name_resolves_to(
+    cluster: Cluster, start_node: Start
+) -> None:
+    """A name that leads to the node IP is advertised as Hostname; after a restart where it
+    no longer does (or after an older kubelet-sim, which always advertised it) the Hostname
+    address is gone from the Node, not merged in beside the new list."""
+    internal = {"type": "InternalIP", "address": "10.20.30.40"}
+    hostname = {"type": "Hostname", "address": cluster.node_name}
+    first = start_node(node_ip="10.20.30.40", resolve=lambda _name: ("10.20.30.40",))
+    assert _addresses(cluster) == [internal, hostname]
+    first.stop()
+    start_node(node_ip="10.20.30.40", resolve=lambda _name: ())
+    wait_for(lambda: _addresses(cluster) == [internal], 5, "the Hostname address removed")
 
 
 def test_lease_is_owned_by_the_node_and_renewed(cluster: Cluster, start_node: Start) -> None:

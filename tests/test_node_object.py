@@ -3,16 +3,27 @@
 from __future__ import annotations
 
 import re
+import threading
+import time
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
 import pytest
 
 from kubelet_sim.config import ConfigError
+from kubelet_sim.controlplane.cluster import UPSTREAM_ADDRESS_TYPES
 from kubelet_sim.node import host as host_module
-from kubelet_sim.node.host import HostFacts, default_route_ip, detect_host, go_arch, os_image
+from kubelet_sim.node.host import (
+    HostFacts,
+    default_route_ip,
+    detect_host,
+    go_arch,
+    os_image,
+    resolve_name,
+)
 from kubelet_sim.node.node_object import (
     KUBELET_VERSION,
+    addresses,
     build_node,
     compute_conditions,
     format_micro_time,
@@ -28,6 +39,7 @@ from kubelet_sim.node.settings import (
     parse_taints,
     validate_node_labels,
 )
+from tests.fakeapi.nodeproxy import preferred_address
 
 NOW = datetime(2026, 11, 22, 17, 0, 0, 123456, tzinfo=UTC)
 HOST = HostFacts(
@@ -98,10 +110,7 @@ def test_status_fields_match_a_real_kubelet() -> None:
     assert status["allocatable"]["memory"] == f"{16 * 1024 * 1024 - 100 * 1024}Ki"
     assert status["allocatable"]["ephemeral-storage"] == str(int(100 * 1024**3 * 0.9))
     assert status["allocatable"]["cpu"] == "8"
-    assert status["addresses"] == [
-        {"type": "InternalIP", "address": "10.1.2.3"},
-        {"type": "Hostname", "address": "vn-1"},
-    ]
+    assert status["addresses"] == [{"type": "InternalIP", "address": "10.1.2.3"}]
     assert status["daemonEndpoints"] == {"kubeletEndpoint": {"Port": 10250}}
     assert status["nodeInfo"] == {
         "machineID": "m-id",
@@ -139,6 +148,82 @@ def test_overrides_size_the_node_and_the_node_ip() -> None:
     assert status["allocatable"]["memory"] == f"{8 * 1024 * 1024 - 100 * 1024}Ki"
     assert status["capacity"]["pods"] == status["allocatable"]["pods"] == "30"
     assert status["addresses"][0] == {"type": "InternalIP", "address": "192.168.5.5"}
+
+
+INTERNAL = {"type": "InternalIP", "address": "10.1.2.3"}
+HOSTNAME = {"type": "Hostname", "address": "vn-1"}
+
+
+@pytest.mark.parametrize(
+    ("resolved", "expected"),
+    [
+        ((), [INTERNAL]),  # `vn-1` resolves nowhere: an API server would fail to look it up
+        (("10.9.9.9",), [INTERNAL]),  # somewhere else (a search domain's host, say)
+        (("127.0.1.1",), [INTERNAL]),  # Debian's /etc/hosts line for the machine's own name
+        (("fe80::1", "10.1.2.3"), [INTERNAL, HOSTNAME]),  # among its addresses: the node IP
+    ],
+)
+def test_hostname_is_advertised_only_when_the_node_name_leads_to_the_node_ip(
+    resolved: tuple[str, ...], expected: list[dict[str, str]]
+) -> None:
+    assert addresses(NodeSettings(node_name="vn-1"), HOST, resolved) == expected
+    status = build_node(NodeSettings(node_name="vn-1"), HOST, "27.3.1", [], NOW, (), resolved)
+    assert status["status"]["addresses"] == expected
+
+
+def test_addresses_compare_ips_not_spellings() -> None:
+    settings = NodeSettings(node_name="vn-1", node_ip="2001:db8::7")
+    assert addresses(settings, HOST, ("2001:DB8:0:0::7",))[1:] == [HOSTNAME]
+
+
+def test_without_a_node_ip_hostname_is_all_there_is_if_the_name_resolves() -> None:
+    no_ip = HostFacts(**{**HOST.__dict__, "node_ip": None})
+    settings = NodeSettings(node_name="vn-1")
+    assert addresses(settings, no_ip, ("10.4.4.4",)) == [HOSTNAME]
+    assert addresses(settings, no_ip, ()) == []
+
+
+KUBEADM_ADDRESS_TYPES = "InternalIP,ExternalIP,Hostname"  # kubeadm's, so kind's
+
+
+@pytest.mark.parametrize(
+    "preference",
+    [
+        UPSTREAM_ADDRESS_TYPES,  # Hostname first
+        KUBEADM_ADDRESS_TYPES,
+        "ExternalIP,InternalIP,Hostname",
+        "ExternalDNS,ExternalIP,Hostname,InternalIP",
+        "InternalIP,Hostname",  # the tests' control plane
+    ],
+)
+@pytest.mark.parametrize("resolved", [(), ("10.1.2.3",)], ids=["unresolvable", "resolves"])
+def test_every_preference_leads_to_the_node_ip(preference: str, resolved: tuple[str, ...]) -> None:
+    """The address the API server picks (GetPreferredNodeAddress, as the fake picks it) is the
+    node IP, or the node name where that resolves to the node IP."""
+    found = addresses(NodeSettings(node_name="vn-1"), HOST, resolved)
+    picked = preferred_address(found, preference.split(","))
+    assert picked == "10.1.2.3" or (picked == "vn-1" and "10.1.2.3" in resolved)
+
+
+def test_resolve_name_reads_the_hosts_resolver() -> None:
+    assert "127.0.0.1" in resolve_name("localhost") or "::1" in resolve_name("localhost")
+    assert resolve_name("no-such-node.invalid") == ()  # RFC 6761: never resolves
+
+
+def test_a_lookup_without_an_answer_in_time_counts_as_unresolvable(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    answered = threading.Event()
+
+    def slow(*_args: object, **_kwargs: object) -> list[object]:
+        answered.wait(5)
+        return [(0, 0, 0, "", ("10.1.2.3", 0))]
+
+    monkeypatch.setattr(host_module.socket, "getaddrinfo", slow)
+    started = time.monotonic()
+    assert resolve_name("vn-1", timeout=0.2) == ()
+    assert time.monotonic() - started < 2
+    answered.set()
 
 
 def test_reserved_hugepages_leave_allocatable_memory() -> None:

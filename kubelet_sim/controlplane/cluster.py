@@ -31,6 +31,8 @@ SERVICE_CIDR = "10.96.0.0/16"
 API_SERVICE_IP = "10.96.0.1"
 ISSUER = "https://kubernetes.default.svc.cluster.local"  # kind's: the token audience
 STOP_GRACE = 2.0  # a throw-away control plane needs no 10 s API-server drain
+# kube-apiserver's own default for --kubelet-preferred-address-types (what None gives).
+UPSTREAM_ADDRESS_TYPES = "Hostname,InternalDNS,InternalIP,ExternalDNS,ExternalIP"
 
 # Linux's parent-death signal (util-linux setpriv): a killed parent leaves no control plane
 # behind. KILL, since a kube-scheduler given TERM without its API server was seen to hang.
@@ -69,12 +71,14 @@ class ControlPlane:
 
     `on_step(what, seconds)` hears each component become ready. `verify_kubelets` makes the
     API server check kubelets' serving certificates against the CA (the demo's nodes have
-    such certificates; the tests' agents make self-signed ones)."""
+    such certificates; the tests' agents make self-signed ones). `preferred_address_types` is
+    the API server's --kubelet-preferred-address-types; None leaves the flag out, so the
+    server's own default (UPSTREAM_ADDRESS_TYPES, Hostname first) applies."""
 
     binaries: Binaries
     workdir: Path
     controllers: bool = True
-    preferred_address_types: str = "InternalIP,Hostname"
+    preferred_address_types: str | None = "InternalIP,Hostname"
     verify_kubelets: bool = False
     on_step: Callable[[str, float], None] | None = None
     url: str = ""
@@ -264,6 +268,8 @@ class ControlPlane:
         pki = self.workdir / "pki"
         self.url = f"https://127.0.0.1:{port}"
         verify = ["--kubelet-certificate-authority", str(pki / "ca.crt")]
+        preferred = self.preferred_address_types
+        prefer = [] if preferred is None else ["--kubelet-preferred-address-types", preferred]
         proc = self._spawn(
             "kube-apiserver",
             [
@@ -279,7 +285,7 @@ class ControlPlane:
                 "--kubelet-client-certificate", str(pki / "kubelet-client.crt"),
                 "--kubelet-client-key", str(pki / "kubelet-client.key"),
                 *(verify if self.verify_kubelets else []),
-                "--kubelet-preferred-address-types", self.preferred_address_types,
+                *prefer,
                 "--authorization-mode", "Node,RBAC",
                 "--enable-admission-plugins", "NodeRestriction",
                 "--service-account-key-file", str(pki / "sa.pub"),

@@ -2,7 +2,7 @@
 
 The node IP is the address of the default-route interface (what the kubelet falls back to when
 the hostname does not resolve); it is read from /proc/net/route and an ioctl, never by sending
-a packet.
+a packet. `resolve_name` is the one lookup: what the node's name resolves to on this host.
 """
 
 from __future__ import annotations
@@ -13,6 +13,7 @@ import os
 import platform
 import socket
 import struct
+import threading
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -34,6 +35,8 @@ GO_ARCH = {
 }
 SIOCGIFADDR = 0x8915
 STORAGE_PATHS = ("/var/lib/docker", "/")
+# A name lookup that takes longer counts as no answer: the node does not wait on a slow DNS.
+RESOLVE_TIMEOUT = 2.0
 
 
 @dataclass(frozen=True)
@@ -104,6 +107,36 @@ def default_route_ip(route_table: str = "/proc/net/route") -> str | None:
             return address
     get_logger(__name__).warning("no default route with an IPv4 address; pass --node-ip")
     return None
+
+
+def resolve_name(name: str, timeout: float = RESOLVE_TIMEOUT) -> tuple[str, ...]:
+    """The addresses `name` resolves to on this host (getaddrinfo: /etc/hosts, then DNS with
+    the search list), in the resolver's order; () when it does not resolve within `timeout`.
+
+    A lookup cannot be cancelled: one that outlives the timeout finishes on its own daemon
+    thread, and its answer is dropped.
+    """
+    found: list[str] = []
+    done = threading.Event()
+
+    def look_up() -> None:
+        try:
+            answers = socket.getaddrinfo(name, None, type=socket.SOCK_STREAM)
+            found.extend(dict.fromkeys(str(answer[4][0]) for answer in answers))
+        except (OSError, UnicodeError):
+            pass  # no such name (or no resolver): nothing resolves
+        finally:
+            done.set()
+
+    threading.Thread(target=look_up, name=f"resolve {name}", daemon=True).start()
+    if not done.wait(timeout):
+        get_logger(__name__).warning(
+            "no answer resolving the node name; taking it as unresolvable",
+            name=name,
+            timeout_seconds=timeout,
+        )
+        return ()
+    return tuple(found)
 
 
 def interface_ipv4(interface: str) -> str | None:

@@ -7,12 +7,13 @@ runs the lease and status threads; `stop()` ends them within a second or so.
 from __future__ import annotations
 
 import threading
+from collections.abc import Callable
 from datetime import UTC, datetime
 
 from kubelet_sim.kube.node_api import NodeApi
 from kubelet_sim.kube.rest import ApiError, Json
 from kubelet_sim.logs import get_logger
-from kubelet_sim.node.host import HostFacts, detect_host
+from kubelet_sim.node.host import HostFacts, detect_host, resolve_name
 from kubelet_sim.node.lease import LeaseController
 from kubelet_sim.node.node_object import build_node
 from kubelet_sim.node.registration import Registrar
@@ -33,9 +34,11 @@ class NodeLifecycle:
         runtime_probe: RuntimeProbe,
         host: HostFacts | None = None,
         supervisor: Supervisor | None = None,
+        resolve: Callable[[str], tuple[str, ...]] = resolve_name,
     ) -> None:
         self.settings = settings
         self.host = host or detect_host()
+        self._resolve = resolve
         self._api = node_api
         self._stop = threading.Event()
         self._log = get_logger("kubelet_sim.node", node=settings.node_name)
@@ -55,10 +58,16 @@ class NodeLifecycle:
         self._stop_lock = threading.Lock()
 
     def start(self) -> bool:
-        """Register (blocking, with retries), then start the threads. False if stopped first."""
+        """Register (blocking, with retries), then start the threads. False if stopped first.
+
+        The node name is resolved once, here: the Node advertises it as its Hostname address
+        only if it leads to the node IP (`node_object.addresses`)."""
+        name_addresses = self._resolve(self.settings.node_name)
+        self._status.name_addresses = name_addresses
         self._log.info(
             "registering node",
             node_ip=self.settings.node_ip or self.host.node_ip,
+            name_resolves_to=list(name_addresses),
             taints=len(self.settings.register_with_taints),
         )
         node = self._registrar.register(self._stop)
@@ -95,7 +104,9 @@ class NodeLifecycle:
     def _initial_node(self) -> Json:
         version, errors = self._status.observe_runtime()
         images = self._status.images() if not errors else []
-        return build_node(self.settings, self.host, version, errors, datetime.now(UTC), images)
+        now = datetime.now(UTC)
+        resolved = self._status.name_addresses
+        return build_node(self.settings, self.host, version, errors, now, images, resolved)
 
     def _delete_node(self) -> None:
         name = self.settings.node_name

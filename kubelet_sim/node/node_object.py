@@ -8,7 +8,8 @@ reads like a real one in `kubectl describe node`.
 from __future__ import annotations
 
 import copy
-from collections.abc import Sequence
+import ipaddress
+from collections.abc import Collection, Sequence
 from datetime import UTC, datetime
 from typing import Any
 
@@ -80,8 +81,11 @@ def build_node(
     runtime_errors: list[str],
     now: datetime,
     images: Sequence[cri.ImageSummary] = (),
+    name_addresses: Collection[str] = (),
 ) -> Json:
-    """The Node to create at registration; node labels and taints apply only here, as upstream."""
+    """The Node to create at registration; node labels and taints apply only here, as upstream.
+
+    `name_addresses`: what the node name resolves to on this host (see `addresses`)."""
     node: Json = {
         "apiVersion": "v1",
         "kind": "Node",
@@ -91,7 +95,9 @@ def build_node(
             "annotations": {ANNOTATION_CMAD: "true"},
         },
         "spec": {},
-        "status": node_status(settings, host, runtime_version, runtime_errors, [], now, images),
+        "status": node_status(
+            settings, host, runtime_version, runtime_errors, [], now, images, name_addresses
+        ),
     }
     if settings.register_with_taints:
         node["spec"]["taints"] = copy.deepcopy(settings.register_with_taints)
@@ -123,6 +129,7 @@ def node_status(
     previous_conditions: list[Json],
     now: datetime,
     images: Sequence[cri.ImageSummary] = (),
+    name_addresses: Collection[str] = (),
 ) -> Json:
     """The whole `status` the kubelet owns, computed afresh at each status update."""
     capacity, allocatable = resources(settings, host)
@@ -132,7 +139,7 @@ def node_status(
         "capacity": capacity,
         "allocatable": allocatable,
         "conditions": compute_conditions(previous_conditions, runtime_errors, now),
-        "addresses": addresses(settings, host),
+        "addresses": addresses(settings, host, name_addresses),
         "daemonEndpoints": {"kubeletEndpoint": {"Port": settings.kubelet_port}},
         "nodeInfo": node_info(host, runtime_version),
     }
@@ -181,14 +188,39 @@ def resources(settings: NodeSettings, host: HostFacts) -> tuple[dict[str, str], 
     return capacity, allocatable
 
 
-def addresses(settings: NodeSettings, host: HostFacts) -> list[Json]:
-    """InternalIP then Hostname; the node name stands for the hostname (--hostname-override)."""
-    result: list[Json] = []
+def addresses(
+    settings: NodeSettings, host: HostFacts, name_addresses: Collection[str] = ()
+) -> list[Json]:
+    """InternalIP, then Hostname (the node name) only where that name leads to the same place.
+
+    The API server dials the first address of the first type in its
+    --kubelet-preferred-address-types that the Node has (GetPreferredNodeAddress; upstream's
+    default puts Hostname first) and does not fall back when that address fails. The kubelet
+    always advertises its hostname (nodestatus.NodeAddress), the name of a real machine that
+    the network usually knows; a virtual node's name (`n1`) is made up, and an API server that
+    picked it failed with `lookup n1: no such host`. So Hostname is advertised only when the
+    node name resolves, on this host (`name_addresses`), to the node IP: then it leads where
+    InternalIP does. Otherwise the Node has InternalIP alone, as kwok's and virtual-kubelet's
+    nodes have, and every preference that names InternalIP reaches it: Hostname first (the
+    type is absent, so the next is tried), InternalIP first (kubeadm's, kind's), ExternalIP
+    first (never advertised: no address here is external). Without a node IP, Hostname is
+    kept when the name resolves at all, the only way left to reach the node.
+    """
     node_ip = settings.node_ip or host.node_ip
-    if node_ip:
-        result.append({"type": "InternalIP", "address": node_ip})
-    result.append({"type": "Hostname", "address": settings.node_name})
+    hostname = {"type": "Hostname", "address": settings.node_name}
+    if not node_ip:
+        return [hostname] if name_addresses else []
+    result: list[Json] = [{"type": "InternalIP", "address": node_ip}]
+    if any(_same_ip(node_ip, address) for address in name_addresses):
+        result.append(hostname)
     return result
+
+
+def _same_ip(a: str, b: str) -> bool:
+    try:
+        return ipaddress.ip_address(a) == ipaddress.ip_address(b)
+    except ValueError:
+        return False
 
 
 def node_info(host: HostFacts, runtime_version: str) -> dict[str, str]:

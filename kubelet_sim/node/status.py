@@ -78,6 +78,7 @@ class NodeStatusController:
         self._conditions: list[Json] = []  # our conditions as the server last had them
         self._last_sent: Json | None = None
         self._last_write: float | None = None  # time.monotonic() of the last write
+        self.name_addresses: tuple[str, ...] = ()  # the node name, resolved (set at start)
         self._spec: Json | None = None
         self._server: tuple[int, Json] = (0, {})  # (resourceVersion, status) newest seen
 
@@ -188,6 +189,7 @@ class NodeStatusController:
             previous_conditions,
             datetime.now(UTC),
             self.images() if not errors else (),
+            self.name_addresses,
         )
         if not self._report_due() and not status_changed(last_sent, status):
             return "unchanged"

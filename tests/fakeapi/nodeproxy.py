@@ -14,6 +14,7 @@ import contextlib
 import selectors
 import socket
 import ssl
+from collections.abc import Sequence
 from email.message import Message
 from typing import Any
 from urllib.parse import quote, urlencode
@@ -40,14 +41,14 @@ def location(
     if node is None:
         raise ApiError(404, f'nodes "{node_name}" not found', "NotFound")
     status = node.get("status") or {}
-    addresses = {a.get("type"): a.get("address") for a in status.get("addresses") or ()}
-    host = next((addresses[t] for t in ADDRESS_TYPES if addresses.get(t)), "")
+    host = preferred_address(status.get("addresses") or (), ADDRESS_TYPES)
     port = int(
         ((status.get("daemonEndpoints") or {}).get("kubeletEndpoint") or {}).get("Port")
         or 0  # DaemonEndpoint's json name
     )
     if not host or not port:
-        raise ApiError(500, f"no preferred addresses found; known addresses: {list(addresses)}")
+        known = [a.get("type") for a in status.get("addresses") or ()]
+        raise ApiError(500, f"no preferred addresses found; known addresses: {known}")
 
     def one(key: str) -> str:
         return (query.get(key) or [""])[-1]
@@ -68,6 +69,16 @@ def location(
         if one(option) in _TRUE:
             params.append((kubelet_name, "1"))
     return host, port, f"/{sub}" + base + _query(params)
+
+
+def preferred_address(addresses: Sequence[Obj], preferred: Sequence[str]) -> str:
+    """GetPreferredNodeAddress: the first address of the first preferred type the node has
+    ("" when none); an address that fails is not followed by the next."""
+    for kind in preferred:
+        for address in addresses:
+            if address.get("type") == kind and address.get("address"):
+                return str(address["address"])
+    return ""
 
 
 def _query(pairs: list[tuple[str, str]]) -> str:
