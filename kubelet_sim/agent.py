@@ -285,7 +285,7 @@ class Agent:
     def _run_controllers(self, stop: threading.Event) -> None:
         watcher = self.syncer.watcher
         if self.server is not None:
-            self.server.start()
+            self.server.start(self.supervisor)
         self.events.start()
         self.node_informer.start()
         self.pod_informer.start()

@@ -14,6 +14,7 @@ from collections import deque
 from collections.abc import Hashable
 from typing import Generic, TypeVar
 
+from kubelet_sim.durations import MAX_SECONDS, timer_wait
 from kubelet_sim.supervise import Supervisor
 
 K = TypeVar("K", bound=Hashable)
@@ -56,12 +57,13 @@ class WorkQueue(Generic[K]):
         """Queue `key` after `delay` seconds (backoffs, periodic resyncs).
 
         A key already waiting keeps the earlier of its two times, so a pod that is resynced
-        often holds one pending entry, not one per sync.
+        often holds one pending entry, not one per sync. A delay is at most MAX_SECONDS (and
+        one that is not a number at all is none): the delay thread serves every key.
         """
-        if delay <= 0:
+        if not delay > 0:  # NaN included
             self.add(key)
             return
-        ready = time.monotonic() + delay
+        ready = time.monotonic() + min(delay, MAX_SECONDS)
         with self._lock:
             if self._shutting_down:
                 return
@@ -85,7 +87,7 @@ class WorkQueue(Generic[K]):
                 ready, _, key = self._heap[0]
                 wait = ready - time.monotonic()
                 if wait > 0:
-                    self._delay_cond.wait(wait)
+                    self._delay_cond.wait(timer_wait(wait))
                     continue
                 heapq.heappop(self._heap)
                 if self._ready_at.get(key) == ready:  # not superseded by an earlier time

@@ -18,6 +18,7 @@ SHARED = {
     "smp",
     "histogram",
     "paths",
+    "durations",
     "__init__",
 }
 

@@ -8,10 +8,14 @@ import time
 from dataclasses import dataclass, field
 from typing import Any
 
+import pytest
+
 from kubelet_sim import cri
+from kubelet_sim.backoff import Backoff
 from kubelet_sim.pod.spec import PodView
 from kubelet_sim.podworkers.state import PodState
 from kubelet_sim.podworkers.stopper import ContainerStopper
+from kubelet_sim.supervise import RUNNING, Supervisor
 from tests.cluster import wait_for
 
 REF = cri.PodRef(node="n1", name="p", namespace="ns", uid="u1")
@@ -166,4 +170,47 @@ def test_with_no_grace_everything_is_killed_at_once() -> None:
     stop.stop_all(sidecar_pod(), [named("app"), named("s1"), named("s2")], PodState(), 0)
     wait_for(lambda: len(runtime.kills()) == 3, 3, "three SIGKILLs")
     assert terms(runtime) == []
+    stop.shutdown()
+
+
+# -- numbers no timer can take, and a timer that failed --------------------------------------
+
+
+def test_a_grace_period_past_any_timer_leaves_the_others_on_time() -> None:
+    """10**10 s is past what Condition.wait takes (OverflowError): the timer sleeps in bounded
+    steps, so it lives on and the 2 s grace of another container ends in its SIGKILL."""
+    stop, runtime = stopper()
+    stop.stop(view(), running("forever"), PodState(), 10**10, "Stopping container c")
+    began = time.monotonic()
+    stop.stop(view(), running("a"), PodState(), 2, "Stopping container c")
+    kills = wait_for(runtime.kills, 10, "the SIGKILL of the 2 s grace")
+    assert [k[1] for k in kills] == ["a"]
+    assert kills[0][2] - began >= 2.0
+    assert stop.stopping() == 1, "the other one's SIGKILL is still booked"
+    stop.shutdown()
+
+
+def test_the_stop_timer_runs_under_supervision(monkeypatch: pytest.MonkeyPatch) -> None:
+    """A timer that raised is restarted, and the SIGKILLs it had booked still come."""
+    runtime = FakeRuntime()
+    supervisor = Supervisor(backoff=lambda: Backoff(initial=0.05, cap=0.1))
+    stop = ContainerStopper(runtime, FakeWatcher(), NoEvents(), supervisor=supervisor)  # type: ignore[arg-type]
+    next_due = stop._next_due
+    failures = iter([OverflowError("timestamp out of range for platform time_t")])
+
+    def fails_once() -> str | None:
+        failure = next(failures, None)
+        if failure is not None:
+            raise failure
+        return next_due()
+
+    monkeypatch.setattr(stop, "_next_due", fails_once)
+    stop.stop(view(), running("a"), PodState(), 2, "Stopping container c")
+    wait_for(runtime.kills, 10, "the SIGKILL, after a restart of the timer")
+    (timer,) = supervisor.health().values()
+    assert (timer.state, timer.restarts, timer.last_error) == (
+        RUNNING,
+        1,
+        "OverflowError: timestamp out of range for platform time_t",
+    )
     stop.shutdown()

@@ -6,6 +6,7 @@ import threading
 
 import pytest
 
+from kubelet_sim.supervise import Supervisor
 from kubelet_sim.workqueue import ShutDown, WorkQueue
 
 
@@ -61,4 +62,21 @@ def test_delayed_adds_keep_one_entry_per_key_at_the_earliest_time() -> None:
     assert queue.pending_delayed() == 2
     assert queue.get(2.0) == "a"
     assert queue.get(0.1) is None, "the later entries for the key were superseded"
+    queue.shut_down()
+
+
+def test_a_delay_past_any_timer_holds_up_no_other_key() -> None:
+    """The delay thread serves every key: 10**10 s or an infinity waits (bounded), a NaN is
+    no delay, and a short one next to them comes on time."""
+    supervisor = Supervisor()
+    queue: WorkQueue[str] = WorkQueue(supervisor)
+    queue.add_after("far", 10**10)
+    queue.add_after("farther", float("inf"))
+    queue.add_after("nan", float("nan"))
+    queue.add_after("soon", 0.05)
+    assert queue.get(0) == "nan"
+    assert queue.get(5.0) == "soon"
+    assert queue.pending_delayed() == 2
+    assert supervisor.healthy
+    assert all(h.restarts == 0 for h in supervisor.health().values())
     queue.shut_down()

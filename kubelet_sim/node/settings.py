@@ -9,10 +9,11 @@ from __future__ import annotations
 import ipaddress
 import re
 from dataclasses import dataclass, field
-from decimal import Decimal, InvalidOperation
+from fractions import Fraction
 from typing import Any
 
 from kubelet_sim.config import ConfigError, validate_node_name
+from kubelet_sim.pod.quantity import INT64_MAX, parse_quantity
 
 TAINT_EFFECTS = ("NoSchedule", "PreferNoSchedule", "NoExecute")
 # The taint a node registers with unless told otherwise, as virtual-kubelet and kwok register
@@ -46,13 +47,6 @@ KUBELET_LABEL_NAMESPACES = ("kubelet.kubernetes.io", "node.kubernetes.io")
 
 _NAME = re.compile(r"^([A-Za-z0-9]([-A-Za-z0-9_.]*[A-Za-z0-9])?)$")
 _DNS_SUBDOMAIN = re.compile(r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*$")
-_QUANTITY = re.compile(r"^([0-9]+(?:\.[0-9]*)?|\.[0-9]+)(m|k|M|G|T|P|E|Ki|Mi|Gi|Ti|Pi|Ei)?$")
-_SUFFIX = {
-    "": Decimal(1),
-    "m": Decimal("0.001"),
-    **{s: Decimal(1000) ** (i + 1) for i, s in enumerate("kMGTPE")},
-    **{s + "i": Decimal(1024) ** (i + 1) for i, s in enumerate("KMGTPE")},
-}
 
 
 @dataclass(frozen=True)
@@ -197,7 +191,7 @@ def reserved_amount(name: str, quantity: str) -> int:
     if name not in RESERVABLE:
         raise ConfigError(f'cannot reserve "{name}" resource')  # the kubelet's words
     amount = _quantity(quantity, name) * (1000 if name == "cpu" else 1)
-    if amount < 0 or amount != amount.to_integral_value():
+    if amount < 0 or amount.denominator != 1:
         raise ConfigError(f"invalid {name} reservation {quantity!r}")
     return int(amount)
 
@@ -205,7 +199,7 @@ def reserved_amount(name: str, quantity: str) -> int:
 def cpu_millicores(text: str) -> int:
     """A CPU quantity ("2", "500m", "1.5") in millicores."""
     millis = _quantity(text, "cpu") * 1000
-    if millis != millis.to_integral_value() or millis <= 0:
+    if millis.denominator != 1 or millis <= 0:
         raise ConfigError(f"invalid cpu {text!r}: use whole millicores, e.g. 2, 1.5 or 500m")
     return int(millis)
 
@@ -218,14 +212,18 @@ def memory_bytes(text: str) -> int:
     return int(value)
 
 
-def _quantity(text: str, what: str) -> Decimal:
-    match = _QUANTITY.match(text.strip())
-    if not match:
-        raise ConfigError(f"invalid {what} {text!r}: not a quantity such as 4, 500m or 8Gi")
+def _quantity(text: str, what: str) -> Fraction:
+    """The API's own quantity parser (pod.quantity), with the node's limit: what the node
+    advertises must fit the kubelet's int64 counters (millicores for cpu)."""
     try:
-        return Decimal(match.group(1)) * _SUFFIX[match.group(2) or ""]
-    except InvalidOperation as exc:
-        raise ConfigError(f"invalid {what} {text!r}") from exc
+        amount = parse_quantity(text)
+    except ValueError as exc:
+        raise ConfigError(
+            f"invalid {what} {text!r}: not a quantity such as 4, 500m or 8Gi"
+        ) from exc
+    if abs(amount) * (1000 if what == "cpu" else 1) > INT64_MAX:
+        raise ConfigError(f"invalid {what} {text!r}: more than a node can count")
+    return amount
 
 
 def _validate_taint(taint: dict[str, Any]) -> None:

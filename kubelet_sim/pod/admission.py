@@ -14,7 +14,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from kubelet_sim.pod.host_access import forbidden_message
-from kubelet_sim.pod.quantity import milli_value, value
+from kubelet_sim.pod.quantity import add_saturating, milli_value, value
 from kubelet_sim.pod.security import (
     APPARMOR_REASON,
     SYSCTL_FORBIDDEN,
@@ -25,6 +25,7 @@ from kubelet_sim.pod.spec import ContainerView, PodView
 
 REJECTED_PREFIX = "Pod was rejected: "  # kubelet.rejectPod writes this before every message
 FORBIDDEN = "Forbidden"
+UNEXPECTED = "UnexpectedAdmissionError"  # lifecycle/predicate.go, when a check itself fails
 
 
 @dataclass(frozen=True)
@@ -57,7 +58,11 @@ class Requests:
     memory_bytes: int = 0
 
     def __add__(self, other: Requests) -> Requests:
-        return Requests(self.cpu_milli + other.cpu_milli, self.memory_bytes + other.memory_bytes)
+        """Within int64, as the kubelet counts: a sum of huge requests stays huge."""
+        return Requests(
+            add_saturating(self.cpu_milli, other.cpu_milli),
+            add_saturating(self.memory_bytes, other.memory_bytes),
+        )
 
     def max(self, other: Requests) -> Requests:
         return Requests(
@@ -122,18 +127,31 @@ def admit_in_order(
     for pod in ordered:
         if pod.uid in decisions:
             continue
-        rejection = admit(
-            pod,
-            active_pods=active,
-            allocatable=allocatable,
-            allow_privileged=allow_privileged,
-            allowed_unsafe_sysctls=allowed_unsafe_sysctls,
-            apparmor=apparmor,
-        )
+        try:
+            rejection = admit(
+                pod,
+                active_pods=active,
+                allocatable=allocatable,
+                allow_privileged=allow_privileged,
+                allowed_unsafe_sysctls=allowed_unsafe_sysctls,
+                apparmor=apparmor,
+            )
+        except Exception as exc:  # one pod's input never blocks the others' admission
+            rejection = unexpected(exc)
         decisions[pod.uid] = rejection
         if rejection is None:
             active.append(pod)
     return decisions
+
+
+def unexpected(exc: Exception) -> Rejection:
+    """predicate.go's answer when a check itself fails: "GeneralPredicates failed due to %v,
+    which is unexpected." (the error named by its type too, and cut short)."""
+    error = f"{type(exc).__name__}: {exc}"[:200]
+    return Rejection(
+        UNEXPECTED,
+        f"{REJECTED_PREFIX}GeneralPredicates failed due to {error}, which is unexpected.",
+    )
 
 
 def _fit(

@@ -35,6 +35,10 @@ _NOT_FOUND_RESOURCE = {CONFIG_MAP: "configmap", SECRET: "secret"}  # apierrors.N
 HOSTNAME_MAX_LEN = 63
 QUOTA_PERIOD = 100_000  # µs: the CFS period the kubelet uses unless CPUCFSQuotaPeriod is tuned
 MIN_QUOTA_PERIOD = 1_000
+# The kernel's largest CFS quota (max_cfs_runtime: 2**44 - 1 µs, kernel/sched/core.c); a larger
+# one fails the container's start (runc: "invalid argument"). A limit past it, 175 million
+# CPUs at the 100 ms period, limits nothing: it is that quota.
+MAX_QUOTA = 2**44 - 1
 MIN_SHARES, MAX_SHARES, SHARES_PER_CPU = 2, 262_144, 1024
 
 # validation.IsEnvVarName: what envFrom keys must look like to be kept.
@@ -412,10 +416,11 @@ def milli_cpu_to_shares(milli_cpu: int) -> int:
 
 
 def milli_cpu_to_quota(milli_cpu: int, period: int = QUOTA_PERIOD) -> int:
-    """milliCPUToQuota: the CPU time per period the limit allows, at least 1 ms; 0 = no limit."""
+    """milliCPUToQuota: the CPU time per period the limit allows, at least 1 ms and at most
+    the kernel's maximum; 0 = no limit."""
     if milli_cpu == 0:
         return 0
-    return max(MIN_QUOTA_PERIOD, milli_cpu * period // 1000)
+    return min(MAX_QUOTA, max(MIN_QUOTA_PERIOD, milli_cpu * period // 1000))
 
 
 def security_config(pod: PodView, container: ContainerView) -> cri.SecurityConfig:

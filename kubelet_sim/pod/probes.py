@@ -12,6 +12,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
+from kubelet_sim.durations import bounded, optional_grace_seconds
 from kubelet_sim.pod.spec import ContainerView
 
 Json = dict[str, Any]
@@ -95,19 +96,21 @@ def probe_specs(container: ContainerView) -> list[ProbeSpec]:
 
 
 def parse_probe(kind: ProbeKind, raw: Json, container: Json) -> ProbeSpec:
-    """The API server has defaulted and validated the numbers; zeros become its defaults."""
+    """The API server has defaulted and validated the numbers (int32, not negative); zeros
+    become its defaults. Each is bounded again here (kubelet_sim.durations), so that no
+    server's number can stop the prober's clock: a period of at least 1 s, nothing past
+    68 years."""
     action, error = _action(raw, container)
-    grace = raw.get("terminationGracePeriodSeconds")
     return ProbeSpec(
         kind=kind,
         action=action,
         error=error,
-        initial_delay=float(raw.get("initialDelaySeconds") or 0),
-        period=float(raw.get("periodSeconds") or 10),
-        timeout=float(raw.get("timeoutSeconds") or 1),
-        success_threshold=int(raw.get("successThreshold") or 1),
-        failure_threshold=int(raw.get("failureThreshold") or 3),
-        termination_grace_period=None if grace is None else int(grace),
+        initial_delay=float(bounded(raw.get("initialDelaySeconds") or 0, 0)),
+        period=float(bounded(raw.get("periodSeconds") or 10, 10, low=1)),
+        timeout=float(bounded(raw.get("timeoutSeconds") or 1, 1, low=1)),
+        success_threshold=bounded(raw.get("successThreshold") or 1, 1, low=1),
+        failure_threshold=bounded(raw.get("failureThreshold") or 3, 3, low=1),
+        termination_grace_period=optional_grace_seconds(raw.get("terminationGracePeriodSeconds")),
     )
 
 
@@ -232,4 +235,4 @@ def probe_grace(container: ContainerView, kind: ProbeKind) -> int | None:
     """killContainer: a liveness/startup kill uses the probe's terminationGracePeriodSeconds."""
     raw = container.raw.get(kind.field)
     grace = raw.get("terminationGracePeriodSeconds") if isinstance(raw, dict) else None
-    return None if grace is None else int(grace)
+    return optional_grace_seconds(grace)

@@ -9,6 +9,8 @@ from dataclasses import dataclass, field
 from enum import StrEnum
 from typing import Any
 
+from kubelet_sim.durations import grace_seconds, optional_grace_seconds, optional_seconds
+
 Json = dict[str, Any]
 
 
@@ -59,6 +61,8 @@ class PodView:
     restart_policy: str
     containers: tuple[ContainerView, ...]
     init_containers: tuple[ContainerView, ...]
+    # The numbers are bounded here, where they enter (kubelet_sim.durations): a grace period of
+    # 2**63 - 1 s is the API's to store, not ours to hand to a timer.
     termination_grace_period: int
     active_deadline_seconds: int | None
     deletion_timestamp: str | None
@@ -71,7 +75,6 @@ class PodView:
     @classmethod
     def from_api(cls, pod: Json) -> PodView:
         meta, spec = pod.get("metadata") or {}, pod.get("spec") or {}
-        grace = spec.get("terminationGracePeriodSeconds")
         return cls(
             uid=str(meta.get("uid", "")),
             name=str(meta.get("name", "")),
@@ -82,10 +85,10 @@ class PodView:
             ephemeral_containers=tuple(
                 _container(c) for c in spec.get("ephemeralContainers") or []
             ),
-            termination_grace_period=30 if grace is None else int(grace),
-            active_deadline_seconds=spec.get("activeDeadlineSeconds"),
+            termination_grace_period=grace_seconds(spec.get("terminationGracePeriodSeconds")),
+            active_deadline_seconds=optional_seconds(spec.get("activeDeadlineSeconds")),
             deletion_timestamp=meta.get("deletionTimestamp"),
-            deletion_grace_period=meta.get("deletionGracePeriodSeconds"),
+            deletion_grace_period=optional_grace_seconds(meta.get("deletionGracePeriodSeconds")),
             status=pod.get("status") or {},
             raw=pod,
         )

@@ -2,7 +2,8 @@
 
 Hooks run on a small pool of their own, never on a pod worker: a postStart hook's failure
 comes back to the pod's sync (which kills the container, as killContainer does), and a preStop
-hook holds a stop's SIGTERM until it ends (the stopper books the SIGKILL meanwhile).
+hook holds a stop's SIGTERM until it ends (the stopper books the SIGKILL meanwhile). One hook's
+work that raises is logged and ends there: the pool's threads go on with the other pods' hooks.
 """
 
 from __future__ import annotations
@@ -15,7 +16,9 @@ from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
 from kubelet_sim import cri
+from kubelet_sim.durations import bounded
 from kubelet_sim.kube.events import WARNING, EventRecorder
+from kubelet_sim.logs import get_logger
 from kubelet_sim.pod.attempts import pod_address
 from kubelet_sim.pod.probes import HttpGetAction, ProbeKind, parse_probe, resolve_port
 from kubelet_sim.pod.spec import ContainerView, PodView
@@ -42,16 +45,25 @@ class HookRunner:
         events: EventRecorder,
         node_ip: str = "",
         threads: int = HOOK_THREADS,
+        node: str = "",
     ) -> None:
         self.runtime = runtime
         self.events = events
         self.node_ip = node_ip  # a hostNetwork pod's address
         self._pool = ThreadPoolExecutor(threads, thread_name_prefix="lifecycle-hook")
         self._closed = threading.Event()
+        self.log = get_logger("kubelet_sim.podworkers", node=node)
 
     def submit(self, work: Callable[[], None]) -> None:
         if not self._closed.is_set():
-            self._pool.submit(work)
+            self._pool.submit(self._guarded, work)
+
+    def _guarded(self, work: Callable[[], None]) -> None:
+        """A pool's thread drops a task's exception silently: say it, and carry on."""
+        try:
+            work()
+        except Exception:
+            self.log.exception("lifecycle hook work failed")
 
     def shutdown(self) -> None:
         self._closed.set()
@@ -115,6 +127,6 @@ class HookRunner:
                 return None
             return f"HTTP lifecycle hook ({path}) {where} failed - error: {failed}"
         if isinstance(hook.get("sleep"), dict):
-            time.sleep(min(float(hook["sleep"].get("seconds") or 0), timeout))
+            time.sleep(min(bounded(hook["sleep"].get("seconds"), 0), max(timeout, 0.0)))
             return None
         return f"Lifecycle hook {where} failed - error: no handler the kubelet knows"

@@ -5,6 +5,10 @@ the grace period; one timer thread sends the SIGKILLs that are due. Docker's `di
 brings the pod back to its worker, so a pod worker never blocks behind a container that ignores
 SIGTERM, and a later, shorter grace period (a second delete) moves the SIGKILL earlier, as the
 kubelet's killContainer does when its grace period is cut.
+
+The timer serves every pod of the node, so no pod's number may stop it: grace periods arrive
+bounded (PodView, kubelet_sim.durations), the timer never sleeps longer than
+MAX_TIMER_WAIT at once, and it runs under the agent's supervisor, restarted if it ever fails.
 """
 
 from __future__ import annotations
@@ -15,6 +19,7 @@ import time
 from collections.abc import Callable, Sequence
 
 from kubelet_sim import cri
+from kubelet_sim.durations import timer_wait
 from kubelet_sim.kube.events import NORMAL, EventRecorder
 from kubelet_sim.logs import get_logger
 from kubelet_sim.pod.spec import ContainerView, PodView
@@ -23,6 +28,7 @@ from kubelet_sim.podworkers.hooks import PRE_STOP, HookRunner, hook_of
 from kubelet_sim.podworkers.state import PodState
 from kubelet_sim.runtime.docker_runtime import DockerRuntime
 from kubelet_sim.runtime.observe import ContainerWatcher
+from kubelet_sim.supervise import Supervisor
 
 MIN_GRACE = 2.0  # killContainer's minimumGracePeriodInSeconds
 RECHECK_AFTER_KILL = 1.0  # a safety net in case Docker's die event is missed
@@ -35,6 +41,7 @@ class ContainerStopper:
         watcher: ContainerWatcher,
         events: EventRecorder,
         hooks: HookRunner | None = None,
+        supervisor: Supervisor | None = None,
     ) -> None:
         self.runtime = runtime
         self.watcher = watcher
@@ -44,6 +51,8 @@ class ContainerStopper:
         self._heap: list[tuple[float, str]] = []
         self._cond = threading.Condition()
         self._closed = False
+        self._stopped = threading.Event()  # the timer's supervisor: stop, do not restart
+        self._supervisor = supervisor or Supervisor(node=runtime.node_name)
         self._thread: threading.Thread | None = None
         self.wake: Callable[[str], None] = lambda uid: None  # sync the pod again soon
         self.log = get_logger("kubelet_sim.podworkers", node=runtime.node_name)
@@ -174,13 +183,15 @@ class ContainerStopper:
         observed = self.watcher.pod_containers(view.uid)
 
         def run() -> None:
-            hooks.run(view, spec, container.id, PRE_STOP, observed, grace)
-            left = max(grace - (time.monotonic() - began), MIN_GRACE)
-            if self.runtime.signal_stop(container.id):
-                with self._cond:
-                    self._book(container.id, time.monotonic() + left)
-            else:
-                self.refresh(container.id)
+            try:
+                hooks.run(view, spec, container.id, PRE_STOP, observed, grace)
+            finally:  # a hook that failed in any way still ends in the stop signal
+                left = max(grace - (time.monotonic() - began), MIN_GRACE)
+                if self.runtime.signal_stop(container.id):
+                    with self._cond:
+                        self._book(container.id, time.monotonic() + left)
+                else:
+                    self.refresh(container.id)
 
         hooks.submit(run)
 
@@ -218,6 +229,7 @@ class ContainerStopper:
         """Forget booked SIGKILLs: running containers outlive the agent, as the kubelet's do."""
         with self._cond:
             self._closed = True
+            self._stopped.set()
             self._cond.notify_all()
 
     # -- the SIGKILL timer -----------------------------------------------------------------
@@ -242,7 +254,8 @@ class ContainerStopper:
         self._kill_at[container_id] = kill_at
         heapq.heappush(self._heap, (kill_at, container_id))
         if self._thread is None:
-            self._thread = threading.Thread(target=self._run, name="stop-timer", daemon=True)
+            name = f"stop-timer {self.runtime.node_name}"
+            self._thread = self._supervisor.thread(name, self._run, self._stopped)
             self._thread.start()
         self._cond.notify()
 
@@ -268,7 +281,7 @@ class ContainerStopper:
             kill_at, container_id = self._heap[0]
             wait = kill_at - time.monotonic()
             if wait > 0:
-                self._cond.wait(wait)
+                self._cond.wait(timer_wait(wait))
                 continue
             heapq.heappop(self._heap)
             if self._kill_at.get(container_id) == kill_at:  # not moved earlier since

@@ -91,8 +91,8 @@ class PodSyncer:
                 c.state is cri.ContainerState.RUNNING for c in watcher.pod_containers(uid)
             ),
         )
-        self.hooks = HookRunner(runtime, events, settings.node_ip)
-        self.stopper = ContainerStopper(runtime, watcher, events, self.hooks)
+        self.hooks = HookRunner(runtime, events, settings.node_ip, node=settings.node_name)
+        self.stopper = ContainerStopper(runtime, watcher, events, self.hooks, supervisor)
         self.starter = ContainerStarter(
             settings,
             runtime,

@@ -17,6 +17,7 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 
 from kubelet_sim import cri
+from kubelet_sim.durations import timer_wait
 from kubelet_sim.logs import get_logger
 from kubelet_sim.pod.attempts import latest_attempt
 from kubelet_sim.pod.probes import (
@@ -159,7 +160,7 @@ class ProbeManager:
                 due = self._next_due()
                 if due is None:
                     wait = self._heap[0][0] - time.monotonic() if self._heap else None
-                    self._cond.wait(wait)
+                    self._cond.wait(None if wait is None else timer_wait(wait))
                     continue
                 key, worker = due
                 worker.busy = True

@@ -19,6 +19,7 @@ from kubelet_sim.server.auth import Gate
 from kubelet_sim.server.routes import LogSource, NodeView, Reply, route
 from kubelet_sim.server.streaming.serve import PREFIXES, StreamRuntime
 from kubelet_sim.server.streaming.serve import serve as serve_stream
+from kubelet_sim.supervise import Supervisor
 
 HANDSHAKE_TIMEOUT = 10.0
 NOT_SERVED = ("/run/",)
@@ -89,18 +90,26 @@ class KubeletServer:
         )
         self.port = int(self._http.server_address[1])
         self._thread: threading.Thread | None = None
+        self._stopped = threading.Event()
 
-    def start(self) -> None:
-        self._thread = threading.Thread(
-            target=self._http.serve_forever, kwargs={"poll_interval": 0.5}, name="kubelet-server",
-            daemon=True,
-        )  # fmt: skip
+    def start(self, supervisor: Supervisor | None = None) -> None:
+        """Accept connections on a supervised thread (each request has its own thread, and a
+        request that fails is answered 500: see `serve`)."""
+        self._thread = (supervisor or Supervisor(node=self.gate.node_name)).thread(
+            "kubelet-server", self._accept, self._stopped
+        )
         self._thread.start()
         self.log.info("kubelet API server listening", port=self.port)
 
+    def _accept(self) -> None:
+        self._http.serve_forever(poll_interval=0.5)
+
     def stop(self) -> None:
         if self._thread is not None:
+            # Returns once no loop serves: one running ends, one about to start ends at once,
+            # and after a crash (the supervisor waiting to restart) there is nothing to wait for.
             self._http.shutdown()
+        self._stopped.set()  # and the supervisor starts no other
         self._http.server_close()
 
     def serve(self, handler: _Handler) -> None:

@@ -21,6 +21,7 @@ from datetime import UTC, datetime, timedelta
 from typing import Any
 
 from kubelet_sim import cri
+from kubelet_sim.durations import grace_seconds
 from kubelet_sim.kube.client import KubeConnection
 from kubelet_sim.kube.informer import DELETED, Informer, object_key
 from kubelet_sim.kube.rest import Json
@@ -242,8 +243,11 @@ class PodHandoff:
         if self._deletion_began is not None or deadline is None:
             return []
         self.settled = True
-        grace = int(meta.get("deletionGracePeriodSeconds") or 0)
-        self._deletion_began = deadline - timedelta(seconds=grace)
+        grace = grace_seconds(meta.get("deletionGracePeriodSeconds"), 0)
+        try:
+            self._deletion_began = deadline - timedelta(seconds=grace)
+        except OverflowError:  # a server's own overflow can put the deadline near year 1
+            self._deletion_began = deadline
         return [self._line(self._deletion_began, False, "deleting", f"grace period {grace}s", "")]
 
     def _line(self, when: datetime, precise: bool, step: str, detail: str, latency: str) -> str:

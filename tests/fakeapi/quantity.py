@@ -17,12 +17,19 @@ _DECIMAL_SUFFIX = {v: k for k, v in _DECIMAL.items()}
 _BINARY_SUFFIX = {v: k for k, v in _BINARY.items()} | {0: ""}
 
 
+INT64_MAX = 2**63 - 1
+
+
 def canonical(text: str) -> str | None:
     """The server's form of a quantity, or None when `text` is not one."""
     found = _FORM.match(text.strip())
     if not found:
         return None
     number, e_mark, exponent, suffix = found.groups()
+    if e_mark and not suffix:
+        large = _large_exponent(number, int(exponent))
+        if large is not None:
+            return large
     value = Fraction(number)
     if e_mark:
         value *= Fraction(10) ** int(exponent)
@@ -50,3 +57,22 @@ def canonical(text: str) -> str | None:
     if e_mark:
         return f"{amount}e{power}" if power else str(amount)
     return f"{amount}{_DECIMAL_SUFFIX[power]}"
+
+
+def _large_exponent(number: str, exponent: int) -> str | None:
+    """`1e999990` as the server keeps it (an int64 mantissa and a scale, never expanded), or
+    its cap of 2**63 - 1 when the mantissa does not fit; None for exponents of ordinary size
+    (the general rule above), worked out on the digits without building the number."""
+    sign = "-" if number.startswith("-") else ""
+    whole, _, fraction = number.lstrip("+-").partition(".")
+    digits = (whole + fraction).lstrip("0")
+    mantissa = digits.rstrip("0")
+    if not mantissa:
+        return "0"
+    power = exponent - len(fraction) + len(digits) - len(mantissa)
+    if power <= 18:
+        return None
+    if len(mantissa) > 18 or int(mantissa) > INT64_MAX:
+        return sign + str(INT64_MAX)
+    mantissa += "0" * (power % 3)
+    return f"{sign}{mantissa}e{power - power % 3}"

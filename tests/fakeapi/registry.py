@@ -27,8 +27,16 @@ PROTECTED_NAMESPACES = frozenset({"default", "kube-system", "kube-public"})
 
 def now(offset: float = 0) -> str:
     """RFC 3339 at seconds precision, like metav1.Time."""
-    moment = datetime.now(UTC) + timedelta(seconds=offset)
+    moment = datetime.now(UTC) + timedelta(seconds=go_seconds(offset))
     return moment.strftime("%Y-%m-%dT%H:%M:%SZ")
+
+
+def go_seconds(seconds: float) -> float:
+    """`time.Duration(seconds) * time.Second` as Go computes it: int64 nanoseconds that wrap.
+    A real v1.24 server marks a pod deleted with a grace of 10**10 s in 1759, and one of
+    2**63 - 1 s a second ago; so does the fake."""
+    nanos = (int(seconds) * 10**9 + 2**63) % 2**64 - 2**63
+    return nanos / 10**9
 
 
 def typed(res: Resource, obj: Obj) -> Obj:
@@ -420,12 +428,15 @@ class Registry:
                 return current  # graceful deletion already pending, may only be shortened
             grace = requested or 0
             started = datetime.strptime(meta["deletionTimestamp"], "%Y-%m-%dT%H:%M:%SZ")
-            stamp = started.replace(tzinfo=UTC) - timedelta(seconds=(old_grace or 0) - grace)
+            shorter_by = go_seconds(old_grace or 0) - go_seconds(grace)
+            stamp = started.replace(tzinfo=UTC) - timedelta(seconds=shorter_by)
             deletion_time = stamp.strftime("%Y-%m-%dT%H:%M:%SZ")
         else:
             grace = (
                 requested if requested is not None else spec.get("terminationGracePeriodSeconds", 0)
             )
+            if grace < 0:  # a negative terminationGracePeriodSeconds is stored as given
+                grace = 1
             phase = (current.get("status") or {}).get("phase")
             if not spec.get("nodeName") or phase in ("Succeeded", "Failed"):
                 grace = 0
