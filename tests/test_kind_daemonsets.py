@@ -147,7 +147,11 @@ def service_account(cluster: Cluster, name: str) -> None:
     ("name", "template", "what"),
     [
         ("kube-proxy-x7k2p", kube_proxy_spec, "privileged container"),
-        ("kindnet-q4m9z", kindnet_spec, "host networking"),
+        (
+            "kindnet-q4m9z",
+            kindnet_spec,
+            'added capabilities [NET_RAW NET_ADMIN] for container "kindnet-cni"',
+        ),
     ],
     ids=["kube-proxy", "kindnet"],
 )
