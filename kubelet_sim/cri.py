@@ -14,6 +14,11 @@ from typing import Protocol
 # Container labels (kuberuntime/labels.go and dockershim naming); from these alone the agent's
 # state is rebuilt after a restart.
 LABEL_NODE = "io.kubelet-sim.node"
+# Who made a container besides its node: the demo marks its own (a hash of its state
+# directory). A node with owner labels sees only containers that carry them, a node without
+# any sees none that carry one: the demo's `n1` and a user's own `n1` on one engine never
+# take each other's containers for orphans.
+LABEL_OWNER = "io.kubelet-sim.demo"
 LABEL_POD_NAME = "io.kubernetes.pod.name"
 LABEL_POD_NAMESPACE = "io.kubernetes.pod.namespace"
 LABEL_POD_UID = "io.kubernetes.pod.uid"

@@ -103,6 +103,7 @@ def trace(
         runtime = DockerRuntime.connect(
             node_name=node, root_dir=usable_root_dir(root_dir) / (node or "unscheduled")
         )
+        runtime.owner_labels = None  # a node's containers whoever made them (the demo too)
     except ApiError as exc:
         fail(f"pod {namespace}/{pod}: {exc}")
     except (ConfigError, KubeConfigError, RuntimeUnavailable) as exc:

@@ -18,9 +18,10 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from kubelet_sim import cri
 from kubelet_sim.volumes.hostmount import mount_points_under, unmount
 
-OWNER_LABEL = "io.kubelet-sim.demo"
+OWNER_LABEL = cri.LABEL_OWNER
 
 
 def default_state_dir() -> Path:

@@ -84,7 +84,8 @@ class DockerRuntime:
     log_rotation: LogRotation = field(default_factory=LogRotation)  # json-file max-size/-file
     # Labels on every container and volume this runtime makes: the demo marks what it owns so
     # that it removes exactly that, also after a crash, and nothing a user's own node made.
-    owner_labels: dict[str, str] = field(default_factory=dict)
+    # None: every container of the node, whoever made it (the trace tool reads them all).
+    owner_labels: dict[str, str] | None = field(default_factory=dict)
     stats: RuntimeStats = field(default_factory=RuntimeStats)
     _image_ids: dict[str, str] = field(default_factory=dict, init=False, repr=False)
     # sandbox id → (host network, host pid): containers share the sandbox's namespaces.
@@ -488,8 +489,17 @@ class DockerRuntime:
         summaries = self.client.api.containers(
             all=True, filters={"label": f"{cri.LABEL_NODE}={node}"}
         )
-        found = (self.inspect(str(s["Id"])) for s in summaries)
+        mine = (s for s in summaries if self.owns(s.get("Labels") or {}))
+        found = (self.inspect(str(s["Id"])) for s in mine)
         return [c for c in found if c is not None]
+
+    def owns(self, labels: dict[str, str]) -> bool:
+        """Whether a container with these labels is this runtime's (see cri.LABEL_OWNER)."""
+        if self.owner_labels is None:
+            return True
+        if self.owner_labels:
+            return all(labels.get(k) == v for k, v in self.owner_labels.items())
+        return cri.LABEL_OWNER not in labels
 
     # Internals
 

@@ -211,7 +211,7 @@ class ContainerWatcher:
         action = str(event.get("Action") or event.get("status") or "").split(":")[0].strip()
         actor = event.get("Actor") or {}
         container_id = str(event.get("id") or actor.get("ID") or "")
-        if not container_id:
+        if not container_id or not self.runtime.owns(actor.get("Attributes") or {}):
             return
         uid: str | None
         if action == "destroy":
