@@ -224,7 +224,7 @@ class Agent:
             final_delete=lambda ns, name, uid: delete_pod_finally(kube.api, ns, name, uid),
             pod_of=self.pod_of,
             active_pods=self.active_pods,
-            volumes=VolumeManager(runtime.root_dir, memory_bytes=self._allocatable().memory_bytes),
+            volumes=VolumeManager(runtime.root_dir, allocatable=self._allocatable()),
             tokens=TokenManager(kube.api),
             supervisor=supervisor,
             network=self.proxy.setup if self.proxy is not None else None,
@@ -439,6 +439,7 @@ class Agent:
             cpu_milli=milli_value(allocatable["cpu"]),
             memory_bytes=value(allocatable["memory"]),
             pods=int(allocatable["pods"]),
+            ephemeral_storage_bytes=value(allocatable["ephemeral-storage"]),
         )
 
 

@@ -9,6 +9,7 @@ from typing import Any
 import pytest
 
 from kubelet_sim import cri
+from kubelet_sim.pod.admission import Allocatable
 from kubelet_sim.pod.container_config import (
     ContainerConfigError,
     container_config,
@@ -50,6 +51,9 @@ OBJECTS: dict[tuple[str, str, str], Json] = {
 }
 
 
+NODE = Allocatable(cpu_milli=3500, memory_bytes=8 * 2**30, pods=110, ephemeral_storage_bytes=10**10)
+
+
 def lookup(kind: str, namespace: str, name: str) -> Json | None:
     return OBJECTS.get((kind, namespace, name))
 
@@ -64,6 +68,7 @@ def config(container: Json, **spec: Any) -> cri.ContainerConfig:
         host_ip="10.0.0.1",
         pod_ip="172.17.0.5",
         lookup=lookup,
+        allocatable=NODE,
     )
 
 
@@ -327,6 +332,38 @@ def test_resource_field_refs_divide_and_round_up() -> None:
     }
 
 
+def test_resource_field_refs_read_the_node_allocatable_for_unset_limits() -> None:
+    """defaultPodLimitsForDownwardAPI: an unset limit is the node's; a request stays 0."""
+    env = env_of(
+        {
+            "env": [
+                {"name": name, "valueFrom": {"resourceFieldRef": {"resource": resource}}}
+                for name, resource in [
+                    ("CPU_LIMIT", "limits.cpu"),
+                    ("MEM_LIMIT", "limits.memory"),
+                    ("CPU_REQUEST", "requests.cpu"),
+                ]
+            ],
+        }
+    )
+    assert env == {"CPU_LIMIT": "4", "MEM_LIMIT": str(8 * 2**30), "CPU_REQUEST": "0"}
+
+
+@pytest.mark.parametrize(
+    ("selector", "message"),
+    [
+        ({"resource": "limits.cpu", "containerName": "nope"}, "container nope not found"),
+        ({"resource": "limits.gpu"}, "unsupported container resource : limits.gpu"),
+    ],
+)
+def test_resource_field_ref_errors_are_container_config_errors(
+    selector: Json, message: str
+) -> None:
+    with pytest.raises(ContainerConfigError) as caught:
+        env_of({"env": [{"name": "X", "valueFrom": {"resourceFieldRef": selector}}]})
+    assert str(caught.value) == message
+
+
 def test_env_without_value_or_source_is_empty() -> None:
     assert env_of({"env": [{"name": "EMPTY"}, {"name": "ALSO", "value": ""}]}) == {
         "EMPTY": "",
@@ -378,6 +415,7 @@ def test_mounts_are_passed_through() -> None:
         host_ip="",
         pod_ip="",
         lookup=lookup,
+        allocatable=NODE,
         mounts=[mount],
     )
     assert cfg.mounts == (mount,)

@@ -14,6 +14,7 @@ import pytest
 import structlog
 
 from kubelet_sim import cri
+from kubelet_sim.pod.admission import Allocatable
 from kubelet_sim.pod.spec import PodView
 from kubelet_sim.volumes import VolumeError, VolumeManager, VolumeSetup, mounts_for
 from kubelet_sim.volumes import subpath as subpath_module
@@ -273,6 +274,70 @@ def test_downward_api_unsupported_field(manager: VolumeManager, objects: Objects
 
     assert setup.errors == [
         'MountVolume.SetUp failed for volume "info" : unsupported fieldPath: status.podIP'
+    ]
+
+
+def resource_item(path: str, resource: str, divisor: str | None = None) -> dict[str, Any]:
+    selector = {"containerName": "app", "resource": resource}
+    return {"path": path, "resourceFieldRef": selector | ({"divisor": divisor} if divisor else {})}
+
+
+RESOURCE_ITEMS = [
+    resource_item("cpu_limit", "limits.cpu"),
+    resource_item("cpu_limit_m", "limits.cpu", "1m"),
+    resource_item("cpu_request", "requests.cpu"),
+    resource_item("memory_limit", "limits.memory"),
+    resource_item("memory_limit_mi", "limits.memory", "1Mi"),
+    resource_item("memory_request", "requests.memory"),
+]
+NODE = Allocatable(cpu_milli=3500, memory_bytes=8 * 2**30, pods=110, ephemeral_storage_bytes=10**10)
+
+
+@pytest.mark.parametrize("kind", ["downwardAPI", "projected"])
+def test_downward_api_resource_files(tmp_path: Path, objects: Objects, kind: str) -> None:
+    """The container's resources, an unset limit read as the node's allocatable."""
+    manager = VolumeManager(tmp_path, allocatable=NODE, mount=False)
+    source: dict[str, Any] = {"items": RESOURCE_ITEMS}
+    if kind == "projected":
+        source = {"sources": [{"downwardAPI": source}]}
+    pod = make_pod([{"name": "info", kind: source}])
+    path = run(manager, objects, pod).paths["info"]
+    files = {name: (path / name).read_text() for name in visible(path)}
+    assert files == {
+        "cpu_limit": "4",
+        "cpu_limit_m": "3500",
+        "cpu_request": "0",
+        "memory_limit": str(8 * 2**30),
+        "memory_limit_mi": "8192",
+        "memory_request": "0",
+    }
+    pod.raw["spec"]["containers"][0]["resources"] = {
+        "limits": {"cpu": "1250m", "memory": "64Mi"},
+        "requests": {"cpu": "250m", "memory": "32Mi"},
+    }
+    assert run(manager, objects, pod).ok
+    files = {name: (path / name).read_text() for name in visible(path)}
+    assert files == {
+        "cpu_limit": "2",
+        "cpu_limit_m": "1250",
+        "cpu_request": "1",
+        "memory_limit": "67108864",
+        "memory_limit_mi": "64",
+        "memory_request": "33554432",
+    }
+
+
+def test_downward_api_resource_errors_fail_the_mount(
+    manager: VolumeManager, objects: Objects
+) -> None:
+    items = [
+        {"path": "a", "resourceFieldRef": {"containerName": "nope", "resource": "limits.cpu"}},
+        {"path": "b", "resourceFieldRef": {"containerName": "app", "resource": "limits.gpu"}},
+    ]
+    setup = run(manager, objects, make_pod([{"name": "info", "downwardAPI": {"items": items}}]))
+    assert setup.errors == [
+        'MountVolume.SetUp failed for volume "info" : '
+        "[container nope not found, unsupported container resource : limits.gpu]"
     ]
 
 

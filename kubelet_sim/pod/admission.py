@@ -35,6 +35,7 @@ class Allocatable:
     cpu_milli: int
     memory_bytes: int
     pods: int
+    ephemeral_storage_bytes: int | None = None  # None: not reported (no downward API default)
 
 
 @dataclass(frozen=True)

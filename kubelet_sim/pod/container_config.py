@@ -16,7 +16,9 @@ from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
 from kubelet_sim import cri
+from kubelet_sim.pod.admission import Allocatable
 from kubelet_sim.pod.quantity import milli_value, value
+from kubelet_sim.pod.resource_fields import ResourceFieldError, env_resource_value
 from kubelet_sim.pod.security import (
     apparmor_option,
     proc_unmasked,
@@ -113,6 +115,7 @@ def container_config(
     host_ip: str,
     pod_ip: str,
     lookup: ObjectLookup,
+    allocatable: Allocatable,
     mounts: Sequence[cri.Mount] = (),
     services: Mapping[str, str] | None = None,
 ) -> cri.ContainerConfig:
@@ -120,7 +123,8 @@ def container_config(
 
     Raises ContainerConfigError with the kubelet's message when a referenced ConfigMap, Secret or
     key is missing and the reference is not optional. `services` are the service-link
-    variables (pod/service_env.py).
+    variables (pod/service_env.py); `allocatable` is the node's, what the downward API reads for
+    an unset limit.
     """
     env = environment(
         pod,
@@ -129,6 +133,7 @@ def container_config(
         host_ip=host_ip,
         pod_ip=pod_ip,
         lookup=lookup,
+        allocatable=allocatable,
         services=services or {},
     )
     env_map = dict(env)
@@ -221,6 +226,7 @@ def environment(
     host_ip: str,
     pod_ip: str,
     lookup: ObjectLookup,
+    allocatable: Allocatable,
     services: Mapping[str, str] | None = None,
 ) -> list[tuple[str, str]]:
     """The container's env: envFrom first, then env in order, a later name replacing an earlier,
@@ -229,8 +235,8 @@ def environment(
 
     The kubelet emits its map in Go's random order; we keep each name where it first appeared.
     Invalid envFrom keys are skipped as IsEnvVarName decides (the kubelet also emits an
-    InvalidEnvironmentVariableNames event, which is the caller's business). resourceFieldRef on
-    an unset limit yields 0: node allocatable is not substituted.
+    InvalidEnvironmentVariableNames event, which is the caller's business). resourceFieldRef
+    reads an unset limit as the node's `allocatable` (pod/resource_fields.py).
     """
     objects = _Objects(pod.namespace, lookup)
     env: dict[str, str] = {}
@@ -244,7 +250,14 @@ def environment(
             env[name] = ""
         else:
             resolved = _value_from(
-                var["valueFrom"], pod, container, objects, node=node, host_ip=host_ip, pod_ip=pod_ip
+                var["valueFrom"],
+                pod,
+                container,
+                objects,
+                node=node,
+                host_ip=host_ip,
+                pod_ip=pod_ip,
+                allocatable=allocatable,
             )
             if resolved is not None:  # None: an optional reference to a missing object or key
                 env[name] = resolved
@@ -328,12 +341,16 @@ def _value_from(
     node: str,
     host_ip: str,
     pod_ip: str,
+    allocatable: Allocatable,
 ) -> str | None:
     if source.get("fieldRef"):
         path = str(source["fieldRef"].get("fieldPath") or "")
         return field_value(pod, path, node=node, host_ip=host_ip, pod_ip=pod_ip)
     if source.get("resourceFieldRef"):
-        return resource_value(pod, container, source["resourceFieldRef"])
+        try:
+            return env_resource_value(pod, container, source["resourceFieldRef"], allocatable)
+        except ResourceFieldError as exc:
+            raise ContainerConfigError(str(exc)) from exc
     if source.get("configMapKeyRef"):
         return objects.key(CONFIG_MAP, source["configMapKeyRef"])
     if source.get("secretKeyRef"):
@@ -362,31 +379,6 @@ def field_value(pod: PodView, path: str, *, node: str, host_ip: str, pod_ip: str
     if path not in simple:
         raise ContainerConfigError(f"field label not supported: {path}")
     return simple[path]
-
-
-def resource_value(pod: PodView, container: ContainerView, ref: Json) -> str:
-    """ExtractContainerResourceValue: a limit or request divided by `divisor`, rounded up."""
-    target = (
-        _named_container(pod, str(ref["containerName"])) if ref.get("containerName") else container
-    )
-    resource = str(ref.get("resource") or "")
-    group, _, name = resource.partition(".")
-    if group not in ("limits", "requests") or name not in ("cpu", "memory", "ephemeral-storage"):
-        raise ContainerConfigError(f"unsupported container resource : {resource}")
-    amount = ((target.raw.get("resources") or {}).get(group) or {}).get(name, "0")
-    divisor = ref.get("divisor") or "1"
-    if name == "cpu":
-        numerator, denominator = milli_value(amount), milli_value(divisor) or 1000
-    else:
-        numerator, denominator = value(amount), value(divisor) or 1
-    return str(-(-numerator // denominator))
-
-
-def _named_container(pod: PodView, name: str) -> ContainerView:
-    for candidate in (*pod.containers, *pod.init_containers):
-        if candidate.name == name:
-            return candidate
-    raise ContainerConfigError(f"container {name} not found in pod {pod.name}")
 
 
 # --- resources and security ------------------------------------------------------------------

@@ -168,6 +168,7 @@ class ContainerStarter:
                 host_ip=self.settings.node_ip,
                 pod_ip=sandbox.ip,
                 lookup=self.lookup,
+                allocatable=self.settings.allocatable,
                 services=service_env(services, view.namespace, links),
                 mounts=[
                     *mounts_for(container, volumes),

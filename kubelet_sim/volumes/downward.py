@@ -1,10 +1,13 @@
-"""Downward API files: pod metadata rendered the way fieldpath.ExtractFieldPathAsString does."""
+"""Downward API files: pod metadata rendered the way fieldpath.ExtractFieldPathAsString does,
+container resources as pod/resource_fields.py computes them for env too."""
 
 from __future__ import annotations
 
 from typing import Any
 
-from kubelet_sim.logs import get_logger
+from kubelet_sim.pod.admission import Allocatable
+from kubelet_sim.pod.resource_fields import ResourceFieldError, volume_resource_value
+from kubelet_sim.pod.spec import PodView
 from kubelet_sim.volumes.atomic_writer import FileProjection
 from kubelet_sim.volumes.objects import Payload, mode_of
 from kubelet_sim.volumes.types import MountError
@@ -21,21 +24,24 @@ _GO_ESCAPES = {
 }
 
 
-def downward_payload(pod: Json, items: list[Json], default_mode: int) -> Payload:
-    """downwardapi.CollectData: one file per item; all failing items reported together."""
+def downward_payload(
+    pod: PodView, items: list[Json], default_mode: int, allocatable: Allocatable
+) -> Payload:
+    """downwardapi.CollectData: one file per item (a metadata field, or a container's resource
+    with an unset limit read as the node's `allocatable`); all failing items reported
+    together."""
     payload: Payload = {}
     errors: list[str] = []
     for item in items:
         path = str(item.get("path", ""))
-        if "fieldRef" not in item:
-            # resourceFieldRef needs the node's allocatable; not written (a known gap)
-            get_logger("kubelet_sim.volumes").warning(
-                "downward API item not supported, skipped", path=path
-            )
-            continue
         try:
-            value = field_value(pod, str((item["fieldRef"] or {}).get("fieldPath", "")))
-        except MountError as exc:
+            if item.get("fieldRef") is not None:
+                value = field_value(pod.raw, str(item["fieldRef"].get("fieldPath", "")))
+            elif item.get("resourceFieldRef") is not None:
+                value = volume_resource_value(pod, item["resourceFieldRef"], allocatable)
+            else:
+                value = ""  # neither (the API server refuses it): an empty file, as upstream
+        except (MountError, ResourceFieldError) as exc:
             errors.append(str(exc))
             continue
         payload[path] = FileProjection(value.encode(), mode_of(item.get("mode"), default_mode))

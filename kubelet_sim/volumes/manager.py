@@ -21,6 +21,7 @@ from typing import Any
 
 from kubelet_sim.logs import get_logger
 from kubelet_sim.paths import safe_part
+from kubelet_sim.pod.admission import Allocatable
 from kubelet_sim.pod.quantity import value
 from kubelet_sim.pod.spec import PodView
 from kubelet_sim.volumes.hostmount import can_mount, mount_points_under, unmount
@@ -31,6 +32,12 @@ from kubelet_sim.volumes.types import MountError, ObjectLookup, Prepared, TokenS
 def failed_mount(volume: str, error: str) -> str:
     """The FailedMount event text (operationexecutor's GenerateError for MountVolume.SetUp)."""
     return f'MountVolume.SetUp failed for volume "{volume}" : {error}'
+
+
+def host_allocatable() -> Allocatable:
+    """This host's CPUs and physical memory, where no node's allocatable is given."""
+    memory = os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES")
+    return Allocatable(cpu_milli=(os.cpu_count() or 1) * 1000, memory_bytes=memory, pods=110)
 
 
 ROOT_MODE, POD_DIR_MODE = 0o700, 0o750  # the kubelet's pod dirs are 0750
@@ -49,16 +56,23 @@ def make_dir(path: Path, mode: int) -> Path:
 class VolumeManager:
     """Owns `<root>/pods/<uid>/volumes` (and the pod's subPath mounts) for every pod on the node.
 
-    `memory_bytes` is the node's allocatable memory, the size of a pod's tmpfs volumes unless the
-    pod's memory limit is smaller (the kubelet's calculateEmptyDirMemorySize). `mount=None` asks
-    the host whether this process may mount.
+    `allocatable` is the node's (Node.status.allocatable): its memory is the size of a pod's
+    tmpfs volumes unless the pod's memory limit is smaller (the kubelet's
+    calculateEmptyDirMemorySize), and downward API files read it for an unset limit. None (tests,
+    tools): this host's CPUs and memory. `mount=None` asks the host whether this process may
+    mount.
     """
 
     def __init__(
-        self, root_dir: Path, *, memory_bytes: int | None = None, mount: bool | None = None
+        self,
+        root_dir: Path,
+        *,
+        allocatable: Allocatable | None = None,
+        mount: bool | None = None,
     ) -> None:
         self.root = root_dir.resolve()
-        self.memory_bytes = memory_bytes or os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES")
+        self.allocatable = allocatable or host_allocatable()
+        self.memory_bytes = self.allocatable.memory_bytes
         self.mount = can_mount() if mount is None else mount
         if not self.mount and mount is None and not _warned.is_set():
             _warned.set()
@@ -102,6 +116,7 @@ class VolumeManager:
             lookup,
             token,
             self.make_pod_dir(pod.uid),
+            self.allocatable,
             tmpfs_size=self._tmpfs_size(pod) if self.mount else None,
         )
         result = VolumeSetup(

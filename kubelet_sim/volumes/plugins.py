@@ -13,6 +13,7 @@ from pathlib import Path
 from typing import Any
 
 from kubelet_sim.logs import get_logger
+from kubelet_sim.pod.admission import Allocatable
 from kubelet_sim.pod.spec import PodView
 from kubelet_sim.volumes.atomic_writer import FileProjection, write_atomic
 from kubelet_sim.volumes.downward import aggregate, downward_payload
@@ -40,6 +41,7 @@ class Context:
     lookup: ObjectLookup
     token: TokenSource | None
     volumes_dir: Path  # <root>/pods/<uid>/volumes
+    allocatable: Allocatable  # the node's: the downward API's unset limits
     tmpfs_size: int | None = None  # bytes; None: this node may not mount, memory volumes on disk
 
     def volume_dir(self, plugin: str, name: str, mode: int = 0o755) -> Path:
@@ -116,7 +118,8 @@ def secret(ctx: Context, name: str, source: Json) -> Prepared:
 
 
 def downward_api(ctx: Context, name: str, source: Json) -> Prepared:
-    payload = downward_payload(ctx.pod.raw, _items(source), mode_of(source.get("defaultMode")))
+    default_mode = mode_of(source.get("defaultMode"))
+    payload = downward_payload(ctx.pod, _items(source), default_mode, ctx.allocatable)
     return _project(ctx, "kubernetes.io~downward-api", name, payload, memory=True)
 
 
@@ -185,7 +188,8 @@ def _projection(ctx: Context, projection: Json, default_mode: int) -> Payload:
         obj = fetch(ctx.lookup, SECRET, namespace, str(src.get("name", "")), optional)
         return secret_payload(obj, _items(src), default_mode, optional)
     if "downwardAPI" in projection:
-        return downward_payload(ctx.pod.raw, _items(projection["downwardAPI"] or {}), default_mode)
+        items = _items(projection["downwardAPI"] or {})
+        return downward_payload(ctx.pod, items, default_mode, ctx.allocatable)
     if "serviceAccountToken" in projection:
         return _token_payload(ctx, projection["serviceAccountToken"] or {}, default_mode)
     kinds = ", ".join(sorted(projection)) or "empty"
