@@ -27,12 +27,14 @@ def make_pod(
     *containers: dict[str, Any],
     restart: str = "Always",
     annotations: dict[str, str] | None = None,
+    labels: dict[str, str] | None = None,
     **spec: Any,
 ) -> dict[str, Any]:
+    meta = {"annotations": annotations, "labels": labels}
     body = {
         "apiVersion": "v1",
         "kind": "Pod",
-        "metadata": {"name": name, **({"annotations": annotations} if annotations else {})},
+        "metadata": {"name": name, **{k: v for k, v in meta.items() if v}},
         "spec": {
             "nodeName": cluster.node_name,
             "restartPolicy": restart,

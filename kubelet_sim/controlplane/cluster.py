@@ -55,6 +55,34 @@ def _b64(path: Path) -> str:
     return base64.b64encode(path.read_bytes()).decode()
 
 
+def write_kubeconfig(path: Path, server: str, ca_cert: Path, pair: CertPair, user: str) -> Path:
+    """A kubeconfig (mode 0600) for `server`, trusting `ca_cert`, as the holder of `pair`."""
+    config = {
+        "apiVersion": "v1",
+        "kind": "Config",
+        "clusters": [
+            {
+                "name": "kubelet-sim",
+                "cluster": {"server": server, "certificate-authority-data": _b64(ca_cert)},
+            }
+        ],
+        "users": [
+            {
+                "name": user,
+                "user": {
+                    "client-certificate-data": _b64(pair.cert),
+                    "client-key-data": _b64(pair.key),
+                },
+            }
+        ],
+        "contexts": [{"name": "kubelet-sim", "context": {"cluster": "kubelet-sim", "user": user}}],
+        "current-context": "kubelet-sim",
+    }
+    path.write_text(json.dumps(config, indent=2))
+    path.chmod(0o600)
+    return path
+
+
 @dataclass(frozen=True)
 class NodeCredentials:
     """What a kubelet holds after TLS bootstrap: a kubeconfig as `system:node:<name>` and a
@@ -162,36 +190,8 @@ class ControlPlane:
     def kubeconfig_for(self, user: str, groups: tuple[str, ...], filename: str) -> Path:
         """A kubeconfig with a client certificate for `user` in `groups`, signed by our CA."""
         pair = self.ca.issue(filename, user, groups=groups)
-        config = {
-            "apiVersion": "v1",
-            "kind": "Config",
-            "clusters": [
-                {
-                    "name": "kubelet-sim",
-                    "cluster": {
-                        "server": self.url,
-                        "certificate-authority-data": _b64(self.ca.pair.cert),
-                    },
-                }
-            ],
-            "users": [
-                {
-                    "name": user,
-                    "user": {
-                        "client-certificate-data": _b64(pair.cert),
-                        "client-key-data": _b64(pair.key),
-                    },
-                }
-            ],
-            "contexts": [
-                {"name": "kubelet-sim", "context": {"cluster": "kubelet-sim", "user": user}}
-            ],
-            "current-context": "kubelet-sim",
-        }
         path = self.workdir / f"{filename}.kubeconfig"
-        path.write_text(json.dumps(config, indent=2))
-        path.chmod(0o600)
-        return path
+        return write_kubeconfig(path, self.url, self.ca.pair.cert, pair, user)
 
     def node_kubeconfig(self, node_name: str) -> Path:
         """Credentials a kubelet has: `system:node:<name>` in `system:nodes`."""
