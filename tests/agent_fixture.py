@@ -42,6 +42,7 @@ def start_agent(
     prepare: Callable[[Agent], None] | None = None,
     server: ServerSettings | None = None,
     service_proxy: bool = False,
+    proxy_own_credentials: bool = False,  # the proxy with the node's credentials, not admin
     docker_network: str = "bridge",
     **pod: Any,
 ) -> RunningAgent:
@@ -58,7 +59,9 @@ def start_agent(
             # kube-proxy's rights: the test's own (admin) credentials, as the proxy's own
             service_proxy=service_proxy,
             docker_network=docker_network,
-            proxy_kubeconfig=cluster.kubeconfig if service_proxy else None,
+            proxy_kubeconfig=cluster.kubeconfig
+            if service_proxy and not proxy_own_credentials
+            else None,
         )
     )
     (agent,) = nodes.agents
