@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import os
+import stat
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
@@ -9,7 +11,7 @@ from typing import Any
 import pytest
 
 from kubelet_sim import cri
-from kubelet_sim.runtime import images, translate
+from kubelet_sim.runtime import images, privileged, translate
 from kubelet_sim.runtime.parse import container_state, observed_from_inspect, parse_time
 from kubelet_sim.runtime.pod_files import PodFiles
 
@@ -136,6 +138,68 @@ def test_container_body_mounts_and_host_namespaces() -> None:
     assert (host["UTSMode"], host["PidMode"]) == ("host", "host")
     assert host["SecurityOpt"] == ["seccomp=unconfined"], "no profile is Unconfined"
     assert body["Healthcheck"] == {"Test": ["NONE"]}
+
+
+def test_privileged_keeps_dockers_flag_where_the_engine_grants_everything() -> None:
+    sec = cri.SecurityConfig(privileged=True, capabilities_add=("NET_ADMIN",))
+    host = translate.container_body(container(security=sec), "sb")["HostConfig"]
+    assert host["Privileged"] is True
+    assert host["CapAdd"] == ["NET_ADMIN"]
+    assert "Devices" not in host
+
+
+def test_privileged_spelled_out_where_the_engine_lacks_a_capability() -> None:
+    """containerd's privileged: the engine's capabilities (asked ones and drops ignored), all
+    devices, no seccomp/AppArmor, no masked paths, writable sysfs; the pod's tmpfs stays."""
+    parts = privileged.PrivilegedParts(("CAP_CHOWN", "CAP_SYS_ADMIN"), ("/dev/kmsg",))
+    sec = cri.SecurityConfig(
+        privileged=True, capabilities_add=("NET_ADMIN",), capabilities_drop=("MKNOD",)
+    )
+    mem = cri.Mount("", "/mem", tmpfs=True)
+    body = translate.container_body(container(security=sec, mounts=(mem,)), "sb", privileged=parts)
+    host = body["HostConfig"]
+    assert host["Privileged"] is False
+    assert host["CapAdd"] == ["CAP_CHOWN", "CAP_SYS_ADMIN"]
+    assert "CapDrop" not in host
+    assert host["Devices"] == [
+        {"PathOnHost": "/dev/kmsg", "PathInContainer": "/dev/kmsg", "CgroupPermissions": "rwm"}
+    ]
+    assert host["DeviceCgroupRules"] == ["a *:* rwm"]
+    assert (host["MaskedPaths"], host["ReadonlyPaths"]) == ([], [])
+    assert host["SecurityOpt"] == ["seccomp=unconfined", "apparmor=unconfined"]
+    assert [m["Target"] for m in host["Mounts"]] == ["/mem", "/sys"]
+    assert host["Mounts"][1]["BindOptions"] == {"NonRecursive": True}
+    # An unprivileged container is not touched by the parts.
+    plain = translate.container_body(container(), "sb", privileged=parts)["HostConfig"]
+    assert plain["Privileged"] is False
+    assert "CapAdd" not in plain
+
+
+def test_capability_names_and_bounding_set() -> None:
+    status = "Name:\tdockerd\nCapEff:\t000001fffeffffff\nCapBnd:\t000001fffeffffff\n"
+    mask = privileged.cap_bounding_set(status)
+    assert mask == 0x1FFFEFFFFFF
+    names = privileged.capability_names(mask, frozenset({"BPF"}))
+    assert "CAP_SYS_RESOURCE" not in names  # bit 24, which this project's engines lack
+    assert "CAP_BPF" not in names  # the engine has it, Docker has no name for it
+    assert {"CAP_SYS_ADMIN", "CAP_PERFMON", "CAP_CHECKPOINT_RESTORE"} <= set(names)
+    assert len(names) == 39
+    assert privileged.cap_bounding_set("Name:\tx\n") is None
+    match = privileged.UNKNOWN_CAPABILITY.search('invalid CapAdd: unknown capability: "CAP_BPF"')
+    assert match is not None
+    assert match.group(1) == "BPF"
+
+
+def test_host_devices_as_containerd_lists_them(tmp_path: Path) -> None:
+    dev = tmp_path / "dev"
+    (dev / "pts").mkdir(parents=True)
+    (dev / "net").mkdir()
+    (dev / "file").write_text("")
+    if os.geteuid() != 0:
+        pytest.skip("mknod needs root")
+    for path in ("null", "console", "pts/0", "net/tun"):
+        os.mknod(dev / path, 0o600 | stat.S_IFCHR, os.makedev(1, 3))
+    assert privileged.host_devices(dev) == (str(dev / "null"), str(dev / "net/tun"))
 
 
 def test_parse_time() -> None:

@@ -11,7 +11,7 @@ import math
 import re
 import socket
 import threading
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any, cast
@@ -23,7 +23,7 @@ from docker.utils.socket import frames_iter
 from kubelet_sim import cri
 from kubelet_sim.logs import get_logger
 from kubelet_sim.paths import resolve_within
-from kubelet_sim.runtime import images, streams, translate
+from kubelet_sim.runtime import images, privileged, streams, translate
 from kubelet_sim.runtime.log_rotation import LogRotation
 from kubelet_sim.runtime.parse import observed_from_inspect, stats_from_docker
 from kubelet_sim.runtime.pod_files import PodFiles
@@ -90,6 +90,12 @@ class DockerRuntime:
     _image_ids: dict[str, str] = field(default_factory=dict, init=False, repr=False)
     # sandbox id → (host network, host pid): containers share the sandbox's namespaces.
     _sandbox_ns: dict[str, tuple[bool, bool]] = field(default_factory=dict, init=False, repr=False)
+    # The engine's capability bounding set, read once (None: unknown, Docker's flag is used),
+    # and the capabilities this engine refused by name (Docker 20.10 has no CAP_PERFMON).
+    _engine_caps: int | None = field(default=None, init=False, repr=False)
+    _engine_caps_read: bool = field(default=False, init=False, repr=False)
+    _unknown_caps: set[str] = field(default_factory=set, init=False, repr=False)
+    _caps_lock: threading.Lock = field(default_factory=threading.Lock, init=False, repr=False)
 
     def __post_init__(self) -> None:
         self.files = PodFiles(self.root_dir)
@@ -224,17 +230,22 @@ class DockerRuntime:
                 )
             if cfg.security.seccomp.startswith("localhost/"):
                 cfg = replace(cfg, security=replace(cfg.security, seccomp=self._seccomp(cfg)))
-            body = translate.container_body(
-                cfg,
-                sandbox_id,
-                termination_log=log_path,
-                host_network=host_network,
-                host_pid=host_pid,
-                log_config=self.log_rotation.log_config(),
-            )
+
+            def body() -> dict[str, Any]:
+                return translate.container_body(
+                    cfg,
+                    sandbox_id,
+                    termination_log=log_path,
+                    host_network=host_network,
+                    host_pid=host_pid,
+                    log_config=self.log_rotation.log_config(),
+                    privileged=self.privileged_parts() if cfg.security.privileged else None,
+                )
+
+            first = body()
         except (OSError, ValueError) as exc:
             raise cri.ContainerStartError(str(exc)) from None
-        container_id = self._create(translate.container_name(cfg), body)
+        container_id = self._create_privileged(translate.container_name(cfg), first, body)
         self.log.debug(
             "container created",
             pod=f"{cfg.pod.namespace}/{cfg.pod.name}",
@@ -242,6 +253,51 @@ class DockerRuntime:
             id=container_id[:12],
         )
         return container_id
+
+    def privileged_parts(self) -> privileged.PrivilegedParts | None:
+        """What a privileged container gets here: None (Docker's `Privileged: true`) where the
+        engine holds every capability of its kernel or its set is unknown; else the engine's
+        capabilities that Docker can name, the host's devices and no confinement (containerd's
+        privileged), since runc cannot give a container what the engine lacks."""
+        with self._caps_lock:
+            if not self._engine_caps_read:
+                self._engine_caps_read = True
+                adapter = getattr(self.client.api, "_custom_adapter", None)
+                path = getattr(adapter, "socket_path", None)
+                self._engine_caps = (
+                    privileged.engine_bounding_set(path) if isinstance(path, str) else None
+                )
+                self.log.info(
+                    "engine capability bounding set",
+                    cap_bnd=None if self._engine_caps is None else f"{self._engine_caps:016x}",
+                )
+            mask, unknown = self._engine_caps, frozenset(self._unknown_caps)
+        kernel = privileged.kernel_capabilities()
+        if mask is None or mask & kernel == kernel:
+            return None
+        return privileged.PrivilegedParts(
+            privileged.capability_names(mask & kernel, unknown), privileged.host_devices()
+        )
+
+    def _create_privileged(
+        self, name: str, body: dict[str, Any], rebuild: Callable[[], dict[str, Any]]
+    ) -> str:
+        """Create; a capability this engine has no name for is left out and the create retried
+        (learned once per engine), as the engine cannot grant it anyway."""
+        while True:
+            try:
+                return self._create(name, body)
+            except cri.ContainerStartError as exc:
+                match = privileged.UNKNOWN_CAPABILITY.search(str(exc))
+                caps = (body.get("HostConfig") or {}).get("CapAdd") or ()
+                if match is None or f"CAP_{match.group(1)}" not in caps:
+                    raise
+                with self._caps_lock:
+                    if match.group(1) in self._unknown_caps:
+                        raise
+                    self._unknown_caps.add(match.group(1))
+                self.log.info("engine does not know a capability", capability=match.group(1))
+                body = rebuild()
 
     def _seccomp(self, cfg: cri.ContainerConfig) -> str:
         """A Localhost profile: its JSON, from <root-dir>/seccomp (the kubelet's seccomp dir)."""

@@ -10,6 +10,7 @@ import hashlib
 from typing import Any
 
 from kubelet_sim import cri
+from kubelet_sim.runtime.privileged import PrivilegedParts
 
 # dockershim disabled image health checks: the kubelet runs its own probes.
 _NO_HEALTHCHECK = {"Test": ["NONE"]}
@@ -150,12 +151,16 @@ def container_body(
     host_network: bool = False,
     host_pid: bool = False,
     log_config: dict[str, Any] | None = None,
+    privileged: PrivilegedParts | None = None,
 ) -> dict[str, Any]:
     """An app/init container joining its sandbox's network and IPC namespaces.
 
     `termination_log` is the host file bind-mounted at terminationMessagePath;
     `host_network`/`host_pid` are the sandbox's, which the container shares (dockershim);
-    `log_config` is HostConfig.LogConfig: the json-file driver's rotation.
+    `log_config` is HostConfig.LogConfig: the json-file driver's rotation;
+    `privileged` is what a privileged container gets where the engine cannot grant Docker's
+    flag (its parts, as containerd gives them: added and dropped capabilities are then
+    ignored, as containerd ignores them); None keeps `Privileged: true`.
     """
     sandbox_ns = f"container:{sandbox_id}"
     sec = cfg.security
@@ -185,17 +190,23 @@ def container_body(
         host["PidMode"] = f"container:{cfg.pid_namespace_of}"
     if log_config:
         host["LogConfig"] = log_config
-    if sec.capabilities_add:
-        host["CapAdd"] = list(sec.capabilities_add)
-    if sec.capabilities_drop:
-        host["CapDrop"] = list(sec.capabilities_drop)
     options = ["no-new-privileges"] if sec.no_new_privileges else []
-    if sec.seccomp == "unconfined" or sec.seccomp.startswith("{"):
-        options.append(f"seccomp={sec.seccomp}")  # a profile's JSON, read by the runtime
-    if sec.unmasked_proc:  # empty, not absent, as `--security-opt systempaths=unconfined` sends
-        host["MaskedPaths"], host["ReadonlyPaths"] = [], []
-    if sec.apparmor:  # Docker ignores it on a host without AppArmor
-        options.append(f"apparmor={sec.apparmor}")
+    if sec.privileged and privileged is not None:
+        parts = privileged.host_config()
+        host["Mounts"] = host.get("Mounts", []) + parts.pop("Mounts")
+        host.update(parts)
+        options += ["seccomp=unconfined", "apparmor=unconfined"]
+    else:
+        if sec.capabilities_add:
+            host["CapAdd"] = list(sec.capabilities_add)
+        if sec.capabilities_drop:
+            host["CapDrop"] = list(sec.capabilities_drop)
+        if sec.seccomp == "unconfined" or sec.seccomp.startswith("{"):
+            options.append(f"seccomp={sec.seccomp}")  # a profile's JSON, read by the runtime
+        if sec.unmasked_proc:  # empty, not absent, as `--security-opt systempaths=unconfined`
+            host["MaskedPaths"], host["ReadonlyPaths"] = [], []
+        if sec.apparmor:  # Docker ignores it on a host without AppArmor
+            options.append(f"apparmor={sec.apparmor}")
     if options:
         host["SecurityOpt"] = options
     if sec.supplemental_groups:
