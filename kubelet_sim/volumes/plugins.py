@@ -71,16 +71,52 @@ RW_MASK, RO_MASK, EXEC_MASK = 0o660, 0o440, 0o110
 def set_volume_ownership(path: Path, fs_group: int, read_only: bool) -> None:
     """SetVolumeOwnership (volume_linux.go): every file and directory in the volume gets the
     pod's fsGroup and group read (and write unless the volume is read-only); directories get
-    setgid, so what the containers create later keeps the group. Symlinks keep their mode."""
+    setgid, so what the containers create later keeps the group. Symlinks keep their mode.
+
+    A running container can swap an entry for a symlink while we walk, so nothing here is
+    changed by a path that could be re-resolved: each entry is pinned by an O_PATH descriptor
+    opened without following it (relative to its parent's descriptor), changed through
+    /proc/self/fd (that inode, whatever its name now leads to), and a symlink only has its
+    own group changed (fchownat with AT_SYMLINK_NOFOLLOW in the pinned parent)."""
     mask = RO_MASK if read_only else RW_MASK
-    for root, dirs, files in os.walk(path):
-        for entry in [root, *(os.path.join(root, n) for n in (*dirs, *files))]:
-            info = os.lstat(entry)
-            os.lchown(entry, -1, fs_group)
-            if stat.S_ISLNK(info.st_mode):
-                continue
-            extra = mask | (stat.S_ISGID | EXEC_MASK if stat.S_ISDIR(info.st_mode) else 0)
-            os.chmod(entry, stat.S_IMODE(info.st_mode) | extra)
+    root = os.open(path, os.O_PATH | os.O_NOFOLLOW | os.O_DIRECTORY | os.O_CLOEXEC)
+    try:
+        _own_tree(root, fs_group, mask)
+    finally:
+        os.close(root)
+
+
+def _own_tree(pinned: int, group: int, mask: int) -> None:
+    """The directory pinned by `pinned` (an O_PATH descriptor), then everything below it."""
+    _own(pinned, group, mask | stat.S_ISGID | EXEC_MASK)
+    listing = os.open(f"/proc/self/fd/{pinned}", os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)
+    try:
+        names = os.listdir(listing)
+        for name in names:
+            try:
+                child = os.open(name, os.O_PATH | os.O_NOFOLLOW | os.O_CLOEXEC, dir_fd=listing)
+            except FileNotFoundError:
+                continue  # removed by the container meanwhile
+            try:
+                mode = os.fstat(child).st_mode
+                if stat.S_ISLNK(mode):
+                    os.chown(name, -1, group, dir_fd=listing, follow_symlinks=False)
+                elif stat.S_ISDIR(mode):
+                    _own_tree(child, group, mask)
+                else:
+                    _own(child, group, mask)
+            finally:
+                os.close(child)
+    finally:
+        os.close(listing)
+
+
+def _own(pinned: int, group: int, extra: int) -> None:
+    """Group and mode of the very inode `pinned` holds (its /proc/self/fd link is not a name
+    that a container can redirect)."""
+    through = f"/proc/self/fd/{pinned}"
+    os.chown(through, -1, group)
+    os.chmod(through, stat.S_IMODE(os.stat(through).st_mode) | extra)
 
 
 def _owned(ctx: Context, path: Path, read_only: bool, changed: bool) -> None:
