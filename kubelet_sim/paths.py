@@ -25,3 +25,13 @@ def resolve_within(base: Path, path: Path, what: str = "path") -> Path:
     if resolved != base and base not in resolved.parents:
         raise UnsafePath(f"{what} {str(resolved)!r} not within {str(base)!r}")
     return resolved.relative_to(base)
+
+
+def bind_target_problem(path: str) -> str | None:
+    """Why `path` cannot be a bind target inside a container: Docker reads a `:` in a bind as
+    the start of its options, so a mountPath with one could make a mount read-write or shared."""
+    if not path.startswith("/"):
+        return "must be an absolute path"
+    if ":" in path or "\0" in path:
+        return "must not contain ':'"
+    return None

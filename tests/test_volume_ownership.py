@@ -64,3 +64,11 @@ def test_a_symlink_swapped_in_during_the_walk_changes_nothing_outside(tmp_path: 
         swapper.join()
     after = os.stat(outside)
     assert (after.st_gid, after.st_mode) == (before.st_gid, before.st_mode)
+
+
+def test_bind_targets_that_docker_would_misread_are_refused() -> None:
+    from kubelet_sim.paths import bind_target_problem
+
+    assert bind_target_problem("/data") is None
+    assert bind_target_problem("data") == "must be an absolute path"
+    assert bind_target_problem("/data:rw,rshared") == "must not contain ':'"

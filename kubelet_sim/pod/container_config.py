@@ -16,6 +16,7 @@ from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
 from kubelet_sim import cri
+from kubelet_sim.paths import bind_target_problem
 from kubelet_sim.pod.admission import Allocatable
 from kubelet_sim.pod.quantity import milli_value, value
 from kubelet_sim.pod.resource_fields import ResourceFieldError, env_resource_value
@@ -45,6 +46,14 @@ MIN_SHARES, MAX_SHARES, SHARES_PER_CPU = 2, 262_144, 1024
 
 # validation.IsEnvVarName: what envFrom keys must look like to be kept.
 _ENV_VAR_NAME = re.compile(r"^[-._a-zA-Z][-._a-zA-Z0-9]*$")
+
+
+def _termination_message_path(raw: Json) -> str:
+    path = str(raw.get("terminationMessagePath") or "/dev/termination-log")
+    problem = bind_target_problem(path)  # it becomes a bind mount of the message file
+    if problem:
+        raise ContainerConfigError(f"invalid terminationMessagePath {path!r}: {problem}")
+    return path
 
 
 class ContainerConfigError(Exception):
@@ -154,7 +163,7 @@ def container_config(
         tty=bool(raw.get("tty")),
         stdin=bool(raw.get("stdin")),
         stdin_once=bool(raw.get("stdinOnce")),
-        termination_message_path=str(raw.get("terminationMessagePath") or "/dev/termination-log"),
+        termination_message_path=_termination_message_path(raw),
         termination_message_policy=container.termination_message_policy,
         termination_grace_period=pod.termination_grace_period,
     )

@@ -5,6 +5,7 @@ from __future__ import annotations
 from typing import Any
 
 from kubelet_sim import cri
+from kubelet_sim.paths import bind_target_problem
 from kubelet_sim.pod.spec import ContainerView
 from kubelet_sim.volumes.subpath import prepare_sub_path
 from kubelet_sim.volumes.types import VolumeError, VolumeSetup
@@ -20,6 +21,10 @@ def mounts_for(container: ContainerView, setup: VolumeSetup) -> list[cri.Mount]:
 
 def _mount(container: str, index: int, raw: dict[str, Any], setup: VolumeSetup) -> cri.Mount:
     name = str(raw.get("name", ""))
+    mount_path = str(raw.get("mountPath", ""))
+    problem = bind_target_problem(mount_path)
+    if problem:
+        raise VolumeError(f"invalid mountPath {mount_path!r} of volumeMount {name!r}: {problem}")
     volume_path = setup.paths.get(name)
     if volume_path is None:
         raise VolumeError(f"cannot find volume {name!r} to mount into container {container!r}")
@@ -39,7 +44,7 @@ def _mount(container: str, index: int, raw: dict[str, Any], setup: VolumeSetup) 
         )
     return cri.Mount(
         host_path=str(host_path),
-        container_path=str(raw.get("mountPath", "")),
+        container_path=mount_path,
         read_only=bool(raw.get("readOnly")) or name in setup.read_only,
         tmpfs=name in setup.tmpfs,
         tmpfs_group=setup.fs_group if name in setup.tmpfs else None,

@@ -5,6 +5,7 @@ Directory names follow the kubelet's plugin names, so `<root>/pods/<uid>/volumes
 
 from __future__ import annotations
 
+import contextlib
 import os
 import stat
 from collections.abc import Callable
@@ -100,7 +101,8 @@ def _own_tree(pinned: int, group: int, mask: int) -> None:
             try:
                 mode = os.fstat(child).st_mode
                 if stat.S_ISLNK(mode):
-                    os.chown(name, -1, group, dir_fd=listing, follow_symlinks=False)
+                    with contextlib.suppress(FileNotFoundError):  # removed meanwhile
+                        os.chown(name, -1, group, dir_fd=listing, follow_symlinks=False)
                 elif stat.S_ISDIR(mode):
                     _own_tree(child, group, mask)
                 else:

@@ -15,7 +15,7 @@ import stat
 from pathlib import Path
 
 from kubelet_sim.logs import get_logger
-from kubelet_sim.paths import UnsafePath, resolve_within
+from kubelet_sim.paths import UnsafePath, resolve_within, safe_part
 from kubelet_sim.volumes.hostmount import bind_mount_fd, mount_points_under, unmount
 from kubelet_sim.volumes.types import VolumeError
 
@@ -62,7 +62,8 @@ def prepare_sub_path(
         try:
             if staging is None:
                 return base / relative
-            target = staging / SUBPATHS_DIR / volume_name / container / str(index)
+            target = staging / SUBPATHS_DIR / safe_part(volume_name) / safe_part(container)
+            target = target / str(index)
             _bind(fd, target)
             return target
         finally:
