@@ -20,6 +20,8 @@ from pathlib import Path
 
 import pytest
 
+from kubelet_sim.kube.reviews import Decision, User
+from kubelet_sim.server.auth import Gate
 from kubelet_sim.server.settings import ServerSettings
 from tests.agent_fixture import start_agent
 from tests.cluster import Cluster, wait_for
@@ -222,3 +224,36 @@ def test_a_rejected_token_is_401_even_with_anonymous_on(
         assert status("not-a-token")[0] == 401, "a rejected token is never anonymous"
     finally:
         running.stop()
+
+
+class _Reviews:
+    """A TokenReview/SubjectAccessReview stand-in: one good token; everyone authorized."""
+
+    def authenticate(self, token: str) -> User | None:
+        return User("someone", ("system:authenticated",)) if token == "good" else None
+
+    def authorize(
+        self, user: User, verb: str, resource: str, subresource: str, name: str
+    ) -> Decision:
+        return Decision(allowed=True)
+
+
+@pytest.mark.parametrize(
+    ("authorization", "anonymous", "answer"),
+    [
+        ("", True, None),  # no credential: anonymous
+        ("Bearer ", True, None),  # an empty token is no credential (bearertoken.go)
+        ("Basic dXNlcjpwdw==", True, None),  # not a bearer token: not presented
+        ("Bearer bad", True, 401),  # a presented token that fails is never anonymous
+        ("bearer bad", True, 401),
+        ("Bearer good", True, None),
+        ("", False, 401),
+        ("Bearer bad", False, 401),
+    ],
+)
+def test_the_gate_never_turns_a_rejected_token_anonymous(
+    authorization: str, anonymous: bool, answer: int | None
+) -> None:
+    gate = Gate(_Reviews(), "n1", anonymous=anonymous)
+    refused = gate.check("GET", "/pods", None, authorization)
+    assert (refused[0] if refused else None) == answer

@@ -532,3 +532,18 @@ def test_a_restart_whose_post_start_hook_runs_waits_after_its_last_end() -> None
     assert cs["restartCount"] == 0
     assert st["phase"] == "Running"
     assert conditions(st)["Ready"]["status"] == "False"
+
+
+def test_in_a_pod_with_init_containers_a_hooked_start_waits_as_pod_initializing() -> None:
+    """convertToAPIContainerStatuses' default waiting reason there is PodInitializing."""
+    running = container("c")
+    st = status(
+        pod(init=1),
+        sandbox(),
+        container("init0", state=ContainerState.EXITED, exit_code=0),
+        running,
+        starting=frozenset({running.id}),
+    )
+    [cs] = st["containerStatuses"]
+    assert cs["state"] == {"waiting": {"reason": "PodInitializing"}}
+    assert st["phase"] == "Pending"

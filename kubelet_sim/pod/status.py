@@ -54,7 +54,8 @@ class StatusInput:
     # Containers (by id) whose start has not returned: their postStart hook runs (or failed and
     # they are being killed). The kubelet runs the hook inside startContainer, so every status
     # it writes meanwhile was generated before that start: such a container is not seen, and
-    # its status says waiting (ContainerCreating) until the hook ends.
+    # its status says waiting (ContainerCreating, or PodInitializing in a pod with init
+    # containers) until the hook ends.
     starting: frozenset[str] = frozenset()
 
 
@@ -293,7 +294,8 @@ def _container_statuses(
     starting: frozenset[str] = frozenset(),
 ) -> list[Json]:
     """`starting`: names of containers whose start has not returned (see StatusInput), left
-    waiting ContainerCreating after their last attempt the kubelet had seen."""
+    waiting in the default state (ContainerCreating; PodInitializing in a pod with init
+    containers) after the last attempt the kubelet had seen."""
     old_key = key or ("initContainerStatuses" if is_init else "containerStatuses")
     old_by_name = {s["name"]: s for s in old.get(old_key) or []}
     default_reason = POD_INITIALIZING if has_init else CONTAINER_CREATING
@@ -334,8 +336,8 @@ def _container_statuses(
         init_succeeded = (
             latest is not None and latest.state is ContainerState.EXITED and latest.exit_code == 0
         )
-        if container.name in starting:
-            reason: WaitingReason | None = WaitingReason(CONTAINER_CREATING)
+        if container.name in starting:  # convertToAPIContainerStatuses' default state
+            reason: WaitingReason | None = WaitingReason(default_reason)
         elif (
             (is_init and init_succeeded)
             or (is_init and latest is None and _initialized_without(container, inp, statuses))

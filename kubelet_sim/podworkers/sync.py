@@ -501,8 +501,9 @@ def _soonest(*delays: float | None) -> float | None:
 
 def _starting(state: PodState, observed: Sequence[cri.ObservedContainer]) -> frozenset[str]:
     """The running containers whose start has not returned in the kubelet's terms: their
-    postStart hook runs, or failed and they are being killed for it (killContainer runs inside
-    startContainer). Those killed and stopped are forgotten."""
+    postStart hook runs, or failed and they are to be or being killed for it (killContainer
+    runs inside startContainer). Those killed and stopped are forgotten."""
     running = {c.id for c in observed if c.state is cri.ContainerState.RUNNING}
     state.post_start_killed &= running
-    return frozenset((set(state.post_start_running) | state.post_start_killed) & running)
+    hooked = {*state.post_start_running, *state.post_start_failed, *state.post_start_killed}
+    return frozenset(hooked & running)
