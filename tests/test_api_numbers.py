@@ -356,20 +356,34 @@ def test_a_check_that_fails_refuses_only_its_pod() -> None:
 # -- one pod's failure stops no one else's ------------------------------------------------------
 
 
-def test_a_hook_that_raises_leaves_the_pool_to_the_next_hook() -> None:
-    runner = HookRunner(runtime=None, events=None, threads=1)  # type: ignore[arg-type]
-    done = threading.Event()
+def test_a_hook_that_raises_or_hangs_leaves_the_next_hook_to_run() -> None:
+    """Each hook has a thread of its own: neither a hook that raises nor four that hang (more
+    than the pool of four the hooks once shared) delay another pod's hook."""
+    runner = HookRunner(runtime=None, events=None)  # type: ignore[arg-type]
+    done, release = threading.Event(), threading.Event()
 
     def broken() -> None:
         raise OverflowError("timestamp out of range for platform time_t")
 
+    def slow() -> None:
+        release.wait()
+
     try:
-        for _ in range(3):  # more than the pool has threads
-            runner.submit(broken)
-        runner.submit(done.set)
+        for i in range(3):
+            assert runner.submit(broken, f"broken-{i}")
+        for i in range(4):
+            runner.submit(slow, f"slow-{i}")
+        runner.submit(done.set, "quick")
         assert done.wait(5), "the next pod's hook ran"
+        assert runner.running("slow-0") == 1
+        wait_until = time.monotonic() + 5
+        while runner.running("broken-0") and time.monotonic() < wait_until:
+            time.sleep(0.01)
+        assert runner.running("broken-0") == 0, "a hook that raised is done"
     finally:
+        release.set()
         runner.shutdown()
+    assert not runner.submit(done.set, "late"), "no hook starts once shut down"
 
 
 # -- on a node: Docker and the API server -------------------------------------------------------

@@ -8,15 +8,24 @@ the node too.
 
 from __future__ import annotations
 
+import contextlib
 import http.client
 import json
 import re
+import socket
 import ssl
 import urllib.error
+import urllib.request
+from pathlib import Path
 
 import pytest
 
+from kubelet_sim.kube.reviews import Decision, User
+from kubelet_sim.server.auth import Gate
+from kubelet_sim.server.settings import ServerSettings
+from tests.agent_fixture import start_agent
 from tests.cluster import Cluster, wait_for
+from tests.docker_env import DockerEnv
 from tests.kubelet_api import Node, node
 from tests.pods import container, container_status, make_pod, wait_status
 
@@ -162,3 +171,89 @@ def test_pod_logs_through_the_api_server(cluster: Cluster, node: Node) -> None:
         return  # the fake has pods/log but no nodes/proxy
     summary = cluster.core.connect_get_node_proxy_with_path(cluster.node_name, "stats/summary")
     assert "via-api" in summary, "nodes/proxy reaches the Summary API too (kubectl top's path)"
+
+
+def test_a_failed_tls_handshake_is_one_line(node: Node, capfd: pytest.CaptureFixture[str]) -> None:
+    """A plain-TCP client that sends garbage fails the handshake: one line in the node's log,
+    no traceback (socketserver's handle_error printed one to stderr); the port serves on."""
+    from structlog.testing import capture_logs
+
+    with capture_logs() as logs:
+        with socket.create_connection(("127.0.0.1", node.port), timeout=10) as plain:
+            plain.sendall(b"GET /healthz HTTP/1.1\r\nHost: x\r\n\r\n\x00\xff garbage\r\n")
+            with contextlib.suppress(OSError):
+                plain.recv(1024)  # the server ends the connection
+        said = wait_for(
+            lambda: [e for e in logs if e["event"] == "TLS handshake error"], 10, "the line"
+        )
+    assert len(said) == 1, said
+    assert said[0]["client"].startswith("127.0.0.1:")
+    assert "\n" not in said[0]["error"]
+    out, err = capfd.readouterr()
+    assert "Traceback" not in out + err
+    assert node.text("/healthz") == "ok"
+
+
+def test_a_rejected_token_is_401_even_with_anonymous_on(
+    cluster: Cluster, docker_env: DockerEnv, tmp_path: Path
+) -> None:
+    """--anonymous-auth lets in a request without a credential (as system:anonymous, then
+    authorized like anyone); a bearer token the API server rejects is 401, never anonymous."""
+    settings = ServerSettings(address="127.0.0.1", port=0, anonymous_auth=True)
+    running = start_agent(cluster, docker_env, tmp_path / "root", server=settings)
+    try:
+        server = running.agent.server
+        assert server is not None
+        context = ssl.create_default_context()
+        context.check_hostname, context.verify_mode = False, ssl.CERT_NONE
+
+        def status(token: str | None) -> tuple[int, str]:
+            request = urllib.request.Request(f"https://127.0.0.1:{server.port}/pods")
+            if token is not None:
+                request.add_header("Authorization", f"Bearer {token}")
+            try:
+                with urllib.request.urlopen(request, context=context, timeout=30) as answer:
+                    return answer.status, ""
+            except urllib.error.HTTPError as exc:
+                return exc.code, exc.read().decode()
+
+        code, text = status(None)
+        assert code != 401, "no credential: anonymous"
+        if code == 403:
+            assert "user=system:anonymous" in text
+        assert status("not-a-token")[0] == 401, "a rejected token is never anonymous"
+    finally:
+        running.stop()
+
+
+class _Reviews:
+    """A TokenReview/SubjectAccessReview stand-in: one good token; everyone authorized."""
+
+    def authenticate(self, token: str) -> User | None:
+        return User("someone", ("system:authenticated",)) if token == "good" else None
+
+    def authorize(
+        self, user: User, verb: str, resource: str, subresource: str, name: str
+    ) -> Decision:
+        return Decision(allowed=True)
+
+
+@pytest.mark.parametrize(
+    ("authorization", "anonymous", "answer"),
+    [
+        ("", True, None),  # no credential: anonymous
+        ("Bearer ", True, None),  # an empty token is no credential (bearertoken.go)
+        ("Basic dXNlcjpwdw==", True, None),  # not a bearer token: not presented
+        ("Bearer bad", True, 401),  # a presented token that fails is never anonymous
+        ("bearer bad", True, 401),
+        ("Bearer good", True, None),
+        ("", False, 401),
+        ("Bearer bad", False, 401),
+    ],
+)
+def test_the_gate_never_turns_a_rejected_token_anonymous(
+    authorization: str, anonymous: bool, answer: int | None
+) -> None:
+    gate = Gate(_Reviews(), "n1", anonymous=anonymous)
+    refused = gate.check("GET", "/pods", None, authorization)
+    assert (refused[0] if refused else None) == answer

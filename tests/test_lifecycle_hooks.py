@@ -9,15 +9,19 @@ from __future__ import annotations
 
 import http.server
 import threading
+import time
 from collections.abc import Iterator
+from datetime import datetime
 from typing import Any
 
+import docker.errors
 import pytest
 
 from tests.agent_fixture import RunningAgent
-from tests.cluster import Cluster, wait_for
+from tests.cluster import Cluster, open_watch, wait_for
 from tests.docker_env import DockerEnv
 from tests.pods import (
+    condition,
     container,
     container_status,
     event_messages,
@@ -43,7 +47,12 @@ def _logs(cluster: Cluster, docker_env: DockerEnv, name: str) -> list[str]:
         for c in pod_containers(docker_env, uid)
         if c.labels.get("io.kubernetes.container.name") == "c"
     ]
-    text = "".join(docker_env.client.api.logs(c.id).decode() for c in apps)
+    text = ""
+    for c in apps:
+        try:
+            text += docker_env.client.api.logs(c.id).decode()
+        except docker.errors.NotFound:  # removed since it was listed
+            continue
     return text.split()
 
 
@@ -142,3 +151,97 @@ def test_http_pre_stop_hook_reaches_its_host(
     assert seen[0][0] == "/bye"
     assert seen[0][1].startswith("kube-lifecycle/"), "hooks send the kubelet's User-Agent"
     wait_for(lambda: get_pod(cluster, "web-hook") is None, 30, "the pod gone")
+
+
+# -- postStart as the kubelet shows it --------------------------------------------------------
+
+CREATING = {"waiting": {"reason": "ContainerCreating"}}
+
+
+def _state(status: dict[str, Any], name: str = "c") -> dict[str, Any]:
+    return container_status(status, name).get("state") or {}
+
+
+def test_every_status_written_while_post_start_runs_says_container_creating(
+    cluster: Cluster, agent: RunningAgent
+) -> None:
+    """The kubelet runs postStart inside the container's start: until the hook ends, what it
+    writes shows the container waiting (ContainerCreating) and the pod Pending, though Docker
+    has the container running. `b` starts first, so at least one write comes during the hook
+    (the one that says `b` runs)."""
+    hook = {"postStart": {"exec": {"command": ["sh", "-c", "sleep 10"]}}}
+    stream = open_watch(
+        cluster.core.list_namespaced_pod,
+        cluster.namespace,
+        field_selector="metadata.name=slow-start",
+        _request_timeout=90,
+    )
+    try:
+        make_pod(cluster, "slow-start", container("b"), container("c", lifecycle=hook))
+        before: list[dict[str, Any]] = []
+        while True:  # every status the watch shows until `c` runs
+            latest = stream.next(60)["object"].get("status") or {}
+            if "running" in _state(latest):
+                seen_running = time.time()
+                break
+            before.append(latest)
+    finally:
+        stream.close()
+    written = [s for s in before if s.get("containerStatuses")]
+    assert written, "the node wrote a status before the hook ended"
+    for status in written:
+        assert _state(status) == CREATING, status
+        assert status["phase"] == "Pending", status
+        assert condition(status, "Ready").get("status") == "False", status
+    assert any("running" in _state(s, "b") for s in written), "a status written during the hook"
+    started = _state(latest)["running"]["startedAt"]
+    began = datetime.fromisoformat(started.replace("Z", "+00:00")).timestamp()
+    assert seen_running - began >= 8.5, "running only once the 10 s hook ended"
+    assert latest["phase"] == "Running"
+    assert condition(latest, "Ready").get("status") == "True"
+
+
+def test_four_slow_post_start_hooks_delay_no_other_pod(
+    cluster: Cluster, docker_env: DockerEnv, agent: RunningAgent
+) -> None:
+    """The issue's hole: hooks shared four threads, so while four pods ran slow postStart hooks
+    a fifth pod's instant hook did not run at all, and a preStop waited for a slot out of its
+    grace period. Now each hook has a thread of its own."""
+    slow = {"postStart": {"exec": {"command": ["sh", "-c", SAY.format("slow") + "; sleep 60"]}}}
+    names = [f"slow-{i}" for i in range(4)]
+    for name in names:
+        make_pod(cluster, name, container(lifecycle=slow))
+
+    def hooks_running() -> bool:
+        return all("slow" in _logs(cluster, docker_env, name) for name in names)
+
+    wait_for(hooks_running, 60, "four slow postStart hooks running")
+    quick = {
+        "postStart": {"exec": {"command": ["sh", "-c", SAY.format("poststart")]}},
+        "preStop": {"exec": {"command": ["sh", "-c", SAY.format("prestop")]}},
+    }
+    asked = time.monotonic()
+    make_pod(
+        cluster,
+        "quick",
+        container(command=TRAPS_TERM, lifecycle=quick),
+        terminationGracePeriodSeconds=30,
+    )
+    wait_status(cluster, "quick", _running, 15, "running while four slow hooks run")
+    assert time.monotonic() - asked < 15
+    assert "poststart" in _logs(cluster, docker_env, "quick")
+    for name in names:  # still in their hooks, and shown so
+        assert _state((get_pod(cluster, name) or {}).get("status") or {}) == CREATING
+    cluster.core.patch_namespaced_pod(
+        "quick", cluster.namespace, {"metadata": {"finalizers": [FINALIZER]}}
+    )
+    try:
+        asked = time.monotonic()
+        cluster.core.delete_namespaced_pod("quick", cluster.namespace)
+        wait_for(lambda: "term" in _logs(cluster, docker_env, "quick"), 15, "SIGTERM after preStop")
+        assert time.monotonic() - asked < 15, "the preStop waited for nothing"
+        assert _logs(cluster, docker_env, "quick") == ["start", "poststart", "prestop", "term"]
+    finally:
+        cluster.core.patch_namespaced_pod(
+            "quick", cluster.namespace, {"metadata": {"finalizers": None}}
+        )

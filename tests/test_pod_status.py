@@ -492,3 +492,58 @@ def test_an_init_container_removed_after_initialization_counts_as_completed() ->
     assert st["phase"] == "Running"
     before = status(pod("Always", init=1), sandbox())  # nothing created yet: still to run
     assert before["initContainerStatuses"][0]["state"] == {"waiting": {"reason": "PodInitializing"}}
+
+
+def test_a_container_whose_post_start_hook_runs_is_still_being_created() -> None:
+    """The kubelet runs postStart inside startContainer: whatever it writes meanwhile says
+    waiting ContainerCreating, the pod Pending and not Ready, though Docker says running."""
+    running = container("c")
+    st = status(
+        pod(names=("b", "c")), sandbox(), container("b"), running, starting=frozenset({running.id})
+    )
+    by_name = {cs["name"]: cs for cs in st["containerStatuses"]}
+    assert by_name["c"]["state"] == {"waiting": {"reason": "ContainerCreating"}}
+    assert (by_name["c"]["ready"], by_name["c"]["started"]) == (False, False)
+    assert "containerID" not in by_name["c"], "a start that has not returned has no id yet"
+    assert "running" in by_name["b"]["state"]
+    assert st["phase"] == "Pending"
+    cond = conditions(st)
+    assert cond["Ready"]["status"] == "False"
+    assert cond["ContainersReady"]["message"] == "containers with unready status: [c]"
+    st = status(pod(names=("b", "c")), sandbox(), container("b"), running)  # the hook ended
+    assert st["phase"] == "Running"
+    assert conditions(st)["Ready"]["status"] == "True"
+
+
+def test_a_restart_whose_post_start_hook_runs_waits_after_its_last_end() -> None:
+    """A restarted container in its hook: waiting ContainerCreating after the attempt that
+    ended (its lastState and restart count), and the pod, which ran before, stays Running."""
+    restarted = container(attempt=1)
+    st = status(
+        pod("Always"),
+        sandbox(),
+        restarted,
+        container(attempt=0, state=ContainerState.EXITED, exit_code=1),
+        starting=frozenset({restarted.id}),
+    )
+    [cs] = st["containerStatuses"]
+    assert cs["state"] == {"waiting": {"reason": "ContainerCreating"}}
+    assert cs["lastState"]["terminated"]["exitCode"] == 1
+    assert cs["restartCount"] == 0
+    assert st["phase"] == "Running"
+    assert conditions(st)["Ready"]["status"] == "False"
+
+
+def test_in_a_pod_with_init_containers_a_hooked_start_waits_as_pod_initializing() -> None:
+    """convertToAPIContainerStatuses' default waiting reason there is PodInitializing."""
+    running = container("c")
+    st = status(
+        pod(init=1),
+        sandbox(),
+        container("init0", state=ContainerState.EXITED, exit_code=0),
+        running,
+        starting=frozenset({running.id}),
+    )
+    [cs] = st["containerStatuses"]
+    assert cs["state"] == {"waiting": {"reason": "PodInitializing"}}
+    assert st["phase"] == "Pending"

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import copy
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from datetime import UTC, datetime
 from typing import Any
 
@@ -51,6 +51,12 @@ class StatusInput:
     # terminated state get ContainerStatusUnknown and the phase becomes terminal.
     finished: bool = False
     probes: ProbeResults = field(default_factory=ProbeResults)  # the prober's results
+    # Containers (by id) whose start has not returned: their postStart hook runs (or failed and
+    # they are being killed). The kubelet runs the hook inside startContainer, so every status
+    # it writes meanwhile was generated before that start: such a container is not seen, and
+    # its status says waiting (ContainerCreating, or PodInitializing in a pod with init
+    # containers) until the hook ends.
+    starting: frozenset[str] = frozenset()
 
 
 def format_time(ts: datetime | None) -> str | None:
@@ -65,6 +71,10 @@ def format_time_precise(ts: datetime) -> str:
 
 
 def generate_status(inp: StatusInput) -> Json:
+    starting: frozenset[str] = frozenset()
+    if inp.starting:
+        starting = frozenset(c.name for c in inp.containers if c.id in inp.starting)
+        inp = replace(inp, containers=[c for c in inp.containers if c.id not in inp.starting])
     pod = inp.pod
     old: Json = inp.previous if inp.previous is not None else pod.status
     has_init = bool(pod.init_containers)
@@ -82,14 +92,16 @@ def generate_status(inp: StatusInput) -> Json:
         )
     if pod.status.get("qosClass"):
         status["qosClass"] = pod.status["qosClass"]
-    status["containerStatuses"] = _container_statuses(inp, pod.containers, old, has_init, False)
+    status["containerStatuses"] = _container_statuses(
+        inp, pod.containers, old, has_init, False, starting=starting
+    )
     if has_init:
         status["initContainerStatuses"] = _container_statuses(
-            inp, pod.init_containers, old, has_init, True
+            inp, pod.init_containers, old, has_init, True, starting=starting
         )
     if pod.ephemeral_containers:
         status["ephemeralContainerStatuses"] = _container_statuses(
-            inp, pod.ephemeral_containers, old, has_init, False, EPHEMERAL_KEY
+            inp, pod.ephemeral_containers, old, has_init, False, EPHEMERAL_KEY, starting
         )
     if inp.finished:
         default_unknown_states(pod, status)
@@ -279,7 +291,11 @@ def _container_statuses(
     has_init: bool,
     is_init: bool,
     key: str = "",
+    starting: frozenset[str] = frozenset(),
 ) -> list[Json]:
+    """`starting`: names of containers whose start has not returned (see StatusInput), left
+    waiting in the default state (ContainerCreating; PodInitializing in a pod with init
+    containers) after the last attempt the kubelet had seen."""
     old_key = key or ("initContainerStatuses" if is_init else "containerStatuses")
     old_by_name = {s["name"]: s for s in old.get(old_key) or []}
     default_reason = POD_INITIALIZING if has_init else CONTAINER_CREATING
@@ -320,13 +336,16 @@ def _container_statuses(
         init_succeeded = (
             latest is not None and latest.state is ContainerState.EXITED and latest.exit_code == 0
         )
-        if is_init and init_succeeded:
+        if container.name in starting:  # convertToAPIContainerStatuses' default state
+            reason: WaitingReason | None = WaitingReason(default_reason)
+        elif (
+            (is_init and init_succeeded)
+            or (is_init and latest is None and _initialized_without(container, inp, statuses))
+            or not should_restart(container, inp.pod, latest)
+        ):
             continue
-        if is_init and latest is None and _initialized_without(container, inp, statuses):
-            continue
-        if not should_restart(container, inp.pod, latest):
-            continue
-        reason = inp.waiting.get(container.name)
+        else:
+            reason = inp.waiting.get(container.name)
         if reason is None:
             continue
         st = statuses[container.name]

@@ -1,18 +1,22 @@
 """Lifecycle hooks (pkg/kubelet/lifecycle/handlers.go): postStart and preStop, exec/httpGet/sleep.
 
-Hooks run on a small pool of their own, never on a pod worker: a postStart hook's failure
-comes back to the pod's sync (which kills the container, as killContainer does), and a preStop
-hook holds a stop's SIGTERM until it ends (the stopper books the SIGKILL meanwhile). One hook's
-work that raises is logged and ends there: the pool's threads go on with the other pods' hooks.
+Each hook runs on a thread of its own, started at once, never on a pod worker and never
+queued behind another pod's hook: the kubelet runs a postStart inside the container's start and
+a preStop inside its kill, each on the pod's own worker, so one pod's slow hook delays no other
+pod's. A postStart hook's end comes back to the pod's sync (a failure kills the container, as
+startContainer does), and a preStop hook holds a stop's SIGTERM until it ends (the stopper
+books the SIGKILL meanwhile, so it never waits for anything but its own hook).
+
+Bounded per pod: a pod runs one postStart hook at a time (its containers start one after the
+other while one runs, as the kubelet's SyncPod starts them), and a preStop hook once per
+container it stops. One hook's work that raises is logged and ends there.
 """
 
 from __future__ import annotations
 
 import json
 import threading
-import time
 from collections.abc import Callable, Sequence
-from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
 from kubelet_sim import cri
@@ -27,7 +31,6 @@ from kubelet_sim.prober.handlers import ExecRuntime, http_get
 
 POST_START = "postStart"
 PRE_STOP = "preStop"
-HOOK_THREADS = 4
 POST_START_LIMIT = 600.0  # the kubelet waits for a postStart hook without end; we stop at 10 min
 
 
@@ -44,30 +47,59 @@ class HookRunner:
         runtime: ExecRuntime,
         events: EventRecorder,
         node_ip: str = "",
-        threads: int = HOOK_THREADS,
         node: str = "",
     ) -> None:
         self.runtime = runtime
         self.events = events
         self.node_ip = node_ip  # a hostNetwork pod's address
-        self._pool = ThreadPoolExecutor(threads, thread_name_prefix="lifecycle-hook")
         self._closed = threading.Event()
+        self._lock = threading.Lock()
+        self._running: dict[str, int] = {}  # hooks running, by pod uid
         self.log = get_logger("kubelet_sim.podworkers", node=node)
 
-    def submit(self, work: Callable[[], None]) -> None:
-        if not self._closed.is_set():
-            self._pool.submit(self._guarded, work)
+    def submit(self, work: Callable[[], None], uid: str = "", which: str = "") -> bool:
+        """Run `work` (a hook and what follows it) on a thread of its own, now; False once
+        shut down (nothing runs)."""
+        if self._closed.is_set():
+            return False
+        with self._lock:
+            self._running[uid] = self._running.get(uid, 0) + 1
+        name = f"lifecycle-hook-{which or 'work'}-{uid[:8]}"
+        thread = threading.Thread(target=self._guarded, args=(work, uid), name=name, daemon=True)
+        try:
+            thread.start()
+        except RuntimeError as exc:  # no thread to be had: this hook does not run
+            self._done(uid)
+            self.log.warning("lifecycle hook not started", error=str(exc))
+            return False
+        return True
 
-    def _guarded(self, work: Callable[[], None]) -> None:
-        """A pool's thread drops a task's exception silently: say it, and carry on."""
+    def running(self, uid: str) -> int:
+        """How many hooks of this pod run now."""
+        with self._lock:
+            return self._running.get(uid, 0)
+
+    def _guarded(self, work: Callable[[], None], uid: str) -> None:
+        """A hook's work that raises is said, and ends there."""
         try:
             work()
         except Exception:
             self.log.exception("lifecycle hook work failed")
+        finally:
+            self._done(uid)
+
+    def _done(self, uid: str) -> None:
+        with self._lock:
+            left = self._running.get(uid, 1) - 1
+            if left > 0:
+                self._running[uid] = left
+            else:
+                self._running.pop(uid, None)
 
     def shutdown(self) -> None:
+        """No hook starts from now on; a sleep hook running ends at once (an exec hook ends
+        with its own timeout or its container)."""
         self._closed.set()
-        self._pool.shutdown(wait=False, cancel_futures=True)
 
     def run(
         self,
@@ -127,6 +159,6 @@ class HookRunner:
                 return None
             return f"HTTP lifecycle hook ({path}) {where} failed - error: {failed}"
         if isinstance(hook.get("sleep"), dict):
-            time.sleep(min(bounded(hook["sleep"].get("seconds"), 0), max(timeout, 0.0)))
+            self._closed.wait(min(bounded(hook["sleep"].get("seconds"), 0), max(timeout, 0.0)))
             return None
         return f"Lifecycle hook {where} failed - error: no handler the kubelet knows"

@@ -241,18 +241,25 @@ class ContainerStarter:
         sandbox: cri.ObservedContainer,
         state: PodState,
     ) -> None:
-        """The postStart hook, off the pod worker; a failure comes back to the pod's sync,
-        which kills the container (startContainer's FailedPostStartHook)."""
+        """The postStart hook, off the pod worker, on a thread of its own. Until it ends the
+        container's start has not returned (state.post_start_running): its status says
+        waiting and the pod's other containers wait to start. Its end brings the pod back; a
+        failure is killed there (startContainer's FailedPostStartHook)."""
+        state.post_start_running[container_id] = container.name
 
         def run() -> None:
-            error = hooks.run(
-                view, container, container_id, POST_START, [sandbox], POST_START_LIMIT
-            )
-            if error is not None:
-                state.post_start_failed[container_id] = error
+            try:
+                error = hooks.run(
+                    view, container, container_id, POST_START, [sandbox], POST_START_LIMIT
+                )
+                if error is not None:
+                    state.post_start_failed[container_id] = error
+            finally:
+                state.post_start_running.pop(container_id, None)
                 self.wake(view.uid)
 
-        hooks.submit(run)
+        if not hooks.submit(run, view.uid, POST_START):  # shutting down: nothing runs
+            state.post_start_running.pop(container_id, None)
 
     def forget_pod(self, uid: str) -> None:
         self.puller.forget_pod(uid)

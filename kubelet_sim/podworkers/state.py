@@ -45,6 +45,11 @@ class PodState:
     finally_deleted: bool = False
     # Containers whose postStart hook failed (by id, with the hook's message): killed next sync.
     post_start_failed: dict[str, str] = field(default_factory=dict)
+    # Containers whose postStart hook runs (by id, with the container's name), and those killed
+    # because it failed: the kubelet's start has not returned, so while they run their status
+    # says waiting (ContainerCreating) and no other container of the pod starts.
+    post_start_running: dict[str, str] = field(default_factory=dict)
+    post_start_killed: set[str] = field(default_factory=set)
     # The pod is being killed (its app containers are done): until its sandbox has stopped,
     # no container is started again.
     killing_pod: bool = False

@@ -147,7 +147,7 @@ class ContainerStopper:
                 state.pre_stop_running.discard(container.id)
                 self.wake(view.uid)
 
-        hooks.submit(run)
+        hooks.submit(run, view.uid, PRE_STOP)
 
     def stop(
         self,
@@ -193,7 +193,7 @@ class ContainerStopper:
                 else:
                     self.refresh(container.id)
 
-        hooks.submit(run)
+        hooks.submit(run, view.uid, PRE_STOP)
 
     def recheck_in(self, container_ids: Sequence[str]) -> float:
         """Seconds until the last of these containers has had its SIGKILL, plus a margin."""

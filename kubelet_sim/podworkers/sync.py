@@ -191,7 +191,8 @@ class PodSyncer:
         observed = self.watcher.pod_containers(view.uid)
         sandbox = latest_sandbox(observed)
         address = pod_address(view.host_network, observed, self.settings.node_ip)
-        self.prober.sync_pod(view, observed, address)
+        starting = _starting(state, observed)  # not probed until started, as the kubelet's
+        self.prober.sync_pod(view, [c for c in observed if c.id not in starting], address)
         actions = compute_actions(view, observed, spec_hash, self.prober.results(view.uid))
         retry: list[float | None] = [deadline]
         volumes = self._setup_volumes(view, observed)
@@ -232,12 +233,20 @@ class PodSyncer:
                 state.replacing.add(victim.name)
             self.stopper.stop(view, victim, state, grace, message)
             retry.append(self.stopper.recheck_in([victim.id]))
+        if state.post_start_running:  # SyncPod starts containers one after the other, each
+            self._write(pod, view, state)  # with its hook: the hook's end brings the pod back
+            pending = [r for r in retry if r is not None]
+            return min(pending) if pending else None
         for container in self._to_start(view, observed, state, actions):
             wait = self.starter.start(view, container, sandbox, state, volumes)
             if wait is None:
                 state.replacing.discard(container.name)
             retry.append(wait)
+            if state.post_start_running:  # its postStart runs: the next ones wait for its end
+                break
         for container in actions.ephemeral_to_start:
+            if state.post_start_running:
+                break
             target = container.raw.get("targetContainerName")
             running = latest_attempt(observed, target) if target else None
             shares = running.id if running and running.state is cri.ContainerState.RUNNING else ""
@@ -255,6 +264,7 @@ class PodSyncer:
             del state.post_start_failed[container_id]
             victim = next((c for c in observed if c.id == container_id), None)
             if victim is not None and victim.state is cri.ContainerState.RUNNING:
+                state.post_start_killed.add(container_id)  # still starting until it stopped
                 grace = view.termination_grace_period
                 self.stopper.stop(view, victim, state, grace, "FailedPostStartHook")
 
@@ -391,6 +401,7 @@ class PodSyncer:
                 evicted=evicted,
                 finished=finished,
                 probes=self.prober.results(view.uid),
+                starting=_starting(state, observed),
             )
         )
         failure = state.status_failure
@@ -486,3 +497,13 @@ class PodSyncer:
 def _soonest(*delays: float | None) -> float | None:
     pending = [d for d in delays if d is not None]
     return min(pending) if pending else None
+
+
+def _starting(state: PodState, observed: Sequence[cri.ObservedContainer]) -> frozenset[str]:
+    """The running containers whose start has not returned in the kubelet's terms: their
+    postStart hook runs, or failed and they are to be or being killed for it (killContainer
+    runs inside startContainer). Those killed and stopped are forgotten."""
+    running = {c.id for c in observed if c.state is cri.ContainerState.RUNNING}
+    state.post_start_killed &= running
+    hooked = {*state.post_start_running, *state.post_start_failed, *state.post_start_killed}
+    return frozenset(hooked & running)

@@ -1,7 +1,8 @@
 """Authentication and authorization as the kubelet's server does them (pkg/kubelet/server/auth.go).
 
 Who: a client certificate verified against the client CA (during the TLS handshake), else a
-bearer token the API server vouches for (TokenReview), else anonymous if allowed. May they: a
+bearer token the API server vouches for (TokenReview), else anonymous if allowed and no token
+was presented (a rejected token is 401). May they: a
 SubjectAccessReview on the node's `nodes/<subresource>`, the subresource named by the path.
 """
 
@@ -71,9 +72,14 @@ class Gate:
         self, method: str, path: str, peer: dict[str, Any] | None, authorization: str
     ) -> tuple[int, str] | None:
         user = user_from_certificate(peer)
-        if user is None and authorization.lower().startswith("bearer "):
-            user = self.reviews.authenticate(authorization[7:].strip())
-        if user is None and self.anonymous:
+        token = ""
+        if authorization.lower().startswith("bearer "):
+            token = authorization[7:].strip()
+        if user is None and token:
+            user = self.reviews.authenticate(token)
+        if user is None and self.anonymous and not token:
+            # unionauth.NewFailOnError(…, anonymous): a bearer token the API server rejects is
+            # an error (bearertoken.go's invalidToken), so 401, never anonymous.
             user = ANONYMOUS
         if user is None:
             return 401, "Unauthorized"

@@ -8,6 +8,7 @@ another CA fails the handshake: Python's ssl verifies during it, where Go's kube
 from __future__ import annotations
 
 import ssl
+import sys
 import threading
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
@@ -35,6 +36,23 @@ class _Server(ThreadingHTTPServer):
     block_on_close = False
     app: KubeletServer
 
+    def handle_error(self, request: Any, client_address: Any) -> None:
+        """A connection that fails before any request (a failed TLS handshake: a plain-TCP
+        client, a certificate from another CA, a timeout) is one line, as Go's server says
+        "http: TLS handshake error from ...", never a traceback on stderr."""
+        error = sys.exc_info()[1]
+        client = f"{client_address[0]}:{client_address[1]}" if client_address else "?"
+        if isinstance(error, _HandshakeFailed):
+            self.app.log.info("TLS handshake error", client=client, error=str(error))
+        elif isinstance(error, OSError):  # the client left mid-request
+            self.app.log.debug("connection ended", client=client, error=str(error))
+        else:
+            self.app.log.exception("connection failed", client=client)
+
+
+class _HandshakeFailed(Exception):
+    """The TLS handshake failed (ssl.SSLError, a reset or a timeout): said in one line."""
+
 
 class _Handler(BaseHTTPRequestHandler):
     protocol_version = "HTTP/1.1"
@@ -43,7 +61,10 @@ class _Handler(BaseHTTPRequestHandler):
     def setup(self) -> None:
         conn: ssl.SSLSocket = self.request
         conn.settimeout(HANDSHAKE_TIMEOUT)
-        conn.do_handshake()  # a refused certificate raises here: the connection just ends
+        try:  # a refused certificate raises here: the connection just ends
+            conn.do_handshake()
+        except OSError as exc:
+            raise _HandshakeFailed(str(exc) or type(exc).__name__) from None
         conn.settimeout(None)
         super().setup()
 
@@ -52,8 +73,21 @@ class _Handler(BaseHTTPRequestHandler):
 
     do_HEAD = do_POST = do_PUT = do_DELETE = do_PATCH = do_GET
 
+    def log_request(self, code: int | str = "-", size: int | str = "-") -> None:
+        """The method, path and answer: never the query, which for /exec holds the command
+        and its arguments (a secret among them, maybe)."""
+        path = urlsplit(self.path).path if getattr(self, "path", "") else ""
+        self.server.app.log.debug("request", method=self.command, path=path, code=str(code))
+
     def log_message(self, format: str, *args: Any) -> None:
-        self.server.app.log.debug("request", line=format % args)
+        """The standard library's error lines (a bad request quotes its request line): cut at
+        the first `?`, so no query reaches the log."""
+        self.server.app.log.debug("request", line=_without_query(format % args))
+
+
+def _without_query(text: str) -> str:
+    head, sep, _query = text.partition("?")
+    return head + ("?…" if sep else "")
 
 
 class KubeletServer:
