@@ -126,3 +126,51 @@ def test_a_pod_whose_image_cannot_be_pulled_gets_its_ip_with_err_image_pull(
     assert with_ip[0][0] == "waiting:ErrImagePull", trail
     assert all(t[1] is None for t in trail if t[0] == "waiting:ContainerCreating"), trail
     assert all(s["phase"] == "Pending" for s in writes), trail
+
+
+# runtime.go's "should run with the expected status", restartPolicy Always: exit 1, then 0,
+# then run for good (the attempts count themselves in an emptyDir).
+RESTART_COUNTED = """f=/restart-count/restartCount
+count=$(echo 'hello' >> $f ; wc -l $f | awk {'print $1'})
+if [ $count -eq 1 ]; then exit 1; fi
+if [ $count -eq 2 ]; then exit 0; fi
+while true; do sleep 1; done
+"""
+
+
+def test_restart_count_two_phase_running_and_ready_come_together(
+    cluster: Cluster, agent: RunningAgent, pod_writes: EventStream
+) -> None:
+    """Upstream polls restartCount until 2, then the phase until Running, then reads the pod's
+    Ready condition once: it must be True. No write may show the third attempt running and
+    the pod not ready, nor restartCount 2 before that attempt runs."""
+    make_pod(
+        cluster,
+        "rpa",
+        container(
+            command=["sh", "-c", RESTART_COUNTED],
+            volumeMounts=[{"name": "restart-count", "mountPath": "/restart-count"}],
+        ),
+        volumes=[{"name": "restart-count", "emptyDir": {}}],
+    )
+    writes = statuses_of(
+        pod_writes,
+        "rpa",
+        lambda s: app_status(s).get("restartCount") == 2 and "running" in app_status(s)["state"],
+        60,
+    )
+    trail = [(state_of(app_status(s)), app_status(s).get("restartCount")) for s in writes]
+    for status in writes:
+        cs = app_status(status)
+        ready = {c["type"]: c["status"] for c in status.get("conditions") or []}
+        if "running" in (cs.get("state") or {}):
+            assert (cs["ready"], ready["Ready"]) == (True, "True"), trail
+        if cs.get("restartCount") == 2:
+            assert status["phase"] == "Running", trail
+            assert "running" in cs["state"], trail
+    first, second, backoff = (
+        trail.index(("terminated:Error", 0)),
+        trail.index(("terminated:Completed", 1)),
+        trail.index(("waiting:CrashLoopBackOff", 1)),
+    )
+    assert first < second < backoff, trail
