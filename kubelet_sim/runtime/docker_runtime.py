@@ -398,14 +398,22 @@ class DockerRuntime:
         return cri.ExecResult(code, output.decode(errors="replace"))
 
     def _kill_exec(self, exec_id: str) -> None:
-        """SIGKILL an exec'd process that outlived its deadline (Docker has no API for it: its
-        host pid, where this process may signal it; otherwise it is left, never waited on)."""
+        """SIGKILL an exec'd process that outlived its deadline (Docker has no API for it): by
+        the host pid exec inspect gives, only if that pid is ours to see and in the container's
+        cgroup (an engine in another pid namespace, or a pid reused, is left alone). Otherwise
+        the command is left to end, never waited on."""
         try:
             info = self._api.exec_inspect(exec_id)
         except (NotFound, APIError):
             return
-        pid = int(info.get("Pid") or 0)
-        if not info.get("Running") or pid <= 0:
+        pid, container_id = int(info.get("Pid") or 0), str(info.get("ContainerID") or "")
+        if not info.get("Running") or pid <= 0 or not container_id:
+            return
+        try:
+            cgroup = Path(f"/proc/{pid}/cgroup").read_text()
+        except OSError:
+            return
+        if container_id not in cgroup:
             return
         with contextlib.suppress(OSError):  # gone already, or not ours to signal
             os.kill(pid, signal.SIGKILL)
