@@ -221,6 +221,22 @@ def test_exit_code_and_times(pod: Pod) -> None:
     assert not observed.oom_killed
 
 
+def test_exec_probe_honours_its_timeout_and_kills_the_command(pod: Pod) -> None:
+    """ExecSync's deadline: a command past it is a timeout after `timeout` seconds, not after
+    the command, and it does not go on in the container (containerd kills it)."""
+    app = pod.start(entrypoint=("sleep", "3600"))
+    started = time.monotonic()
+    result = pod.rt.exec_probe(app, ["sh", "-c", "echo begun; sleep 30"], 1.0)
+    assert time.monotonic() - started < 5
+    assert (result.timed_out, result.exit_code, result.output) == (True, None, "begun\n")
+    wait_for(lambda: "sleep 30" not in pod.exec(app, "ps -o args"), 5, "the command killed")
+    quick = pod.rt.exec_probe(app, ["sh", "-c", "echo out; echo err >&2; exit 3"], 1.0)
+    assert (quick.timed_out, quick.exit_code) == (False, 3)
+    assert sorted(quick.output.splitlines()) == ["err", "out"], "stdout and stderr, together"
+    big = pod.rt.exec_probe(app, ["sh", "-c", "yes | head -c 50000"], 5.0)
+    assert (big.exit_code, len(big.output)) == (0, 10 * 1024), "the first 10 KiB, as exec.go"
+
+
 def test_termination_message_written_by_a_non_root_user(pod: Pod) -> None:
     observed = pod.run(
         entrypoint=("sh", "-c", "printf 'all done' > /dev/termination-log; exit 1"),

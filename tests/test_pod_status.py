@@ -141,6 +141,29 @@ def test_exit_zero_with_never_succeeds_and_is_completed() -> None:
     assert (cond["Ready"]["status"], cond["Ready"]["reason"]) == ("False", "PodCompleted")
 
 
+def test_a_succeeded_pod_is_initialized_with_reason_pod_completed_with_or_without_inits() -> None:
+    """GeneratePodInitializedCondition: PodCompleted for every Succeeded pod; until then a pod
+    without init containers is plainly Initialized (no reason)."""
+    for p, observed in (
+        (pod("Never"), ()),
+        (pod("Never", init=1), (container("init0", state=ContainerState.EXITED, exit_code=0),)),
+    ):
+        done = container(state=ContainerState.EXITED, exit_code=0)
+        st = status(p, sandbox(), *observed, done)
+        assert st["phase"] == "Succeeded"
+        assert {k: v for k, v in conditions(st)["Initialized"].items() if "Time" not in k} == {
+            "type": "Initialized",
+            "status": "True",
+            "reason": "PodCompleted",
+        }
+    running = conditions(status(pod("Never"), sandbox(), container()))["Initialized"]
+    assert (running["status"], "reason" in running) == ("True", False)
+    failed = status(pod("Never"), sandbox(), container(state=ContainerState.EXITED, exit_code=1))
+    assert st["phase"] != failed["phase"] == "Failed"
+    initialized = conditions(failed)["Initialized"]
+    assert (initialized["status"], "reason" in initialized) == ("True", False)
+
+
 def test_crash_loop_waits_with_last_state_and_stays_running() -> None:
     message = "back-off 10s restarting failed container=c pod=p_ns(uid-1)"
     st = status(

@@ -59,12 +59,26 @@ def test_exit_zero_with_never_succeeds(
     cluster: Cluster, docker_env: DockerEnv, agent: RunningAgent
 ) -> None:
     pod = make_pod(cluster, "once", container(command=["true"]), restart="Never")
+    make_pod(
+        cluster,
+        "once-init",
+        container(command=["true"]),
+        restart="Never",
+        initContainers=[container("setup", ["true"])],
+    )
     st = wait_status(cluster, "once", lambda s: s.get("phase") == "Succeeded", 20, "Succeeded")
     term = container_status(st)["state"]["terminated"]
     assert term["reason"] == "Completed"
     assert term["exitCode"] == 0
     ready = next(c for c in st["conditions"] if c["type"] == "Ready")
     assert (ready["status"], ready.get("reason")) == ("False", "PodCompleted")
+    # GeneratePodInitializedCondition: PodCompleted, with or without init containers
+    with_init = wait_status(
+        cluster, "once-init", lambda s: s.get("phase") == "Succeeded", 20, "Succeeded"
+    )
+    for succeeded in (st, with_init):
+        initialized = next(c for c in succeeded["conditions"] if c["type"] == "Initialized")
+        assert (initialized["status"], initialized.get("reason")) == ("True", "PodCompleted")
     assert get_pod(cluster, "once") is not None, "the kubelet does not delete a finished pod"
     [app] = [
         c

@@ -102,6 +102,35 @@ def test_failed_liveness_restarts_with_the_kubelets_events(
     assert st["phase"] == "Running"
 
 
+def test_an_exec_liveness_probe_past_its_timeout_fails_and_restarts(
+    cluster: Cluster, agent: RunningAgent
+) -> None:
+    """container_probe.go "should be restarted with an exec liveness probe with timeout":
+    ExecProbeTimeout (on since 1.20), the command's timeout is a failure."""
+    probe = {
+        "exec": {"command": ["sleep", "10"]},
+        "timeoutSeconds": 1,
+        "terminationGracePeriodSeconds": 1,
+        **FAST,
+    }
+    make_pod(cluster, "slow", container(command=["sleep", "3600"], livenessProbe=probe))
+    st = wait_status(
+        cluster,
+        "slow",
+        lambda s: container_status(s).get("restartCount", 0) >= 1,
+        60,
+        "a restart after the exec probe timed out",
+    )
+    assert st["phase"] == "Running"
+    assert 'Liveness probe failed: command "sleep 10" timed out' in event_messages(
+        cluster, "slow", "Unhealthy"
+    )
+    wait_for(lambda: event_messages(cluster, "slow", "Killing"), 20, "the Killing event")
+    assert event_messages(cluster, "slow", "Killing")[0] == (
+        "Container c failed liveness probe, will be restarted"
+    )
+
+
 def test_http_and_tcp_probes_on_named_ports(
     cluster: Cluster, docker_env: DockerEnv, agent: RunningAgent
 ) -> None:

@@ -572,8 +572,8 @@ def _ready(pod: PodView, containers_ready: Json, others: Sequence[Json]) -> Json
 
 
 def _initialized(pod: PodView, status: Json, phase: str) -> Json:
-    if not pod.init_containers:
-        return {"type": "Initialized", "status": "True"}
+    """GeneratePodInitializedCondition: with or without init containers, a Succeeded pod is
+    Initialized with reason PodCompleted."""
     by_name = {s["name"]: s for s in status.get("initContainerStatuses", [])}
     unknown = [c.name for c in pod.init_containers if c.name not in by_name]
     # isInitContainerInitialized: a sidecar once started, a regular one once it succeeded

@@ -126,6 +126,13 @@ class ImagePuller:
         )
         return ImageResult(ready=True)
 
+    def pulling(self, uid: str, images: Sequence[str]) -> bool:
+        """A pull of one of `images` for the pod is in flight or its outcome not yet taken:
+        the kubelet, which pulls inside its SyncPod, has not finished that sync."""
+        keys = {f"{uid}_{image}" for image in images}
+        with self._lock:
+            return any(key in self._pulls for key in keys)
+
     def forget_pod(self, uid: str) -> None:
         self.backoff.forget_prefix(f"{uid}_")
         with self._lock:

@@ -48,6 +48,9 @@ from kubelet_sim.volumes import VolumeManager, VolumeSetup
 __all__ = ["PodSyncer", "SyncSettings"]
 
 DEADLINE_MESSAGE = "Pod was active on the node longer than the specified deadline"
+# When the kubelet's next sync tells what a sync learned (a waiting reason): its PLEG relists
+# every second, and the container removed or the sandbox started in that sync wakes the pod.
+NEXT_SYNC = 1.0
 
 
 class PodSyncer:
@@ -188,6 +191,14 @@ class PodSyncer:
             return None  # the first list's end queues the pod again (ReferencedObjectWatches)
         if not self.status.has_written(view.uid):
             self._write(pod, view, state)  # the kubelet's first word: Pending, ContainerCreating
+        # The kubelet's syncPod writes the status it generated before its runtime acts, with
+        # the reasons the sync before left (reasonCache): a container that just died is first
+        # told `terminated`. A pull in flight is a SyncPod that has not returned: nothing new
+        # is told until it has (never a ContainerCreating with the new sandbox's IP).
+        reasons = dict(state.waiting)
+        images = [c.image for c in (*view.init_containers, *view.containers)]
+        if not self.starter.puller.pulling(view.uid, images):
+            self._write(pod, view, state)
         observed = self.watcher.pod_containers(view.uid)
         sandbox = latest_sandbox(observed)
         address = pod_address(view.host_network, observed, self.settings.node_ip)
@@ -251,8 +262,15 @@ class PodSyncer:
             running = latest_attempt(observed, target) if target else None
             shares = running.id if running and running.state is cri.ContainerState.RUNNING else ""
             retry.append(self.starter.start(view, container, sandbox, state, volumes, shares))
-        self._write(pod, view, state)
         pending = [r for r in retry if r is not None]
+        if self.starter.puller.pulling(view.uid, images):
+            return min(pending) if pending else None  # the pull's end wakes the pod
+        if any(state.waiting.get(name) != reasons.get(name) for name in state.waiting):
+            # What this sync learned (CrashLoopBackOff, ErrImagePull, a config error) is told
+            # by the next sync, as the reasonCache is: soon, as the kubelet's PLEG relist.
+            pending.append(NEXT_SYNC)
+        else:
+            self._write(pod, view, state)
         return min(pending) if pending else None
 
     def _kill_failed_post_starts(
