@@ -142,7 +142,8 @@ def test_a_pool_sized_for_the_watches_keeps_their_connections(
     )
     caplog.set_level("WARNING", logger="urllib3.connectionpool")
     try:
-        manager.set_pod_references("pod-1", refs)
+        for i, ref in enumerate(sorted(refs)):  # a pod each: every object gets a watch
+            manager.set_pod_references(f"pod-{i}", [ref])
         assert manager.wait_synced(refs, 10)
         informers = [manager.informer(ref) for ref in refs]
         wait_for(
@@ -154,3 +155,48 @@ def test_a_pool_sized_for_the_watches_keeps_their_connections(
         manager.stop()
     full = [r for r in caplog.records if "Connection pool is full" in r.getMessage()]
     assert bool(full) == discards, [r.getMessage() for r in full[:3]]
+
+
+def test_past_a_pods_own_watches_its_objects_are_polled_on_one_thread(
+    cluster: Cluster, changes: list[Ref]
+) -> None:
+    """Issue 26: a pod with many references costs a bounded number of threads and
+    connections; what is past its watches is read by GET each poll period."""
+    ns = cluster.namespace
+    for i in range(37, 40):  # past the 4 watched ones (the first, in name order)
+        cluster.core.create_namespaced_config_map(
+            ns, client.V1ConfigMap(metadata=client.V1ObjectMeta(name=f"cm-{i:02}"), data={"k": "1"})
+        )
+    refs = [("ConfigMap", ns, f"cm-{i:02}") for i in range(40)]
+    before = _our_threads()
+    manager = ReferencedObjectWatches(
+        connect(cluster.kubeconfig).api,
+        changes.append,
+        timeouts=WatchTimeouts(server_min=20, server_max=30, read=5),
+        watches_per_pod=4,
+        poll_period=0.2,
+    )
+    try:
+        manager.set_pod_references("pod-1", refs)
+        assert len(manager.watched()) == 4
+        assert len(manager.polled()) == 36
+        assert manager.wait_synced(refs, 10), "every object answered once"
+        assert len(_our_threads() - before) <= 4 + 2, "4 watches, a recycler, a poller"
+        polled = sorted(manager.polled())
+        existing = next(r for r in polled if r[2] == "cm-38")
+        assert manager.get(existing)["data"] == {"k": "1"}  # type: ignore[index]
+        assert manager.get(polled[0]) is None, "a missing object is known to be missing"
+        changes.clear()
+        cluster.core.patch_namespaced_config_map(existing[2], ns, {"data": {"k": "2"}})
+        wait_for(lambda: existing in changes, 5, "the polled object's change")
+        assert manager.get(existing)["data"] == {"k": "2"}  # type: ignore[index]
+        manager.forget_pod("pod-1")
+        assert manager.polled() == set()
+        assert manager.watched() == set()
+    finally:
+        manager.stop()
+
+
+def _our_threads() -> set[str]:
+    """Threads of this process but the in-process fake API server's request handlers."""
+    return {f"{t.name}/{t.ident}" for t in threading.enumerate() if "process_request" not in t.name}

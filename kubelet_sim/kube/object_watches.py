@@ -10,6 +10,12 @@ the kubelet's two other limits matter more: a watch whose object nobody read for
 container creation) is stopped and started again, with a fresh list, on the next `get`; and an
 object marked `immutable` is not watched once read (it cannot change). `wait_synced` does not
 count as a read: every pod sync calls it, and a stopped watch's object is already known.
+
+And one bound the kubelet does not need: a pod's objects past its first WATCHES_PER_POD
+watches are read by GET on one poller thread every POLL_PERIOD (the kubelet's `Cache`
+change-detection strategy), so one pod with hundreds of references costs a few threads and
+connections, not hundreds (issue 26). Node credentials may GET every object a pod of theirs
+references.
 """
 
 from __future__ import annotations
@@ -24,7 +30,7 @@ from kubernetes import client
 
 from kubelet_sim.backoff import Backoff
 from kubelet_sim.kube.informer import Informer, ListWatchSource, WatchTimeouts
-from kubelet_sim.kube.rest import Json
+from kubelet_sim.kube.rest import ApiError, Json, request_json
 from kubelet_sim.logs import get_logger
 from kubelet_sim.supervise import Supervisor
 
@@ -36,6 +42,20 @@ RECYCLE_PERIOD = 60.0  # how often idle watches are looked for (the kubelet's: e
 # A read of a stopped watch waits this long for the new list, as the kubelet's Get polls
 # hasSynced for 1 s; past it the copy we had answers and the list's end queues the pod again.
 RESTART_WAIT = 1.0
+# Past this many watches of its own, a pod's further objects are read by GET on one poller
+# thread instead (the kubelet's other change-detection strategy, `Cache`: a GET with a TTL):
+# a pod with 300 references costs 4 threads and connections, not 300.
+WATCHES_PER_POD = 4
+POLL_PERIOD = 10.0
+
+
+class _Polled:
+    """An object read by GET every poll period: the last answer and whether one came."""
+
+    def __init__(self) -> None:
+        self.obj: Json | None = None
+        self.version: str | None = None
+        self.synced = threading.Event()
 
 
 def own_pool(api: client.ApiClient, size: int) -> client.ApiClient:
@@ -68,8 +88,15 @@ class ReferencedObjectWatches:
         max_idle: float = MAX_IDLE,
         recycle_period: float = RECYCLE_PERIOD,
         pool_size: int | None = None,
+        watches_per_pod: int = WATCHES_PER_POD,
+        poll_period: float = POLL_PERIOD,
     ) -> None:
         self._core = client.CoreV1Api(api if pool_size is None else own_pool(api, pool_size))
+        self._watches_per_pod = watches_per_pod
+        self._poll_period = poll_period
+        self._polled: dict[Ref, _Polled] = {}
+        self._poll_now = threading.Event()
+        self._poller: threading.Thread | None = None
         self._on_change = on_change
         self._timeouts = timeouts
         self._backoff = backoff
@@ -101,7 +128,15 @@ class ReferencedObjectWatches:
                 self._users.setdefault(ref, set()).add(pod_uid)
             for ref in before - wanted:
                 self._users.get(ref, set()).discard(pod_uid)
-            to_start = [ref for ref in wanted if ref not in self._informers]
+            new = sorted(r for r in wanted if r not in self._informers and r not in self._polled)
+            watched = sum(1 for r in wanted if r in self._informers)
+            room = max(0, self._watches_per_pod - watched)
+            to_start, to_poll = new[:room], new[room:]
+            for ref in to_poll:
+                self._polled[ref] = _Polled()
+            for ref in before - wanted:
+                if not self._users.get(ref):
+                    self._polled.pop(ref, None)
             to_stop = [
                 ref
                 for ref in before - wanted
@@ -122,6 +157,13 @@ class ReferencedObjectWatches:
                     "object watch recycler", self._recycle_loop, self._stopping
                 )
                 self._recycler.start()
+            if to_poll and self._poller is None:
+                self._poller = self._supervisor.thread(
+                    "object poller", self._poll_loop, self._stopping
+                )
+                self._poller.start()
+        if to_poll:
+            self._poll_now.set()
         for informer in started.values():
             informer.start()
         for informer in stopped:
@@ -142,6 +184,9 @@ class ReferencedObjectWatches:
         """
         key = f"{ref[1]}/{ref[2]}"
         with self._lock:
+            polled = self._polled.get(ref)
+            if polled is not None:
+                return copy.deepcopy(polled.obj) if polled.obj is not None else None
             informer = self._informers.get(ref)
             if informer is None:
                 return None
@@ -163,6 +208,9 @@ class ReferencedObjectWatches:
 
     def is_synced(self, ref: Ref) -> bool:
         with self._lock:
+            polled = self._polled.get(ref)
+            if polled is not None:
+                return polled.synced.is_set()
             informer = self._informers.get(ref)
             parked = ref in self._parked
         return informer is not None and (parked or informer.synced.is_set())
@@ -192,8 +240,13 @@ class ReferencedObjectWatches:
         deadline = time.monotonic() + timeout
         for ref in refs:
             with self._lock:
+                polled = self._polled.get(ref)
                 informer = self._informers.get(ref)
                 parked = ref in self._parked
+            if polled is not None:
+                if not polled.synced.wait(max(0.0, deadline - time.monotonic())):
+                    return False
+                continue
             if informer is None:
                 return False
             if parked:
@@ -211,6 +264,11 @@ class ReferencedObjectWatches:
         with self._lock:
             return set(self._informers)
 
+    def polled(self) -> set[Ref]:
+        """Objects read by GET on the poller thread (past a pod's own watches)."""
+        with self._lock:
+            return set(self._polled)
+
     def informer(self, ref: Ref) -> Informer | None:
         return self._informers.get(ref)
 
@@ -225,8 +283,11 @@ class ReferencedObjectWatches:
             self._by_pod.clear()
             self._parked.clear()
             self._last_read.clear()
+        self._poll_now.set()
         for informer in informers:
             informer.stop(max(0.0, deadline - time.monotonic()))
+        if self._poller is not None:
+            self._poller.join(max(0.0, deadline - time.monotonic()))
         if self._recycler is not None:
             self._recycler.join(max(0.0, deadline - time.monotonic()))
 
@@ -241,6 +302,45 @@ class ReferencedObjectWatches:
         informer.stop(timeout=0)
         why = "object is immutable" if immutable else "not read for a while"
         self.log.info("stopped watching", kind=ref[0], namespace=ref[1], name=ref[2], why=why)
+
+    def _poll_loop(self) -> None:
+        """GET every polled object each period (new ones at once); a change, or a first
+        answer, queues its users as a watch event would."""
+        while not self._stopping.is_set():
+            with self._lock:
+                due = list(self._polled.items())
+            for ref, polled in due:
+                if self._stopping.is_set():
+                    return
+                self._poll_one(ref, polled)
+            self._poll_now.wait(self._poll_period)
+            self._poll_now.clear()
+
+    def _poll_one(self, ref: Ref, polled: _Polled) -> None:
+        kind, namespace, name = ref
+        plural = "configmaps" if kind == "ConfigMap" else "secrets"
+        path = f"/api/v1/namespaces/{namespace}/{plural}/{name}"
+        try:
+            found: Json | None = request_json(self._core.api_client, "GET", path)
+        except ApiError as exc:
+            if not exc.not_found:
+                self.log.warning("polling an object failed", kind=kind, namespace=namespace,
+                                 name=name, error=str(exc)[:200])  # fmt: skip
+                return
+            found = None
+        except Exception as exc:  # a connection error: next period
+            self.log.warning("polling an object failed", kind=kind, error=str(exc)[:200])
+            return
+        version = (found or {}).get("metadata", {}).get("resourceVersion") if found else None
+        first = not polled.synced.is_set()
+        with self._lock:
+            if self._polled.get(ref) is not polled:
+                return  # no longer used
+            changed = first or version != polled.version
+            polled.obj, polled.version = found, version
+        polled.synced.set()
+        if changed:
+            self._on_change(ref)
 
     def _recycle_loop(self) -> None:
         while not self._stopping.wait(self._recycle_period):
