@@ -3,6 +3,7 @@ way to it (the real one's kubelet-client certificate; the fake is given the same
 
 from __future__ import annotations
 
+import base64
 import datetime
 import ssl
 import urllib.request
@@ -12,6 +13,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+import yaml
 from cryptography import x509
 from cryptography.hazmat.primitives import hashes, serialization
 from cryptography.hazmat.primitives.asymmetric import ec
@@ -107,6 +109,18 @@ def _client_cert(ca: Ca, path: Path, cn: str, org: str | None) -> None:
     _write(path, key, cert)
 
 
+def _cluster_ca(kubeconfig: str) -> bytes:
+    """The CA of the kubeconfig's current cluster, as PEM."""
+    config = yaml.safe_load(Path(kubeconfig).read_text())
+    context = next(
+        c["context"] for c in config["contexts"] if c["name"] == config["current-context"]
+    )
+    cluster = next(c["cluster"] for c in config["clusters"] if c["name"] == context["cluster"])
+    if cluster.get("certificate-authority-data"):
+        return base64.b64decode(cluster["certificate-authority-data"])
+    return Path(cluster["certificate-authority"]).read_bytes()
+
+
 @pytest.fixture
 def node(cluster: Cluster, docker_env: DockerEnv, tmp_path: Path) -> Iterator[Node]:
     """An agent serving the kubelet API on a free loopback port, trusting the control plane's
@@ -118,7 +132,13 @@ def node(cluster: Cluster, docker_env: DockerEnv, tmp_path: Path) -> Iterator[No
     who = ("kube-apiserver-kubelet-client", "system:masters")
     _client_cert(ca, tls / "admin", *who)
     _client_cert(_new_ca(tls, "other-ca"), tls / "stranger", *who)
-    settings = ServerSettings(address="127.0.0.1", port=0, client_ca_file=str(ca.cert))
+    client_ca = ca.cert
+    if env is None and cluster.session.fake is None:
+        # A cluster of the user's (kind): its API server shows a kubelet-client certificate
+        # signed by the cluster CA, which the agent trusts by default; trust the test's too.
+        client_ca = tls / "client-ca-bundle.crt"
+        client_ca.write_bytes(ca.cert.read_bytes() + _cluster_ca(cluster.kubeconfig))
+    settings = ServerSettings(address="127.0.0.1", port=0, client_ca_file=str(client_ca))
     running = start_agent(cluster, docker_env, tmp_path / "root", server=settings)
     server = running.agent.server
     assert server is not None
