@@ -19,6 +19,7 @@ SHARED = {
     "histogram",
     "paths",
     "durations",
+    "pem",
     "__init__",
 }
 

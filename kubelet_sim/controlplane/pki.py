@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import datetime
 import ipaddress
-import os
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -18,20 +17,9 @@ from cryptography.hazmat.primitives import hashes, serialization
 from cryptography.hazmat.primitives.asymmetric import ec, rsa
 from cryptography.x509.oid import ExtendedKeyUsageOID, NameOID
 
+from kubelet_sim.pem import write_private_key
+
 VALID_FOR = datetime.timedelta(days=30)
-PrivateKey = ec.EllipticCurvePrivateKey | rsa.RSAPrivateKey
-
-
-def _write_key(path: Path, key: PrivateKey) -> None:
-    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
-    with os.fdopen(fd, "wb") as out:
-        out.write(
-            key.private_bytes(
-                serialization.Encoding.PEM,
-                serialization.PrivateFormat.PKCS8,
-                serialization.NoEncryption(),
-            )
-        )
 
 
 def _now() -> datetime.datetime:
@@ -80,7 +68,7 @@ class CertificateAuthority:
         )
         self.pair = CertPair(directory / "ca.crt", directory / "ca.key")
         self.pair.cert.write_bytes(self._cert.public_bytes(serialization.Encoding.PEM))
-        _write_key(self.pair.key, self._key)
+        write_private_key(self.pair.key, self._key)
 
     def issue(
         self,
@@ -117,7 +105,7 @@ class CertificateAuthority:
         cert = builder.sign(self._key, hashes.SHA256())
         pair = CertPair(self.directory / f"{filename}.crt", self.directory / f"{filename}.key")
         pair.cert.write_bytes(cert.public_bytes(serialization.Encoding.PEM))
-        _write_key(pair.key, key)
+        write_private_key(pair.key, key)
         return pair
 
 
@@ -130,5 +118,5 @@ def service_account_keys(directory: Path) -> CertPair:
             serialization.Encoding.PEM, serialization.PublicFormat.SubjectPublicKeyInfo
         )
     )
-    _write_key(pair.key, key)
+    write_private_key(pair.key, key)
     return pair

@@ -9,13 +9,14 @@ from __future__ import annotations
 
 import datetime
 import ipaddress
-import os
 from pathlib import Path
 
 from cryptography import x509
 from cryptography.hazmat.primitives import hashes, serialization
 from cryptography.hazmat.primitives.asymmetric import ec
 from cryptography.x509.oid import ExtendedKeyUsageOID, NameOID
+
+from kubelet_sim.pem import write_private_key
 
 VALID_FOR = datetime.timedelta(days=365)
 
@@ -47,13 +48,5 @@ def self_signed(
     directory.mkdir(mode=0o700, parents=True, exist_ok=True)
     cert_path, key_path = directory / "kubelet.crt", directory / "kubelet.key"
     cert_path.write_bytes(cert.public_bytes(serialization.Encoding.PEM))
-    fd = os.open(key_path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
-    with os.fdopen(fd, "wb") as out:
-        out.write(
-            key.private_bytes(
-                serialization.Encoding.PEM,
-                serialization.PrivateFormat.PKCS8,
-                serialization.NoEncryption(),
-            )
-        )
+    write_private_key(key_path, key)
     return cert_path, key_path
