@@ -12,6 +12,7 @@ from __future__ import annotations
 import os
 import shutil
 import subprocess
+import threading
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 
@@ -26,7 +27,7 @@ class NetnsError(RuntimeError):
     """A command in the namespace failed; the message has its stderr."""
 
 
-def _run(argv: Sequence[str], stdin: str | None) -> subprocess.CompletedProcess[str]:
+def run_command(argv: Sequence[str], stdin: str | None) -> subprocess.CompletedProcess[str]:
     return subprocess.run(
         list(argv), input=stdin, capture_output=True, text=True, timeout=TIMEOUT, check=False
     )
@@ -55,7 +56,8 @@ class Namespace:
     """One pod's namespace, entered through a process in it; remembers what it programmed."""
 
     pid: int
-    run: Runner = _run
+    run: Runner = run_command
+    lock: threading.Lock = field(default_factory=threading.Lock, repr=False)
     programmed: str | None = None  # the last rules text applied, to skip no-op updates
     nat_chains: set[str] = field(default_factory=set)
     filter_chains: set[str] = field(default_factory=set)

@@ -34,7 +34,7 @@ class ProxySettings:
     node_name: str
     subnet: str | None  # the pods' Docker network (other nodes' ranges are routed only when on it)
     debounce: float = DEBOUNCE
-    runner: netns.Runner = field(default=netns._run)
+    runner: netns.Runner = field(default=netns.run_command)
 
 
 class ServiceProxy:
@@ -58,10 +58,10 @@ class ServiceProxy:
         self._sandboxes = sandboxes
         self._events = events
         self.log = get_logger("kubelet_sim.proxy", node=settings.node_name)
-        self.disabled = netns.unavailable() if settings.runner is netns._run else None
+        self.disabled = netns.unavailable() if settings.runner is netns.run_command else None
         self._stop = threading.Event()
         self._dirty = threading.Event()
-        self._lock = threading.Lock()  # one programmer at a time per namespace
+        self._lock = threading.Lock()  # the namespaces by pid; each has its own lock to apply
         self._namespaces: dict[int, netns.Namespace] = {}
         self._warned: set[tuple[str, str, str, str]] = set()
         self.slices = Informer(
@@ -122,18 +122,20 @@ class ServiceProxy:
         return rules.render(ports), routes
 
     def _program(self, sandboxes: list[cri.ObservedContainer], *, full: bool) -> None:
+        """Each namespace under its own lock: a new pod's set-up (on its pod worker) never
+        waits behind a full pass over every other pod's namespace. A pass that applies rules
+        older than a set-up's is followed by another: the change that made them set `_dirty`."""
         if not self.slices.synced.is_set():
             return  # without the endpoints every Service would look empty and refuse
-        with self._lock:
-            ruleset, routes = self._desired()
-            live = {s.pid for s in sandboxes if s.pid}
-            for sandbox in sandboxes:
-                if not sandbox.pid or netns.is_host_namespace(sandbox.pid):
-                    continue
-                space = self._namespaces.get(sandbox.pid)
-                if space is None:
-                    space = netns.Namespace(sandbox.pid, run=self.settings.runner)
-                    self._namespaces[sandbox.pid] = space
+        ruleset, routes = self._desired()
+        for sandbox in sandboxes:
+            if not sandbox.pid or netns.is_host_namespace(sandbox.pid):
+                continue
+            with self._lock:
+                space = self._namespaces.setdefault(
+                    sandbox.pid, netns.Namespace(sandbox.pid, run=self.settings.runner)
+                )
+            with space.lock:
                 try:
                     if space.apply(ruleset, routes):
                         self.log.debug(
@@ -147,7 +149,9 @@ class ServiceProxy:
                         pod=f"{sandbox.pod.namespace}/{sandbox.pod.name}",
                         error=str(exc)[:300],
                     )
-            if full:  # forget namespaces now gone
+        if full:  # forget namespaces now gone
+            live = {s.pid for s in sandboxes if s.pid}
+            with self._lock:
                 for pid in set(self._namespaces) - live:
                     del self._namespaces[pid]
 
