@@ -756,12 +756,15 @@ def scenario_empty_lists(s: Side, node: str) -> list[tuple[str, Answer]]:
     def raw(code: int, value: Any) -> Answer:
         return Answer(code, json.dumps(value, sort_keys=True))
 
+    status = made.body.get("status") or {}
+    fields = {k: sliced.body.get(k, "absent") for k in ("endpoints", "ports")}
+    spec = created.body.get("spec", {})
+    pod_lists = [container.get("args", "absent"), spec.get("imagePullSecrets", "absent")]
     return [
-        ("node images", raw(made.code, (made.body.get("status") or {}).get("images"))),
-        ("slice", raw(sliced.code, {k: sliced.body.get(k, "absent") for k in ("endpoints", "ports")})),
-        ("pod", raw(created.code, [container.get("args", "absent"),
-                                   created.body.get("spec", {}).get("imagePullSecrets", "absent")])),
-    ]  # fmt: skip
+        ("node images", raw(made.code, status.get("images"))),
+        ("slice", raw(sliced.code, fields)),
+        ("pod", raw(created.code, pod_lists)),
+    ]
 
 
 SCENARIOS: dict[str, Scenario] = {
