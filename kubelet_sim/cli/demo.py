@@ -10,6 +10,7 @@ import typer
 
 from kubelet_sim.cli.common import fail, stop_on_signals, typer_app
 from kubelet_sim.cli.node_options import DEFAULT_PAUSE_IMAGE, NodeOptions, with_node_options
+from kubelet_sim.cli.ui import UiOptions, with_ui_options
 from kubelet_sim.config import ConfigError
 from kubelet_sim.controlplane import binaries as kube_bin
 from kubelet_sim.controlplane.cluster import ControlPlaneError
@@ -36,8 +37,10 @@ def _say(line: str) -> None:
     " a sample Deployment and show each pod's handoff live. Ctrl-C removes it all."
 )
 @with_node_options
+@with_ui_options
 def demo(
     node: NodeOptions,
+    ui: UiOptions,
     nodes: Annotated[int, typer.Option(help="How many virtual nodes (n1, n2, ...).", min=1)] = 3,
     image: Annotated[
         str, typer.Option(help="The sample Deployment's image.")
@@ -98,6 +101,7 @@ def demo(
     except kube_bin.BinariesMissing as exc:
         fail(str(exc), code=2)
     names = tuple(f"n{i}" for i in range(1, nodes + 1))
+    stop = stop_on_signals()
     try:
         settings = DemoSettings(
             state=state,
@@ -116,12 +120,14 @@ def demo(
             image_pull_progress_deadline=node.image_pull_progress_deadline,
             log_rotation=node.log_rotation(),
             service_proxy=node.service_proxy,
+            on_nodes_ready=lambda admin, runtimes: ui.serve_until(
+                stop, lambda: admin, runtimes, _say
+            ),
         )
         for name in names:  # every option checked before anything starts
             settings.node_settings(name)
     except ConfigError as exc:
         fail(str(exc))
-    stop = stop_on_signals()
     failures: list[tuple[str, str]] = []
     try:
         failures = Demo(settings, _say).run(stop)
