@@ -7,7 +7,7 @@
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 
 from kubelet_sim.kube.client import KubeConnection
@@ -37,6 +37,7 @@ def start_ui(
     kube: KubeConnection,
     runtimes: Mapping[str, DockerRuntime],
     *,
+    nodes: Iterable[str] | None = None,
     address: str = DEFAULT_ADDRESS,
     port: int = DEFAULT_PORT,
     token: str | None = None,
@@ -44,9 +45,10 @@ def start_ui(
     timeouts: WatchTimeouts | None = None,
 ) -> RunningUi:
     """Serve the web view of `runtimes`' nodes (and the cluster's others) until `stop()`.
+    `nodes`: the nodes of this process, if not (all) in `runtimes`.
 
     Raises UiError (in one line) when the address cannot be bound; nothing runs then."""
-    state = UiState(sorted(runtimes), limits)
+    state = UiState(sorted(set(nodes or ()) | set(runtimes)), limits)
     sources = Sources(state, kube, runtimes, timeouts=timeouts)
     server = UiServer(state, sources.timeline, address=address, port=port, token=token)
     sources.start()

@@ -60,10 +60,14 @@ function podsOn(name) {
   for (const p of state.pods.values()) if (p.node === name) n++;
   return n;
 }
+function human(v) {
+  const m = /^(\d+)Ki$/.exec(String(v));
+  return m ? `${(Number(m[1]) / 1048576).toFixed(1)} GiB` : String(v);
+}
 function res(node, key) {
-  const a = node.allocatable[key], c = node.capacity[key];
-  if (a === undefined && c === undefined) return "—";
-  return a === c || c === undefined ? String(a) : `${a} (of ${c})`;
+  const a = human(node.allocatable[key]), c = human(node.capacity[key]);
+  if (a === "undefined" && c === "undefined") return "—";
+  return a === c || c === "undefined" ? a : `${a} (of ${c})`;
 }
 function renderNodes() {
   const body = $("nodes").tBodies[0];
@@ -197,7 +201,9 @@ function renderTimeline(t) {
     if (timed && s.precise) prev = s.offset;
     else if (timed && prev === 0) prev = s.offset;
     const when = s.time ? s.time.slice(11, 23) + (s.precise ? "" : "~") : "not yet";
-    const lat = !timed ? "—" : (s.sincePrevious === "~" ? "~" : (s.sincePrevious ? `+${s.sincePrevious}` : "start"));
+    // As trace prints it: since the previous step with a sub-second time; the first such step
+    // (after the API's whole-second creation) gets its time since creation, marked rough.
+    const lat = !timed ? "—" : (s.sincePrevious === "~" ? "~" : (s.sincePrevious ? `+${s.sincePrevious}` : `+${s.sinceCreated}~`));
     const label = `${s.step}${s.detail ? ", " + s.detail : ""}: ${timed ? `${lat}, ${s.sinceCreated} after creation` : "not recorded yet"}`;
     return el("div", {
         class: `tl-row${timed ? "" : " pending"}`, role: "listitem", "aria-label": label,
