@@ -11,6 +11,7 @@ import json
 import os
 import re
 import signal
+import socket
 import subprocess
 import sys
 import urllib.error
@@ -161,6 +162,46 @@ def test_the_command_prints_its_url_serves_and_stops_on_sigterm(cluster: Cluster
         if proc.poll() is None:
             proc.kill()
             proc.wait()
+
+
+def test_the_node_command_serves_the_view_with_ui(cluster: Cluster) -> None:
+    """`kubelet-sim --ui` with a kubelet's own credentials (on the real server: no list of
+    every pod, no events): its node, its pods, its stream; what it may not read, said."""
+    from tests.agent_process import running_agent
+
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    with running_agent(cluster, "--ui", "--ui-port", str(port)):
+        url = f"http://127.0.0.1:{port}/"
+
+        def ready() -> dict[str, Any] | None:
+            with contextlib.suppress(OSError):
+                snap = json.loads(_get(url + "api/snapshot")[2])
+                nodes = {n["name"]: n for n in snap["nodes"]}
+                node = nodes.get(cluster.node_name)
+                if node and node["ours"] and node["ready"] and snap["stream"]:
+                    return snap  # type: ignore[no-any-return]
+            return None
+
+        snapshot = wait_for(ready, 30, "the view with the node Ready and its watch stream")
+        assert snapshot["ourNodes"] == [cluster.node_name]
+        watches = {r["watch"] for r in snapshot["stream"]}
+        assert {f"pods on {cluster.node_name}", f"node {cluster.node_name}"} <= watches
+        cluster.core.create_namespaced_pod(
+            cluster.namespace, pod_body("p", nodeName=cluster.node_name)
+        )
+        key = f"{cluster.namespace}/p"
+        wait_for(
+            lambda: key in [p["key"] for p in json.loads(_get(url + "api/snapshot")[2])["pods"]],
+            10,
+            "the node's pod in the view",
+        )
+        timeline = json.loads(_get(url + f"api/timeline?namespace={cluster.namespace}&name=p")[2])
+        assert timeline["steps"][0]["step"] == "created"
+        assert timeline["local"] is True
+        if not cluster.is_fake:
+            assert "scheduler" in snapshot["notes"], "node credentials may not list events"
 
 
 # -- pure: the rules ---------------------------------------------------------------------------

@@ -12,6 +12,7 @@ import contextlib
 import json
 import os
 import shutil
+import signal
 import time
 from collections.abc import Iterator
 from datetime import datetime
@@ -23,7 +24,7 @@ import pytest
 
 from kubelet_sim.kube.client import connect
 from kubelet_sim.tools import trace
-from kubelet_sim.ui import RunningUi, start_ui
+from kubelet_sim.ui import start_ui
 from tests.agent_fixture import start_agent
 from tests.cluster import Cluster, deadline_scale, wait_for
 from tests.docker_env import DockerEnv
@@ -87,8 +88,8 @@ class Page:
 
 
 @contextlib.contextmanager
-def _viewing(browser: Any, ui: RunningUi) -> Iterator[Page]:
-    page = Page(browser, ui.url)
+def _viewing(browser: Any, url: str) -> Iterator[Page]:
+    page = Page(browser, url)
     try:
         yield page
     finally:
@@ -134,7 +135,7 @@ def test_a_pod_appears_runs_shows_its_handoff_and_goes(
     ui = start_ui(connect(cluster.kubeconfig), {cluster.node_name: running.agent.runtime}, port=0)
     key = f"{cluster.namespace}/web"
     try:
-        with _viewing(browser, ui) as view:
+        with _viewing(browser, ui.url) as view:
             page = view.page
             page.wait_for_selector(
                 f"tr[data-node='{cluster.node_name}'][data-ready='true']", timeout=view.ms(30)
@@ -220,7 +221,7 @@ def test_a_forced_relist_shows_the_410_and_the_relist_in_the_stream(
     fake = cluster.require_fake("compaction and failed watches on demand")
     ui = start_ui(connect(cluster.kubeconfig), {}, nodes=[cluster.node_name], port=0)
     try:
-        with _viewing(browser, ui) as view:
+        with _viewing(browser, ui.url) as view:
             page = view.page
             watch = f"pods on {cluster.node_name}"
             page.wait_for_selector(f"#watch li[data-type='WATCH'][data-watch='{watch}']")
@@ -249,3 +250,57 @@ def test_a_forced_relist_shows_the_410_and_the_relist_in_the_stream(
             _screenshot(page, "ui-relist.png", "#watch-section")
     finally:
         ui.stop()
+
+
+def test_the_demo_serves_the_view_with_ui(
+    docker_env: DockerEnv, tmp_path: Path, browser: Any
+) -> None:
+    """`kubelet-sim demo --ui`: the sample's pods on the page, on the demo's nodes, and one's
+    timeline. The demo brings its own control plane, so this runs once (the fake pass), as
+    tests/test_demo.py does; without the control plane's binaries it skips."""
+    from kubelet_sim.controlplane.binaries import BinariesMissing, find_binaries
+    from tests.test_demo import DemoProcess
+
+    try:
+        find_binaries()
+    except BinariesMissing as exc:
+        pytest.skip(f"the demo needs control-plane binaries: {exc}".splitlines()[0])
+    state = tmp_path / "state"
+    images = ["--image", docker_env.busybox_image, "--pod-infra-image", docker_env.pause_image]
+    demo = DemoProcess(state, "--nodes", "2", "--replicas", "3", "--ui", "--ui-port", "0", *images)
+    try:
+        url = demo.wait_line("web view: ", 90).split("web view: ", 1)[1].strip()
+        assert url.startswith("http://127.0.0.1:")
+        with _viewing(browser, url) as view:
+            page = view.page
+            for node in ("n1", "n2"):
+                page.wait_for_selector(f"tr.ours[data-node='{node}'][data-ready='true']")
+            ready = "tr[data-pod^='default/hello-'][data-phase='Running'][data-ready='true']"
+            wait_for(lambda: page.locator(ready).count() == 3, 90, "the sample's 3 pods Ready")
+            first = page.locator(ready).first
+            assert first.get_attribute("data-node") in ("n1", "n2")
+            first.locator("button").click()
+            page.wait_for_selector(
+                "#timeline[data-settled='true'] [data-step='Ready written'][data-time^='20']",
+                timeout=view.ms(15),
+            )
+            steps = page.eval_on_selector_all(
+                "#timeline [data-step]", "rows => rows.map(r => r.dataset.step)"
+            )
+            assert steps[:3] == ["created", "scheduled", "bound"]
+            page.wait_for_selector("#scheduler li[data-reason='Scheduled']")
+            _screenshot(page, "ui-demo.png")
+            _screenshot(page, "ui-demo-timeline.png", "#timeline-section")
+            page.get_by_role("button", name="Large type").click()
+            assert (
+                page.get_by_role("button", name="Large type").get_attribute("aria-pressed")
+                == "true"
+            )
+            _screenshot(page, "ui-demo-large.png")
+        assert demo.stop(signal.SIGINT) == 0, "\n".join(demo.lines)
+    finally:
+        demo.kill()
+        record = state / "demo.json"
+        if record.exists():  # what a failed run left: its containers, by its label
+            for key, value in json.loads(record.read_text())["labels"].items():
+                docker_env.remove_labelled(f"{key}={value}")
