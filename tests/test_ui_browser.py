@@ -189,8 +189,8 @@ def test_a_pod_appears_runs_shows_its_handoff_and_goes(
             latencies = _expected_latencies(wanted)
             assert [r["since"] for r in shown] == latencies, "trace's latencies"
             for r, latency in zip(shown, latencies, strict=True):
-                if latency not in ("", "~"):
-                    assert r["label"] == f"+{latency}", r
+                if latency not in ("", "~"):  # a negative one: seen "before" the step above
+                    assert r["label"] == (latency if latency[0] == "-" else f"+{latency}"), r
             assert "Ready written" in [r["step"] for r in shown if r["time"]]
             page.wait_for_selector(f"#watch li[data-type='ADDED']:has-text('{key}')")
             if _scheduler_available(cluster):
@@ -198,10 +198,9 @@ def test_a_pod_appears_runs_shows_its_handoff_and_goes(
                     f"#scheduler li[data-reason='Scheduled'][data-pod='{key}']",
                     timeout=view.ms(10),
                 )
-            _screenshot(page, "ui-overview.png")
-            _screenshot(page, "ui-timeline.png", "#timeline-section")
-            page.emulate_media(color_scheme="dark")
-            _screenshot(page, "ui-overview-dark.png")
+            page.emulate_media(color_scheme="dark")  # the theme follows the system's
+            assert page.evaluate("getComputedStyle(document.body).colorScheme") == "dark"
+            _screenshot(page, "ui-dark.png")
 
             cluster.core.delete_namespaced_pod("web", cluster.namespace)
             page.wait_for_selector(
@@ -247,6 +246,7 @@ def test_a_forced_relist_shows_the_410_and_the_relist_in_the_stream(
             )
             assert visible
             assert all("410" in line for line in visible), visible
+            page.get_by_label("Filter").fill(watch)  # the node's pods: the whole sequence
             _screenshot(page, "ui-relist.png", "#watch-section")
     finally:
         ui.stop()
@@ -296,7 +296,6 @@ def test_the_demo_serves_the_view_with_ui(
                 page.get_by_role("button", name="Large type").get_attribute("aria-pressed")
                 == "true"
             )
-            _screenshot(page, "ui-demo-large.png")
         assert demo.stop(signal.SIGINT) == 0, "\n".join(demo.lines)
     finally:
         demo.kill()

@@ -174,6 +174,8 @@ function select(key) {
   src.addEventListener("timeline", (e) => renderTimeline(JSON.parse(e.data)));
   state.timelineSource = src;
 }
+// "0.040s" → "+0.040s"; a step recorded a moment "before" the one above stays "-0.003s".
+const signed = (latency) => (latency.startsWith("-") ? latency : `+${latency}`);
 function renderTimeline(t) {
   const box = $("timeline");
   if (t.error) { $("timeline-note").textContent = `cannot read the timeline: ${t.error}`; return; }
@@ -203,7 +205,7 @@ function renderTimeline(t) {
     const when = s.time ? s.time.slice(11, 23) + (s.precise ? "" : "~") : "not yet";
     // As trace prints it: since the previous step with a sub-second time; the first such step
     // (after the API's whole-second creation) gets its time since creation, marked rough.
-    const lat = !timed ? "—" : (s.sincePrevious === "~" ? "~" : (s.sincePrevious ? `+${s.sincePrevious}` : `+${s.sinceCreated}~`));
+    const lat = !timed ? "—" : (s.sincePrevious === "~" ? "~" : (s.sincePrevious ? signed(s.sincePrevious) : `${signed(s.sinceCreated)}~`));
     const label = `${s.step}${s.detail ? ", " + s.detail : ""}: ${timed ? `${lat}, ${s.sinceCreated} after creation` : "not recorded yet"}`;
     return el("div", {
         class: `tl-row${timed ? "" : " pending"}`, role: "listitem", "aria-label": label,
