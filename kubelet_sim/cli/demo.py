@@ -120,8 +120,8 @@ def demo(
             image_pull_progress_deadline=node.image_pull_progress_deadline,
             log_rotation=node.log_rotation(),
             service_proxy=node.service_proxy,
-            on_nodes_ready=lambda admin, runtimes: ui.serve_until(
-                stop, lambda: admin, runtimes, _say
+            on_nodes_ready=lambda kubeconfig, runtimes: ui.serve_until(
+                stop, str(kubeconfig), runtimes, _say
             ),
         )
         for name in names:  # every option checked before anything starts

@@ -12,7 +12,7 @@ from kubelet_sim.cli.common import fail, stop_on_signals, typer_app
 from kubelet_sim.cli.node_options import NodeOptions, with_node_options
 from kubelet_sim.cli.ui import UiOptions, with_ui_options
 from kubelet_sim.config import ConfigError
-from kubelet_sim.kube.client import KubeConfigError, connect
+from kubelet_sim.kube.client import KubeConfigError
 from kubelet_sim.logs import configure_logging
 from kubelet_sim.nodeset import (
     NodeIdentity,
@@ -173,7 +173,7 @@ def run(
     except (ConfigError, KubeConfigError, RuntimeUnavailable, ServerError) as exc:
         fail(str(exc))
     stop = stop_on_signals()
-    web = ui.start(lambda: connect(kubeconfig, context), node_set.runtimes, typer.echo)
+    web = ui.start(kubeconfig, context, node_set.runtimes, typer.echo)
     try:
         failures = node_set.run(stop)
     finally:

@@ -19,11 +19,18 @@ import typer
 
 from kubelet_sim.cli.common import fail, stop_on_signals, typer_app
 from kubelet_sim.config import ConfigError
-from kubelet_sim.kube.client import KubeConfigError, KubeConnection, connect
+from kubelet_sim.kube.client import KubeConfigError, connect
 from kubelet_sim.logs import configure_logging
 from kubelet_sim.nodeset import usable_root_dir
 from kubelet_sim.runtime.docker_runtime import DockerRuntime, RuntimeUnavailable
-from kubelet_sim.ui import DEFAULT_ADDRESS, DEFAULT_PORT, RunningUi, UiError, start_ui
+from kubelet_sim.ui import (
+    DEFAULT_ADDRESS,
+    DEFAULT_PORT,
+    RunningUi,
+    UiError,
+    connections,
+    start_ui,
+)
 
 TOKEN_ENV = "KUBELET_SIM_UI_TOKEN"
 
@@ -63,16 +70,19 @@ class UiOptions:
 
     def start(
         self,
-        kube: Callable[[], KubeConnection],
+        kubeconfig: str | None,
+        context: str | None,
         runtimes: Mapping[str, DockerRuntime],
         say: Callable[[str], None],
     ) -> RunningUi | None:
-        """Serve the view if asked (`--ui`); the URL goes to `say`. Fails in one line."""
+        """Serve the view if asked (`--ui`), with a connection of its own; the URL goes to
+        `say`. Fails in one line."""
         if not self.ui:
             return None
         try:
+            kube = connect(kubeconfig, context, pool_size=connections(len(runtimes)))
             running = start_ui(
-                kube(), runtimes, address=self.ui_address, port=self.ui_port, token=_token()
+                kube, runtimes, address=self.ui_address, port=self.ui_port, token=_token()
             )
         except (KubeConfigError, UiError) as exc:
             fail(str(exc))
@@ -82,12 +92,12 @@ class UiOptions:
     def serve_until(
         self,
         stop: threading.Event,
-        kube: Callable[[], KubeConnection],
+        kubeconfig: str,
         runtimes: Mapping[str, DockerRuntime],
         say: Callable[[str], None],
     ) -> None:
         """`start`, and stop the view on its own thread once `stop` is set."""
-        running = self.start(kube, runtimes, say)
+        running = self.start(kubeconfig, None, runtimes, say)
         if running is None:
             return
 
@@ -159,7 +169,7 @@ def ui(
     names = list(dict.fromkeys(node_name or []))
     engine: DockerRuntime | None = None
     try:
-        kube = connect(kubeconfig, context)
+        kube = connect(kubeconfig, context, pool_size=connections(len(names)))
         runtimes: dict[str, DockerRuntime] = {}
         if names:
             root = usable_root_dir(root_dir)

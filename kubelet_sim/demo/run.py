@@ -13,6 +13,7 @@ import threading
 import time
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
+from pathlib import Path
 
 from kubelet_sim.agent import PodSettings
 from kubelet_sim.controlplane.binaries import Binaries
@@ -49,8 +50,8 @@ class DemoSettings:
     image_pull_progress_deadline: float = 60.0
     log_rotation: LogRotation = field(default_factory=LogRotation)
     service_proxy: bool = True
-    # Called once the nodes are Ready, with admin credentials and the nodes' runtimes (`--ui`).
-    on_nodes_ready: Callable[[KubeConnection, Mapping[str, DockerRuntime]], None] | None = None
+    # Called once the nodes are Ready, with the admin kubeconfig and the nodes' runtimes (`--ui`).
+    on_nodes_ready: Callable[[Path, Mapping[str, DockerRuntime]], None] | None = None
 
 
 def _grant_node_proxier(admin: KubeConnection) -> None:
@@ -149,10 +150,10 @@ class Demo:
         )
         self.nodes.start(stop)
         self._wait_nodes_ready(admin, stop)
-        if s.on_nodes_ready is not None and not stop.is_set():
-            s.on_nodes_ready(admin, self.nodes.runtimes)
         shutil.copyfile(plane.admin_kubeconfig, s.state.kubeconfig)
         s.state.kubeconfig.chmod(0o600)
+        if s.on_nodes_ready is not None and not stop.is_set():
+            s.on_nodes_ready(s.state.kubeconfig, self.nodes.runtimes)
         self._tell_what_next()
         if s.sample and not stop.is_set():
             self._sample(admin, image, stop)

@@ -18,6 +18,12 @@ from kubelet_sim.ui.sources import Sources
 from kubelet_sim.ui.state import Limits, UiState
 
 
+def connections(nodes: int) -> int:
+    """API connections the view holds at once: 4 watches (nodes, pods, two event reasons),
+    2 per node of this process (`kubelet-sim watch`'s), the leases, timelines being shown."""
+    return 8 + 2 * nodes
+
+
 @dataclass
 class RunningUi:
     state: UiState
@@ -56,4 +62,12 @@ def start_ui(
     return RunningUi(state, sources, server)
 
 
-__all__ = ["DEFAULT_ADDRESS", "DEFAULT_PORT", "Limits", "RunningUi", "UiError", "start_ui"]
+__all__ = [
+    "DEFAULT_ADDRESS",
+    "DEFAULT_PORT",
+    "Limits",
+    "RunningUi",
+    "UiError",
+    "connections",
+    "start_ui",
+]

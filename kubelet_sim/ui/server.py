@@ -114,7 +114,9 @@ class _Handler(BaseHTTPRequestHandler):
     server_version = "kubelet-sim-ui"
 
     def log_message(self, format: str, *args: Any) -> None:
-        log.debug("ui request", client=self.client_address[0], line=format % args)
+        # The path only: a query may hold the token.
+        path = urlsplit(getattr(self, "path", "") or "").path
+        log.debug("ui request", client=self.client_address[0], method=self.command, path=path)
 
     # -- the routes --------------------------------------------------------------------------
 
@@ -321,6 +323,7 @@ class UiServer:
 
     def stop(self) -> None:
         self.stopping.set()
+        self.state.wake()
         self._server.shutdown()
         self._server.server_close()
         if self._thread is not None:

@@ -177,6 +177,13 @@ class UiState:
         # Pod changes, for the timelines being watched: uid -> how many changes so far.
         self.changed = threading.Condition(self.lock)
         self.versions: dict[str, int] = {}
+        self._woken = False
+
+    def wake(self) -> None:
+        """End every wait_change, now and from now on (the server stops)."""
+        with self.lock:
+            self._woken = True
+            self.changed.notify_all()
 
     # -- subscribers -------------------------------------------------------------------------
 
@@ -315,10 +322,10 @@ class UiState:
             return "", -1
 
     def wait_change(self, uid: str, seen: int, timeout: float) -> int:
-        """Block until the pod's version differs from `seen` or the timeout; its version."""
+        """Block until the pod's version differs from `seen`, the timeout or `wake`; its version."""
         deadline = time.monotonic() + timeout
         with self.lock:
-            while self.versions.get(uid, -1) == seen:
+            while self.versions.get(uid, -1) == seen and not self._woken:
                 left = deadline - time.monotonic()
                 if left <= 0:
                     break

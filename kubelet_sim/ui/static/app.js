@@ -98,6 +98,9 @@ function phaseClass(p) {
   if (p.phase === "Failed") return "bad";
   return "warn";
 }
+function shown(p) {
+  return !$("pods-ours").checked || !state.ourNodes.length || !p.node || state.ourNodes.includes(p.node);
+}
 function podRow(p, fresh) {
   const selected = state.selected === p.key;
   const conditions = el("div", { class: "chips" }, p.conditions.map((c) =>
@@ -109,9 +112,9 @@ function podRow(p, fresh) {
   return el("tr", {
       class: [fresh ? "fresh" : "", selected ? "selected" : ""].join(" ").trim(),
       "data-pod": p.key, "data-uid": p.uid, "data-phase": p.phase, "data-ready": String(p.ready),
-      "data-node": p.node, "data-deleting": String(p.deleting), "aria-selected": String(selected),
+      "data-node": p.node, "data-deleting": String(p.deleting), hidden: !shown(p),
     },
-    el("td", {}, el("button", { type: "button", class: "pod-name", "aria-label": `Show the handoff timeline of pod ${p.key}`, onclick: () => select(p.key) }, p.key)),
+    el("td", {}, el("button", { type: "button", class: "pod-name", "aria-label": `Show the handoff timeline of pod ${p.key}`, "aria-current": selected ? "true" : false, onclick: () => select(p.key) }, p.key)),
     el("td", { class: "mono" }, p.node || el("span", { class: "badge warn" }, "not scheduled")),
     el("td", {}, el("span", { class: `badge ${phaseClass(p)}` }, phase)),
     el("td", {}, el("span", { class: `badge ${p.ready ? "ok" : "warn"}` }, p.ready ? "Ready" : "not ready")),
@@ -124,8 +127,9 @@ function podOrder(a, b) {
 function renderPods() {
   const pods = [...state.pods.values()].sort(podOrder);
   $("pods").tBodies[0].replaceChildren(...pods.map((p) => podRow(p, false)));
-  $("pods-empty").hidden = pods.length > 0;
+  $("pods-empty").hidden = pods.some(shown);
 }
+$("pods-ours").addEventListener("change", renderPods);
 function upsertPod(p) {
   const old = state.pods.get(p.uid);
   state.pods.set(p.uid, p);
@@ -138,7 +142,7 @@ function upsertPod(p) {
     const after = [...state.pods.values()].sort(podOrder).findIndex((q) => q.uid === p.uid);
     body.insertBefore(next, body.rows[after] || null);
   }
-  $("pods-empty").hidden = true;
+  $("pods-empty").hidden = [...state.pods.values()].some(shown);
   if (!old || old.node !== p.node) renderNodes();
 }
 function removePod(uid) {
@@ -150,7 +154,7 @@ function removePod(uid) {
     row.setAttribute("data-gone", "true");
     setTimeout(() => row.remove(), 700);
   }
-  $("pods-empty").hidden = state.pods.size > 0;
+  $("pods-empty").hidden = [...state.pods.values()].some(shown);
   if (p) renderNodes();
 }
 
@@ -161,7 +165,8 @@ function select(key) {
   for (const row of $("pods").tBodies[0].rows) {
     const on = row.dataset.pod === key;
     row.classList.toggle("selected", on);
-    row.setAttribute("aria-selected", String(on));
+    const button = row.querySelector("button");
+    if (on) button.setAttribute("aria-current", "true"); else button.removeAttribute("aria-current");
   }
   if (state.timelineSource) state.timelineSource.close();
   $("timeline-pod").textContent = key;
@@ -277,6 +282,7 @@ function connect() {
     const s = JSON.parse(e.data);
     state.skew = Date.parse(s.serverTime) - Date.now();
     state.ourNodes = s.ourNodes;
+    $("pods-ours-label").hidden = !s.ourNodes.length;
     state.nodes = new Map(s.nodes.map((n) => [n.name, n]));
     state.pods = new Map(s.pods.map((p) => [p.uid, p]));
     state.leases = new Map(Object.entries(s.leases));
