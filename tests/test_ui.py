@@ -19,15 +19,19 @@ import urllib.request
 from collections.abc import Iterator
 from importlib import resources
 from typing import Any
+from urllib.parse import urlsplit
 
 import pytest
+from docker.errors import ContainerError
 
+from kubelet_sim import cri
 from kubelet_sim.kube.client import connect
 from kubelet_sim.kube.informer import ADDED, DELETED
 from kubelet_sim.ui import Limits, RunningUi, start_ui
 from kubelet_sim.ui.server import Access, is_loopback
 from kubelet_sim.ui.state import UiState, pod_summary
 from tests.cluster import Cluster, deadline_scale, pod_body, wait_for
+from tests.docker_env import DockerEnv
 
 
 @contextlib.contextmanager
@@ -306,3 +310,42 @@ def test_the_page_fetches_nothing_from_elsewhere() -> None:
     for name in names:
         text = (static / name).read_text()
         assert not re.search(r"(https?:)?//[a-z0-9.-]+\.[a-z]{2,}", text, re.I), name
+
+
+@pytest.mark.docker
+def test_a_client_beyond_loopback_is_refused(
+    cluster: Cluster, docker_env: DockerEnv, network: Any
+) -> None:
+    """From a container on a Docker network of the test's own: the default view cannot be
+    reached at all, and one bound to that network's gateway wants the token."""
+    gateway = network.attrs["IPAM"]["Config"][0]["Gateway"]
+
+    def fetch(url: str) -> str:
+        """The answer to a GET, through busybox's nc (its static wget crashes here)."""
+        parts = urlsplit(url)
+        request = f"GET {parts.path}?{parts.query} HTTP/1.0\r\nHost: {parts.netloc}\r\n\r\n"
+        script = f"printf '{request}' | nc -w 5 {parts.hostname} {parts.port}"
+        try:
+            output = docker_env.client.containers.run(
+                docker_env.busybox_image,
+                ["sh", "-c", script],
+                network=network.name,
+                labels={cri.LABEL_NODE: cluster.node_name},
+                remove=True,
+                stderr=True,
+            )
+        except ContainerError as exc:
+            return f"failed: {exc.stderr.decode(errors='replace') if exc.stderr else exc}"
+        return bytes(output).decode()
+
+    with _ui(cluster) as ui:
+        answer = fetch(f"http://{gateway}:{ui.server.port}/healthz")
+        assert answer.startswith("failed:"), answer
+        assert "refused" in answer, answer
+    with _ui(cluster, address=gateway) as ui:
+        base = f"http://{gateway}:{ui.server.port}/"
+        assert fetch(base + "healthz").startswith("HTTP/1.0 401 ")
+        answer = fetch(f"{base}healthz?token={ui.server.access.token}")
+        assert answer.startswith("HTTP/1.0 303 "), "the token becomes a cookie"
+        cookie = re.search(r"Set-Cookie: (kubelet_sim_ui=[^;]+);", answer)
+        assert cookie, answer

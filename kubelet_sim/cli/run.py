@@ -173,8 +173,9 @@ def run(
     except (ConfigError, KubeConfigError, RuntimeUnavailable, ServerError) as exc:
         fail(str(exc))
     stop = stop_on_signals()
-    web = ui.start(kubeconfig, context, node_set.runtimes, typer.echo)
+    web = None
     try:
+        web = ui.start(kubeconfig, context, node_set.runtimes, typer.echo)
         failures = node_set.run(stop)
     finally:
         if web is not None:
