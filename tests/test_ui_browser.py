@@ -140,6 +140,15 @@ def test_a_pod_appears_runs_shows_its_handoff_and_goes(
             page.wait_for_selector(
                 f"tr[data-node='{cluster.node_name}'][data-ready='true']", timeout=view.ms(30)
             )
+            if _scheduler_available(cluster):  # a pod that fits nowhere: the scheduler says why
+                nowhere = {
+                    "metadata": {"name": "nowhere"},
+                    "spec": {
+                        "nodeSelector": {"kubernetes.io/hostname": f"{cluster.node_name}-absent"},
+                        "containers": [container()],
+                    },
+                }
+                cluster.core.create_namespaced_pod(cluster.namespace, nowhere)
             began = time.monotonic()
             if _scheduler_available(cluster):  # the scheduler's part too, where there is one
                 body = {
@@ -198,6 +207,19 @@ def test_a_pod_appears_runs_shows_its_handoff_and_goes(
                     f"#scheduler li[data-reason='Scheduled'][data-pod='{key}']",
                     timeout=view.ms(10),
                 )
+                page.wait_for_selector(
+                    f"#scheduler li[data-reason='FailedScheduling']"
+                    f"[data-pod='{cluster.namespace}/nowhere']",
+                    timeout=view.ms(30),
+                )
+                nowhere_row = page.locator(f"tr[data-pod='{cluster.namespace}/nowhere']")
+                assert nowhere_row.get_attribute("data-node") == "", "shown, not scheduled"
+            unnamed = page.evaluate(
+                """() => [...document.querySelectorAll('button, input')].filter(e =>
+                    !(e.getAttribute('aria-label') || e.textContent.trim()
+                      || (e.labels && e.labels.length))).map(e => e.outerHTML)"""
+            )
+            assert unnamed == [], "every control has an accessible name"
             page.emulate_media(color_scheme="dark")  # the theme follows the system's
             assert page.evaluate("getComputedStyle(document.body).colorScheme") == "dark"
             _screenshot(page, "ui-dark.png")

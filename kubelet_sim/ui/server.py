@@ -36,6 +36,7 @@ DEFAULT_ADDRESS = "127.0.0.1"
 DEFAULT_PORT = 8765
 COOKIE = "kubelet_sim_ui"
 KEEPALIVE_SECONDS = 15.0
+TIMELINE_STREAMS = 16  # timelines shown at once, over every tab (each reads the API and Docker)
 SETTLED_TIMELINE_SECONDS = 10.0  # a finished timeline is read again on a change, or this often
 # One still starting, more often: Docker's and the journal's steps come unannounced.
 STARTING_TIMELINE_SECONDS = 0.5
@@ -243,6 +244,16 @@ class _Handler(BaseHTTPRequestHandler):
 
     def _timeline_events(self, namespace: str, name: str) -> None:
         ui = self.server.ui
+        if not ui.timeline_slots.acquire(blocking=False):
+            self._send_json({"error": "too many timelines shown"}, HTTPStatus.SERVICE_UNAVAILABLE)
+            return
+        try:
+            self._timeline_stream(namespace, name)
+        finally:
+            ui.timeline_slots.release()
+
+    def _timeline_stream(self, namespace: str, name: str) -> None:
+        ui = self.server.ui
         self._start_sse()
         last: Json | None = None
         version = -2
@@ -290,6 +301,7 @@ class UiServer:
             token = secrets.token_urlsafe(24)
         self.access = Access(token)
         self.stopping = threading.Event()
+        self.timeline_slots = threading.BoundedSemaphore(TIMELINE_STREAMS)
         try:
             self._server = _Server((address, port), _Handler)
         except OSError as exc:
