@@ -101,7 +101,6 @@ def demo(
     except kube_bin.BinariesMissing as exc:
         fail(str(exc), code=2)
     names = tuple(f"n{i}" for i in range(1, nodes + 1))
-    stop = stop_on_signals()
     try:
         settings = DemoSettings(
             state=state,
@@ -128,6 +127,7 @@ def demo(
             settings.node_settings(name)
     except ConfigError as exc:
         fail(str(exc))
+    stop = stop_on_signals()
     failures: list[tuple[str, str]] = []
     try:
         failures = Demo(settings, _say).run(stop)
