@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import time
 from dataclasses import dataclass, field
 
 from kubelet_sim.backoff import Backoff
@@ -17,7 +16,9 @@ class StatusFailure:
     error: str
     backoff: Backoff = field(default_factory=lambda: Backoff(initial=1.0, cap=300.0))
     attempts: int = 0
-    next_attempt: float = 0.0  # time.monotonic() of the next try; earlier syncs skip the write
+    next_attempt: float = (
+        0.0  # the clock's monotonic time of the next try; earlier syncs skip the write
+    )
 
     def retry_in(self, now: float) -> float:
         return max(self.next_attempt - now, 0.0)
@@ -25,8 +26,9 @@ class StatusFailure:
 
 @dataclass
 class PodState:
-    # When this node first synced the pod (time.monotonic()): the start of its start duration.
-    first_seen: float = field(default_factory=time.monotonic)
+    # When this node first synced the pod (the clock's monotonic time): the start of its start
+    # duration.
+    first_seen: float
     start_observed: bool = False
     # Why each container is not running after the last sync (the kubelet's reasonCache).
     waiting: dict[str, WaitingReason] = field(default_factory=dict)
@@ -53,8 +55,9 @@ class PodState:
     # The pod is being killed (its app containers are done): until its sandbox has stopped,
     # no container is started again.
     killing_pod: bool = False
-    # Stopping the pod's containers began (time.monotonic()): sidecars wait their turn (the app
-    # containers, then later sidecars, stop first) at most the grace period from here.
+    # Stopping the pod's containers began (the clock's monotonic time): sidecars wait their
+    # turn (the app containers, then later sidecars, stop first) at most the grace period from
+    # here.
     stop_began: float | None = None
     # Sidecars whose preStop hook still runs, and those sent their stop signal in their turn.
     pre_stop_running: set[str] = field(default_factory=set)

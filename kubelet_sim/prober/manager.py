@@ -66,10 +66,12 @@ class ProbeManager:
         node: str = "",
         supervisor: Supervisor | None = None,
         threads: int = PROBE_THREADS,
+        wake: Callable[[str], None] = lambda _uid: None,
     ) -> None:
+        """`wake`: queue a pod for its worker again (a result changed)."""
         self.runtime = runtime
         self.record_event = record_event
-        self.wake: Callable[[str], None] = lambda _uid: None  # set by the pod workers
+        self.wake = wake
         self._workers: dict[_Key, _Worker] = {}
         self._pod_keys: dict[str, set[_Key]] = {}  # each pod's workers: no scan of the node's
         self._pod_ips: dict[str, str] = {}
