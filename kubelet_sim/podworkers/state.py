@@ -27,8 +27,8 @@ class StatusFailure:
 @dataclass
 class PodState:
     # When this node first synced the pod (the clock's monotonic time): the start of its start
-    # duration.
-    first_seen: float
+    # duration (set by the syncer, whose clock it is).
+    first_seen: float = 0.0
     start_observed: bool = False
     # Why each container is not running after the last sync (the kubelet's reasonCache).
     waiting: dict[str, WaitingReason] = field(default_factory=dict)
