@@ -189,6 +189,7 @@ class Node:
     def __init__(self, root: Path, *, workers_clock: FakeClock | None = None) -> None:
         self.clock = workers_clock or FakeClock()
         self.woken: list[str] = []
+        self.forward: Callable[[str], None] = lambda _uid: None  # a queue to wake too
         self._wake_lock = threading.Condition()
         self.runtime = FakeRuntime(root / "runtime", clock=self.clock, node_name=NODE)
         self.runtime.add_image(IMAGE)
@@ -304,7 +305,9 @@ class Node:
         )
 
     def condition(self, uid: str, kind: str) -> str:
-        for cond in self.last_status(uid).get("conditions") or []:
+        """The condition's status in the last status written; "" if none yet."""
+        history = self.status.history(uid)
+        for cond in (history[-1] if history else {}).get("conditions") or []:
             if cond["type"] == kind:
                 return str(cond["status"])
         return ""
@@ -315,6 +318,7 @@ class Node:
         with self._wake_lock:
             self.woken.append(uid)
             self._wake_lock.notify_all()
+        self.forward(uid)
 
     def _final_delete(self, namespace: str, name: str, uid: str) -> None:
         if self.delete_error is not None:
