@@ -48,7 +48,7 @@ from kubelet_sim.podworkers.ports import (
     Wake,
 )
 from kubelet_sim.podworkers.settings import SyncSettings
-from kubelet_sim.podworkers.state import PodState
+from kubelet_sim.podworkers.state import HookEnded, PodState
 from kubelet_sim.podworkers.stopper import ContainerStopper
 from kubelet_sim.volumes import VolumeError, VolumeSetup, mounts_for
 
@@ -253,18 +253,18 @@ class ContainerStarter:
         """The postStart hook, off the pod worker, on a thread of its own. Until it ends the
         container's start has not returned (state.post_start_running): its status says
         waiting and the pod's other containers wait to start. Its end brings the pod back; a
-        failure is killed there (startContainer's FailedPostStartHook)."""
+        failure is killed there (startContainer's FailedPostStartHook). The hook's thread
+        only reports to the pod's inbox: the pod's own sync takes the report."""
         state.post_start_running[container_id] = container.name
 
         def run() -> None:
+            error: str | None = None
             try:
                 error = hooks.run(
                     view, container, container_id, POST_START, [sandbox], POST_START_LIMIT
                 )
-                if error is not None:
-                    state.post_start_failed[container_id] = error
             finally:
-                state.post_start_running.pop(container_id, None)
+                state.inbox.post(HookEnded(container_id, POST_START, error))
                 self.wake(view.uid)
 
         if not hooks.submit(run, view.uid, POST_START):  # shutting down: nothing runs

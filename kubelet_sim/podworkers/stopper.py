@@ -26,7 +26,7 @@ from kubelet_sim.podworkers.clock import SYSTEM_CLOCK
 from kubelet_sim.podworkers.event_refs import container_spec, event_ref
 from kubelet_sim.podworkers.hooks import PRE_STOP, HookRunner, hook_of
 from kubelet_sim.podworkers.ports import Clock, ContainerCache, EventSink, RuntimeService, Wake
-from kubelet_sim.podworkers.state import PodState
+from kubelet_sim.podworkers.state import HookEnded, PodState
 from kubelet_sim.supervise import Supervisor
 
 MIN_GRACE = 2.0  # killContainer's minimumGracePeriodInSeconds
@@ -147,8 +147,8 @@ class ContainerStopper:
         def run() -> None:
             try:
                 hooks.run(view, spec, container.id, PRE_STOP, observed, grace)
-            finally:
-                state.pre_stop_running.discard(container.id)
+            finally:  # reported to the pod's inbox: its own sync takes the report
+                state.inbox.post(HookEnded(container.id, PRE_STOP))
                 self.wake(view.uid)
 
         hooks.submit(run, view.uid, PRE_STOP)

@@ -45,7 +45,7 @@ from kubelet_sim.podworkers.ports import (
 )
 from kubelet_sim.podworkers.settings import SyncSettings
 from kubelet_sim.podworkers.starter import ERROR_RETRY, ContainerStarter
-from kubelet_sim.podworkers.state import PodState, StatusFailure
+from kubelet_sim.podworkers.state import PodLifecycle, PodState, StatusFailure
 from kubelet_sim.podworkers.stopper import ContainerStopper
 from kubelet_sim.prober.manager import ProbeManager
 from kubelet_sim.supervise import Supervisor
@@ -146,16 +146,22 @@ class PodSyncer:
             state = self.states[uid] = PodState(first_seen=self.clock.monotonic())
         if state.finally_deleted:
             return None
+        state.take_reports()
         if not state.admitted:
-            self._admit(view, state)
-        if state.rejection is not None:
-            self._write(pod, view, state, is_terminal=True)
-            return self._finish_if_deleted(view, state)
-        deadline_left = self._deadline_left(view)
-        if view.being_deleted or view.api_phase in ("Succeeded", "Failed") or deadline_left == 0:
-            delay = self._terminate(pod, view, state, deadline=deadline_left == 0)
+            self._admit(view, state)  # a rejected pod is terminated at once: nothing ran
+        deadline_left = None if state.rejection else self._deadline_left(view)
+        if deadline_left == 0:
+            self._deadline_exceeded(view, state)
+        if state.lifecycle is PodLifecycle.SYNCING and (
+            view.being_deleted or view.api_phase in ("Succeeded", "Failed") or deadline_left == 0
+        ):
+            state.lifecycle = PodLifecycle.TERMINATING  # never back: the kubelet's too
+        if state.lifecycle is PodLifecycle.SYNCING:
+            delay = self.sync_pod(pod, view, state, deadline_left)
+        elif state.lifecycle is PodLifecycle.TERMINATING:
+            delay = self.sync_terminating_pod(pod, view, state)
         else:
-            delay = self._run(pod, view, state, deadline_left)
+            delay = self.sync_terminated_pod(pod, view, state)
         if state.status_failure is not None:  # retried with backoff, not every sync period
             retry = state.status_failure.retry_in(self.clock.monotonic())
             return min(delay, retry) if delay is not None else retry
@@ -182,8 +188,15 @@ class PodSyncer:
         )
         if rejection is not None:
             state.rejection = rejection
+            state.lifecycle = PodLifecycle.TERMINATED
             self.events.event(event_ref(view), WARNING, rejection.reason, rejection.event_message)
             self.log.warning("pod rejected", pod=pod_name(view), reason=rejection.reason)
+
+    def _deadline_exceeded(self, view: PodView, state: PodState) -> None:
+        """activeDeadlineSeconds has passed: every status from now on says so (once told)."""
+        if state.evicted is None:
+            state.evicted = WaitingReason("DeadlineExceeded", DEADLINE_MESSAGE)
+            self.events.event(event_ref(view), WARNING, "DeadlineExceeded", DEADLINE_MESSAGE)
 
     def _deadline_left(self, view: PodView) -> float | None:
         start = view.status.get("startTime")
@@ -194,9 +207,10 @@ class PodSyncer:
 
     # -- a running pod ---------------------------------------------------------------------
 
-    def _run(
+    def sync_pod(
         self, pod: Json, view: PodView, state: PodState, deadline: float | None
     ) -> float | None:
+        """SyncPod: bring a pod that should run closer to its spec."""
         refs = referenced_objects(pod)
         if refs and not all(self.objects.is_synced(ref) for ref in refs):
             return None  # the first list's end queues the pod again (ReferencedObjectWatches)
@@ -343,14 +357,9 @@ class PodSyncer:
 
     # -- stopping --------------------------------------------------------------------------
 
-    def _terminate(self, pod: Json, view: PodView, state: PodState, deadline: bool) -> float | None:
-        """SyncTerminatingPod: kill everything, write the terminal status, then let go."""
-        evicted = None
-        if deadline:
-            evicted = WaitingReason("DeadlineExceeded", DEADLINE_MESSAGE)
-            if not state.deadline_reported:
-                state.deadline_reported = True
-                self.events.event(event_ref(view), WARNING, "DeadlineExceeded", DEADLINE_MESSAGE)
+    def sync_terminating_pod(self, pod: Json, view: PodView, state: PodState) -> float | None:
+        """SyncTerminatingPod: stop everything (a deletion's grace period if shorter); once
+        nothing runs the pod is terminated."""
         grace = view.termination_grace_period
         if view.being_deleted and view.deletion_grace_period is not None:
             grace = view.deletion_grace_period
@@ -358,9 +367,16 @@ class PodSyncer:
         self.prober.forget_pod(view.uid)  # the kubelet stops probing a terminating pod
         stopping = self.stopper.stop_all(view, observed, state, grace)
         if stopping is not None:  # phase stays as it is until the containers have stopped
-            self._write(pod, view, state, evicted=evicted)
+            self._write(pod, view, state, evicted=state.evicted)
             return stopping
-        self._write(pod, view, state, is_terminal=True, evicted=evicted, finished=True)
+        state.lifecycle = PodLifecycle.TERMINATED
+        return self.sync_terminated_pod(pod, view, state)
+
+    def sync_terminated_pod(self, pod: Json, view: PodView, state: PodState) -> float | None:
+        """SyncTerminatedPod: the terminal status (written again until it is), then, for a
+        deleted pod, the final DELETE. A rejected pod never ran: its status is its rejection."""
+        finished = state.rejection is None
+        self._write(pod, view, state, is_terminal=True, evicted=state.evicted, finished=finished)
         return self._finish_if_deleted(view, state)
 
     def _finish_if_deleted(self, view: PodView, state: PodState) -> float | None:
