@@ -9,11 +9,11 @@ from __future__ import annotations
 import threading
 from collections.abc import Sequence
 
+from kubelet_sim.clock import SYSTEM_CLOCK, Clock
 from kubelet_sim.logs import get_logger
 from kubelet_sim.pod.gc import garbage
 from kubelet_sim.pod.restart_backoff import KeyedBackoff
-from kubelet_sim.podworkers.clock import SYSTEM_CLOCK
-from kubelet_sim.podworkers.ports import Clock, ContainerCache
+from kubelet_sim.podworkers.ports import ContainerCache
 from kubelet_sim.podworkers.stopper import ContainerStopper
 from kubelet_sim.supervise import Supervisor
 

@@ -4,13 +4,13 @@ The pod workers name no Docker, no API client and no concrete cache: the composi
 (kubelet_sim/agent.py) passes the adapters in once, at construction. The Docker runtime
 (kubelet_sim/runtime/docker_runtime.py) implements `PodRuntime`; tests pass an in-memory fake
 (tests/fakeruntime/), held to the same contract (tests/test_runtime_contract.py). The runtime's
-cut follows the CRI's RuntimeService and ImageService.
+cut follows the CRI's RuntimeService and ImageService. Time is the one Clock
+(kubelet_sim/clock.py).
 """
 
 from __future__ import annotations
 
 from collections.abc import Callable, Sequence
-from datetime import datetime
 from pathlib import Path
 from typing import Any, Protocol
 
@@ -23,16 +23,6 @@ from kubelet_sim.volumes import TokenSource, VolumeSetup
 
 Ref = tuple[str, str, str]  # kind, namespace, name of a ConfigMap or Secret
 Wake = Callable[[str], None]  # queue a pod uid for its worker again
-
-
-class Clock(Protocol):
-    """The one clock of the pod workers: backoffs, grace periods, deadlines, durations."""
-
-    def monotonic(self) -> float: ...
-
-    def time(self) -> float: ...  # Unix seconds: container timestamps, deadlines from the API
-
-    def now(self) -> datetime: ...  # aware, UTC: times written in a status
 
 
 class PodFilesPort(Protocol):

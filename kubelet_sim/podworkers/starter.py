@@ -13,6 +13,7 @@ from dataclasses import replace
 from pathlib import Path
 
 from kubelet_sim import cri
+from kubelet_sim.clock import SYSTEM_CLOCK, Clock
 from kubelet_sim.kube.events import NORMAL, WARNING, EventRef
 from kubelet_sim.logs import get_logger
 from kubelet_sim.pod.attempts import latest_attempt
@@ -35,12 +36,10 @@ from kubelet_sim.pod.security import (
 from kubelet_sim.pod.service_env import NOT_SYNCED, service_env
 from kubelet_sim.pod.spec import ContainerView, Json, PodView
 from kubelet_sim.pod.status import WaitingReason
-from kubelet_sim.podworkers.clock import SYSTEM_CLOCK
 from kubelet_sim.podworkers.event_refs import event_ref, pod_name
 from kubelet_sim.podworkers.hooks import POST_START, POST_START_LIMIT, HookRunner, hook_of
 from kubelet_sim.podworkers.images import ImagePuller
 from kubelet_sim.podworkers.ports import (
-    Clock,
     ContainerCache,
     EventSink,
     PodRuntime,

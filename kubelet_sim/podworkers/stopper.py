@@ -18,14 +18,14 @@ import threading
 from collections.abc import Sequence
 
 from kubelet_sim import cri
+from kubelet_sim.clock import SYSTEM_CLOCK, Clock
 from kubelet_sim.durations import timer_wait
 from kubelet_sim.kube.events import NORMAL
 from kubelet_sim.logs import get_logger
 from kubelet_sim.pod.spec import ContainerView, PodView
-from kubelet_sim.podworkers.clock import SYSTEM_CLOCK
 from kubelet_sim.podworkers.event_refs import container_spec, event_ref
 from kubelet_sim.podworkers.hooks import PRE_STOP, HookRunner, hook_of
-from kubelet_sim.podworkers.ports import Clock, ContainerCache, EventSink, RuntimeService, Wake
+from kubelet_sim.podworkers.ports import ContainerCache, EventSink, RuntimeService, Wake
 from kubelet_sim.podworkers.state import HookEnded, PodState
 from kubelet_sim.supervise import Supervisor
 

@@ -12,6 +12,7 @@ from datetime import datetime
 from typing import Any
 
 from kubelet_sim import cri
+from kubelet_sim.clock import SYSTEM_CLOCK, Clock
 from kubelet_sim.histogram import POD_START_BUCKETS, Histogram
 from kubelet_sim.kube.events import WARNING
 from kubelet_sim.kube.rest import ApiError, Json
@@ -29,11 +30,9 @@ from kubelet_sim.pod.status import (
     generate_status,
 )
 from kubelet_sim.podworkers.admission import PodAdmitter
-from kubelet_sim.podworkers.clock import SYSTEM_CLOCK
 from kubelet_sim.podworkers.event_refs import container_spec, event_ref, pod_name
 from kubelet_sim.podworkers.hooks import HookRunner
 from kubelet_sim.podworkers.ports import (
-    Clock,
     ContainerCache,
     EventSink,
     ObjectSource,
@@ -129,7 +128,12 @@ class PodSyncer:
         )
         self.start_duration = Histogram(POD_START_BUCKETS)
         self.prober = ProbeManager(
-            runtime, self._probe_event, node=settings.node_name, supervisor=supervisor, wake=wake
+            runtime,
+            self._probe_event,
+            node=settings.node_name,
+            supervisor=supervisor,
+            wake=wake,
+            clock=clock,
         )
         self.log = get_logger("kubelet_sim.podworkers", node=settings.node_name)
 

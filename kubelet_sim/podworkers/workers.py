@@ -8,10 +8,10 @@ from __future__ import annotations
 
 import threading
 
+from kubelet_sim.clock import SYSTEM_CLOCK, Clock
 from kubelet_sim.histogram import WORKER_BUCKETS, Histogram
 from kubelet_sim.logs import get_logger
-from kubelet_sim.podworkers.clock import SYSTEM_CLOCK
-from kubelet_sim.podworkers.ports import Clock, Wake
+from kubelet_sim.podworkers.ports import Wake
 from kubelet_sim.podworkers.sync import PodSyncer
 from kubelet_sim.supervise import Supervisor
 from kubelet_sim.workqueue import ShutDown, WorkQueue
