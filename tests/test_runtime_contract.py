@@ -104,6 +104,12 @@ def test_a_sandbox_runs_with_an_address_and_is_listed(subject: Subject) -> None:
     assert sandbox.id in {c.id for c in subject.runtime.list_containers()}
 
 
+def test_a_sandbox_ends_on_its_stop_signal(subject: Subject) -> None:
+    sandbox = subject.sandbox()
+    assert subject.runtime.signal_stop(sandbox.id) is True
+    assert subject.exited(sandbox.id).exit_code == 0
+
+
 def test_a_container_is_created_then_runs(subject: Subject) -> None:
     cfg = subject.container("app", ["sleep", "1000"], Behaviour(), attempt=2)
     sandbox = subject.sandbox()

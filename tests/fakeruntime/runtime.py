@@ -2,7 +2,8 @@
 pull or to start when a test says so, with times from the test's clock.
 
 What a container does is its `Behaviour`, chosen by container name (`behave`); by default it runs
-until stopped and ends on its stop signal (exit 143), as a shell with a TERM trap would.
+until stopped and ends on its stop signal (exit 143), as a shell with a TERM trap would. A
+sandbox is a pause container: it ends on its stop signal with 0.
 """
 
 from __future__ import annotations
@@ -26,10 +27,13 @@ class Behaviour:
 
     exit_code: int | None = None  # exits at once with this code; None: runs
     ignores_sigterm: bool = False  # only SIGKILL ends it (a PID 1 without a handler)
+    term_exit: int = SIGTERM_EXIT  # its exit code when its stop signal ends it
     create_error: str = ""  # create fails (CreateContainerError)
     start_error: str = ""  # start fails (RunContainerError)
     message: str = ""  # what it leaves in its termination log when it exits
 
+
+PAUSE = Behaviour(term_exit=0)
 
 ExecHandler = Callable[[cri.ObservedContainer, Sequence[str]], cri.ExecResult]
 
@@ -142,7 +146,7 @@ class FakeRuntime:
             ip="" if cfg.host_network else f"10.88.0.{next(self._ips)}",
             pid=4242,
         )
-        self._store(_Container(observed, Behaviour(ignores_sigterm=True)))
+        self._store(_Container(observed, PAUSE))  # pause exits 0 on SIGTERM
         return observed
 
     def create_container(self, cfg: cri.ContainerConfig, sandbox_id: str) -> str:
@@ -200,9 +204,9 @@ class FakeRuntime:
             found = self._containers.get(container_id)
             if found is None or found.observed.state is not cri.ContainerState.RUNNING:
                 return False
-            ignores = found.behaviour.ignores_sigterm
-        if not ignores:
-            self._finish(container_id, SIGTERM_EXIT)
+            behaviour = found.behaviour
+        if not behaviour.ignores_sigterm:
+            self._finish(container_id, behaviour.term_exit)
         return True
 
     def kill_container(self, container_id: str) -> None:

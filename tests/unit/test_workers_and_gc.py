@@ -36,9 +36,10 @@ def test_a_sync_that_raises_is_retried_in_ten_seconds(node: Node) -> None:
     node.pods["boom"] = {"metadata": {}}  # no uid, no spec: the sync raises
     assert workers._sync("boom") == 10.0
     uid = node.add(pod_body())
-    node.runtime.behave("app", Behaviour())
-    assert workers._sync(uid) is not None  # back for the next resync at the latest
+    assert workers._sync(uid) == 60.0  # a pod that is here: back at the next resync
     del node.pods[uid]
+    assert workers._sync(uid) == 3.0  # gone: its containers stop first (2 s, and a margin)
+    assert workers._sync(uid) is None  # then are removed: never again
     workers.stop(0)
 
 
