@@ -20,6 +20,7 @@ SHARED = {
     "paths",
     "durations",
     "pem",
+    "clock",
     "__init__",
 }
 
