@@ -1,8 +1,9 @@
 """The kubelet API server on its port: TLS, then the gate, then a route.
 
 A thread per connection (the standard library's ThreadingHTTPServer) with the TLS handshake on
-that thread, so a slow or broken client never holds the accept loop. A client certificate from
-another CA fails the handshake: Python's ssl verifies during it, where Go's kubelet answers 401.
+that thread, so a slow or broken client never holds the accept loop. A client certificate is
+asked for but not checked in the handshake: the x509 authenticator checks it per request
+(`tls.py`), so one from another CA ends in 401 unless a bearer token vouches, as on a kubelet.
 """
 
 from __future__ import annotations
@@ -20,6 +21,7 @@ from kubelet_sim.server.auth import Gate
 from kubelet_sim.server.routes import LogSource, NodeView, Reply, route
 from kubelet_sim.server.streaming.serve import PREFIXES, StreamRuntime
 from kubelet_sim.server.streaming.serve import serve as serve_stream
+from kubelet_sim.server.tls import serving_tls
 from kubelet_sim.supervise import Supervisor
 
 HANDSHAKE_TIMEOUT = 10.0
@@ -71,7 +73,7 @@ class _Handler(BaseHTTPRequestHandler):
     def do_GET(self) -> None:
         self.server.app.serve(self)
 
-    do_HEAD = do_POST = do_PUT = do_DELETE = do_PATCH = do_GET
+    do_HEAD = do_POST = do_PUT = do_DELETE = do_PATCH = do_OPTIONS = do_GET
 
     def log_request(self, code: int | str = "-", size: int | str = "-") -> None:
         """The method, path and answer: never the query, which for /exec holds the command
@@ -106,14 +108,16 @@ class KubeletServer:
     ) -> None:
         self.node, self.logs, self.streams, self.gate = node, logs, streams, gate
         self.log = get_logger("kubelet_sim.server", node=gate.node_name)
-        context = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
         try:
-            context.load_cert_chain(cert_file, key_file)
-            if client_ca_file:
-                context.load_verify_locations(client_ca_file)
-                context.verify_mode = ssl.CERT_OPTIONAL
-        except (OSError, ssl.SSLError) as exc:
+            self.tls = serving_tls(cert_file, key_file, client_ca_file)
+        except (OSError, ssl.SSLError, ValueError) as exc:
             raise ServerError(f"cannot use the serving certificate or client CA: {exc}") from exc
+        if self.tls.verified_in_handshake:
+            self.log.warning(
+                "client certificates are verified in the TLS handshake (this Python's ssl"
+                " cannot defer it): one from another CA fails the handshake, not 401"
+            )
+        context = self.tls.context
         try:
             self._http = _Server((address, port), _Handler, bind_and_activate=True)
         except OSError as exc:
@@ -149,11 +153,11 @@ class KubeletServer:
     def serve(self, handler: _Handler) -> None:
         parts = urlsplit(handler.path)
         conn: ssl.SSLSocket = handler.request
+        peer = self.tls.authenticator.authenticate(conn)
+        if peer is not None and peer.error:  # the kubelet logs it, then tries the token
+            self.log.info("client certificate not accepted", error=peer.error)
         refused = self.gate.check(
-            handler.command,
-            parts.path,
-            conn.getpeercert() or None,
-            handler.headers.get("Authorization", ""),
+            handler.command, parts.path, peer, handler.headers.get("Authorization", "")
         )
         if refused is not None:
             reply = Reply.text(refused[0], refused[1] + "\n")
