@@ -152,9 +152,6 @@ def test_refusals(cluster: Cluster, node: Node) -> None:
     with pytest.raises(urllib.error.HTTPError) as unknown:
         node.get("/pods", cert=None, token="not-a-token")
     assert unknown.value.code == 401
-    with pytest.raises(urllib.error.HTTPError) as run:
-        node.get(f"/run/{cluster.namespace}/p/c?cmd=ls")
-    assert run.value.code == 501, "/run is not served, and says so"
 
 
 def test_pod_logs_through_the_api_server(cluster: Cluster, node: Node) -> None:

@@ -17,6 +17,7 @@ from typing import Any
 from urllib.parse import urlsplit
 
 from kubelet_sim.logs import get_logger
+from kubelet_sim.server import run
 from kubelet_sim.server.auth import Gate
 from kubelet_sim.server.routes import LogSource, NodeView, Reply, route
 from kubelet_sim.server.streaming.serve import PREFIXES, StreamRuntime
@@ -25,7 +26,6 @@ from kubelet_sim.server.tls import serving_tls
 from kubelet_sim.supervise import Supervisor
 
 HANDSHAKE_TIMEOUT = 10.0
-NOT_SERVED = ("/run/",)
 
 
 class ServerError(Exception):
@@ -166,8 +166,12 @@ class KubeletServer:
             if answer is None:
                 return  # the connection was upgraded, served and closed
             reply = answer
-        elif parts.path.startswith(NOT_SERVED):  # say so, rather than a bare 404 or 405
-            reply = Reply.text(501, "kubelet-sim does not serve /run\n")
+        elif parts.path.startswith(run.PREFIX):
+            try:
+                reply = run.run(self.node, self.streams, handler.command, parts.path, parts.query)
+            except Exception as exc:  # one broken request never takes the server down
+                self.log.exception("request failed", path=parts.path)
+                reply = Reply.text(500, f"{type(exc).__name__}: {exc}\n")
         elif handler.command not in ("GET", "HEAD"):
             reply = Reply.text(405, "405 method not allowed\n")
         else:
