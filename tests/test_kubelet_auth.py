@@ -9,17 +9,26 @@ are its own answers (RBAC); on the fake a spy also shows the reviews it was sent
 from __future__ import annotations
 
 import contextlib
+import datetime
 import http.client
 import ssl
 import uuid
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import pytest
 import yaml
+from cryptography import x509
+from cryptography.hazmat.primitives import hashes, serialization
+from cryptography.hazmat.primitives.asymmetric import ec
+from cryptography.x509.oid import ExtendedKeyUsageOID, NameOID
 from kubernetes import client
 
+from kubelet_sim.kube.reviews import User
+from kubelet_sim.server.certs import self_signed
 from kubelet_sim.server.settings import ServerSettings
+from kubelet_sim.server.tls import PeerCertificate, X509Authenticator, serving_tls
 from tests.agent_fixture import start_agent
 from tests.cluster import Cluster
 from tests.docker_env import DockerEnv
@@ -211,3 +220,86 @@ def test_a_certificate_that_does_not_verify_is_logged_not_a_handshake_error(node
     assert "TLS handshake error" not in events
     (said,) = [e for e in logs if e["event"] == "client certificate not accepted"]
     assert "signed by unknown authority" in said["error"]
+
+
+def _issue(
+    subject: str,
+    issuer: tuple[Any, x509.Name] | None,
+    *,
+    ca: bool = False,
+    usages: list[x509.ObjectIdentifier] | None = None,
+    days: int = 1,
+    org: str | None = "system:masters",
+) -> tuple[Any, x509.Name, x509.Certificate]:
+    key = ec.generate_private_key(ec.SECP256R1())
+    attrs = [x509.NameAttribute(NameOID.COMMON_NAME, subject)] if subject else []
+    if org:
+        attrs.insert(0, x509.NameAttribute(NameOID.ORGANIZATION_NAME, org))
+    name = x509.Name(attrs or [x509.NameAttribute(NameOID.ORGANIZATION_NAME, "o")])
+    signer, issuer_name = issuer or (key, name)
+    now = datetime.datetime.now(datetime.UTC)
+    builder = (
+        x509.CertificateBuilder()
+        .subject_name(name)
+        .issuer_name(issuer_name)
+        .public_key(key.public_key())
+        .serial_number(x509.random_serial_number())
+        .not_valid_before(now - datetime.timedelta(days=2))
+        .not_valid_after(now + datetime.timedelta(days=days))
+    )
+    if ca:
+        builder = builder.add_extension(x509.BasicConstraints(ca=True, path_length=None), True)
+    if usages:
+        builder = builder.add_extension(x509.ExtendedKeyUsage(usages), False)
+    return key, name, builder.sign(signer, hashes.SHA256())
+
+
+def _der(cert: x509.Certificate) -> bytes:
+    return cert.public_bytes(serialization.Encoding.DER)
+
+
+def test_the_x509_authenticator_checks_what_gos_checks(tmp_path: Path) -> None:
+    """Chain to the client CA (through intermediates the client sent), validity, client-auth
+    usage when usages are named; CN the user, O the groups; no CN: nobody, and no error."""
+    root_key, root_name, root = _issue("root", None, ca=True)
+    (tmp_path / "ca.crt").write_bytes(root.public_bytes(serialization.Encoding.PEM))
+    authenticator = X509Authenticator(str(tmp_path / "ca.crt"))
+
+    _k, _n, good = _issue("alice", (root_key, root_name))
+    assert authenticator.verify(_der(good)) == PeerCertificate(
+        User("alice", ("system:masters", "system:authenticated"))
+    )
+    _k, _n, client = _issue("bob", (root_key, root_name), usages=[ExtendedKeyUsageOID.CLIENT_AUTH])
+    assert authenticator.verify(_der(client)).user is not None
+
+    def error(cert: x509.Certificate, *intermediates: x509.Certificate) -> str:
+        found = authenticator.verify(_der(cert), [_der(c) for c in intermediates])
+        assert found.user is None
+        return found.error
+
+    _k, _n, expired = _issue("old", (root_key, root_name), days=-1)
+    assert "expired" in error(expired)
+    _k, _n, server = _issue("srv", (root_key, root_name), usages=[ExtendedKeyUsageOID.SERVER_AUTH])
+    assert "incompatible key usage" in error(server)
+    other_key, other_name, _other = _issue("other", None, ca=True)
+    _k, _n, stranger = _issue("eve", (other_key, other_name))
+    assert "unknown authority" in error(stranger)
+    assert error(_issue("", (root_key, root_name))[2]) == "", "no CN: no user, no error"
+
+    mid_key, mid_name, mid = _issue("intermediate", (root_key, root_name), ca=True)
+    _k, _n, leaf = _issue("carol", (mid_key, mid_name), org=None)
+    assert "unknown authority" in error(leaf), "without the intermediate"
+    assert authenticator.verify(_der(leaf), [_der(mid)]).user == User(
+        "carol", ("system:authenticated",)
+    )
+    _k, _n, not_ca = _issue("notca", (root_key, root_name))
+    _k, _n, below = _issue("mallory", (_k, _n))
+    assert "unknown authority" in error(below, not_ca), "an intermediate must be a CA"
+
+
+def test_this_python_defers_the_certificate_check(tmp_path: Path) -> None:
+    """The ctypes path is taken here (CPython with a shared libssl): no handshake check."""
+    _key, _name, root = _issue("root", None, ca=True)
+    (tmp_path / "ca.crt").write_bytes(root.public_bytes(serialization.Encoding.PEM))
+    cert, key = self_signed(tmp_path / "pki", "n1", ["localhost"], ["127.0.0.1"])
+    assert not serving_tls(cert, key, str(tmp_path / "ca.crt")).verified_in_handshake

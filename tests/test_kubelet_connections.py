@@ -314,3 +314,23 @@ def test_durations_as_the_kubelets_flags_take_them() -> None:
     for bad in ("", "4", "h", "5 m", "-1s"):
         with pytest.raises(ValueError, match="invalid duration"):
             parse_duration(bad)
+
+
+def test_streams_past_the_cap_are_refused(
+    cluster: Cluster, short: Node, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """One connection may open MAX_STREAMS streams (1000; 4 here): the next is refused with
+    RST_STREAM, counted, and the connection serves on."""
+    monkeypatch.setattr(spdy, "MAX_STREAMS", 4)
+    _exec_pod(cluster)
+    path = f"/exec/{cluster.namespace}/sleeper/c?command=sleep&command=3600&output=1"
+    up = spdy_client.connect(short.port, path, short.tls, ["v4.channel.k8s.io"])
+    assert up.conn is not None
+    for kind in ("error", "stdout", "extra-1", "extra-2"):
+        up.conn.open_stream(spdy_client.stream_headers(kind))
+    with pytest.raises(ConnectionError, match="refused"):
+        up.conn.open_stream(spdy_client.stream_headers("extra-3"), timeout=10)
+    assert not up.conn.closed.is_set(), "the connection serves on"
+    up.conn.close()
+    refused = _counter(short, "kubelet_sim_server_stream_refusals_total", reason="too_many_streams")
+    assert refused == 1
