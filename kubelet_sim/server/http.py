@@ -9,10 +9,12 @@ a kubelet.
 
 from __future__ import annotations
 
+import posixpath
 import ssl
 import threading
 from pathlib import Path
-from urllib.parse import parse_qs, urlsplit
+from typing import NamedTuple
+from urllib.parse import parse_qs
 
 from kubelet_sim.logs import get_logger
 from kubelet_sim.server import run
@@ -30,6 +32,28 @@ from kubelet_sim.supervise import Supervisor
 
 class ServerError(Exception):
     """The server cannot start (the port is taken, a certificate file is bad): one line."""
+
+
+class Target(NamedTuple):
+    path: str
+    query: str
+
+
+def split_target(target: str) -> Target:
+    """An origin-form request target's path and query (urlsplit would read `//x` as a host)."""
+    path, _, query = target.partition("?")
+    return Target(path, query)
+
+
+def clean_path(path: str) -> str:
+    """Go's ServeMux cleanPath: `.` and `..` resolved, slashes collapsed, a trailing slash kept
+    (on the escaped path: `%2F` is not a slash here)."""
+    if not path.startswith("/"):
+        path = "/" + path
+    cleaned = "/" + posixpath.normpath(path).lstrip("/")
+    if path.endswith("/") and cleaned != "/":
+        cleaned += "/"
+    return cleaned
 
 
 def is_stream(exchange: Exchange) -> bool:
@@ -100,7 +124,7 @@ class KubeletServer:
         try:
             self._serve(handler)
         finally:
-            path = urlsplit(handler.path).path
+            path = split_target(handler.path).path
             self.log.debug("request", method=handler.command, path=path, code=str(handler.status))
 
     def _stream_refused(self, reason: str) -> None:
@@ -108,7 +132,15 @@ class KubeletServer:
         self.log.info("stream ended by a limit", reason=reason)
 
     def _serve(self, handler: Exchange) -> None:
-        parts = urlsplit(handler.path)
+        parts = split_target(handler.path)
+        cleaned = clean_path(parts.path)
+        if cleaned != parts.path:  # ServeMux redirects before any filter, the gate included
+            location = cleaned + (f"?{parts.query}" if parts.query else "")
+            body = f'<a href="{location}">Moved Permanently</a>.\n\n'
+            reply = Reply(301, [body.encode()], "text/html; charset=utf-8")
+            reply.headers = (("Location", location),)
+            _send(handler, reply)
+            return
         conn: ssl.SSLSocket = handler.request  # type: ignore[assignment]
         peer = self.tls.authenticator.authenticate(conn)
         if peer is not None and peer.error:  # the kubelet logs it, then tries the token
