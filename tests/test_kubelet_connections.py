@@ -339,3 +339,29 @@ def test_streams_past_the_cap_are_refused(
     up.conn.close()
     refused = _counter(short, "kubelet_sim_server_stream_refusals_total", reason="too_many_streams")
     assert refused == 1
+
+
+def test_a_websocket_frame_past_the_limit_closes_its_connection(
+    cluster: Cluster, short: Node
+) -> None:
+    """A frame that declares 64 MiB (past websocket.MAX_MESSAGE, 4 MiB) ends the connection at
+    its header, before any of it is buffered; counted."""
+    _exec_pod(cluster)
+    path = f"/exec/{cluster.namespace}/sleeper/c?command=sleep&command=3600&output=1"
+    with _tls(short) as sock:
+        sock.sendall(
+            (
+                f"GET {path} HTTP/1.1\r\nHost: x\r\nConnection: Upgrade\r\nUpgrade: websocket\r\n"
+                "Sec-WebSocket-Version: 13\r\nSec-WebSocket-Key: dGhlIHNhbXBsZSBub25jZQ==\r\n"
+                "Sec-WebSocket-Protocol: v4.channel.k8s.io\r\n\r\n"
+            ).encode()
+        )
+        sock.settimeout(10)
+        head = b""
+        while b"\r\n\r\n" not in head:
+            head += sock.recv(4096)
+        assert head.startswith(b"HTTP/1.1 101 "), head
+        sock.sendall(struct.pack(">BBQ", 0x82, 0x80 | 127, 64 << 20) + b"\0\0\0\0" + b"\0" * 4096)
+        assert _closed_after(sock, 10) < 10
+    counted = _counter(short, "kubelet_sim_server_stream_refusals_total", reason="frame_too_large")
+    assert counted == 1

@@ -203,7 +203,11 @@ class Listener:
 
         def park(conn: Connection, events: int) -> None:
             conn.generation += 1
-            selector.register(conn.sock, events, conn)
+            try:
+                selector.register(conn.sock, events, conn)
+            except (OSError, ValueError):  # closed under us: nothing to wait for
+                self._close(conn)
+                return
             parked[id(conn)] = conn
             heapq.heappush(heap, (conn.deadline, next(self._seq), conn.generation, conn))
 
@@ -273,9 +277,19 @@ class Listener:
                 self._refused("too many connections", f"{self.limits.max_connections} open")
                 continue
             self.counters.add("kubelet_sim_server_connections")
-            sock.setblocking(False)
-            sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
-            tls = self.context.wrap_socket(sock, server_side=True, do_handshake_on_connect=False)
+            try:
+                sock.setblocking(False)
+                sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+                tls = self.context.wrap_socket(
+                    sock, server_side=True, do_handshake_on_connect=False
+                )
+            except OSError as exc:  # reset before we got to it
+                self.log.debug("connection ended", client=peer, error=str(exc))
+                sock.close()
+                with self._lock:
+                    self._open -= 1
+                self.counters.add("kubelet_sim_server_connections", -1)
+                continue
             accepted.append(Connection(tls, peer, time.monotonic() + self.limits.handshake_timeout))
         return accepted
 
