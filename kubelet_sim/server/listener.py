@@ -40,7 +40,7 @@ from kubelet_sim.server.metrics import Family, Sample
 from kubelet_sim.server.settings import ConnectionLimits
 
 HANDSHAKE, HEADERS, IDLE, BUSY = "handshake", "headers", "idle", "busy"
-_TIMEOUT_REASON = {HANDSHAKE: "handshake_timeout", HEADERS: "header_timeout", IDLE: "idle"}
+_TIMEOUT_REASON = {HANDSHAKE: "handshake_timeout", HEADERS: "header_timeout", IDLE: "idle_timeout"}
 REFUSAL_LOG_INTERVAL = 10.0
 
 
