@@ -303,3 +303,31 @@ def test_this_python_defers_the_certificate_check(tmp_path: Path) -> None:
     (tmp_path / "ca.crt").write_bytes(root.public_bytes(serialization.Encoding.PEM))
     cert, key = self_signed(tmp_path / "pki", "n1", ["localhost"], ["127.0.0.1"])
     assert not serving_tls(cert, key, str(tmp_path / "ca.crt")).verified_in_handshake
+
+
+def test_a_role_on_one_subresource_opens_only_its_paths(cluster: Cluster, node: Node) -> None:
+    """RBAC decides on the attributes: `get` on nodes/stats opens /stats/summary and nothing
+    else (the real server's authorizer; the fake keeps no Roles, so it is skipped there)."""
+    if cluster.is_fake:
+        pytest.skip("the fake API server keeps no Roles: RBAC is the real server's")
+    token = _sa_token(cluster, "stats-reader")
+    rbac = client.RbacAuthorizationV1Api(cluster.api)
+    name = f"stats-reader-{uuid.uuid4().hex[:8]}"
+    rule = {"apiGroups": [""], "resources": ["nodes/stats"], "verbs": ["get"]}
+    rbac.create_cluster_role({"metadata": {"name": name}, "rules": [rule]})
+    subject = {"kind": "ServiceAccount", "name": "stats-reader", "namespace": cluster.namespace}
+    role_ref = {"apiGroup": "rbac.authorization.k8s.io", "kind": "ClusterRole", "name": name}
+    rbac.create_cluster_role_binding(
+        {"metadata": {"name": name}, "roleRef": role_ref, "subjects": [subject]}
+    )
+    try:
+        status, body = ask(node.port, "GET", "/stats/summary", token=token)
+        assert status == 200, body
+        assert ask(node.port, "GET", "/metrics", token=token)[0] == 403
+        assert ask(node.port, "GET", "/pods", token=token)[0] == 403
+        assert ask(node.port, "POST", "/stats/summary", token=token)[0] == 403, "get only"
+    finally:
+        with contextlib.suppress(client.ApiException):
+            rbac.delete_cluster_role_binding(name)
+        with contextlib.suppress(client.ApiException):
+            rbac.delete_cluster_role(name)
