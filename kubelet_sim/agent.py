@@ -365,6 +365,7 @@ class Agent:
             cert_file=cert,
             key_file=key,
             client_ca_file=settings.client_ca_file or self.kube.ca_file,
+            limits=settings.limits,
         )
 
     # -- the pod index (by uid) for the workers --------------------------------------------
