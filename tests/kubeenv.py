@@ -4,16 +4,19 @@ temporary directory, with controller-manager and scheduler when their binaries a
 Binaries come from `KUBEBUILDER_ASSETS` (envtest's convention), `KUBELET_SIM_KUBE_BIN`, the
 demo's download cache or PATH (etcd: Debian's `etcd-server`).
 
-`python -m tests.kubeenv [NODE...]` runs one by hand and prints where its admin kubeconfig is.
+`python -m tests.kubeenv [NODE...]` runs one by hand and prints where its admin kubeconfig is;
+`--otherwise` starts it configured as the tests' own is not (`OTHERWISE`), and
+`scripts/test-other-cluster` runs the suite against such a one, as against a user's cluster.
 """
 
 from __future__ import annotations
 
+import argparse
 import signal
-import sys
 import tempfile
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 
 from kubelet_sim.controlplane import binaries
 from kubelet_sim.controlplane.binaries import Binaries, BinariesMissing
@@ -21,7 +24,18 @@ from kubelet_sim.controlplane.cluster import ControlPlane
 
 KubeEnvError = BinariesMissing
 
-__all__ = ["Binaries", "KubeEnv", "KubeEnvError", "find_binaries"]
+__all__ = ["OTHERWISE", "Binaries", "KubeEnv", "KubeEnvError", "find_binaries"]
+
+# A control plane set up otherwise than the tests' own, as a user's may be: the API server's
+# default address preference (Hostname first), the controller-manager's default controller set
+# with a ServiceAccount per controller (as kubeadm) and k3s's Service range.
+OTHERWISE: dict[str, Any] = {
+    "preferred_address_types": None,
+    "controller_list": None,
+    "controller_credentials": True,
+    "service_cidr": "10.43.0.0/16",
+    "scheduler": True,
+}
 
 
 def find_binaries() -> Binaries:
@@ -38,11 +52,28 @@ class KubeEnv(ControlPlane):
 
 def main() -> None:
     """Run a control plane until Ctrl-C, for trying the agent by hand."""
+    parser = argparse.ArgumentParser(prog="python -m tests.kubeenv", description=main.__doc__)
+    parser.add_argument("nodes", nargs="*", metavar="NODE", help="print a kubelet's kubeconfig")
+    parser.add_argument(
+        "--otherwise", action="store_true", help="set up otherwise than the tests' own (OTHERWISE)"
+    )
+    parser.add_argument(
+        "--controllers", metavar="LIST", help="kube-controller-manager's --controllers"
+    )
+    parser.add_argument("--no-scheduler", action="store_true", help="start no kube-scheduler")
+    args = parser.parse_args()
+    options = dict(OTHERWISE) if args.otherwise else {}
+    if args.controllers is not None:
+        options["controller_list"] = args.controllers
+    if args.no_scheduler:
+        options["scheduler"] = False
     stop_signals = {signal.SIGINT, signal.SIGTERM}
     signal.pthread_sigmask(signal.SIG_BLOCK, stop_signals)  # sigwait needs them blocked
-    env = KubeEnv(find_binaries()).start()
+    env = KubeEnv(find_binaries(), **options).start()
     print(f"export KUBECONFIG={env.admin_kubeconfig}  # {', '.join(env.components)}", flush=True)
-    for name in sys.argv[1:]:
+    if options:
+        print("# " + ", ".join(f"{k}={v!r}" for k, v in options.items()), flush=True)
+    for name in args.nodes:
         print(f"{name}: --kubeconfig {env.node_kubeconfig(name)}", flush=True)
     try:
         signal.sigwait(stop_signals)
