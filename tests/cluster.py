@@ -26,6 +26,14 @@ import pytest
 from tests.fakeapi import FakeApiServer
 from tests.kubeenv import KubeEnv, KubeEnvError, find_binaries
 from tests.node_certs import NoNodeCredentials, kubeconfig_cluster, mint_node_kubeconfig
+from tests.server_probes import (
+    PROBE_DEADLINE,
+    ask_controller,
+    ask_scheduler,
+    ask_signer,
+    check_node_authorizer,
+    poll,
+)
 
 __all__ = [
     "Cluster",
@@ -151,7 +159,7 @@ class _Session:
             path = mint_node_kubeconfig(api, self.kubeconfig, node_name, dest)
         finally:
             api.close()
-        _check_node_authorizer(str(path), node_name)
+        check_node_authorizer(str(path), node_name)
         return str(path)
 
     def probed(self, what: str) -> str | None:
@@ -165,24 +173,6 @@ class _Session:
             if what not in self._probes:
                 self._probes[what] = ask()
             return self._probes[what]
-
-
-def _check_node_authorizer(kubeconfig: str, node_name: str) -> None:
-    """Node credentials are worth having only where the Node authorizer serves them: as such
-    a node, list the pods bound to it (what every kubelet does first)."""
-    from kubernetes import config
-
-    from kubelet_sim.kube.rest import ApiError, request_json
-
-    api = config.new_client_from_config(config_file=kubeconfig)  # type: ignore[no-untyped-call]
-    try:
-        request_json(api, "GET", f"/api/v1/pods?fieldSelector=spec.nodeName%3D{node_name}&limit=1")
-    except ApiError as exc:
-        raise NoNodeCredentials(
-            f"system:node:{node_name} may not list its pods (no Node authorizer?): {exc}"
-        ) from None
-    finally:
-        api.close()
 
 
 @dataclass
@@ -230,7 +220,9 @@ class Cluster:
         """Skip where the server signs no kubelet client CSRs (asked once per session)."""
         if self.fake is not None:
             pytest.skip("needs a CSR signer: the fake API server signs nothing")
-        lacking = self.session.probe("csr-signer", lambda: _ask_signer(self))
+        lacking = self.session.probe(
+            "csr-signer", lambda: ask_signer(self.api, self.kubeconfig, self.node_name)
+        )
         if lacking:
             pytest.skip(lacking)
 
@@ -239,7 +231,7 @@ class Cluster:
         makes `default` and `kube-root-ca.crt` itself), saying which controller is missing."""
         if self.fake is not None:
             return
-        for what in (NO_SERVICEACCOUNT_CONTROLLER, NO_ROOT_CA_PUBLISHER):
+        for what in (SERVICEACCOUNT_CONTROLLER, ROOT_CA_PUBLISHER):
             lacking = self.session.probed(f"controller {what}")
             if lacking:
                 pytest.skip(lacking)
@@ -249,7 +241,9 @@ class Cluster:
         per session with a pod that fits no node, which a scheduler marks Unschedulable)."""
         if self.fake is not None:
             pytest.skip("needs a scheduler: the fake API server schedules nothing")
-        lacking = self.session.probe("scheduler", lambda: _ask_scheduler(self))
+        lacking = self.session.probe(
+            "scheduler", lambda: ask_scheduler(self.api, self.namespace, deadline_scale())
+        )
         if lacking:
             pytest.skip(lacking)
 
@@ -258,111 +252,11 @@ class Cluster:
         or a cluster where a probe object gets no status within the deadline."""
         if self.fake is not None:
             pytest.skip(f"needs a {kind} controller: the fake API server runs no controllers")
-        lacking = self.session.probe(kind, lambda: _ask_controller(self, kind))
+        lacking = self.session.probe(
+            kind, lambda: ask_controller(self.api, self.namespace, kind, deadline_scale())
+        )
         if lacking:
             pytest.skip(lacking)
-
-
-PROBE_DEADLINE = 15.0  # a running scheduler or controller answers a probe within a second
-
-
-def _probe_container() -> dict[str, Any]:
-    return {"name": "c", "image": "kubelet-sim.local/probe", "imagePullPolicy": "Never"}
-
-
-def _poll(answer: Callable[[], bool]) -> bool:
-    deadline = time.monotonic() + PROBE_DEADLINE * deadline_scale()
-    while not answer():
-        if time.monotonic() >= deadline:
-            return False
-        time.sleep(0.1)
-    return True
-
-
-def _ask_signer(c: Cluster) -> str | None:
-    """An approved CSR for a kubelet's client certificate: the controller-manager signs it."""
-    import tempfile
-
-    with tempfile.TemporaryDirectory() as scratch:
-        try:
-            mint_node_kubeconfig(c.api, c.kubeconfig, c.node_name, Path(scratch) / "probe")
-        except NoNodeCredentials as exc:
-            return str(exc)
-    return None
-
-
-def _ask_scheduler(c: Cluster) -> str | None:
-    """A pod for a node that does not exist: a scheduler gives it PodScheduled=False."""
-    from kubelet_sim.kube.rest import request_json
-
-    path = f"/api/v1/namespaces/{c.namespace}/pods"
-    pod = {
-        "metadata": {"name": "kubelet-sim-probe-scheduler"},
-        "spec": {
-            "nodeSelector": {"kubernetes.io/hostname": f"{c.node_name}-nowhere"},
-            "automountServiceAccountToken": False,
-            "containers": [_probe_container()],
-        },
-    }
-    request_json(c.api, "POST", path, pod)
-    name = f"{path}/{pod['metadata']['name']}"
-
-    def scheduled() -> bool:
-        conditions = request_json(c.api, "GET", name).get("status", {}).get("conditions") or []
-        return any(x.get("type") == "PodScheduled" for x in conditions)
-
-    try:
-        if _poll(scheduled):
-            return None
-    finally:
-        request_json(c.api, "DELETE", name, {"gracePeriodSeconds": 0})
-    return (
-        f"the cluster runs no scheduler: a pending probe pod got no PodScheduled condition "
-        f"within {PROBE_DEADLINE:.0f} s"
-    )
-
-
-_WORKLOADS = {
-    "Deployment": ("/apis/apps/v1/namespaces/{}/deployments", {"replicas": 0}),
-    "DaemonSet": (
-        "/apis/apps/v1/namespaces/{}/daemonsets",
-        {"template": {"spec": {"nodeSelector": {"kubelet-sim.io/probe": "nowhere"}}}},
-    ),
-}
-
-
-def _ask_controller(c: Cluster, kind: str) -> str | None:
-    """A `kind` object that makes no pods: its controller records status.observedGeneration."""
-    from kubelet_sim.kube.rest import request_json
-
-    collection, spec = _WORKLOADS[kind]
-    path = collection.format(c.namespace)
-    labels = {"kubelet-sim.io/probe": kind.lower()}
-    template = {"metadata": {"labels": labels}, "spec": {"containers": [_probe_container()]}}
-    template["spec"].update(spec.get("template", {}).get("spec", {}))
-    body = {
-        "metadata": {"name": f"kubelet-sim-probe-{kind.lower()}"},
-        "spec": {
-            **{k: v for k, v in spec.items() if k != "template"},
-            "selector": {"matchLabels": labels},
-            "template": template,
-        },
-    }
-    request_json(c.api, "POST", path, body)
-    name = f"{path}/{body['metadata']['name']}"
-
-    def observed() -> bool:
-        return bool(request_json(c.api, "GET", name).get("status", {}).get("observedGeneration"))
-
-    try:
-        if _poll(observed):
-            return None
-    finally:
-        request_json(c.api, "DELETE", name, {"propagationPolicy": "Background"})
-    return (
-        f"the cluster runs no {kind} controller: a probe {kind} got no status within "
-        f"{PROBE_DEADLINE:.0f} s"
-    )
 
 
 @pytest.fixture(scope="session")
@@ -403,8 +297,8 @@ def fake_api(cluster_session: _Session) -> FakeApiServer:
     return cluster_session.fake
 
 
-NO_SERVICEACCOUNT_CONTROLLER = "serviceaccount"
-NO_ROOT_CA_PUBLISHER = "root-ca-cert-publisher"
+SERVICEACCOUNT_CONTROLLER = "serviceaccount"
+ROOT_CA_PUBLISHER = "root-ca-cert-publisher"
 
 
 def _namespace_defaults(api: Any, session: _Session, namespace: str) -> None:
@@ -418,12 +312,12 @@ def _namespace_defaults(api: Any, session: _Session, namespace: str) -> None:
 
     base = f"/api/v1/namespaces/{namespace}"
     wanted = {
-        NO_SERVICEACCOUNT_CONTROLLER: (
+        SERVICEACCOUNT_CONTROLLER: (
             f"{base}/serviceaccounts",
             {"metadata": {"name": "default"}},
             "ServiceAccount default",
         ),
-        NO_ROOT_CA_PUBLISHER: (
+        ROOT_CA_PUBLISHER: (
             f"{base}/configmaps",
             {"metadata": {"name": "kube-root-ca.crt"}, "data": {"ca.crt": _cluster_ca(session)}},
             "ConfigMap kube-root-ca.crt",
@@ -447,7 +341,7 @@ def _namespace_defaults(api: Any, session: _Session, namespace: str) -> None:
     def ask(what: str, described: str) -> str | None:
         if no_controller:
             return f"the test control plane runs no kube-controller-manager (no {what} controller)"
-        if _poll(lambda: exists(what)):
+        if poll(lambda: exists(what), deadline_scale()):
             return None
         return (
             f"the cluster has no {what} controller: no {described} in a new namespace within "

@@ -28,7 +28,8 @@ __all__ = ["OTHERWISE", "Binaries", "KubeEnv", "KubeEnvError", "find_binaries"]
 
 # A control plane set up otherwise than the tests' own, as a user's may be: the API server's
 # default address preference (Hostname first), the controller-manager's default controller set
-# with a ServiceAccount per controller (as kubeadm) and k3s's Service range.
+# with a ServiceAccount per controller (as kubeadm) and k3s's Service range; `--otherwise` adds
+# a DaemonSet shaped like kind's kindnet (`KINDNET_LIKE`), whose pod every node gets.
 OTHERWISE: dict[str, Any] = {
     "preferred_address_types": None,
     "controller_list": None,
@@ -36,6 +37,46 @@ OTHERWISE: dict[str, Any] = {
     "service_cidr": "10.43.0.0/16",
     "scheduler": True,
 }
+
+
+# kind's kindnet as the virtual nodes see it: tolerates every taint, host network, NET_ADMIN;
+# its image is never pulled (the tests reach no registry) and is not there to run.
+KINDNET_LIKE: dict[str, Any] = {
+    "apiVersion": "apps/v1",
+    "kind": "DaemonSet",
+    "metadata": {"name": "kindnet", "namespace": "kube-system", "labels": {"app": "kindnet"}},
+    "spec": {
+        "selector": {"matchLabels": {"app": "kindnet"}},
+        "template": {
+            "metadata": {"labels": {"app": "kindnet"}},
+            "spec": {
+                "hostNetwork": True,
+                "tolerations": [{"operator": "Exists"}],
+                "automountServiceAccountToken": False,
+                "containers": [
+                    {
+                        "name": "kindnet-cni",
+                        "image": "kubelet-sim.local/kindnetd:absent",
+                        "imagePullPolicy": "Never",
+                        "securityContext": {"capabilities": {"add": ["NET_RAW", "NET_ADMIN"]}},
+                    }
+                ],
+            },
+        },
+    },
+}
+
+
+def add_kindnet_like(env: ControlPlane) -> None:
+    """Create `KINDNET_LIKE` in kube-system through the admin kubeconfig."""
+    from kubelet_sim.kube.client import connect
+    from kubelet_sim.kube.rest import request_json
+
+    api = connect(str(env.admin_kubeconfig)).api
+    try:
+        request_json(api, "POST", "/apis/apps/v1/namespaces/kube-system/daemonsets", KINDNET_LIKE)
+    finally:
+        api.close()
 
 
 def find_binaries() -> Binaries:
@@ -70,9 +111,13 @@ def main() -> None:
     stop_signals = {signal.SIGINT, signal.SIGTERM}
     signal.pthread_sigmask(signal.SIG_BLOCK, stop_signals)  # sigwait needs them blocked
     env = KubeEnv(find_binaries(), **options).start()
+    if args.otherwise:
+        add_kindnet_like(env)
     print(f"export KUBECONFIG={env.admin_kubeconfig}  # {', '.join(env.components)}", flush=True)
     if options:
-        print("# " + ", ".join(f"{k}={v!r}" for k, v in options.items()), flush=True)
+        shown = [f"{k}={v!r}" for k, v in options.items()]
+        shown += ["a kindnet-like DaemonSet"] if args.otherwise else []
+        print("# " + ", ".join(shown), flush=True)
     for name in args.nodes:
         print(f"{name}: --kubeconfig {env.node_kubeconfig(name)}", flush=True)
     try:
