@@ -17,7 +17,7 @@ import socket
 import threading
 import time
 from collections.abc import Callable, Iterator
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -25,6 +25,15 @@ import pytest
 
 from tests.fakeapi import FakeApiServer
 from tests.kubeenv import KubeEnv, KubeEnvError, find_binaries
+from tests.node_certs import NoNodeCredentials, kubeconfig_cluster, mint_node_kubeconfig
+from tests.server_probes import (
+    PROBE_DEADLINE,
+    ask_controller,
+    ask_scheduler,
+    ask_signer,
+    check_node_authorizer,
+    poll,
+)
 
 __all__ = [
     "Cluster",
@@ -111,18 +120,59 @@ class _Session:
     kubeconfig: str
     fake: FakeApiServer | None
     env: KubeEnv | None = None  # a control plane this session started itself
+    workdir: Path | None = None  # where node kubeconfigs minted through the CSR API go
+    # Why a cluster of the user's gives no node credentials (None: not asked yet, or it does).
+    no_node_credentials: str | None = None
+    _asked: bool = False
+    _probes: dict[str, str | None] = field(default_factory=dict)
+    _lock: threading.Lock = field(default_factory=threading.Lock)
 
     def node_kubeconfig(self, node_name: str) -> str:
-        """What a kubelet for `node_name` runs with: node credentials where we can mint them.
+        """What a kubelet for `node_name` runs with: node credentials where we can get them.
 
-        On a cluster given by kubeconfig (we hold no CA key) it is the session's own kubeconfig.
+        On a cluster given by kubeconfig (we hold no CA key) they come through the CSR API as
+        deploy/node-credentials.sh makes them; where the cluster cannot (`no_node_credentials`
+        says why) it is the session's own kubeconfig.
         """
         if self.fake is not None:  # the fake authorizes `system:node:` users as a real server
             path = Path(self.kubeconfig).with_name(f"{node_name}.kubeconfig")
             return str(self.fake.write_kubeconfig(path, user=f"system:node:{node_name}"))
-        if self.env is None:
-            return self.kubeconfig
-        return str(self.env.node_kubeconfig(node_name))
+        if self.env is not None:
+            return str(self.env.node_kubeconfig(node_name))
+        with self._lock:
+            if self._asked and self.no_node_credentials is not None:
+                return self.kubeconfig
+            self._asked = True
+            try:
+                return self._mint(node_name)
+            except NoNodeCredentials as exc:
+                self.no_node_credentials = str(exc)
+                return self.kubeconfig
+
+    def _mint(self, node_name: str) -> str:
+        from kubernetes import config
+
+        assert self.workdir is not None
+        dest = self.workdir / f"{node_name}-{secrets.token_hex(2)}.kubeconfig"
+        api = config.new_client_from_config(config_file=self.kubeconfig)  # type: ignore[no-untyped-call]
+        try:
+            path = mint_node_kubeconfig(api, self.kubeconfig, node_name, dest)
+        finally:
+            api.close()
+        check_node_authorizer(str(path), node_name)
+        return str(path)
+
+    def probed(self, what: str) -> str | None:
+        """What an earlier `probe(what, ...)` found lacking (None: nothing, or not asked)."""
+        with self._lock:
+            return self._probes.get(what)
+
+    def probe(self, what: str, ask: Callable[[], str | None]) -> str | None:
+        """`ask()` once per session: what the server lacks for `what` (None: it has it)."""
+        with self._lock:
+            if what not in self._probes:
+                self._probes[what] = ask()
+            return self._probes[what]
 
 
 @dataclass
@@ -158,12 +208,62 @@ class Cluster:
             pytest.skip(f"needs the fake API server: {reason}")
         return self.fake
 
+    def require_node_credentials(self) -> str:
+        """A kubelet's kubeconfig for `node_name`; skips, saying why, where the cluster gives
+        none (its CSR signer or Node authorizer is missing)."""
+        path = self.node_kubeconfig
+        if path == self.kubeconfig and not self.is_fake:
+            pytest.skip(f"needs node credentials: {self.session.no_node_credentials}")
+        return path
+
+    def require_csr_signer(self) -> None:
+        """Skip where the server signs no kubelet client CSRs (asked once per session)."""
+        if self.fake is not None:
+            pytest.skip("needs a CSR signer: the fake API server signs nothing")
+        lacking = self.session.probe(
+            "csr-signer", lambda: ask_signer(self.api, self.kubeconfig, self.node_name)
+        )
+        if lacking:
+            pytest.skip(lacking)
+
+    def require_namespace_defaults(self) -> None:
+        """Skip where the cluster's controllers do not fill new namespaces (the suite then
+        makes `default` and `kube-root-ca.crt` itself), saying which controller is missing."""
+        if self.fake is not None:
+            return
+        for what in (SERVICEACCOUNT_CONTROLLER, ROOT_CA_PUBLISHER):
+            lacking = self.session.probed(f"controller {what}")
+            if lacking:
+                pytest.skip(lacking)
+
+    def require_scheduler(self) -> None:
+        """Skip where no scheduler places pods: the fake, or a cluster without one (asked once
+        per session with a pod that fits no node, which a scheduler marks Unschedulable)."""
+        if self.fake is not None:
+            pytest.skip("needs a scheduler: the fake API server schedules nothing")
+        lacking = self.session.probe(
+            "scheduler", lambda: ask_scheduler(self.api, self.namespace, deadline_scale())
+        )
+        if lacking:
+            pytest.skip(lacking)
+
+    def require_controller(self, kind: str) -> None:
+        """Skip where no controller-manager acts on `kind` (Deployment or DaemonSet): the fake,
+        or a cluster where a probe object gets no status within the deadline."""
+        if self.fake is not None:
+            pytest.skip(f"needs a {kind} controller: the fake API server runs no controllers")
+        lacking = self.session.probe(
+            kind, lambda: ask_controller(self.api, self.namespace, kind, deadline_scale())
+        )
+        if lacking:
+            pytest.skip(lacking)
+
 
 @pytest.fixture(scope="session")
 def cluster_session(tmp_path_factory: pytest.TempPathFactory) -> Iterator[_Session]:
     """The real cluster named by the environment, a control plane we start, or one fake."""
     if api_mode() == "real":
-        yield from _real_session()
+        yield from _real_session(tmp_path_factory.mktemp("nodes"))
         return
     fake = FakeApiServer().start()
     path = fake.write_kubeconfig(tmp_path_factory.mktemp("fakeapi") / "kubeconfig")
@@ -173,10 +273,10 @@ def cluster_session(tmp_path_factory: pytest.TempPathFactory) -> Iterator[_Sessi
         fake.stop()
 
 
-def _real_session() -> Iterator[_Session]:
+def _real_session(workdir: Path) -> Iterator[_Session]:
     given = os.environ.get(KUBECONFIG_ENV)
     if given:
-        yield _Session(given, None)
+        yield _Session(given, None, workdir=workdir)
         return
     try:
         binaries = find_binaries()
@@ -197,20 +297,75 @@ def fake_api(cluster_session: _Session) -> FakeApiServer:
     return cluster_session.fake
 
 
-def _wait_default_service_account(core: Any, session: _Session, namespace: str) -> None:
-    """On a real server pods are refused until `default` exists; without the controller that
-    makes it (a control plane without kube-controller-manager), make it ourselves."""
-    if session.env is not None and "kube-controller-manager" not in session.env.components:
-        core.create_namespaced_service_account(namespace, {"metadata": {"name": "default"}})
-        return
+SERVICEACCOUNT_CONTROLLER = "serviceaccount"
+ROOT_CA_PUBLISHER = "root-ca-cert-publisher"
 
-    def exists() -> bool:
-        items = core.list_namespaced_service_account(
-            namespace, field_selector="metadata.name=default"
+
+def _namespace_defaults(api: Any, session: _Session, namespace: str) -> None:
+    """What a cluster's controllers put in every new namespace, before a test uses it: the
+    ServiceAccount `default` (pods are refused without it) and the ConfigMap `kube-root-ca.crt`
+    (every automounted token's volume reads it). Where the cluster has no controller for one
+    (asked once per session: none within the probe's deadline), the suite makes it, as a
+    control plane without kube-controller-manager needs; `Cluster.require_namespace_defaults`
+    skips a test of the controllers themselves, saying which one is missing."""
+    from kubelet_sim.kube.rest import ApiError, request_json
+
+    base = f"/api/v1/namespaces/{namespace}"
+    wanted = {
+        SERVICEACCOUNT_CONTROLLER: (
+            f"{base}/serviceaccounts",
+            {"metadata": {"name": "default"}},
+            "ServiceAccount default",
+        ),
+        ROOT_CA_PUBLISHER: (
+            f"{base}/configmaps",
+            {"metadata": {"name": "kube-root-ca.crt"}, "data": {"ca.crt": _cluster_ca(session)}},
+            "ConfigMap kube-root-ca.crt",
+        ),
+    }
+
+    def exists(what: str) -> bool:
+        path, body, _ = wanted[what]
+        try:
+            request_json(api, "GET", f"{path}/{body['metadata']['name']}")
+        except ApiError as exc:
+            if exc.not_found:
+                return False
+            raise
+        return True
+
+    no_controller = session.env is not None and "kube-controller-manager" not in (
+        session.env.components
+    )
+
+    def ask(what: str, described: str) -> str | None:
+        if no_controller:
+            return f"the test control plane runs no kube-controller-manager (no {what} controller)"
+        if poll(lambda: exists(what), deadline_scale()):
+            return None
+        return (
+            f"the cluster has no {what} controller: no {described} in a new namespace within "
+            f"{PROBE_DEADLINE:.0f} s"
         )
-        return bool(items.items)
 
-    wait_for(exists, 30, f"serviceaccount {namespace}/default")
+    for what, (path, body, described) in wanted.items():
+        lacking = session.probe(f"controller {what}", lambda: ask(what, described))  # noqa: B023
+        if lacking is None:
+            wait_for(lambda what=what: exists(what), 30, f"{described} in {namespace}")
+            continue
+        try:
+            request_json(api, "POST", path, body)
+        except ApiError as exc:
+            if not exc.already_exists:
+                raise
+
+
+def _cluster_ca(session: _Session) -> str:
+    """The CA certificate(s) the session's kubeconfig trusts: what kube-root-ca.crt holds."""
+    import base64
+
+    data = kubeconfig_cluster(session.kubeconfig).get("certificate-authority-data", "")
+    return base64.b64decode(data).decode()
 
 
 def _cleanup(core: Any, session: _Session, namespace: str, node_name: str) -> None:
@@ -257,7 +412,7 @@ def new_cluster(cluster_session: _Session, node_name: str | None = None) -> Iter
     namespace, node_name = f"ks-test-{suffix}", node_name or f"ks-node-{suffix}"
     core.create_namespace(client.V1Namespace(metadata=client.V1ObjectMeta(name=namespace)))
     if cluster_session.fake is None:
-        _wait_default_service_account(core, cluster_session, namespace)
+        _namespace_defaults(api, cluster_session, namespace)
     c = Cluster(
         api=api,
         core=core,

@@ -14,7 +14,6 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-import yaml
 from cryptography import x509
 from cryptography.hazmat.primitives import hashes, serialization
 from cryptography.hazmat.primitives.asymmetric import ec
@@ -24,6 +23,7 @@ from kubelet_sim.server.settings import ConnectionLimits, ServerSettings
 from tests.agent_fixture import RunningAgent, start_agent
 from tests.cluster import Cluster
 from tests.docker_env import DockerEnv
+from tests.node_certs import kubeconfig_cluster
 
 COUNT = ["sh", "-c", "i=0; while :; do i=$((i+1)); echo line $i; sleep 0.2; done"]
 
@@ -112,14 +112,7 @@ def _client_cert(ca: Ca, path: Path, cn: str, org: str | None) -> None:
 
 def _cluster_ca(kubeconfig: str) -> bytes:
     """The CA of the kubeconfig's current cluster, as PEM."""
-    config = yaml.safe_load(Path(kubeconfig).read_text())
-    context = next(
-        c["context"] for c in config["contexts"] if c["name"] == config["current-context"]
-    )
-    cluster = next(c["cluster"] for c in config["clusters"] if c["name"] == context["cluster"])
-    if cluster.get("certificate-authority-data"):
-        return base64.b64decode(cluster["certificate-authority-data"])
-    return Path(cluster["certificate-authority"]).read_bytes()
+    return base64.b64decode(kubeconfig_cluster(kubeconfig).get("certificate-authority-data", ""))
 
 
 @contextlib.contextmanager

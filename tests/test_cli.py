@@ -64,10 +64,15 @@ def test_agent_registers_logs_json_and_stops_cleanly_on_sigterm(
                 },
             },
         )
+        # A cluster's DaemonSets that tolerate every taint (kind's kindnet) bind pods here too.
         seen = agent.wait_for_log(
-            lambda r: r.get("event") == "pod bound to this node", 10, "the pod to be seen"
+            lambda r: (
+                r.get("event") == "pod bound to this node"
+                and r.get("pod") == f"{cluster.namespace}/hello"
+            ),
+            10,
+            "the pod to be seen",
         )
-        assert seen["pod"] == f"{cluster.namespace}/hello"
         assert seen["node"] == cluster.node_name
         code = agent.terminate()  # fails if the agent is still there after its timeout
         assert code == 0, "\n".join(agent.lines[-8:])

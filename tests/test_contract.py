@@ -130,7 +130,7 @@ class Side:
         name: str,
         kubeconfig: str,
         namespace: str,
-        node_kubeconfig: Callable[[str], str] | None = None,
+        node_kubeconfig: Callable[[str], str],
     ) -> None:
         self.name = name
         self.api = connect(kubeconfig).api
@@ -138,10 +138,9 @@ class Side:
         self._node_kubeconfig = node_kubeconfig
 
     def as_node(self, node: str) -> Side:
-        """The same server, with a kubelet's credentials for `node`."""
-        if self._node_kubeconfig is None:
-            pytest.skip("needs node credentials, which only a control plane we start can mint")
-        return Side(self.name, self._node_kubeconfig(node), self.ns)
+        """The same server, with a kubelet's credentials for `node` (the factory skips where
+        the server gives none)."""
+        return Side(self.name, self._node_kubeconfig(node), self.ns, self._node_kubeconfig)
 
     def __call__(
         self, method: str, path: str, body: Any = None, ct: str = "application/json"
@@ -217,13 +216,14 @@ def sides(cluster: Cluster, fake_server: tuple[FakeApiServer, Path]) -> tuple[Si
     if api_mode() != "real":
         pytest.skip("compares the fake with a real API server: runs in the real-API pass")
     server, path = fake_server
-    env = cluster.session.env
-    real = Side(
-        "real",
-        cluster.kubeconfig,
-        cluster.namespace,
-        (lambda node: str(env.node_kubeconfig(node))) if env is not None else None,
-    )
+
+    def real_node(node: str) -> str:
+        path = cluster.session.node_kubeconfig(node)
+        if path == cluster.kubeconfig:
+            pytest.skip(f"needs node credentials: {cluster.session.no_node_credentials}")
+        return path
+
+    real = Side("real", cluster.kubeconfig, cluster.namespace, real_node)
     fake = Side(
         "fake",
         str(path),

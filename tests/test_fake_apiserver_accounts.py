@@ -20,6 +20,7 @@ def _exists(read: object) -> bool:
 
 
 def test_every_namespace_gets_default_account_and_root_ca(cluster: Cluster) -> None:
+    cluster.require_namespace_defaults()
     ns = cluster.namespace
     wait_for(
         lambda: _exists(lambda: cluster.core.read_namespaced_service_account("default", ns)),

@@ -1,7 +1,7 @@
 """The scheduler-to-kubelet handoff end to end: a real scheduler binds, kubelet-sim runs.
 
-Needs a control plane with kube-scheduler and kube-controller-manager (tests/kubeenv.py starts
-them from KUBEBUILDER_ASSETS / KUBELET_SIM_KUBE_BIN); skipped on the fake, which schedules nothing.
+Needs a cluster with a scheduler (and a Deployment controller for the Deployment): each test
+asks the server and skips, saying what it lacks; the fake schedules nothing.
 """
 
 from __future__ import annotations
@@ -30,10 +30,7 @@ TOLERATE_VIRTUAL = [
 
 
 def _require_scheduler(cluster: Cluster) -> None:
-    env = cluster.session.env
-    needed = {"kube-scheduler", "kube-controller-manager"}
-    if env is None or not needed <= set(env.components):
-        pytest.skip("needs a control plane with kube-scheduler and kube-controller-manager")
+    cluster.require_scheduler()
 
 
 def _deployment(name: str, node: str, replicas: int) -> dict[str, Any]:
@@ -84,6 +81,7 @@ def test_a_deployment_is_scheduled_onto_the_node_runs_and_scales_down(
     cluster: Cluster, docker_env: DockerEnv, tmp_path: Path
 ) -> None:
     _require_scheduler(cluster)
+    cluster.require_controller("Deployment")
     running = start_agent(cluster, docker_env, tmp_path / "root")
     try:
         apps = client.AppsV1Api(cluster.api)

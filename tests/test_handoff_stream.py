@@ -482,9 +482,7 @@ def test_the_stream_shows_the_schedulers_part(
     cluster: Cluster, docker_env: DockerEnv, tmp_path: Path
 ) -> None:
     """With a real scheduler: who placed the pod and where, and why another fits nowhere."""
-    env = cluster.session.env
-    if env is None or "kube-scheduler" not in env.components:
-        pytest.skip("needs a control plane with kube-scheduler")
+    cluster.require_scheduler()
     running = start_agent(cluster, docker_env, tmp_path / "root")
     try:
         with _streaming(cluster, running) as streamed:

@@ -203,17 +203,6 @@ def test_the_readme_patch_excludes_the_label_every_virtual_node_registers_with()
     assert LABEL_VIRTUAL in default_labels(NodeSettings(node_name="n1"), detect_host())
 
 
-def _needs_controllers(cluster: Cluster) -> None:
-    if cluster.is_fake:
-        pytest.skip(
-            "needs a real control plane: the fake has no DaemonSet controller nor scheduler"
-        )
-    env = cluster.session.env
-    wanted = {"kube-controller-manager", "kube-scheduler"}
-    if env is not None and not wanted <= set(env.components):
-        pytest.skip("the test control plane runs without controller-manager or scheduler binaries")
-
-
 def _forbidden_daemon_pod(cluster: Cluster, prefix: str) -> bool:
     events = cluster.core.list_namespaced_event(cluster.namespace).items
     return any(
@@ -232,7 +221,8 @@ def test_the_readme_patch_stops_the_daemonset_controller_placing_kube_proxy_here
     node, so that it stays off the other tests' virtual nodes in a shared cluster."""
     from kubernetes.client import AppsV1Api
 
-    _needs_controllers(cluster)
+    cluster.require_controller("DaemonSet")  # whose pods the scheduler binds (v1.24)
+    cluster.require_scheduler()
     apps = AppsV1Api(cluster.api)
     service_account(cluster, "kube-proxy")
     template = kube_proxy_spec()
@@ -279,7 +269,7 @@ def test_the_scheduler_keeps_the_patched_pod_shape_off_the_virtual_node(
 ) -> None:
     """Two pods of kube-proxy's shape that may go only to this node (a nodeSelector on its
     name): the unpatched one is bound here and refused; the patched one is not scheduled."""
-    _needs_controllers(cluster)
+    cluster.require_scheduler()
     service_account(cluster, "kube-proxy")
     template = kube_proxy_spec()
     template["nodeSelector"]["kubernetes.io/hostname"] = cluster.node_name

@@ -24,10 +24,7 @@ def _lease(name: str) -> dict[str, object]:
 def test_the_script_makes_credentials_of_exactly_that_node(
     cluster: Cluster, tmp_path: Path
 ) -> None:
-    if cluster.fake is not None or cluster.session.env is None:
-        pytest.skip("needs a control plane that signs CSRs (kube-controller-manager)")
-    if "kube-controller-manager" not in cluster.session.env.components:
-        pytest.skip("needs kube-controller-manager to sign the CSR")
+    cluster.require_csr_signer()
     if shutil.which("kubectl") is None or shutil.which("openssl") is None:
         pytest.skip("the script needs kubectl and openssl")
     result = subprocess.run(

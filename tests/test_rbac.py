@@ -160,5 +160,7 @@ def test_the_manifest_allows_everything_the_agent_does(
             _workload(cluster)
         finally:
             running.stop()
-    refused = [e for e in logs if "403" in str(e) or "forbidden" in str(e).lower()]
+    # Not the kubelet's own refusals at admission (a cluster's DaemonSet pods, as kind's kindnet).
+    said = [e for e in logs if e.get("event") != "pod rejected"]
+    refused = [e for e in said if "403" in str(e) or "forbidden" in str(e).lower()]
     assert not refused, refused

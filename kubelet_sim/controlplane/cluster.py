@@ -11,6 +11,7 @@ controller-manager signs CSRs with the CA.
 from __future__ import annotations
 
 import base64
+import ipaddress
 import json
 import shutil
 import signal
@@ -49,6 +50,11 @@ def free_port() -> int:
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
         return int(s.getsockname()[1])
+
+
+def first_service_ip(cidr: str) -> str:
+    """The `kubernetes` Service's address: the first of the Service range."""
+    return str(ipaddress.ip_network(cidr)[1])
 
 
 def _b64(path: Path) -> str:
@@ -101,13 +107,23 @@ class ControlPlane:
     API server check kubelets' serving certificates against the CA (the demo's nodes have
     such certificates; the tests' agents make self-signed ones). `preferred_address_types` is
     the API server's --kubelet-preferred-address-types; None leaves the flag out, so the
-    server's own default (UPSTREAM_ADDRESS_TYPES, Hostname first) applies."""
+    server's own default (UPSTREAM_ADDRESS_TYPES, Hostname first) applies.
+
+    The rest set up a control plane other than the tests' own, as a user's cluster may be:
+    `controller_list` is kube-controller-manager's --controllers (None: its default set),
+    `scheduler=False` starts no kube-scheduler, `service_cidr` is the Service range (the API
+    server's certificate names its first address), `controller_credentials` runs each controller
+    with its own ServiceAccount's token (kubeadm's --use-service-account-credentials)."""
 
     binaries: Binaries
     workdir: Path
     controllers: bool = True
     preferred_address_types: str | None = "InternalIP,Hostname"
     verify_kubelets: bool = False
+    controller_list: str | None = "*,-serviceaccount-token"
+    scheduler: bool = True
+    service_cidr: str = SERVICE_CIDR
+    controller_credentials: bool = False
     on_step: Callable[[str, float], None] | None = None
     url: str = ""
     admin_kubeconfig: Path = Path()
@@ -128,7 +144,7 @@ class ControlPlane:
             self.admin_kubeconfig = self.kubeconfig_for("admin", ("system:masters",), "admin")
             if self.controllers and self.binaries.controller_manager is not None:
                 self._start_controller_manager(timeout)
-            if self.controllers and self.binaries.scheduler is not None:
+            if self.controllers and self.scheduler and self.binaries.scheduler is not None:
                 self._start_scheduler(timeout)
         except BaseException:
             self.stop()
@@ -219,7 +235,7 @@ class ControlPlane:
             "apiserver",
             "kube-apiserver",
             dns_names=(*dns, "kubernetes.default.svc.cluster.local"),
-            ips=("127.0.0.1", API_SERVICE_IP),
+            ips=("127.0.0.1", first_service_ip(self.service_cidr)),
             server=True,
         )
         # What the API server shows kubelets when it proxies (kubeadm's apiserver-kubelet-client)
@@ -291,7 +307,7 @@ class ControlPlane:
                 "--service-account-key-file", str(pki / "sa.pub"),
                 "--service-account-signing-key-file", str(pki / "sa.key"),
                 "--service-account-issuer", ISSUER,
-                "--service-cluster-ip-range", SERVICE_CIDR,
+                "--service-cluster-ip-range", self.service_cidr,
                 "--allow-privileged=true",
                 "--endpoint-reconciler-type", "none",
             ],
@@ -315,18 +331,20 @@ class ControlPlane:
         began = time.monotonic()
         pki = self.workdir / "pki"
         port = free_port()
+        listed = self.controller_list
+        controllers = [] if listed is None else ["--controllers", listed]
         proc = self._spawn(
             "kube-controller-manager",
             [
                 str(self.binaries.controller_manager),
                 *self._component_args(port),
                 "--cert-dir", str(self.workdir / "kcm-certs"),
-                "--use-service-account-credentials=false",
+                f"--use-service-account-credentials={str(self.controller_credentials).lower()}",
                 "--service-account-private-key-file", str(pki / "sa.key"),
                 "--root-ca-file", str(pki / "ca.crt"),
                 "--cluster-signing-cert-file", str(pki / "ca.crt"),
                 "--cluster-signing-key-file", str(pki / "ca.key"),
-                "--controllers", "*,-serviceaccount-token",
+                *controllers,
             ],
         )  # fmt: skip
         self._wait_healthy(
