@@ -16,8 +16,10 @@ from typing import Any
 
 import pytest
 
+from kubelet_sim import cri
 from kubelet_sim.runtime.local_images import PAUSE_IMAGE
 from tests.cluster import Cluster, deadline_scale, wait_for
+from tests.docker_env import DockerEnv
 from tests.mounts import remove_root
 
 
@@ -100,4 +102,17 @@ def running_agent(
     finally:
         if agent.proc.poll() is None:
             agent.terminate()
+        _remove_containers_of(cluster.node_name)
         remove_root(root)
+
+
+def _remove_containers_of(node_name: str) -> None:
+    """What the process left running (a kubelet leaves its containers when it stops): gone with
+    the test, whether or not the test asked for the docker_env fixture."""
+    import docker
+
+    client = docker.from_env()
+    try:
+        DockerEnv(client=client).remove_labelled(f"{cri.LABEL_NODE}={node_name}")
+    finally:
+        client.close()
