@@ -31,12 +31,12 @@ from kubelet_sim.node.node_object import resources
 from kubelet_sim.node.settings import NodeSettings
 from kubelet_sim.pod.admission import Allocatable
 from kubelet_sim.pod.dns import NodeDNS, ResolvConf, parse_resolv_conf
-from kubelet_sim.pod.quantity import milli_value, value
 from kubelet_sim.pod.references import referenced_objects
 from kubelet_sim.podworkers.gc import ContainerGC
 from kubelet_sim.podworkers.sync import PodSyncer, SyncSettings
 from kubelet_sim.podworkers.workers import PodWorkers
 from kubelet_sim.proxy.proxy import ProxySettings, ServiceProxy
+from kubelet_sim.quantity import milli_value, value
 from kubelet_sim.runtime.docker_runtime import DockerRuntime
 from kubelet_sim.runtime.observe import ContainerWatcher
 from kubelet_sim.server.auth import Gate

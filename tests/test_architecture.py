@@ -19,6 +19,7 @@ SHARED = {
     "histogram",
     "paths",
     "durations",
+    "quantity",
     "pem",
     "__init__",
 }

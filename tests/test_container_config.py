@@ -20,8 +20,8 @@ from kubelet_sim.pod.container_config import (
     sandbox_config,
     spec_hash,
 )
-from kubelet_sim.pod.quantity import milli_value, parse_quantity, value
 from kubelet_sim.pod.spec import PodView
+from kubelet_sim.quantity import milli_value, parse_quantity, value
 
 Json = dict[str, Any]
 

@@ -8,7 +8,6 @@ from typing import Any
 import pytest
 
 from kubelet_sim.pod.admission import Allocatable
-from kubelet_sim.pod.quantity import INT64_MAX
 from kubelet_sim.pod.resource_fields import (
     ResourceFieldError,
     ceil_div,
@@ -17,6 +16,7 @@ from kubelet_sim.pod.resource_fields import (
     volume_resource_value,
 )
 from kubelet_sim.pod.spec import PodView
+from kubelet_sim.quantity import INT64_MAX
 
 Json = dict[str, Any]
 NODE = Allocatable(

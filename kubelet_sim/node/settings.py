@@ -13,7 +13,7 @@ from fractions import Fraction
 from typing import Any
 
 from kubelet_sim.config import ConfigError, validate_node_name
-from kubelet_sim.pod.quantity import INT64_MAX, parse_quantity
+from kubelet_sim.quantity import INT64_MAX, parse_quantity
 
 TAINT_EFFECTS = ("NoSchedule", "PreferNoSchedule", "NoExecute")
 # The taint a node registers with unless told otherwise, as virtual-kubelet and kwok register
@@ -213,7 +213,7 @@ def memory_bytes(text: str) -> int:
 
 
 def _quantity(text: str, what: str) -> Fraction:
-    """The API's own quantity parser (pod.quantity), with the node's limit: what the node
+    """The API's own quantity parser (kubelet_sim.quantity), with the node's limit: what the node
     advertises must fit the kubelet's int64 counters (millicores for cpu)."""
     try:
         amount = parse_quantity(text)

@@ -18,7 +18,6 @@ from typing import Any
 from kubelet_sim import cri
 from kubelet_sim.paths import bind_target_problem
 from kubelet_sim.pod.admission import Allocatable
-from kubelet_sim.pod.quantity import milli_value, value
 from kubelet_sim.pod.resource_fields import ResourceFieldError, env_resource_value
 from kubelet_sim.pod.security import (
     apparmor_option,
@@ -28,6 +27,7 @@ from kubelet_sim.pod.security import (
     sysctls,
 )
 from kubelet_sim.pod.spec import ContainerView, Json, PodView
+from kubelet_sim.quantity import milli_value, value
 
 ObjectLookup = Callable[[str, str, str], Json | None]
 """(kind "ConfigMap"/"Secret", namespace, name) -> the object as the API returns it, or None."""
