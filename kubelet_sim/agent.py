@@ -13,13 +13,13 @@ from typing import Protocol
 
 from kubelet_sim import cri
 from kubelet_sim.config import ConfigError
+from kubelet_sim.jsontypes import Json
 from kubelet_sim.kube.client import KubeConnection, wait_for_api_server
 from kubelet_sim.kube.events import EventRecorder
 from kubelet_sim.kube.informer import DELETED, Informer
 from kubelet_sim.kube.node_api import NodeApi
 from kubelet_sim.kube.object_watches import Ref, ReferencedObjectWatches
 from kubelet_sim.kube.pod_api import PodStatusWriter, delete_pod_finally
-from kubelet_sim.kube.rest import Json
 from kubelet_sim.kube.reviews import Reviews
 from kubelet_sim.kube.schema import ServerSchema
 from kubelet_sim.kube.tokens import TokenManager

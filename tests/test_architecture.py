@@ -20,6 +20,7 @@ SHARED = {
     "paths",
     "durations",
     "quantity",
+    "jsontypes",
     "pem",
     "__init__",
 }

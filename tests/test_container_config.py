@@ -9,6 +9,7 @@ from typing import Any
 import pytest
 
 from kubelet_sim import cri
+from kubelet_sim.jsontypes import Json
 from kubelet_sim.pod.admission import Allocatable
 from kubelet_sim.pod.container_config import (
     ContainerConfigError,
@@ -22,8 +23,6 @@ from kubelet_sim.pod.container_config import (
 )
 from kubelet_sim.pod.spec import PodView
 from kubelet_sim.quantity import milli_value, parse_quantity, value
-
-Json = dict[str, Any]
 
 
 def make_pod(containers: list[Json], **spec: Any) -> PodView:

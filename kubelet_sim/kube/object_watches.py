@@ -29,8 +29,9 @@ from typing import Any
 from kubernetes import client
 
 from kubelet_sim.backoff import Backoff
+from kubelet_sim.jsontypes import Json
 from kubelet_sim.kube.informer import Informer, ListWatchSource, WatchTimeouts
-from kubelet_sim.kube.rest import ApiError, Json, request_json
+from kubelet_sim.kube.rest import ApiError, request_json
 from kubelet_sim.logs import get_logger
 from kubelet_sim.supervise import Supervisor
 

@@ -11,14 +11,12 @@ import copy
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from datetime import UTC, datetime
-from typing import Any
 
 from kubelet_sim.cri import ContainerState, ObservedContainer
+from kubelet_sim.jsontypes import Json
 from kubelet_sim.pod.attempts import attempts_of, latest_attempt, latest_sandbox
 from kubelet_sim.pod.probes import ProbeResults, Result
 from kubelet_sim.pod.spec import ContainerView, PodView
-
-Json = dict[str, Any]
 
 CONTAINER_CREATING = "ContainerCreating"
 POD_INITIALIZING = "PodInitializing"

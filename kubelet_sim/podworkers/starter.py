@@ -14,6 +14,7 @@ from dataclasses import replace
 from pathlib import Path
 
 from kubelet_sim import cri
+from kubelet_sim.jsontypes import Json
 from kubelet_sim.kube.events import NORMAL, WARNING, EventRecorder, EventRef
 from kubelet_sim.kube.pod_api import PodStatusWriter
 from kubelet_sim.logs import get_logger
@@ -35,7 +36,7 @@ from kubelet_sim.pod.security import (
     user_namespace_problem,
 )
 from kubelet_sim.pod.service_env import NOT_SYNCED, service_env
-from kubelet_sim.pod.spec import ContainerView, Json, PodView
+from kubelet_sim.pod.spec import ContainerView, PodView
 from kubelet_sim.pod.status import WaitingReason
 from kubelet_sim.podworkers.event_refs import event_ref, pod_name
 from kubelet_sim.podworkers.hooks import POST_START, POST_START_LIMIT, HookRunner, hook_of

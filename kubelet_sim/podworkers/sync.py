@@ -14,10 +14,11 @@ from typing import Any
 
 from kubelet_sim import cri
 from kubelet_sim.histogram import POD_START_BUCKETS, Histogram
+from kubelet_sim.jsontypes import Json
 from kubelet_sim.kube.events import WARNING, EventRecorder
 from kubelet_sim.kube.object_watches import ReferencedObjectWatches
 from kubelet_sim.kube.pod_api import PodStatusWriter
-from kubelet_sim.kube.rest import ApiError, Json
+from kubelet_sim.kube.rest import ApiError
 from kubelet_sim.kube.tokens import TokenManager
 from kubelet_sim.logs import get_logger
 from kubelet_sim.pod.actions import PodActions, compute_actions
