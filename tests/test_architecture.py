@@ -189,3 +189,32 @@ def test_rules_see_every_layer() -> None:
     layers = {_layer(p) for p in MODULES}
     assert {"kube", "runtime", "cli", "agent"} <= layers
     assert any("kubernetes" in _imports(p) or "kubernetes" in str(_imports(p)) for p in MODULES)
+
+
+TEST_ONLY = {"tests", "pytest", "hypothesis", "dnslib"}  # the `test` extra and tests/
+
+
+@pytest.mark.parametrize("path", MODULES, ids=lambda p: str(p.relative_to(PACKAGE)))
+def test_the_package_imports_no_test_tooling(path: Path) -> None:
+    """What the wheel ships (kubelet_sim/) never needs the tests' code or their dependencies."""
+    used = {name.partition(".")[0] for name in _imports(path)}
+    assert not used & TEST_ONLY, f"{path} imports {sorted(used & TEST_ONLY)}"
+
+
+def test_every_module_serves_the_command() -> None:
+    """Each module of the package is reached from `kubelet-sim`'s entry point by imports: none is
+    there only for the tests or the benchmarks (runtime/local_images.py, for one, builds the
+    demo's look-alike images where no registry answers, and the tests reuse it)."""
+    by_name = {_module_name(p).removesuffix(".__init__"): p for p in MODULES}
+    reached: set[str] = set()
+    todo = ["kubelet_sim.__main__", "kubelet_sim.cli"]
+    while todo:
+        name = todo.pop()
+        if name in reached or name not in by_name:
+            continue
+        reached.add(name)
+        parts = name.split(".")
+        todo.extend(".".join(parts[:i]) for i in range(2, len(parts)))  # parent packages run
+        path = by_name[name]
+        todo.extend(imported_modules(path.read_text(), _module_name(path)))
+    assert sorted(set(by_name) - reached) == []
