@@ -40,13 +40,15 @@ ALLOWED: dict[str, set[str]] = {
     "agent": SHARED
     | {"kube", "runtime", "pod", "node", "podworkers", "volumes", "server", "proxy"},
     "tools": SHARED | {"kube", "runtime", "pod"},
+    "ui": SHARED | {"kube", "runtime", "tools"},
     "controlplane": SHARED,
     "nodeset": SHARED | {"agent", "kube", "runtime", "node", "server"},
     "demo": SHARED
     | {"controlplane", "nodeset", "agent", "tools", "kube", "runtime", "node", "server", "pod"}
     | {"volumes"},
     "cli": SHARED
-    | {"kube", "runtime", "node", "agent", "tools", "server", "nodeset", "demo", "controlplane"},
+    | {"kube", "runtime", "node", "agent", "tools", "server", "nodeset", "demo", "controlplane"}
+    | {"ui"},
     "__main__": {"cli"},
 }
 THIRD_PARTY_OWNER = {"kubernetes": "kube", "docker": "runtime"}

@@ -736,7 +736,39 @@ def scenario_ephemeral_containers(s: Side, node: str) -> list[tuple[str, Answer]
     ]
 
 
+def scenario_empty_lists(s: Side, node: str) -> list[tuple[str, Answer]]:
+    """An empty list comes back as Go encodes a nil slice: null without `omitempty`, absent
+    with it. A client that iterates `names` or `endpoints` must expect null (compared raw here,
+    since the other scenarios treat null, absent and empty alike)."""
+    images = [{"names": [], "sizeBytes": 1}, {"names": ["a:1"], "sizeBytes": 2}]
+    node_body = {"metadata": {"name": node}, "status": {"images": images}}
+    made = s("POST", "/api/v1/nodes", node_body)
+    s("DELETE", f"/api/v1/nodes/{node}")
+    slice_body = {"metadata": {"name": "empty"}, "addressType": "IPv4", "endpoints": [],
+                  "ports": []}  # fmt: skip
+    sliced = s("POST", "/apis/discovery.k8s.io/v1/namespaces/{ns}/endpointslices", slice_body)
+    pod = _pod(node)
+    pod["spec"]["containers"][0]["args"] = []
+    pod["spec"]["imagePullSecrets"] = []
+    created = s("POST", "/api/v1/namespaces/{ns}/pods", pod)
+    container = created.body["spec"]["containers"][0] if created.code == 201 else {}
+
+    def raw(code: int, value: Any) -> Answer:
+        return Answer(code, json.dumps(value, sort_keys=True))
+
+    status = made.body.get("status") or {}
+    fields = {k: sliced.body.get(k, "absent") for k in ("endpoints", "ports")}
+    spec = created.body.get("spec", {})
+    pod_lists = [container.get("args", "absent"), spec.get("imagePullSecrets", "absent")]
+    return [
+        ("node images", raw(made.code, status.get("images"))),
+        ("slice", raw(sliced.code, fields)),
+        ("pod", raw(created.code, pod_lists)),
+    ]
+
+
 SCENARIOS: dict[str, Scenario] = {
+    "empty lists": scenario_empty_lists,
     "ephemeral containers": scenario_ephemeral_containers,
     "quantities": scenario_quantities,
     "services": scenario_services,

@@ -293,7 +293,9 @@ def test_real_docker_makes_the_node_ready(
     version = node["status"]["nodeInfo"]["containerRuntimeVersion"]
     assert version == f"docker://{runtime.version()}"
     busybox = docker_env.client.api.inspect_image("kubelet-sim.local/busybox:test")
-    listed = {n: i["sizeBytes"] for i in node["status"].get("images") or () for n in i["names"]}
+    listed = {
+        n: i["sizeBytes"] for i in node["status"].get("images") or () for n in i["names"] or ()
+    }
     assert listed.get("kubelet-sim.local/busybox:test") == busybox["Size"], "status.images"
 
 

@@ -25,6 +25,11 @@ NOT_SUPERVISED = {
     "server/streaming/remotecommand.py": "an exec/attach session's pumps: they end with it",
     "server/streaming/portforward.py": "a port-forward session's pumps and stream timer",
     "demo/run.py": "the demo's handoff display (its watches are supervised informers)",
+    # The web view (`kubelet-sim ui`, `--ui`): a viewer beside the nodes, not part of them.
+    "cli/ui.py": "the view's stop relay: it waits for the command's stop and ends",
+    "ui/server.py": "the view's HTTP server: a request that fails ends with its connection",
+    "ui/sources.py": "the view's per-node watch streams and lease poller; a raise is logged and"
+    " ends that feed (its informers are supervised)",
 }
 
 

@@ -10,6 +10,7 @@ import typer
 
 from kubelet_sim.cli.common import fail, stop_on_signals, typer_app
 from kubelet_sim.cli.node_options import DEFAULT_PAUSE_IMAGE, NodeOptions, with_node_options
+from kubelet_sim.cli.ui import UiOptions, with_ui_options
 from kubelet_sim.config import ConfigError
 from kubelet_sim.controlplane import binaries as kube_bin
 from kubelet_sim.controlplane.cluster import ControlPlaneError
@@ -37,8 +38,10 @@ def _say(line: str) -> None:
     " a sample Deployment and show each pod's handoff live. Ctrl-C removes it all."
 )
 @with_node_options
+@with_ui_options
 def demo(
     node: NodeOptions,
+    ui: UiOptions,
     nodes: Annotated[int, typer.Option(help="How many virtual nodes (n1, n2, ...).", min=1)] = 3,
     image: Annotated[
         str, typer.Option(help="The sample Deployment's image.")
@@ -115,6 +118,9 @@ def demo(
             replicas=replicas,
             sample=not no_sample,
             keep=keep,
+            on_nodes_ready=lambda kubeconfig, runtimes: ui.serve_until(
+                stop, str(kubeconfig), runtimes, _say
+            ),
         )
     except ConfigError as exc:
         fail(str(exc))

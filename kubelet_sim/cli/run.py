@@ -10,6 +10,7 @@ import typer
 from kubelet_sim import __version__
 from kubelet_sim.cli.common import fail, stop_on_signals, typer_app
 from kubelet_sim.cli.node_options import NodeOptions, with_node_options
+from kubelet_sim.cli.ui import UiOptions, with_ui_options
 from kubelet_sim.config import ConfigError
 from kubelet_sim.kube.client import KubeConfigError
 from kubelet_sim.logs import configure_logging
@@ -29,8 +30,10 @@ def _print_version(value: bool) -> None:
 
 @app.command(help="Run a virtual node whose pods are real Docker containers.")
 @with_node_options
+@with_ui_options
 def run(
     node: NodeOptions,
+    ui: UiOptions,
     node_name: Annotated[
         list[str] | None,
         typer.Option(
@@ -153,9 +156,13 @@ def run(
     except (ConfigError, KubeConfigError, RuntimeUnavailable, ServerError) as exc:
         fail(str(exc))
     stop = stop_on_signals()
+    web = None
     try:
+        web = ui.start(kubeconfig, context, node_set.runtimes, typer.echo)
         failures = node_set.run(stop)
     finally:
+        if web is not None:
+            web.stop()
         node_set.close()
     if failures:
         message = "; ".join(f"node {name}: {why}" for name, why in failures)

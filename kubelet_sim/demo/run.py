@@ -11,8 +11,9 @@ import dataclasses
 import shutil
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
+from pathlib import Path
 
 from kubelet_sim.controlplane.binaries import Binaries
 from kubelet_sim.controlplane.cluster import ControlPlane
@@ -42,6 +43,8 @@ class DemoSettings:
     replicas: int = 3
     sample: bool = True
     keep: bool = False
+    # Called once the nodes are Ready, with the admin kubeconfig and the nodes' runtimes (`--ui`).
+    on_nodes_ready: Callable[[Path, Mapping[str, DockerRuntime]], None] | None = None
 
     @property
     def node_names(self) -> tuple[str, ...]:
@@ -142,6 +145,8 @@ class Demo:
         self._wait_nodes_ready(admin, stop)
         shutil.copyfile(plane.admin_kubeconfig, s.state.kubeconfig)
         s.state.kubeconfig.chmod(0o600)
+        if s.on_nodes_ready is not None and not stop.is_set():
+            s.on_nodes_ready(s.state.kubeconfig, self.nodes.runtimes)
         self._tell_what_next()
         if s.sample and not stop.is_set():
             self._sample(admin, image, stop)

@@ -140,6 +140,34 @@ def _journal_detail(entry: Json) -> str:
     return f"phase {entry['phase']}" if entry.get("phase") else ""
 
 
+@dataclass(frozen=True)
+class Latency:
+    """A step's latencies as `render` prints them: `since_previous` runs from the previous
+    step with a sub-second time (`~` for a step with a one-second API time), `since_created`
+    from the creation; both `""` for a step nobody recorded."""
+
+    since_previous: str
+    since_created: str
+
+
+def latencies(steps: Sequence[Step]) -> list[Latency]:
+    """One `Latency` per step: the one rule for the table here and for the web view."""
+    out: list[Latency] = []
+    created = steps[0].time if steps else None
+    previous: datetime | None = None
+    for s in steps:
+        if s.time is None:
+            out.append(Latency("", ""))
+            continue
+        if s.precise:
+            since_prev = _seconds(s.time, previous)
+            previous = s.time  # latencies run between the steps with sub-second times
+        else:
+            since_prev = "~"
+        out.append(Latency(since_prev, _seconds(s.time, created)))
+    return out
+
+
 def render(pod: Json, steps: Sequence[Step]) -> str:
     """A table: each step's time, the latency since the step before and since creation."""
     meta = pod.get("metadata") or {}
@@ -148,21 +176,18 @@ def render(pod: Json, steps: Sequence[Step]) -> str:
         f"{(pod.get('spec') or {}).get('nodeName') or 'no node yet'}",
         f"{'step':<32} {'time (UTC)':<15} {'+prev':>8} {'+created':>9}  {'source':<6} detail",
     ]
-    created = steps[0].time if steps else None
-    previous: datetime | None = None
-    for s in steps:
+    for s, latency in zip(steps, latencies(steps), strict=True):
         if s.time is None:
             row = f"{s.step:<32} {'-':<15} {'':>8} {'':>9}  {s.source:<6} {s.detail}"
             lines.append(row.rstrip())
             continue
         if s.precise:
-            stamp, since_prev = s.time.strftime("%H:%M:%S.%f")[:12], _seconds(s.time, previous)
-            previous = s.time  # latencies run between the steps with sub-second times
+            stamp = s.time.strftime("%H:%M:%S.%f")[:12]
         else:
-            stamp, since_prev = s.time.strftime("%H:%M:%S") + "~", "~"
-        since_created = _seconds(s.time, created)
+            stamp = s.time.strftime("%H:%M:%S") + "~"
         row = (
-            f"{s.step:<32} {stamp:<15} {since_prev:>8} {since_created:>9}  {s.source:<6} {s.detail}"
+            f"{s.step:<32} {stamp:<15} {latency.since_previous:>8} {latency.since_created:>9}"
+            f"  {s.source:<6} {s.detail}"
         )
         lines.append(row.rstrip())
     lines.append("~: the API server's one-second resolution")
@@ -186,9 +211,10 @@ def as_json(pod: Json, steps: Sequence[Step]) -> str:
 
 
 def collect(
-    kube: KubeConnection, runtime: DockerRuntime, namespace: str, name: str
+    kube: KubeConnection, runtime: DockerRuntime | None, namespace: str, name: str
 ) -> tuple[Json, list[Step]]:
-    """Read the pod and its events from the API, the agent's journal and Docker's containers."""
+    """Read the pod and its events from the API, the agent's journal and Docker's containers
+    (with no runtime, for a node on another machine: the API's steps only)."""
     pod = request_json(kube.api, "GET", f"/api/v1/namespaces/{namespace}/pods/{name}")
     uid = str(pod["metadata"]["uid"])
     events = (
@@ -199,6 +225,8 @@ def collect(
         ).get("items")
         or []
     )
+    if runtime is None:
+        return pod, timeline(pod, events, [], [])
     node = (pod.get("spec") or {}).get("nodeName")
     containers = runtime.list_containers(node) if node else []
     return pod, timeline(pod, events, runtime.files.read_journal(uid), containers)

@@ -51,6 +51,14 @@ _ALWAYS: dict[str, dict[str, Any]] = {
     "io.k8s.api.core.v1.Event": {"reportingComponent": "", "reportingInstance": ""},
 }
 
+# Slices without `omitempty` that the schema does not list as required: Go encodes an empty one
+# as null (it comes back from etcd as a nil slice). Every other empty slice is `omitempty`, so an
+# empty list written is absent when read back.
+_NULL_WHEN_EMPTY: dict[str, frozenset[str]] = {
+    "io.k8s.api.core.v1.ContainerImage": frozenset({"names"}),
+    "io.k8s.api.discovery.v1.EndpointSlice": frozenset({"ports"}),
+}
+
 
 class DecodeError(ValueError):
     """A body the server cannot decode into its type (it answers 400)."""
@@ -135,6 +143,7 @@ class Schema:
             props = schema.get("properties")
             if isinstance(props, dict):
                 pruned = {k: self.prune(v, props[k]) for k, v in value.items() if k in props}
+                _encode_empty_lists(pruned, ref, schema)
                 for name, empty in _ALWAYS.get(ref, {}).items():
                     if name not in pruned:
                         pruned[name] = self.prune(copy.deepcopy(empty), props.get(name))
@@ -159,6 +168,17 @@ class Schema:
         """
         pruned: Obj = self.prune(obj, {"$ref": REF_PREFIX + definition_of(res)})
         return pruned
+
+
+def _encode_empty_lists(obj: Obj, ref: str, schema: Obj) -> None:
+    """Empty lists as Go encodes the nil slice that etcd gives back: null where the field has no
+    `omitempty` (a required one, or one named in _NULL_WHEN_EMPTY), absent everywhere else."""
+    keep_null = _NULL_WHEN_EMPTY.get(ref, frozenset()) | set(schema.get("required") or ())
+    for name in [k for k, v in obj.items() if v == []]:
+        if name in keep_null:
+            obj[name] = None
+        else:
+            del obj[name]
 
 
 def version_document(minor: int, build: str) -> Obj:

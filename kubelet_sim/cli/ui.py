@@ -1,0 +1,195 @@
+"""`kubelet-sim ui`, and `--ui` on `kubelet-sim` and `kubelet-sim demo`: the live web view.
+
+`with_ui_options` adds `--ui`, `--ui-address` and `--ui-port` to a command and hands it one
+`UiOptions` (parameter `ui`); `UiOptions.start` serves the view and prints its URL.
+"""
+
+from __future__ import annotations
+
+import functools
+import inspect
+import os
+import threading
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, fields
+from pathlib import Path
+from typing import Annotated, Any, TypeVar
+
+import typer
+
+from kubelet_sim.cli.common import fail, stop_on_signals, typer_app
+from kubelet_sim.config import ConfigError
+from kubelet_sim.kube.client import KubeConfigError, connect
+from kubelet_sim.logs import configure_logging
+from kubelet_sim.nodeset import usable_root_dir
+from kubelet_sim.runtime.docker_runtime import DockerRuntime, RuntimeUnavailable
+from kubelet_sim.ui import (
+    DEFAULT_ADDRESS,
+    DEFAULT_PORT,
+    RunningUi,
+    UiError,
+    connections,
+    start_ui,
+)
+
+TOKEN_ENV = "KUBELET_SIM_UI_TOKEN"
+
+UiAddress = Annotated[
+    str,
+    typer.Option(
+        envvar="KUBELET_SIM_UI_ADDRESS",
+        help="Address of the web view. Loopback by default; anywhere else it asks for a random"
+        f" token printed with the URL (or ${TOKEN_ENV}).",
+    ),
+]
+UiPort = Annotated[
+    int,
+    typer.Option(
+        envvar="KUBELET_SIM_UI_PORT", help="Port of the web view (0: a free one).", min=0, max=65535
+    ),
+]
+
+
+def _token() -> str | None:
+    return os.environ.get(TOKEN_ENV) or None
+
+
+@dataclass(frozen=True)
+class UiOptions:
+    ui: Annotated[
+        bool,
+        typer.Option(
+            "--ui",
+            envvar="KUBELET_SIM_UI",
+            help="Serve a live web view of the nodes, their pods and each pod's handoff"
+            " (see `kubelet-sim ui`); prints its URL.",
+        ),
+    ] = False
+    ui_address: UiAddress = DEFAULT_ADDRESS
+    ui_port: UiPort = DEFAULT_PORT
+
+    def start(
+        self,
+        kubeconfig: str | None,
+        context: str | None,
+        runtimes: Mapping[str, DockerRuntime],
+        say: Callable[[str], None],
+    ) -> RunningUi | None:
+        """Serve the view if asked (`--ui`), with a connection of its own; the URL goes to
+        `say`. Fails in one line."""
+        if not self.ui:
+            return None
+        try:
+            kube = connect(kubeconfig, context, pool_size=connections(len(runtimes)))
+            running = start_ui(
+                kube, runtimes, address=self.ui_address, port=self.ui_port, token=_token()
+            )
+        except (KubeConfigError, UiError) as exc:
+            fail(str(exc))
+        say(f"web view: {running.url}")
+        return running
+
+    def serve_until(
+        self,
+        stop: threading.Event,
+        kubeconfig: str,
+        runtimes: Mapping[str, DockerRuntime],
+        say: Callable[[str], None],
+    ) -> None:
+        """`start`, and stop the view on its own thread once `stop` is set."""
+        running = self.start(kubeconfig, None, runtimes, say)
+        if running is None:
+            return
+
+        def stop_when_told() -> None:
+            stop.wait()
+            running.stop()
+
+        threading.Thread(target=stop_when_told, name="ui stop", daemon=True).start()
+
+
+R = TypeVar("R")
+_FIELDS = [f.name for f in fields(UiOptions)]
+
+
+def with_ui_options(command: Callable[..., R]) -> Callable[..., R]:
+    """The command's own parameters, minus `ui`, plus the UiOptions fields as options."""
+    own = list(inspect.signature(command, eval_str=True).parameters.values())
+    resolved = inspect.get_annotations(UiOptions, eval_str=True)
+    added = [
+        inspect.Parameter(
+            f.name, inspect.Parameter.KEYWORD_ONLY, default=f.default, annotation=resolved[f.name]
+        )
+        for f in fields(UiOptions)
+    ]
+    params = [p.replace(kind=inspect.Parameter.KEYWORD_ONLY) for p in own if p.name != "ui"]
+
+    @functools.wraps(command)
+    def wrapper(**kwargs: Any) -> R:
+        ui = UiOptions(**{name: kwargs.pop(name) for name in _FIELDS})
+        return command(ui=ui, **kwargs)
+
+    wrapper.__signature__ = inspect.Signature([*params, *added])  # type: ignore[attr-defined]
+    wrapper.__annotations__ = {p.name: p.annotation for p in [*params, *added]}
+    return wrapper
+
+
+ui_app = typer_app()
+
+
+@ui_app.command(
+    help="Serve a live web view (read-only) of the cluster's nodes and pods, each pod's handoff"
+    " timeline (as `kubelet-sim trace`), the watch stream of the nodes named (as `kubelet-sim"
+    " watch`) and the scheduler's decisions. Run it on the nodes' machine for their journal"
+    " and containers."
+)
+def ui(
+    node_name: Annotated[
+        list[str] | None,
+        typer.Option(
+            envvar="KUBELET_SIM_NODE_NAME",
+            help="A node on this machine (repeat for several): its watch stream, its journal"
+            " and containers in the timelines.",
+        ),
+    ] = None,
+    kubeconfig: Annotated[
+        str | None, typer.Option(envvar="KUBELET_SIM_KUBECONFIG", help="Kubeconfig file.")
+    ] = None,
+    context: Annotated[
+        str | None, typer.Option(envvar="KUBELET_SIM_CONTEXT", help="Kubeconfig context.")
+    ] = None,
+    root_dir: Annotated[
+        Path | None,
+        typer.Option(envvar="KUBELET_SIM_ROOT_DIR", help="The agent's --root-dir (its journal)."),
+    ] = None,
+    address: UiAddress = DEFAULT_ADDRESS,
+    port: UiPort = DEFAULT_PORT,
+) -> None:
+    configure_logging("auto", "warning")
+    names = list(dict.fromkeys(node_name or []))
+    engine: DockerRuntime | None = None
+    try:
+        kube = connect(kubeconfig, context, pool_size=connections(len(names)))
+        runtimes: dict[str, DockerRuntime] = {}
+        if names:
+            root = usable_root_dir(root_dir)
+            engine = DockerRuntime.connect()
+            for name in names:
+                runtimes[name] = DockerRuntime(
+                    client=engine.client,
+                    node_name=name,
+                    root_dir=root / name,
+                    owner_labels=None,  # the node's containers whoever made them
+                )
+        running = start_ui(kube, runtimes, address=address, port=port, token=_token())
+    except (ConfigError, KubeConfigError, RuntimeUnavailable, UiError) as exc:
+        fail(str(exc))
+    typer.echo(f"web view: {running.url}  (Ctrl-C stops it)")
+    stop = stop_on_signals()
+    try:
+        while not stop.wait(0.5):
+            pass
+    finally:
+        running.stop()
+        if engine is not None:
+            engine.close()
