@@ -34,7 +34,7 @@ from kubelet_sim.pod.dns import NodeDNS, ResolvConf, parse_resolv_conf
 from kubelet_sim.pod.references import referenced_objects
 from kubelet_sim.podworkers.gc import ContainerGC
 from kubelet_sim.podworkers.sync import PodSyncer, SyncSettings
-from kubelet_sim.podworkers.workers import PodWorkers
+from kubelet_sim.podworkers.workers import PodWorkers, waker
 from kubelet_sim.proxy.proxy import ProxySettings, ServiceProxy
 from kubelet_sim.quantity import milli_value, value
 from kubelet_sim.runtime.docker_runtime import DockerRuntime
@@ -47,6 +47,7 @@ from kubelet_sim.server.settings import ServerSettings
 from kubelet_sim.server.usage import NodeUsage, PodUsage
 from kubelet_sim.supervise import LoopFailed, LoopHealth, Supervisor
 from kubelet_sim.volumes import VolumeManager
+from kubelet_sim.workqueue import WorkQueue
 
 # Connections kept for ConfigMap/Secret watches: a pod using two objects of its own is common
 # (an env ConfigMap, a Secret); watches beyond it still work on connections not kept.
@@ -200,6 +201,13 @@ class Agent:
         self._pods_lock = threading.Lock()
         pod_settings = pods or PodSettings()
         node_ip = settings.node_ip or self.lifecycle.host.node_ip or "127.0.0.1"
+        # The pod workers' queue comes first: everything that brings a pod back to its worker
+        # (Docker events, the informers, pulls, hooks, probes) is given `wake` when made.
+        queue: WorkQueue[str] = WorkQueue(supervisor=supervisor)
+        wake = waker(queue)
+        self.watcher = ContainerWatcher(
+            runtime, wake, node_name=self.node_name, supervisor=supervisor
+        )
         self.syncer = PodSyncer(
             SyncSettings(
                 node_name=self.node_name,
@@ -212,12 +220,7 @@ class Agent:
                 apparmor=self.lifecycle.host.apparmor,
             ),
             runtime,
-            watcher=ContainerWatcher(
-                runtime,
-                self._on_container_change,
-                node_name=self.node_name,
-                supervisor=supervisor,
-            ),
+            watcher=self.watcher,
             status=PodStatusWriter(kube.api, self.schema),
             events=self.events,
             objects=self.objects,
@@ -226,13 +229,16 @@ class Agent:
             active_pods=self.active_pods,
             volumes=VolumeManager(runtime.root_dir, allocatable=self._allocatable()),
             tokens=TokenManager(kube.api),
+            wake=wake,
+            services=self._services,
             supervisor=supervisor,
             network=self.proxy.setup if self.proxy is not None else None,
         )
-        self.syncer.starter.services = self._services
-        self.workers = PodWorkers(self.syncer, workers=pod_settings.workers, supervisor=supervisor)
+        self.workers = PodWorkers(
+            self.syncer, queue, workers=pod_settings.workers, supervisor=supervisor
+        )
         self.gc = ContainerGC(
-            self.syncer.watcher,
+            self.watcher,
             self.syncer.stopper,
             self.node_name,
             supervisor=supervisor,
@@ -283,7 +289,7 @@ class Agent:
         self.lifecycle.stop()  # again: a registration that finished during the first stop
 
     def _run_controllers(self, stop: threading.Event) -> None:
-        watcher = self.syncer.watcher
+        watcher = self.watcher
         if self.server is not None:
             self.server.start(self.supervisor)
         self.events.start()
@@ -359,6 +365,7 @@ class Agent:
             cert_file=cert,
             key_file=key,
             client_ca_file=settings.client_ca_file or self.kube.ca_file,
+            limits=settings.limits,
         )
 
     # -- the pod index (by uid) for the workers --------------------------------------------
@@ -374,7 +381,7 @@ class Agent:
     def _running_sandboxes(self) -> list[cri.ObservedContainer]:
         return [
             c
-            for c in self.syncer.watcher.all_containers()
+            for c in self.watcher.all_containers()
             if c.is_sandbox and c.state == cri.ContainerState.RUNNING
         ]
 
@@ -426,9 +433,6 @@ class Agent:
                 )
         self.workers.enqueue(uid)
 
-    def _on_container_change(self, uid: str) -> None:
-        self.workers.enqueue(uid)
-
     def _on_object_change(self, ref: Ref) -> None:
         for uid in self.objects.users_of(ref):
             self.workers.enqueue(uid)
@@ -454,7 +458,7 @@ class _AgentView:
         return self._agent.active_pods()
 
     def containers(self, uid: str) -> Sequence[cri.ObservedContainer]:
-        return self._agent.syncer.watcher.pod_containers(uid)
+        return self._agent.watcher.pod_containers(uid)
 
     def health(self) -> tuple[bool, str]:
         supervisor = self._agent.supervisor
@@ -557,6 +561,6 @@ class _AgentView:
     def _running(self, uid: str) -> list[cri.ObservedContainer]:
         return [
             c
-            for c in self._agent.syncer.watcher.pod_containers(uid)
+            for c in self._agent.watcher.pod_containers(uid)
             if c.state is cri.ContainerState.RUNNING
         ]

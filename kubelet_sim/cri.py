@@ -163,6 +163,19 @@ class ObservedContainer:
         return self.name == SANDBOX_CONTAINER_NAME
 
 
+def created_observation(cfg: ContainerConfig, container_id: str) -> ObservedContainer:
+    """What a successful create means, without asking Docker again (to seed a watcher's view)."""
+    return ObservedContainer(
+        id=container_id,
+        pod=cfg.pod,
+        name=cfg.name,
+        attempt=cfg.attempt,
+        state=ContainerState.CREATED,
+        image=cfg.image,
+        spec_hash=cfg.spec_hash,
+    )
+
+
 @dataclass(frozen=True)
 class ImageInfo:
     ref: str

@@ -4,6 +4,7 @@ way to it (the real one's kubelet-client certificate; the fake is given the same
 from __future__ import annotations
 
 import base64
+import contextlib
 import datetime
 import ssl
 import urllib.request
@@ -19,7 +20,7 @@ from cryptography.hazmat.primitives import hashes, serialization
 from cryptography.hazmat.primitives.asymmetric import ec
 from cryptography.x509.oid import NameOID
 
-from kubelet_sim.server.settings import ServerSettings
+from kubelet_sim.server.settings import ConnectionLimits, ServerSettings
 from tests.agent_fixture import RunningAgent, start_agent
 from tests.cluster import Cluster
 from tests.docker_env import DockerEnv
@@ -121,8 +122,10 @@ def _cluster_ca(kubeconfig: str) -> bytes:
     return Path(cluster["certificate-authority"]).read_bytes()
 
 
-@pytest.fixture
-def node(cluster: Cluster, docker_env: DockerEnv, tmp_path: Path) -> Iterator[Node]:
+@contextlib.contextmanager
+def serving_node(
+    cluster: Cluster, docker_env: DockerEnv, tmp_path: Path, limits: ConnectionLimits | None = None
+) -> Iterator[Node]:
     """An agent serving the kubelet API on a free loopback port, trusting the control plane's
     client CA when this session started one (else a CA of the test's own)."""
     tls = tmp_path / "tls"
@@ -138,15 +141,28 @@ def node(cluster: Cluster, docker_env: DockerEnv, tmp_path: Path) -> Iterator[No
         # signed by the cluster CA, which the agent trusts by default; trust the test's too.
         client_ca = tls / "client-ca-bundle.crt"
         client_ca.write_bytes(ca.cert.read_bytes() + _cluster_ca(cluster.kubeconfig))
-    settings = ServerSettings(address="127.0.0.1", port=0, client_ca_file=str(client_ca))
+    settings = ServerSettings(
+        address="127.0.0.1",
+        port=0,
+        client_ca_file=str(client_ca),
+        limits=limits or ConnectionLimits(),
+    )
     running = start_agent(cluster, docker_env, tmp_path / "root", server=settings)
     server = running.agent.server
     assert server is not None
     fake = cluster.session.fake
     if fake is not None:  # kube-apiserver --kubelet-client-certificate, for the fake
         fake.kubelet_client = (str(tls / "admin.crt"), str(tls / "admin.key"))
-    yield Node(running, server.port, tls)
-    if fake is not None:
-        fake.kubelet_client = None
-    if running.thread.is_alive():
-        running.stop()
+    try:
+        yield Node(running, server.port, tls)
+    finally:
+        if fake is not None:
+            fake.kubelet_client = None
+        if running.thread.is_alive():
+            running.stop()
+
+
+@pytest.fixture
+def node(cluster: Cluster, docker_env: DockerEnv, tmp_path: Path) -> Iterator[Node]:
+    with serving_node(cluster, docker_env, tmp_path) as serving:
+        yield serving

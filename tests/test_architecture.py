@@ -22,6 +22,7 @@ SHARED = {
     "quantity",
     "jsontypes",
     "pem",
+    "clock",
     "__init__",
 }
 

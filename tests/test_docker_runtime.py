@@ -14,10 +14,10 @@ import pytest
 
 from kubelet_sim import cri
 from kubelet_sim.backoff import Backoff
+from kubelet_sim.cri import created_observation
 from kubelet_sim.runtime import translate
 from kubelet_sim.runtime.docker_runtime import DockerRuntime, status_image_id
 from kubelet_sim.runtime.observe import ContainerWatcher
-from kubelet_sim.runtime.translate import created_observation
 from tests.cluster import wait_for as cluster_wait_for
 from tests.docker_env import TEST_LABEL, DockerEnv
 from tests.loopback_registry import loopback_registry

@@ -21,7 +21,6 @@ import pytest
 import structlog
 
 from kubelet_sim.logs import configure_logging
-from kubelet_sim.server.http import _without_query
 from kubelet_sim.server.settings import ServerSettings
 from tests.agent_fixture import start_agent
 from tests.cluster import Cluster
@@ -104,12 +103,3 @@ def test_no_argument_env_value_or_secret_reaches_the_log(
         assert mark not in text, f"the {what} mark is in the log"
     assert '"level": "debug"' in text, "the log was at debug"
     assert '"path": "/exec/' in text, "the exec request was logged, without its query"
-
-
-def test_a_bad_request_line_is_logged_without_its_query() -> None:
-    """The standard library's error lines quote the request line: cut at the query."""
-    line = "code 400, message Bad request syntax ('GET /exec/n/p/c?command=s3cr3t x HTTP/1.1')"
-    assert _without_query(line) == "code 400, message Bad request syntax ('GET /exec/n/p/c?…"
-    assert _without_query("code 408, message Request Timeout") == (
-        "code 408, message Request Timeout"
-    )

@@ -21,6 +21,8 @@ NOT_SUPERVISED = {
     "prober/manager.py": "the probe pool: a probe that raises is an Unknown result",
     "node/host.py": "one name lookup, waited for with a timeout (getaddrinfo has none)",
     "runtime/streams.py": "a streaming session's pumps and its dial: they end with it",
+    "server/listener.py": "the kubelet API's request pool and a thread per upgraded stream"
+    " (its selector loop runs under the Supervisor, through server/http.py)",
     "server/streaming/serve.py": "a streaming session's thread: it ends with its connection",
     "server/streaming/remotecommand.py": "an exec/attach session's pumps: they end with it",
     "server/streaming/portforward.py": "a port-forward session's pumps and stream timer",

@@ -17,7 +17,7 @@ from kubelet_sim.logs import configure_logging
 from kubelet_sim.nodeset import NodeSet, exit_past_calls_in_flight, usable_root_dir
 from kubelet_sim.runtime.docker_runtime import RuntimeUnavailable
 from kubelet_sim.server.http import ServerError
-from kubelet_sim.server.settings import ServerSettings
+from kubelet_sim.server.settings import ConnectionLimits, ServerSettings, parse_duration
 
 app = typer_app()
 
@@ -106,6 +106,14 @@ def run(
             help="Let requests without credentials in as system:anonymous (then authorized).",
         ),
     ] = False,
+    streaming_connection_idle_timeout: Annotated[
+        str,
+        typer.Option(
+            envvar="KUBELET_SIM_STREAMING_CONNECTION_IDLE_TIMEOUT",
+            help="An exec, attach or port-forward stream with no traffic this long is closed"
+            " (a Go duration, the kubelet's flag and default).",
+        ),
+    ] = "4h0m0s",
     proxy_kubeconfig: Annotated[
         str | None,
         typer.Option(
@@ -141,6 +149,9 @@ def run(
         tls_private_key_file=tls_private_key_file,
         client_ca_file=client_ca_file,
         anonymous_auth=anonymous_auth,
+        limits=ConnectionLimits(
+            streaming_idle_timeout=_duration(streaming_connection_idle_timeout)
+        ),
     )
     try:
         settings = node.node_set_settings(
@@ -170,3 +181,10 @@ def run(
     exit_past_calls_in_flight(1 if failures else 0)
     if failures:
         raise SystemExit(1)
+
+
+def _duration(text: str) -> float:
+    try:
+        return parse_duration(text)
+    except ValueError as exc:
+        fail(f"--streaming-connection-idle-timeout: {exc}")

@@ -7,14 +7,14 @@ calls backOff.GC()), so that the backoff maps of a long-lived node stay bounded.
 from __future__ import annotations
 
 import threading
-import time
 from collections.abc import Sequence
 
+from kubelet_sim.clock import SYSTEM_CLOCK, Clock
 from kubelet_sim.logs import get_logger
 from kubelet_sim.pod.gc import garbage
 from kubelet_sim.pod.restart_backoff import KeyedBackoff
+from kubelet_sim.podworkers.ports import ContainerCache
 from kubelet_sim.podworkers.stopper import ContainerStopper
-from kubelet_sim.runtime.observe import ContainerWatcher
 from kubelet_sim.supervise import Supervisor
 
 GC_PERIOD = 60.0
@@ -23,14 +23,16 @@ GC_PERIOD = 60.0
 class ContainerGC:
     def __init__(
         self,
-        watcher: ContainerWatcher,
+        watcher: ContainerCache,
         stopper: ContainerStopper,
         node: str,
         period: float = GC_PERIOD,
         supervisor: Supervisor | None = None,
         backoffs: Sequence[KeyedBackoff] = (),
+        clock: Clock = SYSTEM_CLOCK,
     ) -> None:
         self.watcher = watcher
+        self.clock = clock
         self.backoffs = backoffs
         self.stopper = stopper
         self.period = period
@@ -50,7 +52,7 @@ class ContainerGC:
 
     def collect(self) -> int:
         """One pass; the number of containers removed."""
-        now = time.time()  # the clock the pod workers give the backoffs
+        now = self.clock.time()  # the clock the pod workers give the backoffs
         for backoff in self.backoffs:
             backoff.gc(now)
         doomed = garbage(self.watcher.all_containers())

@@ -21,12 +21,13 @@ from typing import Any
 
 from kubelet_sim import cri
 from kubelet_sim.durations import bounded
-from kubelet_sim.kube.events import WARNING, EventRecorder
+from kubelet_sim.kube.events import WARNING
 from kubelet_sim.logs import get_logger
 from kubelet_sim.pod.attempts import pod_address
 from kubelet_sim.pod.probes import HttpGetAction, ProbeKind, parse_probe, resolve_port
 from kubelet_sim.pod.spec import ContainerView, PodView
 from kubelet_sim.podworkers.event_refs import event_ref
+from kubelet_sim.podworkers.ports import EventSink
 from kubelet_sim.prober.handlers import ExecRuntime, http_get
 
 POST_START = "postStart"
@@ -45,7 +46,7 @@ class HookRunner:
     def __init__(
         self,
         runtime: ExecRuntime,
-        events: EventRecorder,
+        events: EventSink,
         node_ip: str = "",
         node: str = "",
     ) -> None:

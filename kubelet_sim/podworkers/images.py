@@ -7,18 +7,18 @@ kubelet's event reasons and messages and its per pod-and-image backoff.
 from __future__ import annotations
 
 import threading
-import time
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 from concurrent.futures import Future, ThreadPoolExecutor
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 
+from kubelet_sim.clock import SYSTEM_CLOCK, Clock
 from kubelet_sim.cri import ImagePullError, RegistryAuth
-from kubelet_sim.kube.events import NORMAL, WARNING, EventRecorder, EventRef
+from kubelet_sim.kube.events import NORMAL, WARNING, EventRef
 from kubelet_sim.pod.image_ref import invalid_image_message
 from kubelet_sim.pod.restart_backoff import KeyedBackoff
 from kubelet_sim.pod.spec import ContainerView, PodView
 from kubelet_sim.pod.status import WaitingReason
-from kubelet_sim.runtime.docker_runtime import DockerRuntime
+from kubelet_sim.podworkers.ports import EventSink, ImageService, Wake
 
 
 @dataclass(frozen=True)
@@ -37,7 +37,7 @@ PARALLEL_PULLS = 3  # the kubelet's maxParallelImagePulls, when it is set
 @dataclass
 class _Pull:
     future: Future[str | None]  # the error, or None once pulled
-    started: float = field(default_factory=time.monotonic)
+    started: float  # the clock's monotonic time
     finished: float | None = None
 
 
@@ -48,13 +48,15 @@ class ImagePuller:
 
     def __init__(
         self,
-        runtime: DockerRuntime,
-        events: EventRecorder,
-        wake: Callable[[str], None] = lambda _uid: None,
+        runtime: ImageService,
+        events: EventSink,
+        wake: Wake = lambda _uid: None,
+        clock: Clock = SYSTEM_CLOCK,
     ) -> None:
         self.runtime = runtime
         self.events = events
-        self.wake = wake  # queue a pod uid again (set by the pod workers)
+        self.wake = wake  # queue a pod uid again: its pull ended
+        self.clock = clock
         self.backoff = KeyedBackoff(initial=10.0, maximum=300.0)
         self._pulls: dict[str, _Pull] = {}
         self._lock = threading.Lock()
@@ -89,18 +91,18 @@ class ImagePuller:
             message = f'Container image "{image}" is not present with pull policy of Never'
             self.events.event(ref, WARNING, "ErrImageNeverPull", message)
             return self._failed(ref, "ErrImageNeverPull", message, None)
-        now = time.time()
+        now = self.clock.time()
         if self.backoff.in_backoff_since_update(key, now):
             message = f'Back-off pulling image "{image}"'
             self.events.event(ref, NORMAL, "BackOff", message)
             return self._failed(ref, "ImagePullBackOff", message, self.backoff.get(key))
         self.events.event(ref, NORMAL, "Pulling", f'Pulling image "{image}"')
-        pull = _Pull(self._pool.submit(self._pull, image, auths))
+        pull = _Pull(self._pool.submit(self._pull, image, auths), self.clock.monotonic())
         with self._lock:
             self._pulls[key] = pull
 
         def finished(_done: Future[str | None]) -> None:  # runs once done() is True
-            pull.finished = time.monotonic()
+            pull.finished = self.clock.monotonic()
             self.wake(pod.uid)
 
         pull.future.add_done_callback(finished)
@@ -110,14 +112,14 @@ class ImagePuller:
         """The outcome of a pull this pod started, once; PULLING while it is in flight."""
         if not pull.future.done():
             return PULLING
-        now = time.time()
+        now = self.clock.time()
         error = pull.future.result()
         started = pull.started
         if error is not None:
             self.events.event(ref, WARNING, "Failed", f'Failed to pull image "{image}": {error}')
-            self.backoff.next(key, now, time.time())
+            self.backoff.next(key, now, self.clock.time())
             return self._failed(ref, "ErrImagePull", error, self.backoff.get(key))
-        took = (pull.finished or time.monotonic()) - started
+        took = (pull.finished or self.clock.monotonic()) - started
         self.events.event(
             ref,
             NORMAL,

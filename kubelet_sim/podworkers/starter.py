@@ -8,15 +8,14 @@ RunContainerError).
 
 from __future__ import annotations
 
-import time
 from collections.abc import Callable
 from dataclasses import replace
 from pathlib import Path
 
 from kubelet_sim import cri
+from kubelet_sim.clock import SYSTEM_CLOCK, Clock
 from kubelet_sim.jsontypes import Json
-from kubelet_sim.kube.events import NORMAL, WARNING, EventRecorder, EventRef
-from kubelet_sim.kube.pod_api import PodStatusWriter
+from kubelet_sim.kube.events import NORMAL, WARNING, EventRef
 from kubelet_sim.logs import get_logger
 from kubelet_sim.pod.attempts import latest_attempt
 from kubelet_sim.pod.container_config import (
@@ -41,12 +40,16 @@ from kubelet_sim.pod.status import WaitingReason
 from kubelet_sim.podworkers.event_refs import event_ref, pod_name
 from kubelet_sim.podworkers.hooks import POST_START, POST_START_LIMIT, HookRunner, hook_of
 from kubelet_sim.podworkers.images import ImagePuller
+from kubelet_sim.podworkers.ports import (
+    ContainerCache,
+    EventSink,
+    PodRuntime,
+    StatusSink,
+    Wake,
+)
 from kubelet_sim.podworkers.settings import SyncSettings
-from kubelet_sim.podworkers.state import PodState
+from kubelet_sim.podworkers.state import HookEnded, PodState
 from kubelet_sim.podworkers.stopper import ContainerStopper
-from kubelet_sim.runtime.docker_runtime import DockerRuntime
-from kubelet_sim.runtime.observe import ContainerWatcher
-from kubelet_sim.runtime.translate import created_observation
 from kubelet_sim.volumes import VolumeError, VolumeSetup, mounts_for
 
 ERROR_RETRY = 10.0  # the kubelet's pod worker backoff after a failed sync
@@ -60,16 +63,22 @@ class ContainerStarter:
     def __init__(
         self,
         settings: SyncSettings,
-        runtime: DockerRuntime,
-        watcher: ContainerWatcher,
-        events: EventRecorder,
-        status: PodStatusWriter,
+        runtime: PodRuntime,
+        watcher: ContainerCache,
+        events: EventSink,
+        status: StatusSink,
         stopper: ContainerStopper,
         lookup: ObjectLookup,
         hooks: HookRunner | None = None,
         *,
         network: Callable[[cri.ObservedContainer], None] | None = None,
+        wake: Wake = lambda _uid: None,
+        services: Callable[[], list[Json] | None] = lambda: [],
+        clock: Clock = SYSTEM_CLOCK,
     ) -> None:
+        """`wake`: queue the pod again (a postStart hook's or a pull's end); `services`: the
+        Services for service-link variables, None until first listed (without a lister there
+        are none, as for a kubelet without one)."""
         self.settings = settings
         # The node's network set-up for a new sandbox (the service proxy's rules and routes),
         # done before any container of the pod starts, as a CNI ADD.
@@ -81,11 +90,10 @@ class ContainerStarter:
         self.stopper = stopper
         self.lookup = lookup
         self.hooks = hooks
-        self.wake: Callable[[str], None] = lambda _uid: None  # set by the pod workers
-        # The Services for service-link variables, None until first listed (set by the agent;
-        # without one there are none, as for a kubelet without a service lister).
-        self.services: Callable[[], list[Json] | None] = lambda: []
-        self.puller = ImagePuller(runtime, events)
+        self.wake = wake
+        self.services = services
+        self.clock = clock
+        self.puller = ImagePuller(runtime, events, wake, clock)
         self.crash_backoff = KeyedBackoff(initial=10.0, maximum=300.0)
         self.sandbox_images: set[str] = set()
         self.log = get_logger("kubelet_sim.podworkers", node=settings.node_name)
@@ -184,7 +192,7 @@ class ContainerStarter:
             container_id = self.runtime.create_container(cfg, sandbox.id)
         except cri.ContainerStartError as exc:
             return self._failed(state, container, ref, "CreateContainerError", str(exc))
-        self.watcher.record(created_observation(cfg, container_id))
+        self.watcher.record(cri.created_observation(cfg, container_id))
         self.events.event(ref, NORMAL, "Created", f"Created container: {container.name}")
         try:
             self.runtime.start_container(container_id)
@@ -245,18 +253,18 @@ class ContainerStarter:
         """The postStart hook, off the pod worker, on a thread of its own. Until it ends the
         container's start has not returned (state.post_start_running): its status says
         waiting and the pod's other containers wait to start. Its end brings the pod back; a
-        failure is killed there (startContainer's FailedPostStartHook)."""
+        failure is killed there (startContainer's FailedPostStartHook). The hook's thread
+        only reports to the pod's inbox: the pod's own sync takes the report."""
         state.post_start_running[container_id] = container.name
 
         def run() -> None:
+            error: str | None = None
             try:
                 error = hooks.run(
                     view, container, container_id, POST_START, [sandbox], POST_START_LIMIT
                 )
-                if error is not None:
-                    state.post_start_failed[container_id] = error
             finally:
-                state.post_start_running.pop(container_id, None)
+                state.inbox.post(HookEnded(container_id, POST_START, error))
                 self.wake(view.uid)
 
         if not hooks.submit(run, view.uid, POST_START):  # shutting down: nothing runs
@@ -276,8 +284,8 @@ class ContainerStarter:
     ) -> float | None:
         key = f"{view.uid}_{container.name}"  # forgotten with the pod (forget_pod)
         finished = latest.finished_at or latest.created_at
-        event_time = finished.timestamp() if finished else time.time()
-        now = time.time()
+        now = self.clock.time()
+        event_time = finished.timestamp() if finished else now
         if not self.crash_backoff.in_backoff_since(key, event_time, now):
             self.crash_backoff.next(key, event_time, now)
             return None

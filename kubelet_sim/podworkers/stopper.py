@@ -15,19 +15,18 @@ from __future__ import annotations
 
 import heapq
 import threading
-import time
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 
 from kubelet_sim import cri
+from kubelet_sim.clock import SYSTEM_CLOCK, Clock
 from kubelet_sim.durations import timer_wait
-from kubelet_sim.kube.events import NORMAL, EventRecorder
+from kubelet_sim.kube.events import NORMAL
 from kubelet_sim.logs import get_logger
 from kubelet_sim.pod.spec import ContainerView, PodView
 from kubelet_sim.podworkers.event_refs import container_spec, event_ref
 from kubelet_sim.podworkers.hooks import PRE_STOP, HookRunner, hook_of
-from kubelet_sim.podworkers.state import PodState
-from kubelet_sim.runtime.docker_runtime import DockerRuntime
-from kubelet_sim.runtime.observe import ContainerWatcher
+from kubelet_sim.podworkers.ports import ContainerCache, EventSink, RuntimeService, Wake
+from kubelet_sim.podworkers.state import HookEnded, PodState
 from kubelet_sim.supervise import Supervisor
 
 MIN_GRACE = 2.0  # killContainer's minimumGracePeriodInSeconds
@@ -37,24 +36,29 @@ RECHECK_AFTER_KILL = 1.0  # a safety net in case Docker's die event is missed
 class ContainerStopper:
     def __init__(
         self,
-        runtime: DockerRuntime,
-        watcher: ContainerWatcher,
-        events: EventRecorder,
+        runtime: RuntimeService,
+        watcher: ContainerCache,
+        events: EventSink,
         hooks: HookRunner | None = None,
         supervisor: Supervisor | None = None,
+        *,
+        wake: Wake = lambda _uid: None,
+        clock: Clock = SYSTEM_CLOCK,
     ) -> None:
+        """`wake`: sync the pod again soon (a sidecar's preStop hook ended)."""
         self.runtime = runtime
+        self.clock = clock
         self.watcher = watcher
         self.events = events
         self.hooks = hooks
-        self._kill_at: dict[str, float] = {}  # container id → time.monotonic() of its SIGKILL
+        self._kill_at: dict[str, float] = {}  # container id → clock.monotonic() of its SIGKILL
         self._heap: list[tuple[float, str]] = []
         self._cond = threading.Condition()
         self._closed = False
         self._stopped = threading.Event()  # the timer's supervisor: stop, do not restart
         self._supervisor = supervisor or Supervisor(node=runtime.node_name)
         self._thread: threading.Thread | None = None
-        self.wake: Callable[[str], None] = lambda uid: None  # sync the pod again soon
+        self.wake = wake
         self.log = get_logger("kubelet_sim.podworkers", node=runtime.node_name)
 
     def stop_all(
@@ -68,7 +72,7 @@ class ContainerStopper:
         again (Docker's die event usually comes first)."""
         running = [c for c in observed if c.state is cri.ContainerState.RUNNING]
         apps = [c for c in running if not c.is_sandbox]
-        now = time.monotonic()
+        now = self.clock.monotonic()
         if apps and state.stop_began is None:
             state.stop_began = now
         turn_ends = (state.stop_began or now) + grace
@@ -113,7 +117,7 @@ class ContainerStopper:
             return True
         if cid in state.signalled_in_turn:
             return False
-        now = time.monotonic()
+        now = self.clock.monotonic()
         if now < turn_ends and _waits_for(view, spec, {c.name for c in running}):
             return True
         state.signalled_in_turn.add(cid)
@@ -137,14 +141,14 @@ class ContainerStopper:
         assert hooks is not None
         state.pre_stop_running.add(container.id)
         with self._cond:
-            self._book(container.id, time.monotonic() + grace + MIN_GRACE)
+            self._book(container.id, self.clock.monotonic() + grace + MIN_GRACE)
         observed = self.watcher.pod_containers(view.uid)
 
         def run() -> None:
             try:
                 hooks.run(view, spec, container.id, PRE_STOP, observed, grace)
-            finally:
-                state.pre_stop_running.discard(container.id)
+            finally:  # reported to the pod's inbox: its own sync takes the report
+                state.inbox.post(HookEnded(container.id, PRE_STOP))
                 self.wake(view.uid)
 
         hooks.submit(run, view.uid, PRE_STOP)
@@ -177,7 +181,7 @@ class ContainerStopper:
         later hurries it)."""
         hooks = self.hooks
         assert hooks is not None
-        began = time.monotonic()
+        began = self.clock.monotonic()
         with self._cond:
             self._book(container.id, began + grace + MIN_GRACE)
         observed = self.watcher.pod_containers(view.uid)
@@ -186,10 +190,10 @@ class ContainerStopper:
             try:
                 hooks.run(view, spec, container.id, PRE_STOP, observed, grace)
             finally:  # a hook that failed in any way still ends in the stop signal
-                left = max(grace - (time.monotonic() - began), MIN_GRACE)
+                left = max(grace - (self.clock.monotonic() - began), MIN_GRACE)
                 if self.runtime.signal_stop(container.id):
                     with self._cond:
-                        self._book(container.id, time.monotonic() + left)
+                        self._book(container.id, self.clock.monotonic() + left)
                 else:
                     self.refresh(container.id)
 
@@ -197,7 +201,7 @@ class ContainerStopper:
 
     def recheck_in(self, container_ids: Sequence[str]) -> float:
         """Seconds until the last of these containers has had its SIGKILL, plus a margin."""
-        now = time.monotonic()
+        now = self.clock.monotonic()
         with self._cond:
             due = [self._kill_at[i] - now for i in container_ids if i in self._kill_at]
         return max([0.0, *due]) + RECHECK_AFTER_KILL
@@ -235,7 +239,7 @@ class ContainerStopper:
     # -- the SIGKILL timer -----------------------------------------------------------------
 
     def _begin(self, container_id: str, grace: float) -> None:
-        kill_at = time.monotonic() + grace
+        kill_at = self.clock.monotonic() + grace
         with self._cond:
             booked = self._kill_at.get(container_id)
             if booked is not None and booked <= kill_at:
@@ -265,12 +269,27 @@ class ContainerStopper:
                 due = self._next_due()
                 if due is None:
                     return
-            try:
-                if self._still_running(due):
-                    self.runtime.kill_container(due)
-                    self.refresh(due)
-            except Exception:  # Docker hiccup: the pod's next sync stops it again
-                self.log.exception("SIGKILL failed", container=due[:12])
+            self._kill(due)
+
+    def kill_due(self) -> int:
+        """Send now every SIGKILL whose time has come by the clock; how many were due. The
+        timer thread does this as real time passes; with a clock moved by hand (tests), the
+        one who moves it calls this."""
+        due: list[str] = []
+        with self._cond:
+            while (container_id := self._pop_due()) is not None:
+                due.append(container_id)
+        for container_id in due:
+            self._kill(container_id)
+        return len(due)
+
+    def _kill(self, container_id: str) -> None:
+        try:
+            if self._still_running(container_id):
+                self.runtime.kill_container(container_id)
+                self.refresh(container_id)
+        except Exception:  # Docker hiccup: the pod's next sync stops it again
+            self.log.exception("SIGKILL failed", container=container_id[:12])
 
     def _next_due(self) -> str | None:
         """Wait (holding the condition) for the next SIGKILL that is due; None when closed."""
@@ -278,11 +297,22 @@ class ContainerStopper:
             if not self._heap:
                 self._cond.wait()
                 continue
+            due = self._pop_due()
+            if due is not None:
+                return due
+            if self._heap:
+                wait = self._heap[0][0] - self.clock.monotonic()
+                if wait > 0:
+                    self._cond.wait(timer_wait(wait))
+        return None
+
+    def _pop_due(self) -> str | None:
+        """The next container whose SIGKILL is due now, taken off the books (the caller holds
+        the condition); None if none is due yet."""
+        while self._heap:
             kill_at, container_id = self._heap[0]
-            wait = kill_at - time.monotonic()
-            if wait > 0:
-                self._cond.wait(timer_wait(wait))
-                continue
+            if kill_at > self.clock.monotonic():
+                return None
             heapq.heappop(self._heap)
             if self._kill_at.get(container_id) == kill_at:  # not moved earlier since
                 del self._kill_at[container_id]

@@ -7,19 +7,16 @@ its deadline or terminal is killed and finished; otherwise the next actions are 
 
 from __future__ import annotations
 
-import time
 from collections.abc import Callable, Sequence
-from datetime import UTC, datetime
+from datetime import datetime
 from typing import Any
 
 from kubelet_sim import cri
+from kubelet_sim.clock import SYSTEM_CLOCK, Clock
 from kubelet_sim.histogram import POD_START_BUCKETS, Histogram
 from kubelet_sim.jsontypes import Json
-from kubelet_sim.kube.events import WARNING, EventRecorder
-from kubelet_sim.kube.object_watches import ReferencedObjectWatches
-from kubelet_sim.kube.pod_api import PodStatusWriter
+from kubelet_sim.kube.events import WARNING
 from kubelet_sim.kube.rest import ApiError
-from kubelet_sim.kube.tokens import TokenManager
 from kubelet_sim.logs import get_logger
 from kubelet_sim.pod.actions import PodActions, compute_actions
 from kubelet_sim.pod.attempts import latest_attempt, latest_sandbox, pod_address
@@ -36,15 +33,23 @@ from kubelet_sim.pod.status import (
 from kubelet_sim.podworkers.admission import PodAdmitter
 from kubelet_sim.podworkers.event_refs import container_spec, event_ref, pod_name
 from kubelet_sim.podworkers.hooks import HookRunner
+from kubelet_sim.podworkers.ports import (
+    ContainerCache,
+    EventSink,
+    ObjectSource,
+    PodRuntime,
+    PodVolumes,
+    StatusSink,
+    TokenIssuer,
+    Wake,
+)
 from kubelet_sim.podworkers.settings import SyncSettings
 from kubelet_sim.podworkers.starter import ERROR_RETRY, ContainerStarter
-from kubelet_sim.podworkers.state import PodState, StatusFailure
+from kubelet_sim.podworkers.state import PodLifecycle, PodState, StatusFailure
 from kubelet_sim.podworkers.stopper import ContainerStopper
 from kubelet_sim.prober.manager import ProbeManager
-from kubelet_sim.runtime.docker_runtime import DockerRuntime
-from kubelet_sim.runtime.observe import ContainerWatcher
 from kubelet_sim.supervise import Supervisor
-from kubelet_sim.volumes import VolumeManager, VolumeSetup
+from kubelet_sim.volumes import VolumeSetup
 
 __all__ = ["PodSyncer", "SyncSettings"]
 
@@ -55,25 +60,34 @@ NEXT_SYNC = 1.0
 
 
 class PodSyncer:
-    """Syncs one pod at a time (the caller guarantees it); safe to use from many workers."""
+    """Syncs one pod at a time (the caller guarantees it); safe to use from many workers.
+
+    Every collaborator is a port (podworkers/ports.py) given here, once: `wake` queues a pod
+    for its worker again (work finished off the workers: pulls, hooks, probes, stops), and
+    `services` lists the Services for service-link variables (None until first listed)."""
 
     def __init__(
         self,
         settings: SyncSettings,
-        runtime: DockerRuntime,
-        watcher: ContainerWatcher,
-        status: PodStatusWriter,
-        events: EventRecorder,
-        objects: ReferencedObjectWatches,
+        runtime: PodRuntime,
+        watcher: ContainerCache,
+        status: StatusSink,
+        events: EventSink,
+        objects: ObjectSource,
         final_delete: Callable[[str, str, str], None],
         pod_of: Callable[[str], Json | None],
         active_pods: Callable[[], list[Json]],
-        volumes: VolumeManager,
-        tokens: TokenManager,
+        volumes: PodVolumes,
+        tokens: TokenIssuer,
+        *,
+        wake: Wake,
+        services: Callable[[], list[Json] | None] = lambda: [],
+        clock: Clock = SYSTEM_CLOCK,
         supervisor: Supervisor | None = None,
         network: Callable[[cri.ObservedContainer], None] | None = None,
     ) -> None:
         self.settings = settings
+        self.clock = clock
         self.runtime = runtime
         self.watcher = watcher
         self.status = status
@@ -96,7 +110,9 @@ class PodSyncer:
             ),
         )
         self.hooks = HookRunner(runtime, events, settings.node_ip, node=settings.node_name)
-        self.stopper = ContainerStopper(runtime, watcher, events, self.hooks, supervisor)
+        self.stopper = ContainerStopper(
+            runtime, watcher, events, self.hooks, supervisor, wake=wake, clock=clock
+        )
         self.starter = ContainerStarter(
             settings,
             runtime,
@@ -107,10 +123,18 @@ class PodSyncer:
             self._lookup,
             self.hooks,
             network=network,
+            wake=wake,
+            services=services,
+            clock=clock,
         )
         self.start_duration = Histogram(POD_START_BUCKETS)
         self.prober = ProbeManager(
-            runtime, self._probe_event, node=settings.node_name, supervisor=supervisor
+            runtime,
+            self._probe_event,
+            node=settings.node_name,
+            supervisor=supervisor,
+            wake=wake,
+            clock=clock,
         )
         self.log = get_logger("kubelet_sim.podworkers", node=settings.node_name)
 
@@ -122,34 +146,31 @@ class PodSyncer:
         if pod is None:
             return self._cleanup(uid)
         view = PodView.from_api(pod)
-        state = self.states.setdefault(uid, PodState())
+        state = self.states.get(uid)
+        if state is None:
+            state = self.states[uid] = PodState(first_seen=self.clock.monotonic())
         if state.finally_deleted:
             return None
+        state.take_reports()
         if not state.admitted:
-            self._admit(view, state)
-        if state.rejection is not None:
-            self._write(pod, view, state, is_terminal=True)
-            return self._finish_if_deleted(view, state)
-        deadline_left = self._deadline_left(view)
-        if view.being_deleted or view.api_phase in ("Succeeded", "Failed") or deadline_left == 0:
-            delay = self._terminate(pod, view, state, deadline=deadline_left == 0)
+            self._admit(view, state)  # a rejected pod is terminated at once: nothing ran
+        deadline_left = None if state.rejection else self._deadline_left(view)
+        if deadline_left == 0:
+            self._deadline_exceeded(view, state)
+        if state.lifecycle is PodLifecycle.SYNCING and (
+            view.being_deleted or view.api_phase in ("Succeeded", "Failed") or deadline_left == 0
+        ):
+            state.lifecycle = PodLifecycle.TERMINATING  # never back: the kubelet's too
+        if state.lifecycle is PodLifecycle.SYNCING:
+            delay = self.sync_pod(pod, view, state, deadline_left)
+        elif state.lifecycle is PodLifecycle.TERMINATING:
+            delay = self.sync_terminating_pod(pod, view, state)
         else:
-            delay = self._run(pod, view, state, deadline_left)
+            delay = self.sync_terminated_pod(pod, view, state)
         if state.status_failure is not None:  # retried with backoff, not every sync period
-            retry = state.status_failure.retry_in(time.monotonic())
+            retry = state.status_failure.retry_in(self.clock.monotonic())
             return min(delay, retry) if delay is not None else retry
         return delay
-
-    @property
-    def wake(self) -> Callable[[str], None]:
-        return self.starter.puller.wake
-
-    @wake.setter
-    def wake(self, enqueue: Callable[[str], None]) -> None:
-        self.starter.puller.wake = enqueue
-        self.starter.wake = enqueue
-        self.stopper.wake = enqueue
-        self.prober.wake = enqueue
 
     def start(self) -> None:
         self.prober.start()
@@ -172,21 +193,29 @@ class PodSyncer:
         )
         if rejection is not None:
             state.rejection = rejection
+            state.lifecycle = PodLifecycle.TERMINATED
             self.events.event(event_ref(view), WARNING, rejection.reason, rejection.event_message)
             self.log.warning("pod rejected", pod=pod_name(view), reason=rejection.reason)
+
+    def _deadline_exceeded(self, view: PodView, state: PodState) -> None:
+        """activeDeadlineSeconds has passed: every status from now on says so (once told)."""
+        if state.evicted is None:
+            state.evicted = WaitingReason("DeadlineExceeded", DEADLINE_MESSAGE)
+            self.events.event(event_ref(view), WARNING, "DeadlineExceeded", DEADLINE_MESSAGE)
 
     def _deadline_left(self, view: PodView) -> float | None:
         start = view.status.get("startTime")
         if view.active_deadline_seconds is None or not start:
             return None
         started = datetime.fromisoformat(str(start)).timestamp()
-        return max(0.0, started + view.active_deadline_seconds - time.time())
+        return max(0.0, started + view.active_deadline_seconds - self.clock.time())
 
     # -- a running pod ---------------------------------------------------------------------
 
-    def _run(
+    def sync_pod(
         self, pod: Json, view: PodView, state: PodState, deadline: float | None
     ) -> float | None:
+        """SyncPod: bring a pod that should run closer to its spec."""
         refs = referenced_objects(pod)
         if refs and not all(self.objects.is_synced(ref) for ref in refs):
             return None  # the first list's end queues the pod again (ReferencedObjectWatches)
@@ -325,7 +354,7 @@ class PodSyncer:
         )
         if setup.ok:
             return setup
-        now = time.time()
+        now = self.clock.time()
         self.mount_backoff.next(view.uid, now, now)
         for error in setup.errors:
             self.events.event(event_ref(view), WARNING, "FailedMount", error)
@@ -333,14 +362,9 @@ class PodSyncer:
 
     # -- stopping --------------------------------------------------------------------------
 
-    def _terminate(self, pod: Json, view: PodView, state: PodState, deadline: bool) -> float | None:
-        """SyncTerminatingPod: kill everything, write the terminal status, then let go."""
-        evicted = None
-        if deadline:
-            evicted = WaitingReason("DeadlineExceeded", DEADLINE_MESSAGE)
-            if not state.deadline_reported:
-                state.deadline_reported = True
-                self.events.event(event_ref(view), WARNING, "DeadlineExceeded", DEADLINE_MESSAGE)
+    def sync_terminating_pod(self, pod: Json, view: PodView, state: PodState) -> float | None:
+        """SyncTerminatingPod: stop everything (a deletion's grace period if shorter); once
+        nothing runs the pod is terminated."""
         grace = view.termination_grace_period
         if view.being_deleted and view.deletion_grace_period is not None:
             grace = view.deletion_grace_period
@@ -348,9 +372,16 @@ class PodSyncer:
         self.prober.forget_pod(view.uid)  # the kubelet stops probing a terminating pod
         stopping = self.stopper.stop_all(view, observed, state, grace)
         if stopping is not None:  # phase stays as it is until the containers have stopped
-            self._write(pod, view, state, evicted=evicted)
+            self._write(pod, view, state, evicted=state.evicted)
             return stopping
-        self._write(pod, view, state, is_terminal=True, evicted=evicted, finished=True)
+        state.lifecycle = PodLifecycle.TERMINATED
+        return self.sync_terminated_pod(pod, view, state)
+
+    def sync_terminated_pod(self, pod: Json, view: PodView, state: PodState) -> float | None:
+        """SyncTerminatedPod: the terminal status (written again until it is), then, for a
+        deleted pod, the final DELETE. A rejected pod never ran: its status is its rejection."""
+        finished = state.rejection is None
+        self._write(pod, view, state, is_terminal=True, evicted=state.evicted, finished=finished)
         return self._finish_if_deleted(view, state)
 
     def _finish_if_deleted(self, view: PodView, state: PodState) -> float | None:
@@ -412,7 +443,7 @@ class PodSyncer:
                 pod=view,
                 containers=observed,
                 host_ip=self.settings.node_ip,
-                now=datetime.now(UTC),
+                now=self.clock.now(),
                 waiting=state.waiting,
                 messages=state.messages,
                 is_terminal=is_terminal,
@@ -424,7 +455,7 @@ class PodSyncer:
             )
         )
         failure = state.status_failure
-        if failure is not None and failure.retry_in(time.monotonic()) > 0:
+        if failure is not None and failure.retry_in(self.clock.monotonic()) > 0:
             return  # backing off: the sync comes back when the wait is over
         try:
             written = self.status.write(pod, status)
@@ -451,7 +482,7 @@ class PodSyncer:
         from first seen to running, as SyncPod observes it)."""
         if status.get("phase") == "Running" and not state.start_observed:
             state.start_observed = True
-            self.start_duration.observe(time.monotonic() - state.first_seen)
+            self.start_duration.observe(self.clock.monotonic() - state.first_seen)
         ready = any(
             c.get("type") == "Ready" and c.get("status") == "True"
             for c in status.get("conditions") or []
@@ -463,7 +494,7 @@ class PodSyncer:
 
     def journal(self, uid: str, step: str, **fields: Any) -> None:
         """Append to the pod's journal; a full disk costs the trace, never the pod."""
-        entry = {"step": step, "time": format_time_precise(datetime.now(UTC)), **fields}
+        entry = {"step": step, "time": format_time_precise(self.clock.now()), **fields}
         try:
             self.runtime.files.append_journal(uid, entry)
         except (OSError, ValueError) as exc:
@@ -479,7 +510,7 @@ class PodSyncer:
             log = self.log.debug
         failure.attempts += 1
         wait = failure.backoff.next_delay()
-        failure.next_attempt = time.monotonic() + wait
+        failure.next_attempt = self.clock.monotonic() + wait
         log(
             "status write failed; retrying with backoff",
             pod=pod_name(view),

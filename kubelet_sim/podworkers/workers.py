@@ -7,10 +7,11 @@ change that arrives during a sync is not lost (the uid is queued again when it f
 from __future__ import annotations
 
 import threading
-import time
 
+from kubelet_sim.clock import SYSTEM_CLOCK, Clock
 from kubelet_sim.histogram import WORKER_BUCKETS, Histogram
 from kubelet_sim.logs import get_logger
+from kubelet_sim.podworkers.ports import Wake
 from kubelet_sim.podworkers.sync import PodSyncer
 from kubelet_sim.supervise import Supervisor
 from kubelet_sim.workqueue import ShutDown, WorkQueue
@@ -18,17 +19,34 @@ from kubelet_sim.workqueue import ShutDown, WorkQueue
 RESYNC_SECONDS = 60.0  # the kubelet's syncFrequency
 
 
+def waker(queue: WorkQueue[str]) -> Wake:
+    """What brings a pod back to its worker: made before the syncer (which is given it), so
+    that nothing is wired after construction."""
+
+    def wake(uid: str) -> None:
+        if uid:
+            queue.add(uid)
+
+    return wake
+
+
 class PodWorkers:
+    """`queue` is the one the syncer's `wake` feeds (see `waker`)."""
+
     def __init__(
         self,
         syncer: PodSyncer,
+        queue: WorkQueue[str],
         workers: int = 8,
         resync: float = RESYNC_SECONDS,
         supervisor: Supervisor | None = None,
+        clock: Clock = SYSTEM_CLOCK,
     ) -> None:
         self.syncer = syncer
         supervisor = supervisor or Supervisor()
-        self.queue: WorkQueue[str] = WorkQueue(supervisor=supervisor)
+        self.queue = queue
+        self.enqueue = waker(queue)
+        self.clock = clock
         self.resync = resync
         self.syncs = 0
         self.duration = Histogram(WORKER_BUCKETS)  # kubelet_pod_worker_duration_seconds
@@ -38,7 +56,6 @@ class PodWorkers:
             supervisor.thread(f"pod-worker-{i}", self._work, self._halt) for i in range(workers)
         ]
         self.log = get_logger("kubelet_sim.podworkers", node=syncer.settings.node_name)
-        syncer.wake = self.enqueue  # work finished off the workers (pulls) brings its pod back
 
     def start(self) -> None:
         self.syncer.start()
@@ -50,15 +67,11 @@ class PodWorkers:
         """Waits `timeout` in all for the workers; one in a Docker call may outlive it."""
         self._halt.set()
         self.queue.shut_down()
-        deadline = time.monotonic() + timeout
+        deadline = self.clock.monotonic() + timeout
         for thread in self._threads:
             if thread.is_alive():
-                thread.join(max(0.0, deadline - time.monotonic()))
+                thread.join(max(0.0, deadline - self.clock.monotonic()))
         self.syncer.shutdown()
-
-    def enqueue(self, uid: str) -> None:
-        if uid:
-            self.queue.add(uid)
 
     def _work(self) -> None:
         while True:
@@ -77,14 +90,14 @@ class PodWorkers:
 
     def _sync(self, uid: str) -> float | None:
         self.syncs += 1
-        began = time.monotonic()
+        began = self.clock.monotonic()
         try:
             delay = self.syncer.sync(uid)
         except Exception:
             self.log.exception("pod sync failed", uid=uid)
             return 10.0
         finally:
-            self.duration.observe(time.monotonic() - began)
+            self.duration.observe(self.clock.monotonic() - began)
         if delay is None and self.syncer.pod_of(uid) is not None:
             return self.resync
         return delay

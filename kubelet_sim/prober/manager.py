@@ -11,12 +11,12 @@ from __future__ import annotations
 import heapq
 import itertools
 import threading
-import time
 from collections.abc import Callable, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 
 from kubelet_sim import cri
+from kubelet_sim.clock import SYSTEM_CLOCK, Clock
 from kubelet_sim.durations import timer_wait
 from kubelet_sim.logs import get_logger
 from kubelet_sim.pod.attempts import latest_attempt
@@ -47,7 +47,7 @@ class _Worker:
     pod: PodView
     container: ContainerView
     container_id: str
-    started_at: float  # time.monotonic() equivalent of the container's start
+    started_at: float  # the clock's monotonic equivalent of the container's start
     counter: ProbeCounter
     on_hold: bool = False  # liveness/startup failed: no more probing of this attempt
     busy: bool = False
@@ -66,10 +66,14 @@ class ProbeManager:
         node: str = "",
         supervisor: Supervisor | None = None,
         threads: int = PROBE_THREADS,
+        wake: Callable[[str], None] = lambda _uid: None,
+        clock: Clock = SYSTEM_CLOCK,
     ) -> None:
+        """`wake`: queue a pod for its worker again (a result changed)."""
+        self.clock = clock
         self.runtime = runtime
         self.record_event = record_event
-        self.wake: Callable[[str], None] = lambda _uid: None  # set by the pod workers
+        self.wake = wake
         self._workers: dict[_Key, _Worker] = {}
         self._pod_keys: dict[str, set[_Key]] = {}  # each pod's workers: no scan of the node's
         self._pod_ips: dict[str, str] = {}
@@ -105,7 +109,7 @@ class ProbeManager:
                 continue
             for spec in probe_specs(container):
                 wanted[(latest.id, spec.kind)] = (container, latest, spec)
-        now = time.monotonic()
+        now = self.clock.monotonic()
         with self._cond:
             self._pod_ips[pod.uid] = pod_ip
             keys = self._pod_keys.setdefault(pod.uid, set())
@@ -117,18 +121,24 @@ class ProbeManager:
             for key, (container, latest, spec) in wanted.items():
                 if key in self._workers:
                     continue
-                started = latest.started_at.timestamp() if latest.started_at else time.time()
+                started = latest.started_at.timestamp() if latest.started_at else self.clock.time()
                 worker = self._workers[key] = _Worker(
                     uid=pod.uid,
                     pod=pod,
                     container=container,
                     container_id=latest.id,
-                    started_at=now - max(0.0, time.time() - started),
+                    started_at=now - max(0.0, self.clock.time() - started),
                     counter=ProbeCounter.new(spec),
                 )
                 keys.add(key)
                 heapq.heappush(self._heap, (now, next(self._seq), key, worker))
                 self._cond.notify_all()
+
+    def recheck(self) -> None:
+        """Look at the clock again now: the scheduler does so as real time passes; with a clock
+        moved by hand (tests), the one who moves it calls this."""
+        with self._cond:
+            self._cond.notify_all()
 
     def forget_pod(self, uid: str) -> None:
         with self._cond:
@@ -159,7 +169,7 @@ class ProbeManager:
             with self._cond:
                 due = self._next_due()
                 if due is None:
-                    wait = self._heap[0][0] - time.monotonic() if self._heap else None
+                    wait = self._heap[0][0] - self.clock.monotonic() if self._heap else None
                     self._cond.wait(None if wait is None else timer_wait(wait))
                     continue
                 key, worker = due
@@ -172,7 +182,7 @@ class ProbeManager:
 
     def _next_due(self) -> tuple[_Key, _Worker] | None:
         """Pop ticks that are due; the first whose worker should probe now is returned."""
-        now = time.monotonic()
+        now = self.clock.monotonic()
         while self._heap and self._heap[0][0] <= now:
             tick, _, key, worker = heapq.heappop(self._heap)
             if self._workers.get(key) is not worker:

@@ -236,19 +236,6 @@ def container_body(
     return body
 
 
-def created_observation(cfg: cri.ContainerConfig, container_id: str) -> cri.ObservedContainer:
-    """What a successful create means, without asking Docker again (to seed a watcher's view)."""
-    return cri.ObservedContainer(
-        id=container_id,
-        pod=cfg.pod,
-        name=cfg.name,
-        attempt=cfg.attempt,
-        state=cri.ContainerState.CREATED,
-        image=cfg.image,
-        spec_hash=cfg.spec_hash,
-    )
-
-
 def tmpfs_volume_name(pod_uid: str, host_path: str) -> str:
     """One Docker volume per memory-backed emptyDir, so the pod's containers share it."""
     digest = hashlib.sha256(f"{pod_uid}:{host_path}".encode()).hexdigest()[:24]

@@ -1,21 +1,27 @@
 """Authentication and authorization as the kubelet's server does them (pkg/kubelet/server/auth.go).
 
-Who: a client certificate verified against the client CA (during the TLS handshake), else a
-bearer token the API server vouches for (TokenReview), else anonymous if allowed and no token
-was presented (a rejected token is 401). May they: a
+Who: the client certificate (`tls.X509Authenticator`, verified per request, never in the TLS
+handshake), else a bearer token the API server vouches for (TokenReview); a certificate that
+does not verify or a token that is rejected is an error, and an error is 401 even with
+anonymous auth on (k8s.io/apiserver's delegating authenticator: union(x509, token), then
+FailOnError(…, anonymous)); with nothing presented, anonymous if allowed. May they: a
 SubjectAccessReview on the node's `nodes/<subresource>`, the subresource named by the path.
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any, Protocol
+from typing import Protocol
 
 from kubelet_sim.kube.reviews import Decision, User
+from kubelet_sim.server.tls import PeerCertificate
 
 ANONYMOUS = User("system:anonymous", ("system:unauthenticated",))
-_VERBS = {"GET": "get", "HEAD": "get", "POST": "create", "PUT": "update", "PATCH": "patch",
-          "DELETE": "delete"}  # fmt: skip
+# nodeAuthorizerAttributesGetter: these methods only; any other (HEAD, OPTIONS, …) is verb ""
+_VERBS = {"GET": "get", "POST": "create", "PUT": "update", "PATCH": "patch", "DELETE": "delete"}
+# the paths with a subresource of their own (isSubpath: the path itself or below it); any other
+# path is nodes/proxy
+_SUBRESOURCES = (("/stats", "stats"), ("/metrics", "metrics"), ("/logs", "log"), ("/spec", "spec"))
 
 
 class ReviewClient(Protocol):
@@ -34,30 +40,11 @@ class Attributes:
 
 def attributes(method: str, path: str) -> Attributes:
     """GetRequestAttributes: the verb from the method, the subresource from the path."""
-    verb = _VERBS.get(method, method.lower())
-    for prefix, subresource in (
-        ("/stats", "stats"),
-        ("/metrics", "metrics"),
-        ("/logs", "log"),
-        ("/checkpoint", "checkpoint"),
-    ):
+    verb = _VERBS.get(method, "")
+    for prefix, subresource in _SUBRESOURCES:
         if path == prefix or path.startswith(prefix + "/"):
             return Attributes(verb, subresource)
     return Attributes(verb, "proxy")
-
-
-def user_from_certificate(peer: dict[str, Any] | None) -> User | None:
-    """The x509 authenticator: CN is the user, each O a group (the chain was verified already)."""
-    if not peer:
-        return None
-    name, groups = "", []
-    for rdn in peer.get("subject") or ():
-        for key, value in rdn:
-            if key == "commonName":
-                name = value
-            elif key == "organizationName":
-                groups.append(value)
-    return User(name, (*groups, "system:authenticated")) if name else None
 
 
 class Gate:
@@ -68,19 +55,27 @@ class Gate:
         self.node_name = node_name
         self.anonymous = anonymous
 
-    def check(
-        self, method: str, path: str, peer: dict[str, Any] | None, authorization: str
-    ) -> tuple[int, str] | None:
-        user = user_from_certificate(peer)
+    def authenticate(self, peer: PeerCertificate | None, authorization: str) -> User | None:
+        """The request's user, or None for 401."""
+        if peer is not None and peer.user is not None:
+            return peer.user
+        failed = peer is not None and bool(peer.error)  # a certificate that does not verify
         token = ""
-        if authorization.lower().startswith("bearer "):
-            token = authorization[7:].strip()
-        if user is None and token:
+        if authorization[:7].lower() == "bearer ":
+            token = authorization[7:].strip()  # an empty token is no credential (bearertoken.go)
+        if token:
             user = self.reviews.authenticate(token)
-        if user is None and self.anonymous and not token:
-            # unionauth.NewFailOnError(…, anonymous): a bearer token the API server rejects is
-            # an error (bearertoken.go's invalidToken), so 401, never anonymous.
-            user = ANONYMOUS
+            if user is not None:
+                return user
+            failed = True  # bearertoken.go's invalidToken
+        if self.anonymous and not failed:
+            return ANONYMOUS
+        return None
+
+    def check(
+        self, method: str, path: str, peer: PeerCertificate | None, authorization: str
+    ) -> tuple[int, str] | None:
+        user = self.authenticate(peer, authorization)
         if user is None:
             return 401, "Unauthorized"
         attrs = attributes(method, path)

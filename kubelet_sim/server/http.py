@@ -1,93 +1,70 @@
 """The kubelet API server on its port: TLS, then the gate, then a route.
 
-A thread per connection (the standard library's ThreadingHTTPServer) with the TLS handshake on
-that thread, so a slow or broken client never holds the accept loop. A client certificate from
-another CA fails the handshake: Python's ssl verifies during it, where Go's kubelet answers 401.
+Connections are the listener's (`listener.py`: a selector thread for every waiting client, a
+bounded pool for the work, limits and timeouts in `settings.ConnectionLimits`). A client
+certificate is asked for but not checked in the TLS handshake: the x509 authenticator checks it
+per request (`tls.py`), so one from another CA ends in 401 unless a bearer token vouches, as on
+a kubelet.
 """
 
 from __future__ import annotations
 
+import posixpath
 import ssl
-import sys
 import threading
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
-from typing import Any
-from urllib.parse import urlsplit
+from typing import NamedTuple
+from urllib.parse import parse_qs
 
 from kubelet_sim.logs import get_logger
+from kubelet_sim.server import run
 from kubelet_sim.server.auth import Gate
+from kubelet_sim.server.exchange import Exchange
+from kubelet_sim.server.listener import Listener
+from kubelet_sim.server.metrics import render
 from kubelet_sim.server.routes import LogSource, NodeView, Reply, route
+from kubelet_sim.server.settings import ConnectionLimits
 from kubelet_sim.server.streaming.serve import PREFIXES, StreamRuntime
 from kubelet_sim.server.streaming.serve import serve as serve_stream
+from kubelet_sim.server.tls import serving_tls
 from kubelet_sim.supervise import Supervisor
-
-HANDSHAKE_TIMEOUT = 10.0
-NOT_SERVED = ("/run/",)
 
 
 class ServerError(Exception):
     """The server cannot start (the port is taken, a certificate file is bad): one line."""
 
 
-class _Server(ThreadingHTTPServer):
-    daemon_threads = True
-    allow_reuse_address = True
-    block_on_close = False
-    app: KubeletServer
-
-    def handle_error(self, request: Any, client_address: Any) -> None:
-        """A connection that fails before any request (a failed TLS handshake: a plain-TCP
-        client, a certificate from another CA, a timeout) is one line, as Go's server says
-        "http: TLS handshake error from ...", never a traceback on stderr."""
-        error = sys.exc_info()[1]
-        client = f"{client_address[0]}:{client_address[1]}" if client_address else "?"
-        if isinstance(error, _HandshakeFailed):
-            self.app.log.info("TLS handshake error", client=client, error=str(error))
-        elif isinstance(error, OSError):  # the client left mid-request
-            self.app.log.debug("connection ended", client=client, error=str(error))
-        else:
-            self.app.log.exception("connection failed", client=client)
+class Target(NamedTuple):
+    path: str
+    query: str
 
 
-class _HandshakeFailed(Exception):
-    """The TLS handshake failed (ssl.SSLError, a reset or a timeout): said in one line."""
+def split_target(target: str) -> Target:
+    """An origin-form request target's path and query (urlsplit would read `//x` as a host)."""
+    path, _, query = target.partition("?")
+    return Target(path, query)
 
 
-class _Handler(BaseHTTPRequestHandler):
-    protocol_version = "HTTP/1.1"
-    server: _Server
-
-    def setup(self) -> None:
-        conn: ssl.SSLSocket = self.request
-        conn.settimeout(HANDSHAKE_TIMEOUT)
-        try:  # a refused certificate raises here: the connection just ends
-            conn.do_handshake()
-        except OSError as exc:
-            raise _HandshakeFailed(str(exc) or type(exc).__name__) from None
-        conn.settimeout(None)
-        super().setup()
-
-    def do_GET(self) -> None:
-        self.server.app.serve(self)
-
-    do_HEAD = do_POST = do_PUT = do_DELETE = do_PATCH = do_GET
-
-    def log_request(self, code: int | str = "-", size: int | str = "-") -> None:
-        """The method, path and answer: never the query, which for /exec holds the command
-        and its arguments (a secret among them, maybe)."""
-        path = urlsplit(self.path).path if getattr(self, "path", "") else ""
-        self.server.app.log.debug("request", method=self.command, path=path, code=str(code))
-
-    def log_message(self, format: str, *args: Any) -> None:
-        """The standard library's error lines (a bad request quotes its request line): cut at
-        the first `?`, so no query reaches the log."""
-        self.server.app.log.debug("request", line=_without_query(format % args))
+def clean_path(path: str) -> str:
+    """Go's ServeMux cleanPath: `.` and `..` resolved, slashes collapsed, a trailing slash kept
+    (on the escaped path: `%2F` is not a slash here)."""
+    if not path.startswith("/"):
+        path = "/" + path
+    cleaned = "/" + posixpath.normpath(path).lstrip("/")
+    if path.endswith("/") and cleaned != "/":
+        cleaned += "/"
+    return cleaned
 
 
-def _without_query(text: str) -> str:
-    head, sep, _query = text.partition("?")
-    return head + ("?…" if sep else "")
+def is_stream(exchange: Exchange) -> bool:
+    """Long-running: an upgrade to a stream, or a followed log (a thread of its own)."""
+    path, _, query = exchange.path.partition("?")
+    if path.startswith(PREFIXES):
+        return True
+    if path.startswith("/containerLogs/"):
+        follow = (parse_qs(query).get("follow") or [""])[-1].lower()
+        return follow in ("true", "1")
+    return False
 
 
 class KubeletServer:
@@ -103,79 +80,104 @@ class KubeletServer:
         cert_file: Path,
         key_file: Path,
         client_ca_file: str | None,
+        limits: ConnectionLimits | None = None,
     ) -> None:
         self.node, self.logs, self.streams, self.gate = node, logs, streams, gate
+        self.limits = limits or ConnectionLimits()
         self.log = get_logger("kubelet_sim.server", node=gate.node_name)
-        context = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
         try:
-            context.load_cert_chain(cert_file, key_file)
-            if client_ca_file:
-                context.load_verify_locations(client_ca_file)
-                context.verify_mode = ssl.CERT_OPTIONAL
-        except (OSError, ssl.SSLError) as exc:
+            self.tls = serving_tls(cert_file, key_file, client_ca_file)
+        except (OSError, ssl.SSLError, ValueError) as exc:
             raise ServerError(f"cannot use the serving certificate or client CA: {exc}") from exc
+        if self.tls.verified_in_handshake:
+            self.log.warning(
+                "client certificates are verified in the TLS handshake (this Python's ssl"
+                " cannot defer it): one from another CA fails the handshake, not 401"
+            )
         try:
-            self._http = _Server((address, port), _Handler, bind_and_activate=True)
+            self.listener = Listener(
+                address, port, self.limits, self.tls.context, self.serve, is_stream, self.log
+            )
         except OSError as exc:
             raise ServerError(f"cannot listen on {address}:{port}: {exc.strerror or exc}") from exc
-        self._http.app = self
-        self._http.socket = context.wrap_socket(
-            self._http.socket, server_side=True, do_handshake_on_connect=False
-        )
-        self.port = int(self._http.server_address[1])
+        self.port = self.listener.port
         self._thread: threading.Thread | None = None
         self._stopped = threading.Event()
 
     def start(self, supervisor: Supervisor | None = None) -> None:
-        """Accept connections on a supervised thread (each request has its own thread, and a
-        request that fails is answered 500: see `serve`)."""
+        """Serve on a supervised thread (a request that fails is answered 500: see `serve`)."""
         self._thread = (supervisor or Supervisor(node=self.gate.node_name)).thread(
-            "kubelet-server", self._accept, self._stopped
+            "kubelet-server", self.listener.run, self._stopped
         )
         self._thread.start()
         self.log.info("kubelet API server listening", port=self.port)
 
-    def _accept(self) -> None:
-        self._http.serve_forever(poll_interval=0.5)
-
     def stop(self) -> None:
-        if self._thread is not None:
-            # Returns once no loop serves: one running ends, one about to start ends at once,
-            # and after a crash (the supervisor waiting to restart) there is nothing to wait for.
-            self._http.shutdown()
-        self._stopped.set()  # and the supervisor starts no other
-        self._http.server_close()
+        self._stopped.set()  # the supervisor starts no other loop
+        self.listener.stop()
+        if self._thread is not None and self._thread is not threading.current_thread():
+            self._thread.join(10)
+        self.listener.close()
 
-    def serve(self, handler: _Handler) -> None:
-        parts = urlsplit(handler.path)
-        conn: ssl.SSLSocket = handler.request
+    def serve(self, handler: Exchange) -> None:
+        """One request, answered (or upgraded and served to its end); logged without query."""
+        try:
+            self._serve(handler)
+        finally:
+            path = split_target(handler.path).path
+            self.log.debug("request", method=handler.command, path=path, code=str(handler.status))
+
+    def _stream_refused(self, reason: str) -> None:
+        self.listener.counters.add("kubelet_sim_server_stream_refusals_total", reason=reason)
+        self.log.info("stream ended by a limit", reason=reason)
+
+    def _serve(self, handler: Exchange) -> None:
+        parts = split_target(handler.path)
+        cleaned = clean_path(parts.path)
+        if cleaned != parts.path:  # ServeMux redirects before any filter, the gate included
+            location = cleaned + (f"?{parts.query}" if parts.query else "")
+            body = f'<a href="{location}">Moved Permanently</a>.\n\n'
+            reply = Reply(301, [body.encode()], "text/html; charset=utf-8")
+            reply.headers = (("Location", location),)
+            _send(handler, reply)
+            return
+        conn: ssl.SSLSocket = handler.request  # type: ignore[assignment]
+        peer = self.tls.authenticator.authenticate(conn)
+        if peer is not None and peer.error:  # the kubelet logs it, then tries the token
+            self.log.info("client certificate not accepted", error=peer.error)
         refused = self.gate.check(
-            handler.command,
-            parts.path,
-            conn.getpeercert() or None,
-            handler.headers.get("Authorization", ""),
+            handler.command, parts.path, peer, handler.headers.get("Authorization", "")
         )
         if refused is not None:
             reply = Reply.text(refused[0], refused[1] + "\n")
         elif parts.path.startswith(PREFIXES) and handler.command in ("GET", "POST"):
-            answer = serve_stream(handler, parts.path, parts.query, self.node, self.streams)
+            answer = serve_stream(
+                handler, parts.path, parts.query, self.node, self.streams, self.limits,
+                self._stream_refused,
+            )  # fmt: skip
             if answer is None:
                 return  # the connection was upgraded, served and closed
             reply = answer
-        elif parts.path.startswith(NOT_SERVED):  # say so, rather than a bare 404 or 405
-            reply = Reply.text(501, "kubelet-sim does not serve /run\n")
+        elif parts.path.startswith(run.PREFIX):
+            try:
+                reply = run.run(self.node, self.streams, handler.command, parts.path, parts.query)
+            except Exception as exc:  # one broken request never takes the server down
+                self.log.exception("request failed", path=parts.path)
+                reply = Reply.text(500, f"{type(exc).__name__}: {exc}\n")
         elif handler.command not in ("GET", "HEAD"):
             reply = Reply.text(405, "405 method not allowed\n")
         else:
             try:
                 reply = route(self.node, self.logs, parts.path, parts.query)
+                if parts.path == "/metrics" and reply.status == 200:
+                    reply.body = [*reply.body, render(self.listener.counters.families()).encode()]
             except Exception as exc:  # one broken request never takes the server down
                 self.log.exception("request failed", path=parts.path)
                 reply = Reply.text(500, f"{type(exc).__name__}: {exc}\n")
         _send(handler, reply)
 
 
-def _send(handler: BaseHTTPRequestHandler, reply: Reply) -> None:
+def _send(handler: Exchange, reply: Reply) -> None:
     """Chunked, flushed per chunk: a followed log reaches the client as Docker writes it."""
     try:
         handler.send_response(reply.status)

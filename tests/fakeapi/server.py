@@ -116,6 +116,7 @@ class FakeApiServer:
         self._thread: threading.Thread | None = None
         # (cert, key) for pods/exec, attach, portforward and log (--kubelet-client-certificate)
         self.kubelet_client: tuple[str, str] | None = None
+        self.access_reviews: list[dict[str, Any]] = []  # each SubjectAccessReview's spec, a spy
         for name in DEFAULT_NAMESPACES:
             self.registry.create(NAMESPACES, "", {"metadata": {"name": name}})
         master = copy.deepcopy(services.MASTER_SERVICE)
@@ -362,6 +363,8 @@ class FakeApiServer:
             if route.verb != "create" or route.name is not None:
                 raise ApiError(405, NOT_ALLOWED, "MethodNotAllowed")
             body = _json(raw)
+            if res is not resources.TOKENREVIEWS:
+                self.access_reviews.append(dict(body.get("spec") or {}))
             answer = (
                 reviews.token_review(self._tokens, body)
                 if res is resources.TOKENREVIEWS

@@ -13,6 +13,8 @@ import selectors
 import socket
 import ssl
 import threading
+import time
+from collections.abc import Callable
 from typing import Protocol
 
 QUEUED_LIMIT = 1 << 20  # bytes queued for the socket before writers wait
@@ -20,7 +22,11 @@ UNREAD_LIMIT = 4 << 20  # bytes one reader may hold unread before the socket is 
 
 
 class ProtocolError(Exception):
-    """The peer broke the framing: the connection ends."""
+    """The peer broke the framing or a limit: the connection ends, counted under `reason`."""
+
+    def __init__(self, message: str, reason: str = "protocol_error") -> None:
+        super().__init__(message)
+        self.reason = reason
 
 
 class Inbound(Protocol):
@@ -55,6 +61,10 @@ class SocketPump:
         self._wake_r, self._wake_w = socket.socketpair()  # closed objects fail, never reuse an fd
         self._wake_w.setblocking(False)
         self._closing = False
+        # no byte either way for this long ends the connection (the kubelet's
+        # --streaming-connection-idle-timeout); None: never
+        self.idle_timeout: float | None = None
+        self.on_refusal: Callable[[str], None] = lambda reason: None  # a limit or framing broken
 
     # -- what a framing provides -------------------------------------------------------------
 
@@ -99,9 +109,11 @@ class SocketPump:
     # -- the socket's thread ---------------------------------------------------------------
 
     def run(self) -> None:
-        """Move bytes until the peer hangs up or close() has flushed; then end every stream."""
+        """Move bytes until the peer hangs up, close() has flushed or the connection was idle
+        for `idle_timeout`; then end every stream."""
         self.sock.setblocking(False)
         selector = selectors.DefaultSelector()
+        last = time.monotonic()
         try:
             self._parse()
             while True:
@@ -114,7 +126,15 @@ class SocketPump:
                         events |= selectors.EVENT_WRITE
                 self._register(selector, events)
                 pending = isinstance(self.sock, ssl.SSLSocket) and self.sock.pending() > 0
-                ready = selector.select(0 if pending and not paused else None)
+                wait = None
+                if self.idle_timeout is not None:
+                    wait = last + self.idle_timeout - time.monotonic()
+                    if wait <= 0:
+                        self.on_refusal("stream_idle_timeout")
+                        return  # idle: the streams end as if the peer had hung up
+                ready = selector.select(0 if pending and not paused else wait)
+                if any(key.fileobj is self.sock for key, _mask in ready) or pending:
+                    last = time.monotonic()
                 if pending and not paused:
                     ready.append((selector.get_key(self.sock), selectors.EVENT_READ))
                 for key, mask in ready:
@@ -127,7 +147,10 @@ class SocketPump:
                         if not self._receive():
                             return
                         self._parse()
-        except (OSError, ProtocolError):
+        except OSError:
+            return
+        except ProtocolError as exc:
+            self.on_refusal(exc.reason)
             return
         finally:
             selector.close()

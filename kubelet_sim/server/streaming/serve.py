@@ -7,13 +7,14 @@ import re
 import socket
 import threading
 from collections.abc import Callable, Sequence
-from http.server import BaseHTTPRequestHandler
 from typing import Protocol
 from urllib.parse import parse_qs, unquote
 
 from kubelet_sim import cri
 from kubelet_sim.pod.attempts import attempts_of, latest_sandbox
+from kubelet_sim.server.exchange import Exchange
 from kubelet_sim.server.routes import NodeView, Reply, find_pod
+from kubelet_sim.server.settings import ConnectionLimits
 from kubelet_sim.server.streaming import portforward, remotecommand, websocket
 from kubelet_sim.server.streaming.pump import SocketPump
 from kubelet_sim.server.streaming.spdy import Stream
@@ -35,13 +36,22 @@ class StreamRuntime(Protocol):
 
 
 def serve(
-    handler: BaseHTTPRequestHandler, path: str, query: str, node: NodeView, runtime: StreamRuntime
+    handler: Exchange,
+    path: str,
+    query: str,
+    node: NodeView,
+    runtime: StreamRuntime,
+    limits: ConnectionLimits | None = None,
+    on_refusal: Callable[[str], None] | None = None,
 ) -> Reply | None:
     """A Reply to refuse the request before any upgrade, or None once the connection ended."""
     try:
         conn, session = _prepare(handler, path, parse_qs(query), node, runtime)
     except Refused as refused:
         return Reply.text(refused.status, refused.text + "\n", headers=refused.headers)
+    conn.idle_timeout = (limits or ConnectionLimits()).streaming_idle_timeout
+    if on_refusal is not None:
+        conn.on_refusal = on_refusal
     worker = threading.Thread(target=session, name="stream-session", daemon=True)
     worker.start()
     conn.run()
@@ -49,7 +59,7 @@ def serve(
 
 
 def _prepare(
-    handler: BaseHTTPRequestHandler,
+    handler: Exchange,
     path: str,
     query: dict[str, list[str]],
     node: NodeView,

@@ -27,6 +27,9 @@ SYN_STREAM, SYN_REPLY, RST_STREAM, SETTINGS, PING, GOAWAY, HEADERS, WINDOW_UPDAT
 FLAG_FIN = 0x01
 RST_PROTOCOL_ERROR, RST_REFUSED_STREAM, RST_CANCEL = 1, 3, 5
 MAX_DATA = 32 * 1024  # per DATA frame we send
+MAX_FRAME = 1 << 20  # a frame the peer sends (kubectl's are 32 KiB); past it the connection ends
+MAX_HEADER_BLOCK = 1 << 20  # a header block inflated (the kubelet's MaxHeaderBytes)
+MAX_STREAMS = 1000  # open at once on one connection; past it RST_STREAM REFUSED_STREAM
 
 _WORDS = (
     "options", "head", "post", "put", "delete", "trace", "accept", "accept-charset",
@@ -182,6 +185,8 @@ class Connection(SocketPump):
         while len(self._inbox) >= 8:
             first, second = struct.unpack_from(">II", self._inbox)
             length = second & 0xFFFFFF
+            if length > MAX_FRAME:
+                raise ProtocolError(f"a frame of {length} bytes", "frame_too_large")
             if len(self._inbox) < 8 + length:
                 return
             flags, payload = second >> 24, bytes(self._inbox[8 : 8 + length])
@@ -198,10 +203,14 @@ class Connection(SocketPump):
             stream_id = struct.unpack_from(">I", payload)[0] & 0x7FFFFFFF
             stream = Stream(stream_id, decode_headers(self._decompress(payload[10:])), self)
             with self.lock:
-                self.streams[stream_id] = stream
+                crowded = len(self.streams) >= MAX_STREAMS
+                if not crowded:
+                    self.streams[stream_id] = stream
             if flags & FLAG_FIN:
                 stream._remote_closed = True
-            accepted = self.on_stream(stream)
+            if crowded:
+                self.on_refusal("too_many_streams")
+            accepted = not crowded and self.on_stream(stream)
             with self.lock:
                 if accepted:
                     block = self._compress(encode_headers({}))
@@ -252,10 +261,15 @@ class Connection(SocketPump):
         return self._deflate.compress(block) + self._deflate.flush(zlib.Z_SYNC_FLUSH)
 
     def _decompress(self, block: bytes) -> bytes:
+        """Inflated, at most MAX_HEADER_BLOCK bytes: a block that inflates past it (a
+        decompression bomb) ends the connection before it costs more memory than that."""
         try:
-            return self._inflate.decompress(block)
+            out = self._inflate.decompress(block, MAX_HEADER_BLOCK)
         except zlib.error as exc:
             raise ProtocolError(f"header block: {exc}") from exc
+        if self._inflate.unconsumed_tail:
+            raise ProtocolError("a header block inflates too far", "header_block_too_large")
+        return out
 
     def _unread(self) -> int:
         return max((len(s._unread) for s in self.streams.values()), default=0)

@@ -7,8 +7,8 @@ import socket
 import ssl
 from collections.abc import Callable, Sequence
 from email.message import Message
-from http.server import BaseHTTPRequestHandler
 
+from kubelet_sim.server.exchange import Exchange
 from kubelet_sim.server.streaming.spdy import Connection, Stream
 
 SPDY_31 = "SPDY/3.1"
@@ -52,9 +52,7 @@ def _go_list(items: Sequence[str]) -> str:
     return "[" + " ".join(items) + "]"
 
 
-def upgrade(
-    handler: BaseHTTPRequestHandler, protocol: str, on_stream: Callable[[Stream], bool]
-) -> Connection:
+def upgrade(handler: Exchange, protocol: str, on_stream: Callable[[Stream], bool]) -> Connection:
     """Answer 101 and take the socket: from here on the request is a SPDY connection."""
     handler.send_response(101)
     handler.send_header("Connection", "Upgrade")

@@ -19,8 +19,8 @@ import struct
 import threading
 from dataclasses import dataclass, field
 from email.message import Message
-from http.server import BaseHTTPRequestHandler
 
+from kubelet_sim.server.exchange import Exchange
 from kubelet_sim.server.streaming.pump import ProtocolError, SocketPump, read_inbound
 from kubelet_sim.server.streaming.upgrade import Refused
 
@@ -30,6 +30,7 @@ PROTOCOLS = ("v4.channel.k8s.io", "v4.base64.channel.k8s.io", "channel.k8s.io",
              "base64.channel.k8s.io", "")  # fmt: skip
 CHANNELS = ("stdin", "stdout", "stderr", "error", "resize")
 _TEXT, _BINARY, _CLOSE, _PING, _PONG = 1, 2, 8, 9, 10
+MAX_MESSAGE = 4 << 20  # a frame or a message (fragments together); past it the connection ends
 
 
 def negotiate(headers: Message) -> str:
@@ -54,7 +55,7 @@ def negotiate(headers: Message) -> str:
     )
 
 
-def upgrade(handler: BaseHTTPRequestHandler, protocol: str) -> Connection:
+def upgrade(handler: Exchange, protocol: str) -> Connection:
     key = str(handler.headers.get("Sec-WebSocket-Key")).strip()
     accept = base64.b64encode(hashlib.sha1((key + GUID).encode()).digest()).decode()
     handler.send_response(101)
@@ -137,6 +138,8 @@ class Connection(SocketPump):
                 else:
                     self.finish()
             elif opcode in (0, _TEXT, _BINARY):
+                if len(self._message) + len(payload) > MAX_MESSAGE:
+                    raise ProtocolError("a message past the limit", "message_too_large")
                 self._message += payload
                 if fin:
                     message, self._message = bytes(self._message), bytearray()
@@ -185,6 +188,8 @@ def _take_frame(buffer: bytearray) -> tuple[bool, int, bytes] | None:
         (size,), at = struct.unpack_from(">Q", buffer, 2), 10
     if not second & 0x80:
         raise ProtocolError("a client's websocket frame must be masked")
+    if size > MAX_MESSAGE:
+        raise ProtocolError(f"a frame of {size} bytes", "frame_too_large")
     if len(buffer) < at + 4 + size:
         return None
     mask = bytes(buffer[at : at + 4])

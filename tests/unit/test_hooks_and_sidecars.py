@@ -1,0 +1,120 @@
+"""Lifecycle hooks (postStart, preStop) on their own threads, and sidecars stopping in turn.
+
+Hook threads are real; the tests wait for what they report (the pod woken) with a deadline."""
+
+from __future__ import annotations
+
+from kubelet_sim import cri
+from tests.cluster import wait_for
+from tests.fakeruntime import Behaviour
+from tests.unit.harness import Node, container, pod_body
+
+
+def _exec_hook(*command: str) -> dict[str, object]:
+    return {"exec": {"command": list(command)}}
+
+
+def _ready(node: Node, uid: str) -> None:
+    node.sync_until(uid, lambda: node.condition(uid, "Ready") == "True", "Ready")
+
+
+def test_a_post_start_hook_holds_the_next_container_until_it_ends(node: Node) -> None:
+    lifecycle = {"postStart": _exec_hook("sh", "-c", "exit 0")}
+    uid = node.add(pod_body(containers=[container("a", lifecycle=lifecycle), container("b")]))
+    node.sync(uid)  # the first status
+    node.sync(uid)  # a starts, its hook runs on a thread of its own
+    node.wait_woken(uid)
+    assert "sh -c exit 0" in node.runtime.operations("exec")
+    _ready(node, uid)
+    assert node.runtime.operations("create") == ["a", "b"]
+
+
+def test_a_failed_post_start_hook_kills_its_container(node: Node) -> None:
+    lifecycle = {"postStart": _exec_hook("sh", "-c", "exit 7")}
+    uid = node.add(pod_body(containers=[container(lifecycle=lifecycle)]))
+    node.sync(uid)
+    node.sync(uid)
+    node.wait_woken(uid)
+    node.sync(uid)
+    failed = node.events.of("FailedPostStartHook")
+    assert failed
+    assert "exited with 7" in failed[0].message
+    killing = node.events.of("Killing")
+    assert killing[0].message == "FailedPostStartHook"
+    first = node.containers(uid, "app")[0]
+    assert first.state is cri.ContainerState.EXITED
+
+
+def test_a_pre_stop_hook_runs_before_the_stop_signal(node: Node) -> None:
+    lifecycle = {"preStop": _exec_hook("sh", "-c", "exit 0")}
+    uid = node.add(pod_body(containers=[container(lifecycle=lifecycle)]))
+    _ready(node, uid)
+    app = node.containers(uid, "app")[0]
+    node.delete(uid, grace=30)
+    node.sync(uid)
+    wait_for(lambda: app.id in node.runtime.operations("signal_stop"), 10, "the stop signal")
+    calls = [c for c in node.runtime.calls if c[0] in ("exec", "signal_stop")]
+    assert calls[0] == ("exec", "sh -c exit 0")
+    assert calls[1] == ("signal_stop", app.id)
+    node.sync_until(uid, lambda: node.deleted == [uid], "the final delete")
+
+
+def test_a_failed_pre_stop_hook_still_ends_in_the_stop_signal(node: Node) -> None:
+    lifecycle = {"preStop": {"httpGet": {"host": "127.0.0.1", "port": 1, "path": "/quit"}}}
+    uid = node.add(pod_body(containers=[container(lifecycle=lifecycle)]))
+    _ready(node, uid)
+    app = node.containers(uid, "app")[0]
+    node.delete(uid, grace=30)
+    node.sync(uid)
+    wait_for(lambda: app.id in node.runtime.operations("signal_stop"), 10, "the stop signal")
+    assert "HTTP lifecycle hook (/quit)" in node.events.of("FailedPreStopHook")[0].message
+    node.sync_until(uid, lambda: node.deleted == [uid], "the final delete")
+
+
+def test_a_sleep_hook_and_an_unknown_one(node: Node) -> None:
+    hooks = {"postStart": {"sleep": {"seconds": 0}}, "preStop": {"tcpSocket": {"port": 1}}}
+    uid = node.add(pod_body(containers=[container(lifecycle=hooks)]))
+    _ready(node, uid)
+    node.delete(uid, grace=30)
+    node.sync(uid)
+    wait_for(lambda: node.events.of("FailedPreStopHook"), 10, "the hook's failure")
+    message = node.events.of("FailedPreStopHook")[0].message
+    assert message.endswith("no handler the kubelet knows")
+
+
+def test_sidecars_stop_after_the_app_containers(node: Node) -> None:
+    sidecar = container("log", restartPolicy="Always")
+    uid = node.add(pod_body(initContainers=[sidecar]))
+    node.runtime.behave("log", Behaviour(ignores_sigterm=False))
+    node.runtime.behave("app", Behaviour(ignores_sigterm=True))
+    _ready(node, uid)
+    app = node.containers(uid, "app")[0]
+    log = node.containers(uid, "log")[0]
+    node.delete(uid, grace=30)
+    node.sync(uid)
+    signalled = node.runtime.operations("signal_stop")
+    assert app.id in signalled
+    assert log.id not in signalled  # its turn comes once the app has stopped
+    killing = sorted(e.field_path for e in node.events.of("Killing"))
+    assert killing == ["spec.containers{app}", "spec.initContainers{log}"]  # both told at once
+    node.runtime.kill_container(app.id)  # the app ends
+    node.sync(uid)
+    assert log.id in node.runtime.operations("signal_stop")
+    node.sync_until(uid, lambda: node.deleted == [uid], "the final delete")
+
+
+def test_a_sidecar_stops_when_the_grace_period_is_spent(node: Node) -> None:
+    sidecar = container("log", restartPolicy="Always")
+    uid = node.add(pod_body(initContainers=[sidecar]))
+    node.runtime.behave("app", Behaviour(ignores_sigterm=True))
+    node.runtime.behave("log", Behaviour(ignores_sigterm=True))
+    _ready(node, uid)
+    log = node.containers(uid, "log")[0]
+    node.delete(uid, grace=10)
+    delay = node.sync(uid)
+    assert delay is not None
+    assert delay <= 10.1
+    node.clock.advance(10.1)
+    node.sync(uid)
+    assert log.id in node.runtime.operations("signal_stop")  # the app still runs: its turn
+    node.sync_until(uid, lambda: node.deleted == [uid], "the final delete")

@@ -1,0 +1,210 @@
+"""How pods end: crash loops, restart policies, deletion with its grace period, deadlines, a
+pod gone from the API. The clock is moved by hand: a 30 s grace period takes no time."""
+
+from __future__ import annotations
+
+from kubelet_sim import cri
+from tests.fakeruntime import Behaviour
+from tests.unit.harness import Node, api_error, container, pod_body
+
+
+def _ready(node: Node, uid: str) -> None:
+    node.sync_until(uid, lambda: node.condition(uid, "Ready") == "True", "Ready")
+
+
+def test_a_crash_loop_backs_off_ten_then_twenty_seconds(node: Node) -> None:
+    node.runtime.behave("app", Behaviour(exit_code=1))
+    uid = node.add(pod_body())
+
+    def waiting() -> str:
+        state = node.container_status(uid, "app")["state"] if node.status.history(uid) else {}
+        return str((state.get("waiting") or {}).get("message", ""))
+
+    node.sync_until(uid, lambda: "back-off 10s" in waiting(), "the first back-off")
+    assert len(node.containers(uid, "app")) == 2  # the first restart came at once
+    assert "BackOff" in node.events.reasons(uid)
+    delay = node.sync(uid)
+    assert delay is not None
+    assert delay <= 10
+    node.clock.advance(delay)
+    node.sync(uid)
+    assert len(node.containers(uid, "app")) == 3  # not one more before the 10 s were out
+    node.sync_until(uid, lambda: "back-off 20s" in waiting(), "the doubled back-off")
+    assert waiting().startswith("back-off 20s restarting failed container=app pod=p_ns")
+    status = node.container_status(uid, "app")
+    assert status["state"]["waiting"]["reason"] == "CrashLoopBackOff"
+    assert status["restartCount"] == 2
+    assert status["lastState"]["terminated"]["exitCode"] == 1
+
+
+def test_restart_policy_never_ends_the_pod_succeeded_or_failed(node: Node) -> None:
+    node.runtime.behave("ok", Behaviour(exit_code=0))
+    node.runtime.behave("bad", Behaviour(exit_code=2, message="went wrong"))
+    good = node.add(pod_body("good", [container("ok")], restartPolicy="Never"))
+    bad = node.add(pod_body("bad", [container("bad")], restartPolicy="Never"))
+    node.sync_until(good, lambda: node.last_status(good)["phase"] == "Succeeded", "Succeeded")
+    node.sync_until(bad, lambda: node.last_status(bad)["phase"] == "Failed", "Failed")
+    terminated = node.container_status(bad, "bad")["state"]["terminated"]
+    assert (terminated["exitCode"], terminated["reason"]) == (2, "Error")
+    assert terminated["message"] == "went wrong"
+    assert len(node.containers(good, "ok")) == 1  # never restarted
+
+
+def test_fallback_to_logs_on_error_reads_the_logs(node: Node) -> None:
+    node.runtime.behave("app", Behaviour(exit_code=3))
+    spec = container(terminationMessagePolicy="FallbackToLogsOnError")
+    uid = node.add(pod_body(containers=[spec], restartPolicy="Never"))
+    node.sync_until(uid, lambda: node.last_status(uid)["phase"] == "Failed", "Failed")
+    message = node.container_status(uid, "app")["state"]["terminated"]["message"]
+    assert message.startswith("logs of ")
+
+
+def test_a_deleted_pod_is_stopped_then_deleted_from_the_api(node: Node) -> None:
+    uid = node.add(pod_body())
+    _ready(node, uid)
+    node.delete(uid, grace=30)
+    node.sync(uid)  # its shell ends on SIGTERM; the sandbox is stopped once it has
+    assert "Killing" in node.events.reasons(uid)
+    node.sync(uid)
+    assert node.runtime.running(uid) == []
+    assert node.deleted == [uid]
+    assert node.last_status(uid)["containerStatuses"][0]["state"]["terminated"]["exitCode"] == 143
+    assert node.sync(uid) is None  # nothing more to do until the informer drops it
+
+
+def test_a_container_that_ignores_sigterm_is_killed_when_the_grace_period_ends(
+    node: Node,
+) -> None:
+    node.runtime.behave("app", Behaviour(ignores_sigterm=True))
+    uid = node.add(pod_body())
+    _ready(node, uid)
+    node.delete(uid, grace=30)
+    delay = node.sync(uid)
+    assert delay is not None
+    assert 30 < delay <= 31.5  # back after the SIGKILL
+    app = node.containers(uid, "app")[0]
+    assert node.runtime.operations("signal_stop") == [app.id]
+    assert node.syncer.stopper.stopping() == 1
+    node.clock.advance(29)
+    assert node.syncer.stopper.kill_due() == 0  # not yet
+    node.delete(uid, grace=5)  # a second delete with a shorter grace period hurries it
+    node.sync(uid)
+    node.clock.advance(5)
+    assert node.syncer.stopper.kill_due() == 1
+    assert node.containers(uid, "app")[0].exit_code == 137
+    node.sync_until(uid, lambda: node.deleted == [uid], "the final delete")
+
+
+def test_a_final_delete_that_fails_is_retried(node: Node) -> None:
+    uid = node.add(pod_body())
+    _ready(node, uid)
+    node.delete(uid, grace=0)
+    node.delete_error = api_error(500)
+    node.sync_until(uid, lambda: not node.runtime.running(uid), "everything stopped")
+    assert node.sync(uid) == 1.0
+    node.delete_error = api_error(404)  # already gone: done all the same
+    assert node.sync(uid) is None
+    assert node.sync(uid) is None
+
+
+def test_active_deadline_seconds_ends_the_pod(node: Node) -> None:
+    uid = node.add(pod_body(activeDeadlineSeconds=60))
+    _ready(node, uid)
+    node.update_status(uid)
+    start = node.pods[uid]["status"]["startTime"]
+    assert start
+    delay = node.sync(uid)
+    assert delay is not None
+    assert delay <= 60
+    node.clock.advance(61)
+    node.sync_until(uid, lambda: node.last_status(uid)["phase"] == "Failed", "Failed")
+    assert node.last_status(uid)["reason"] == "DeadlineExceeded"
+    assert node.events.reasons(uid).count("DeadlineExceeded") == 1
+
+
+def test_a_pod_gone_from_the_api_leaves_nothing_behind(node: Node) -> None:
+    uid = node.add(pod_body())
+    _ready(node, uid)
+    del node.pods[uid]
+    node.sync_until(uid, lambda: not node.cache.pod_containers(uid), "containers removed")
+    assert node.runtime.operations("remove_pod_dir") == [uid]
+    assert node.volumes.torn_down == [uid]
+    assert uid not in node.syncer.states
+    assert not node.status.has_written(uid)
+
+
+def test_a_changed_container_is_replaced_even_after_a_clean_exit(node: Node) -> None:
+    uid = node.add(pod_body(restartPolicy="OnFailure"))
+    _ready(node, uid)
+    pod = node.pods[uid]
+    pod["spec"]["containers"][0]["command"] = ["sh", "-c", "sleep 1000"]
+    node.sync_until(uid, lambda: len(node.containers(uid, "app")) == 2, "the replacement")
+    old, new = node.containers(uid, "app")
+    assert old.state is cri.ContainerState.EXITED
+    assert new.state is cri.ContainerState.RUNNING
+    assert (
+        node.events.of("Killing")[0].message
+        == "Container app definition changed, will be restarted"
+    )
+
+
+def test_a_dead_sandbox_is_made_again_after_its_containers_stopped(node: Node) -> None:
+    uid = node.add(pod_body())
+    _ready(node, uid)
+    sandbox = next(c for c in node.cache.pod_containers(uid) if c.is_sandbox)
+    node.runtime.kill_container(sandbox.id)
+    node.sync_until(uid, lambda: len(node.runtime.operations("run_sandbox")) == 2, "a sandbox")
+    _ready(node, uid)
+    assert len(node.containers(uid, "app")) == 2
+
+
+def test_status_writes_that_fail_back_off(node: Node) -> None:
+    uid = node.add(pod_body())
+    node.status.error = RuntimeError("connection refused")
+    delay = node.sync(uid)
+    assert delay is not None
+    assert 1 <= delay <= 1.2  # the first retry, jittered
+    failure = node.syncer.states[uid].status_failure
+    assert failure is not None
+    assert failure.attempts == 1
+    node.sync(uid)  # within the backoff: no write tried
+    assert failure.attempts == 1
+    node.status.error = api_error(500)
+    node.clock.advance(2)
+    node.sync(uid)
+    assert node.syncer.states[uid].status_failure is not None
+    node.status.error = None
+    node.clock.advance(5)
+    _ready(node, uid)
+    assert node.syncer.states[uid].status_failure is None
+
+
+def test_a_pod_replaced_in_the_api_is_not_written_again(node: Node) -> None:
+    uid = node.add(pod_body())
+    node.status.error = api_error(404)
+    node.sync(uid)
+    assert node.syncer.states[uid].status_failure is None
+
+
+def test_the_lifecycle_moves_forward_and_a_terminating_pod_starts_nothing(node: Node) -> None:
+    from kubelet_sim.podworkers.state import PodLifecycle
+
+    node.runtime.behave("app", Behaviour(ignores_sigterm=True))
+    node.runtime.behave("quick", Behaviour(exit_code=1))
+    uid = node.add(pod_body(containers=[container("app"), container("quick")]))
+    node.sync_until(uid, lambda: len(node.containers(uid, "quick")) >= 1, "both started")
+    state = node.syncer.states[uid]
+    assert state.lifecycle is PodLifecycle.SYNCING
+    created = len(node.runtime.operations("create"))
+    node.delete(uid, grace=30)
+    node.sync(uid)
+    assert state.lifecycle is PodLifecycle.TERMINATING
+    node.clock.advance(20)
+    node.sync(uid)  # `quick` crashed long ago: a syncing pod would restart it, this one not
+    assert len(node.runtime.operations("create")) == created
+    assert node.last_status(uid)["phase"] == "Running"  # not terminal while app still runs
+    node.clock.advance(12)
+    node.syncer.stopper.kill_due()
+    node.sync_until(uid, lambda: node.deleted == [uid], "the final delete")
+    assert state.lifecycle is PodLifecycle.TERMINATED
+    assert node.last_status(uid)["phase"] == "Failed"
