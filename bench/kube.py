@@ -18,12 +18,12 @@ from typing import Any
 from kubernetes import client, config
 from kubernetes.client.exceptions import ApiException
 
+from kubelet_sim.jsontypes import Json
+
 BENCH_USER_AGENT = "kubelet-sim-bench/0.1"
 BUSYBOX = "kubelet-sim.local/busybox:test"
 # PID 1 ignores SIGTERM unless it traps it; this one exits at once on SIGTERM.
 SLEEP_FOREVER = ["sh", "-c", "trap 'exit 0' TERM; while :; do sleep 1 & wait $!; done"]
-
-Json = dict[str, Any]
 
 
 def api_client(kubeconfig: str, pool: int = 64) -> client.ApiClient:

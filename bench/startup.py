@@ -113,6 +113,62 @@ def _watchdog(owned: _Owned, seconds: float) -> None:
     timer.start()
 
 
+def _start_api_and_agent(
+    args: argparse.Namespace, owned: _Owned, deadline: measure.Deadline
+) -> str:
+    """The API server asked for (a real one, the fake, or the given kubeconfig's) and the agent
+    unless told not to; the kubeconfig to measure with."""
+    kubeconfig, agent_kubeconfig = args.kubeconfig, args.agent_kubeconfig
+    if args.real_api:
+        owned.env = KubeEnv(find_binaries()).start()
+        kubeconfig = str(owned.env.admin_kubeconfig)
+        agent_kubeconfig = str(owned.env.node_kubeconfig(args.node_name))
+        print(f"bench: real API server at {owned.env.url} ({', '.join(owned.env.components)})")
+    elif kubeconfig is None:
+        assert owned.tmp is not None
+        owned.fake = FakeProcess(owned.tmp / "kubeconfig")
+        kubeconfig = str(owned.fake.kubeconfig)
+        print(f"bench: fake API server at {owned.fake.url}")
+    if not args.no_start_agent:
+        assert owned.tmp is not None
+        if not args.no_docker_proxy:
+            owned.proxy = DockerProxy(owned.tmp / "docker.sock").start()
+        owned.agent = AgentProcess(
+            args.node_name,
+            agent_kubeconfig or kubeconfig,
+            owned.tmp / "root",
+            args.pause_image,
+            owned.proxy.url if owned.proxy else None,
+            owned.tmp / "agent.log",
+        )
+        owned.agent.wait_running(deadline.left(60))
+        print(f"bench: kubelet-sim running as {args.node_name} (pid {owned.agent.pid})")
+    return str(kubeconfig)
+
+
+def _run_sizes(
+    args: argparse.Namespace,
+    ctx: measure.Context,
+    targets: list[measure.Target],
+    deadline: measure.Deadline,
+) -> list[measure.RunResult]:
+    """Each pod count on each node, until the deadline; the largest also idles."""
+    results: list[measure.RunResult] = []
+    largest = max(args.size_list)
+    for target in targets:
+        for size in args.size_list:
+            if deadline.passed:
+                print("bench: deadline passed; skipping the remaining runs")
+                return results
+            idle = args.idle_seconds if size == largest and target.agent else 0.0
+            print(f"bench: {size} pod(s) on {target.node} ...", flush=True)
+            run = measure.run(ctx, target, size, idle)
+            results.append(run)
+            print(report.render([run]), flush=True)
+            time.sleep(2)  # let the node settle between runs
+    return results
+
+
 def main(argv: list[str] | None = None) -> int:
     args = parse_args(argv)
     deadline = measure.Deadline(args.deadline)
@@ -124,31 +180,8 @@ def main(argv: list[str] | None = None) -> int:
             print(f"bench: image {image} missing (see kubelet_sim.runtime.local_images)")
             return 2
     owned.tmp = Path(tempfile.mkdtemp(prefix="kubelet-sim-bench-"))
-    results: list[measure.RunResult] = []
     try:
-        kubeconfig, agent_kubeconfig = args.kubeconfig, args.agent_kubeconfig
-        if args.real_api:
-            owned.env = KubeEnv(find_binaries()).start()
-            kubeconfig = str(owned.env.admin_kubeconfig)
-            agent_kubeconfig = str(owned.env.node_kubeconfig(args.node_name))
-            print(f"bench: real API server at {owned.env.url} ({', '.join(owned.env.components)})")
-        elif kubeconfig is None:
-            owned.fake = FakeProcess(owned.tmp / "kubeconfig")
-            kubeconfig = str(owned.fake.kubeconfig)
-            print(f"bench: fake API server at {owned.fake.url}")
-        if not args.no_start_agent:
-            if not args.no_docker_proxy:
-                owned.proxy = DockerProxy(owned.tmp / "docker.sock").start()
-            owned.agent = AgentProcess(
-                args.node_name,
-                agent_kubeconfig or kubeconfig,
-                owned.tmp / "root",
-                args.pause_image,
-                owned.proxy.url if owned.proxy else None,
-                owned.tmp / "agent.log",
-            )
-            owned.agent.wait_running(deadline.left(60))
-            print(f"bench: kubelet-sim running as {args.node_name} (pid {owned.agent.pid})")
+        kubeconfig = _start_api_and_agent(args, owned, deadline)
         api = api_client(kubeconfig)
         ctx = measure.Context(
             core=client.CoreV1Api(api),
@@ -163,18 +196,7 @@ def main(argv: list[str] | None = None) -> int:
         targets = [measure.Target(args.node_name, owned.agent, AGENT_USER_AGENT_PREFIX)]
         if args.compare_node:
             targets.append(measure.Target(args.compare_node, None, args.compare_user_agent))
-        largest = max(args.size_list)
-        for target in targets:
-            for size in args.size_list:
-                if deadline.passed:
-                    print("bench: deadline passed; skipping the remaining runs")
-                    break
-                idle = args.idle_seconds if size == largest and target.agent else 0.0
-                print(f"bench: {size} pod(s) on {target.node} ...", flush=True)
-                run = measure.run(ctx, target, size, idle)
-                results.append(run)
-                print(report.render([run]), flush=True)
-                time.sleep(2)  # let the node settle between runs
+        results = _run_sizes(args, ctx, targets, deadline)
         if results:
             extra: dict[str, Any] = {"docker": dk.version().get("Version")}
             options = {k: v for k, v in vars(args).items() if k != "results_dir"}

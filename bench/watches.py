@@ -79,6 +79,39 @@ def pod_with_objects(name: str) -> dict[str, Any]:
     return body
 
 
+def _create_until_ready(
+    core: client.CoreV1Api, namespace: str, count: int, deadline: float
+) -> float:
+    """Seconds from creating `count` pods, each with a ConfigMap and a Secret of its own, until
+    all are Ready (or the deadline)."""
+    started = time.monotonic()
+
+    def create(i: int) -> None:
+        name = f"p{i}"
+        data = {"metadata": {"name": f"{name}-cm"}, "data": {"k": "v"}}
+        core.create_namespaced_config_map(namespace, data)
+        secret = {"metadata": {"name": f"{name}-s"}, "stringData": {"k": "v"}}
+        core.create_namespaced_secret(namespace, secret)
+        core.create_namespaced_pod(namespace, pod_with_objects(name))
+
+    with ThreadPoolExecutor(16) as pool:
+        list(pool.map(create, range(count)))
+    while time.monotonic() - started < deadline:
+        pods = core.list_namespaced_pod(namespace).items
+        ready = sum(is_ready(core.api_client.sanitize_for_serialization(p)) for p in pods)
+        if ready == count:
+            break
+        time.sleep(1)
+    return round(time.monotonic() - started, 1)
+
+
+def _write(result: dict[str, Any]) -> None:
+    print(json.dumps(result, indent=2))
+    RESULTS.mkdir(parents=True, exist_ok=True)
+    stamp = datetime.now(UTC).strftime("%Y%m%dT%H%M%SZ")
+    (RESULTS / f"watches-{stamp}.json").write_text(json.dumps(result, indent=2))
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m bench.watches", description=__doc__)
     parser.add_argument("--pods", type=int, default=200)
@@ -100,25 +133,7 @@ def main(argv: list[str] | None = None) -> int:
         time.sleep(3)
         idle = sample(agent, port)
         namespace = create_namespace(core, "bench-watches")
-        started = time.monotonic()
-
-        def create(i: int) -> None:
-            name = f"p{i}"
-            data = {"metadata": {"name": f"{name}-cm"}, "data": {"k": "v"}}
-            core.create_namespaced_config_map(namespace, data)
-            secret = {"metadata": {"name": f"{name}-s"}, "stringData": {"k": "v"}}
-            core.create_namespaced_secret(namespace, secret)
-            core.create_namespaced_pod(namespace, pod_with_objects(name))
-
-        with ThreadPoolExecutor(16) as pool:
-            list(pool.map(create, range(args.pods)))
-        while time.monotonic() - started < args.deadline:
-            pods = core.list_namespaced_pod(namespace).items
-            ready = sum(is_ready(core.api_client.sanitize_for_serialization(p)) for p in pods)
-            if ready == args.pods:
-                break
-            time.sleep(1)
-        all_ready = round(time.monotonic() - started, 1)
+        all_ready = _create_until_ready(core, namespace, args.pods, args.deadline)
         time.sleep(5)
         loaded = sample(agent, port)
         time.sleep(args.later)  # the kubelet stops watches nobody read for 5 minutes
@@ -134,10 +149,7 @@ def main(argv: list[str] | None = None) -> int:
     result = {"pods": args.pods, "watches": 2 * args.pods, "all_ready_seconds": all_ready}
     result |= {"idle": idle, "loaded": loaded, "later": later}
     result["watch_failures"] = sum("watch failed" in w for w in agent.warnings)
-    print(json.dumps(result, indent=2))
-    RESULTS.mkdir(parents=True, exist_ok=True)
-    stamp = datetime.now(UTC).strftime("%Y%m%dT%H%M%SZ")
-    (RESULTS / f"watches-{stamp}.json").write_text(json.dumps(result, indent=2))
+    _write(result)
     dockerside.remove_node_containers(dk, NODE)  # minutes on a loaded engine: results first
     return 0
 

@@ -13,13 +13,13 @@ from typing import Protocol
 
 from kubelet_sim import cri
 from kubelet_sim.config import ConfigError
+from kubelet_sim.jsontypes import Json
 from kubelet_sim.kube.client import KubeConnection, wait_for_api_server
 from kubelet_sim.kube.events import EventRecorder
 from kubelet_sim.kube.informer import DELETED, Informer
 from kubelet_sim.kube.node_api import NodeApi
 from kubelet_sim.kube.object_watches import Ref, ReferencedObjectWatches
 from kubelet_sim.kube.pod_api import PodStatusWriter, delete_pod_finally
-from kubelet_sim.kube.rest import Json
 from kubelet_sim.kube.reviews import Reviews
 from kubelet_sim.kube.schema import ServerSchema
 from kubelet_sim.kube.tokens import TokenManager
@@ -31,12 +31,12 @@ from kubelet_sim.node.node_object import resources
 from kubelet_sim.node.settings import NodeSettings
 from kubelet_sim.pod.admission import Allocatable
 from kubelet_sim.pod.dns import NodeDNS, ResolvConf, parse_resolv_conf
-from kubelet_sim.pod.quantity import milli_value, value
 from kubelet_sim.pod.references import referenced_objects
 from kubelet_sim.podworkers.gc import ContainerGC
 from kubelet_sim.podworkers.sync import PodSyncer, SyncSettings
 from kubelet_sim.podworkers.workers import PodWorkers, waker
 from kubelet_sim.proxy.proxy import ProxySettings, ServiceProxy
+from kubelet_sim.quantity import milli_value, value
 from kubelet_sim.runtime.docker_runtime import DockerRuntime
 from kubelet_sim.runtime.observe import ContainerWatcher
 from kubelet_sim.server.auth import Gate

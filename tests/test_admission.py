@@ -6,6 +6,7 @@ from typing import Any
 
 import pytest
 
+from kubelet_sim.jsontypes import Json
 from kubelet_sim.pod.admission import (
     Allocatable,
     Rejection,
@@ -17,7 +18,6 @@ from kubelet_sim.pod.admission import (
 )
 from kubelet_sim.pod.spec import PodView
 
-Json = dict[str, Any]
 NODE = Allocatable(cpu_milli=2000, memory_bytes=4 * 2**30, pods=3)
 
 

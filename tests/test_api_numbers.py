@@ -2,7 +2,7 @@
 
 The API server stores an int64 grace period as given (10**10, 2**63 - 1, a negative one) and
 keeps a quantity such as `1e999990` as written. Each number is bounded where it enters
-(`kubelet_sim.durations`, `kubelet_sim.pod.quantity`): the pure functions first, over any
+(`kubelet_sim.durations`, `kubelet_sim.quantity`): the pure functions first, over any
 number (hypothesis), then the two holes the issue names, closed on a real node (Docker and
 either API server): a 10**10 s grace period no longer kills the SIGKILL timer that every pod's
 stop needs, and a pod asking for `1e999990` CPUs is refused (OutOfcpu) without holding up the
@@ -35,9 +35,9 @@ from kubelet_sim.durations import (
 from kubelet_sim.pod.admission import Allocatable, Requests, admit_in_order
 from kubelet_sim.pod.container_config import MAX_QUOTA
 from kubelet_sim.pod.probes import ProbeKind, parse_probe
-from kubelet_sim.pod.quantity import INT64_MAX, INT64_MIN, milli_value, parse_quantity, value
 from kubelet_sim.pod.spec import PodView
 from kubelet_sim.podworkers.hooks import HookRunner
+from kubelet_sim.quantity import INT64_MAX, INT64_MIN, milli_value, parse_quantity, value
 from kubelet_sim.supervise import RUNNING
 from tests.agent_fixture import RunningAgent, start_agent
 from tests.cluster import Cluster, wait_for

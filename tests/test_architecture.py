@@ -19,6 +19,8 @@ SHARED = {
     "histogram",
     "paths",
     "durations",
+    "quantity",
+    "jsontypes",
     "pem",
     "clock",
     "__init__",
@@ -58,26 +60,73 @@ def _layer(path: Path) -> str:
     return "shared" if top in SHARED else top
 
 
-def _imports(path: Path) -> list[str]:
+def _is_module(dotted: str) -> bool:
+    """Whether `kubelet_sim.x.y` names a module or package of ours (not a name inside one)."""
+    where = PACKAGE.parent.joinpath(*dotted.split("."))
+    return where.is_dir() or where.with_suffix(".py").exists()
+
+
+def imported_modules(source: str, module: str) -> list[str]:
+    """Every module the code of `module` (dotted; a package as `x.__init__`) imports, anywhere in
+    it (a function's body, `if TYPE_CHECKING:`), with the forms that name no module spelled
+    out resolved to the module they load:
+    - relative imports, against the module's own package: in `kubelet_sim.pod.spec`,
+      `from ..agent import Agent` is `kubelet_sim.agent`, `from .. import agent` too;
+    - package-level imports: `from kubelet_sim import agent` is `kubelet_sim.agent` (a name
+      that is no module, such as `__version__`, is the package itself);
+    - `importlib.import_module("kubelet_sim.agent")` with a literal name."""
+    package = module.split(".")[:-1]
     names: list[str] = []
-    for node in ast.walk(ast.parse(path.read_text(), str(path))):
+    for node in ast.walk(ast.parse(source, module)):
         if isinstance(node, ast.Import):
             names.extend(alias.name for alias in node.names)
-        elif isinstance(node, ast.ImportFrom) and node.level > 0:
-            # relative: resolve against the module's own package
-            package = list(path.relative_to(PACKAGE.parent).with_suffix("").parts)
-            base = package[: len(package) - node.level]
-            module = ".".join([*base, *([node.module] if node.module else [])])
-            names.extend(f"{module}.{alias.name}" for alias in node.names)
-        elif isinstance(node, ast.ImportFrom) and node.module:
-            names.append(node.module)
-            if node.module == "kubelet_sim":  # `from kubelet_sim import x` imports x
-                names.extend(
-                    f"kubelet_sim.{alias.name}"
-                    for alias in node.names
-                    if (PACKAGE / alias.name).is_dir() or (PACKAGE / f"{alias.name}.py").exists()
-                )
+        elif isinstance(node, ast.ImportFrom):
+            if node.level:
+                base = package[: len(package) - (node.level - 1)]
+                origin = ".".join([*base, *([node.module] if node.module else [])])
+            else:
+                origin = node.module or ""
+            names.append(origin)
+            names.extend(
+                f"{origin}.{alias.name}"
+                for alias in node.names
+                if _is_module(f"{origin}.{alias.name}")
+            )
+        elif (
+            isinstance(node, ast.Call)
+            and (getattr(node.func, "attr", None) or getattr(node.func, "id", None))
+            in ("import_module", "__import__")
+            and node.args
+            and isinstance(node.args[0], ast.Constant)
+            and isinstance(node.args[0].value, str)
+        ):
+            names.append(node.args[0].value)
     return names
+
+
+def violations(layer: str, names: list[str]) -> list[str]:
+    """What of `names` (imported modules) the layer may not import, one line each."""
+    found: list[str] = []
+    for name in names:
+        top, _, rest = name.partition(".")
+        if top in THIRD_PARTY_OWNER and layer != THIRD_PARTY_OWNER[top]:
+            found.append(f"only {THIRD_PARTY_OWNER[top]}/ imports {top} (here: {name})")
+        if top == "kubelet_sim" and rest:
+            target = rest.split(".")[0]
+            target_layer = "shared" if target in SHARED else target
+            if target_layer != layer and not (
+                target in ALLOWED[layer] or target_layer in ALLOWED[layer]
+            ):
+                found.append(f"layer {layer} may not import kubelet_sim.{target} (here: {name})")
+    return found
+
+
+def _module_name(path: Path) -> str:
+    return ".".join(path.relative_to(PACKAGE.parent).with_suffix("").parts)
+
+
+def _imports(path: Path) -> list[str]:
+    return imported_modules(path.read_text(), _module_name(path))
 
 
 MODULES = sorted(PACKAGE.rglob("*.py"))
@@ -87,19 +136,55 @@ MODULES = sorted(PACKAGE.rglob("*.py"))
 def test_module_imports_only_layers_below(path: Path) -> None:
     layer = _layer(path)
     assert layer in ALLOWED, f"{path} is in no layer of docs/architecture.md"
-    for name in _imports(path):
-        top, _, rest = name.partition(".")
-        if top in THIRD_PARTY_OWNER:
-            assert layer == THIRD_PARTY_OWNER[top], (
-                f"{path}: only {THIRD_PARTY_OWNER[top]}/ imports {top}"
-            )
-        if top == "kubelet_sim" and rest:
-            target = rest.split(".")[0]
-            target_layer = "shared" if target in SHARED else target
-            if target_layer != layer:
-                assert target in ALLOWED[layer] or target_layer in ALLOWED[layer], (
-                    f"{path}: layer {layer} may not import kubelet_sim.{target}"
-                )
+    assert violations(layer, _imports(path)) == [], path
+
+
+# Each way of writing "pod/ imports the agent" (or `docker`), as it would stand in
+# kubelet_sim/pod/spec.py: the check above must see every one.
+FORBIDDEN_FORMS = {
+    "absolute": "import kubelet_sim.agent",
+    "absolute from": "from kubelet_sim.agent import Agent",
+    "aliased": "import kubelet_sim.agent as agent",
+    "package-level": "from kubelet_sim import agent",
+    "package-level, among others": "from kubelet_sim import __version__, cri, agent",
+    "relative": "from ..agent import Agent",
+    "relative, package-level": "from .. import agent",
+    "relative, deeper": "from ..podworkers.sync import PodSyncer",
+    "relative, package-level, deeper": "from ..podworkers import sync",
+    "in a function": "def f():\n    from ..agent import Agent\n    return Agent",
+    "type checking only": "from typing import TYPE_CHECKING\nif TYPE_CHECKING:\n"
+    "    from kubelet_sim import agent",
+    "import_module": "import importlib\nimportlib.import_module('kubelet_sim.agent')",
+    "third party": "import docker",
+    "third party, from": "from docker.errors import NotFound",
+}
+
+
+@pytest.mark.parametrize("source", FORBIDDEN_FORMS.values(), ids=FORBIDDEN_FORMS.keys())
+def test_the_check_catches_every_form_of_import(source: str) -> None:
+    assert violations("pod", imported_modules(source, "kubelet_sim.pod.spec")) != []
+
+
+ALLOWED_FORMS = {
+    "shared, package-level": "from kubelet_sim import cri, __version__",
+    "own layer, relative": "from . import status\nfrom .status import pod_status",
+    "shared, relative": "from .. import quantity\nfrom ..config import ConfigError",
+    "standard library": "import json\nfrom typing import Any",
+}
+
+
+@pytest.mark.parametrize("source", ALLOWED_FORMS.values(), ids=ALLOWED_FORMS.keys())
+def test_the_check_lets_allowed_imports_through(source: str) -> None:
+    assert violations("pod", imported_modules(source, "kubelet_sim.pod.spec")) == []
+
+
+def test_relative_imports_resolve_in_a_package_init() -> None:
+    """In `kubelet_sim/pod/__init__.py` a single dot is the package itself."""
+    names = imported_modules(
+        "from .spec import PodView\nfrom .. import agent", "kubelet_sim.pod.__init__"
+    )
+    assert "kubelet_sim.pod.spec" in names
+    assert "kubelet_sim.agent" in names
 
 
 def test_rules_see_every_layer() -> None:
@@ -107,3 +192,32 @@ def test_rules_see_every_layer() -> None:
     layers = {_layer(p) for p in MODULES}
     assert {"kube", "runtime", "cli", "agent"} <= layers
     assert any("kubernetes" in _imports(p) or "kubernetes" in str(_imports(p)) for p in MODULES)
+
+
+TEST_ONLY = {"tests", "pytest", "hypothesis", "dnslib"}  # the `test` extra and tests/
+
+
+@pytest.mark.parametrize("path", MODULES, ids=lambda p: str(p.relative_to(PACKAGE)))
+def test_the_package_imports_no_test_tooling(path: Path) -> None:
+    """What the wheel ships (kubelet_sim/) never needs the tests' code or their dependencies."""
+    used = {name.partition(".")[0] for name in _imports(path)}
+    assert not used & TEST_ONLY, f"{path} imports {sorted(used & TEST_ONLY)}"
+
+
+def test_every_module_serves_the_command() -> None:
+    """Each module of the package is reached from `kubelet-sim`'s entry point by imports: none is
+    there only for the tests or the benchmarks (runtime/local_images.py, for one, builds the
+    demo's look-alike images where no registry answers, and the tests reuse it)."""
+    by_name = {_module_name(p).removesuffix(".__init__"): p for p in MODULES}
+    reached: set[str] = set()
+    todo = ["kubelet_sim.__main__", "kubelet_sim.cli"]
+    while todo:
+        name = todo.pop()
+        if name in reached or name not in by_name:
+            continue
+        reached.add(name)
+        parts = name.split(".")
+        todo.extend(".".join(parts[:i]) for i in range(2, len(parts)))  # parent packages run
+        path = by_name[name]
+        todo.extend(imported_modules(path.read_text(), _module_name(path)))
+    assert sorted(set(by_name) - reached) == []

@@ -9,6 +9,7 @@ from typing import Any
 import pytest
 
 from kubelet_sim import cri
+from kubelet_sim.jsontypes import Json
 from kubelet_sim.pod.admission import Allocatable
 from kubelet_sim.pod.container_config import (
     ContainerConfigError,
@@ -20,10 +21,8 @@ from kubelet_sim.pod.container_config import (
     sandbox_config,
     spec_hash,
 )
-from kubelet_sim.pod.quantity import milli_value, parse_quantity, value
 from kubelet_sim.pod.spec import PodView
-
-Json = dict[str, Any]
+from kubelet_sim.quantity import milli_value, parse_quantity, value
 
 
 def make_pod(containers: list[Json], **spec: Any) -> PodView:

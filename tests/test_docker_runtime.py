@@ -20,6 +20,7 @@ from kubelet_sim.runtime.docker_runtime import DockerRuntime, status_image_id
 from kubelet_sim.runtime.observe import ContainerWatcher
 from tests.cluster import wait_for as cluster_wait_for
 from tests.docker_env import TEST_LABEL, DockerEnv
+from tests.loopback_registry import loopback_registry
 
 pytestmark = pytest.mark.docker
 
@@ -417,6 +418,21 @@ def test_pull_failure_raises_quickly(rt: DockerRuntime) -> None:
     assert "connection refused" in str(caught.value), "Docker's own words say what failed"
     assert "s3cret" not in str(caught.value)
     assert "s3cret" not in repr(auth)
+
+
+def test_pull_from_a_registry_streams_to_the_end(rt: DockerRuntime, docker_env: DockerEnv) -> None:
+    """A pull that succeeds (from a registry on loopback): the progress stream is read to its
+    end and the image is there, with the registry's digest as its imageID."""
+    with loopback_registry("kubelet-sim/tiny", "1") as registry:
+        ref = f"{registry.host}/kubelet-sim/tiny:1"
+        try:
+            rt.pull_image(ref, None)
+            info = rt.image_status(ref)
+            assert info is not None
+            digest = f"{registry.host}/kubelet-sim/tiny@{registry.manifest_digest}"
+            assert status_image_id(info) == f"docker-pullable://{digest}"
+        finally:
+            docker_env.client.images.remove(ref, force=True)
 
 
 class Changes:

@@ -6,7 +6,7 @@ projected_downwardapi.go and downwardapi.go specs)."""
 from __future__ import annotations
 
 import math
-from decimal import Decimal
+from fractions import Fraction
 from pathlib import Path
 from typing import Any
 
@@ -14,6 +14,7 @@ from kubelet_sim.kube.rest import call_json
 from tests.agent_fixture import start_agent
 from tests.cluster import Cluster
 from tests.docker_env import DockerEnv
+from tests.fakeapi import quantity
 from tests.pods import container, ended_output, make_pod
 
 # (file and env name, resource, divisor)
@@ -81,19 +82,16 @@ def _read(output: str) -> dict[str, dict[str, str]]:
     return seen
 
 
-_SUFFIXES = {"": 1, "m": Decimal("0.001"), "k": 10**3, "M": 10**6, "G": 10**9, "T": 10**12}
-_SUFFIXES |= {"Ki": 2**10, "Mi": 2**20, "Gi": 2**30, "Ti": 2**40}
+def _amount(text: str) -> Fraction:
+    """A Node quantity ("2", "1900m", "8029464Ki", "18945478421") as a number: read as the
+    (fake) API server reads it, not with the agent's parser."""
+    amount = quantity.parse(text)
+    assert amount is not None, text
+    return amount
 
 
-def _amount(quantity: str) -> Decimal:
-    """A Node quantity ("2", "1900m", "8029464Ki", "18945478421") as a number: the test's own
-    reading, not the agent's parser."""
-    digits = quantity.rstrip("abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ")
-    return Decimal(digits) * Decimal(_SUFFIXES[quantity[len(digits) :]])
-
-
-def _ceil(numerator: Decimal, denominator: int | Decimal) -> str:
-    return str(math.ceil(numerator / Decimal(denominator)))
+def _ceil(numerator: Fraction, denominator: int | Fraction) -> str:
+    return str(math.ceil(numerator / denominator))
 
 
 def test_resource_fields_in_volumes_and_env_with_and_without_limits(
@@ -137,7 +135,7 @@ def test_resource_fields_in_volumes_and_env_with_and_without_limits(
     assert min(cpu, memory, storage) > 0, allocatable
     expected = {
         "CPU_LIMIT": _ceil(cpu, 1),
-        "CPU_LIMIT_M": _ceil(cpu, Decimal("0.001")),
+        "CPU_LIMIT_M": _ceil(cpu, Fraction(1, 1000)),
         "CPU_REQUEST": "0",
         "CPU_REQUEST_M": "0",
         "MEMORY_LIMIT": _ceil(memory, 1),

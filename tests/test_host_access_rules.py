@@ -3,15 +3,13 @@
 
 from __future__ import annotations
 
-from typing import Any
-
 import pytest
 
+from kubelet_sim.jsontypes import Json
 from kubelet_sim.pod.admission import REJECTED_PREFIX, Allocatable, Rejection, admit
 from kubelet_sim.pod.host_access import container_refusal
 from kubelet_sim.pod.spec import ContainerKind, PodView
 
-Json = dict[str, Any]
 NODE = Allocatable(cpu_milli=2000, memory_bytes=2**30, pods=10)
 KINDS = (ContainerKind.INIT, ContainerKind.APP, ContainerKind.EPHEMERAL)
 NOUN = {

@@ -21,6 +21,7 @@ from typing import Any
 
 import pytest
 
+from kubelet_sim.jsontypes import Json
 from kubelet_sim.node.host import detect_host
 from kubelet_sim.node.node_object import LABEL_VIRTUAL, default_labels
 from kubelet_sim.node.settings import NodeSettings
@@ -41,8 +42,6 @@ pytestmark = pytest.mark.docker
 
 README = Path(__file__).resolve().parent.parent / "README.md"
 KUBECTL = shutil.which("kubectl")
-
-Json = dict[str, Any]
 
 
 def kube_proxy_spec() -> Json:

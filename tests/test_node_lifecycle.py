@@ -17,7 +17,7 @@ from kubelet_sim.node.host import HostFacts, detect_host, resolve_name
 from kubelet_sim.node.lifecycle import NodeLifecycle, RuntimeProbe
 from kubelet_sim.node.node_object import KUBELET_VERSION
 from kubelet_sim.node.settings import NodeSettings
-from kubelet_sim.pod.quantity import value
+from kubelet_sim.quantity import value
 from tests.cluster import Cluster, wait_for
 
 MICRO_TIME = re.compile(r"^\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d\.\d{6}Z$")

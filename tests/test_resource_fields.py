@@ -3,12 +3,10 @@ of unset limits to the node's allocatable (kubelet_resources.go), for env and vo
 
 from __future__ import annotations
 
-from typing import Any
-
 import pytest
 
+from kubelet_sim.jsontypes import Json
 from kubelet_sim.pod.admission import Allocatable
-from kubelet_sim.pod.quantity import INT64_MAX
 from kubelet_sim.pod.resource_fields import (
     ResourceFieldError,
     ceil_div,
@@ -17,8 +15,8 @@ from kubelet_sim.pod.resource_fields import (
     volume_resource_value,
 )
 from kubelet_sim.pod.spec import PodView
+from kubelet_sim.quantity import INT64_MAX
 
-Json = dict[str, Any]
 NODE = Allocatable(
     cpu_milli=3500, memory_bytes=8 * 2**30, pods=110, ephemeral_storage_bytes=50 * 10**9
 )

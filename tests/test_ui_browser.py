@@ -128,6 +128,35 @@ def _scheduler_available(cluster: Cluster) -> bool:
     return env is not None and "kube-scheduler" in env.components
 
 
+def _create_unschedulable(cluster: Cluster) -> None:
+    nowhere = {
+        "metadata": {"name": "nowhere"},
+        "spec": {
+            "nodeSelector": {"kubernetes.io/hostname": f"{cluster.node_name}-absent"},
+            "containers": [container()],
+        },
+    }
+    cluster.core.create_namespaced_pod(cluster.namespace, nowhere)
+
+
+def _create_web(cluster: Cluster) -> None:
+    """Pod `web`, through the scheduler where there is one (its part shows too), else bound."""
+    if _scheduler_available(cluster):
+        body = {
+            "metadata": {"name": "web"},
+            "spec": {
+                "nodeSelector": {"kubernetes.io/hostname": cluster.node_name},
+                "tolerations": TOLERATE_VIRTUAL,
+                "automountServiceAccountToken": False,
+                "terminationGracePeriodSeconds": 5,
+                "containers": [container()],
+            },
+        }
+        cluster.core.create_namespaced_pod(cluster.namespace, body)
+    else:
+        make_pod(cluster, "web")
+
+
 def test_a_pod_appears_runs_shows_its_handoff_and_goes(
     cluster: Cluster, docker_env: DockerEnv, tmp_path: Path, browser: Any
 ) -> None:
@@ -141,29 +170,9 @@ def test_a_pod_appears_runs_shows_its_handoff_and_goes(
                 f"tr[data-node='{cluster.node_name}'][data-ready='true']", timeout=view.ms(30)
             )
             if _scheduler_available(cluster):  # a pod that fits nowhere: the scheduler says why
-                nowhere = {
-                    "metadata": {"name": "nowhere"},
-                    "spec": {
-                        "nodeSelector": {"kubernetes.io/hostname": f"{cluster.node_name}-absent"},
-                        "containers": [container()],
-                    },
-                }
-                cluster.core.create_namespaced_pod(cluster.namespace, nowhere)
+                _create_unschedulable(cluster)
             began = time.monotonic()
-            if _scheduler_available(cluster):  # the scheduler's part too, where there is one
-                body = {
-                    "metadata": {"name": "web"},
-                    "spec": {
-                        "nodeSelector": {"kubernetes.io/hostname": cluster.node_name},
-                        "tolerations": TOLERATE_VIRTUAL,
-                        "automountServiceAccountToken": False,
-                        "terminationGracePeriodSeconds": 5,
-                        "containers": [container()],
-                    },
-                }
-                cluster.core.create_namespaced_pod(cluster.namespace, body)
-            else:
-                make_pod(cluster, "web")
+            _create_web(cluster)
             page.wait_for_selector(f"tr[data-pod='{key}']", timeout=view.ms(2))
             assert time.monotonic() - began < 2 * deadline_scale(), "on the page within 2 s"
             page.wait_for_selector(

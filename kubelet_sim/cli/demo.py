@@ -15,7 +15,7 @@ from kubelet_sim.config import ConfigError
 from kubelet_sim.controlplane import binaries as kube_bin
 from kubelet_sim.controlplane.cluster import ControlPlaneError
 from kubelet_sim.demo.images import DEFAULT_SAMPLE_IMAGE
-from kubelet_sim.demo.run import Demo, DemoError, DemoSettings
+from kubelet_sim.demo.run import NODE_IP, Demo, DemoError, DemoSettings
 from kubelet_sim.demo.state import DemoRunning, DemoState, default_state_dir
 from kubelet_sim.kube.client import KubeConfigError
 from kubelet_sim.kube.rest import ApiError
@@ -23,6 +23,7 @@ from kubelet_sim.logs import configure_logging
 from kubelet_sim.nodeset import exit_past_calls_in_flight
 from kubelet_sim.runtime.docker_runtime import RuntimeUnavailable
 from kubelet_sim.server.http import ServerError
+from kubelet_sim.server.settings import ServerSettings
 
 demo_app = typer_app()
 
@@ -100,31 +101,27 @@ def demo(
         found = kube_bin.find_binaries(kube_bin_dir)
     except kube_bin.BinariesMissing as exc:
         fail(str(exc), code=2)
-    names = tuple(f"n{i}" for i in range(1, nodes + 1))
     try:
         settings = DemoSettings(
             state=state,
             binaries=found,
-            node_names=names,
-            node_settings=lambda name: node.node_settings(
-                name, kubelet_port=0, taints_by_default=False
+            nodes=node.node_set_settings(  # every option checked before anything starts
+                [f"n{i}" for i in range(1, nodes + 1)],
+                root_dir=state.data / "nodes",
+                server=ServerSettings(address=NODE_IP, port=0),
+                taints_by_default=False,
+                node_ip=NODE_IP,
+                owner_labels=state.owner_labels,
             ),
-            pods=node.pod_settings(),
             default_images=(DEFAULT_SAMPLE_IMAGE, DEFAULT_PAUSE_IMAGE),
             image=image,
             replicas=replicas,
             sample=not no_sample,
             keep=keep,
-            docker_network=node.docker_network,
-            image_pull_progress_deadline=node.image_pull_progress_deadline,
-            log_rotation=node.log_rotation(),
-            service_proxy=node.service_proxy,
             on_nodes_ready=lambda kubeconfig, runtimes: ui.serve_until(
                 stop, str(kubeconfig), runtimes, _say
             ),
         )
-        for name in names:  # every option checked before anything starts
-            settings.node_settings(name)
     except ConfigError as exc:
         fail(str(exc))
     stop = stop_on_signals()

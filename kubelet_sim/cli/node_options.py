@@ -1,14 +1,16 @@
 """The node options that `kubelet-sim` and `kubelet-sim demo` share, declared once.
 
 `with_node_options` adds them to a command's signature and hands the command one
-`NodeOptions` (parameter `node`), which turns them into the composition root's settings.
+`NodeOptions` (parameter `node`), which turns them into the composition root's one settings
+object, `NodeSetSettings` (`node_set_settings`): both commands build their nodes from it, the
+demo adding what only its control plane knows (each node's credentials, the client CA).
 """
 
 from __future__ import annotations
 
 import functools
 import inspect
-from collections.abc import Callable
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, fields
 from enum import StrEnum
 from pathlib import Path
@@ -24,7 +26,9 @@ from kubelet_sim.node.settings import (
     parse_reserved,
     parse_taints,
 )
+from kubelet_sim.nodeset import NodeIdentity, NodeSetSettings
 from kubelet_sim.runtime.log_rotation import LogRotation
+from kubelet_sim.server.settings import ServerSettings
 
 DEFAULT_PAUSE_IMAGE = "registry.k8s.io/pause:3.10"
 
@@ -229,6 +233,48 @@ class NodeOptions:
 
     def log_rotation(self) -> LogRotation:
         return LogRotation.parse(self.container_log_max_size, self.container_log_max_files)
+
+    def node_set_settings(
+        self,
+        names: Sequence[str],
+        *,
+        root_dir: Path,
+        server: ServerSettings,
+        delete_node_on_exit: bool = False,
+        taints_by_default: bool = True,
+        node_ip: str | None = None,
+        kubeconfig: str | None = None,
+        context: str | None = None,
+        proxy_kubeconfig: str | None = None,
+        owner_labels: Mapping[str, str] | None = None,
+    ) -> NodeSetSettings:
+        """The nodes `names` as these options make them; a ConfigError names the first bad
+        option. `node_ip` is the command's default for --node-ip."""
+        return NodeSetSettings(
+            nodes=tuple(
+                NodeIdentity(
+                    self.node_settings(
+                        name,
+                        kubelet_port=server.port,
+                        delete_node_on_exit=delete_node_on_exit,
+                        taints_by_default=taints_by_default,
+                        node_ip=node_ip,
+                    )
+                )
+                for name in names
+            ),
+            root_dir=root_dir,
+            pods=self.pod_settings(),
+            server=server,
+            kubeconfig=kubeconfig,
+            context=context,
+            docker_network=self.docker_network,
+            image_pull_progress_deadline=self.image_pull_progress_deadline,
+            log_rotation=self.log_rotation(),
+            owner_labels=dict(owner_labels or {}),
+            service_proxy=self.service_proxy,
+            proxy_kubeconfig=proxy_kubeconfig,
+        )
 
 
 _FIELDS = [f.name for f in fields(NodeOptions)]

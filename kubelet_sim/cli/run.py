@@ -14,13 +14,7 @@ from kubelet_sim.cli.ui import UiOptions, with_ui_options
 from kubelet_sim.config import ConfigError
 from kubelet_sim.kube.client import KubeConfigError
 from kubelet_sim.logs import configure_logging
-from kubelet_sim.nodeset import (
-    NodeIdentity,
-    NodeSet,
-    NodeSetSettings,
-    exit_past_calls_in_flight,
-    usable_root_dir,
-)
+from kubelet_sim.nodeset import NodeSet, exit_past_calls_in_flight, usable_root_dir
 from kubelet_sim.runtime.docker_runtime import RuntimeUnavailable
 from kubelet_sim.server.http import ServerError
 from kubelet_sim.server.settings import ConnectionLimits, ServerSettings, parse_duration
@@ -160,24 +154,13 @@ def run(
         ),
     )
     try:
-        settings = NodeSetSettings(
-            nodes=tuple(
-                NodeIdentity(
-                    node.node_settings(
-                        name, kubelet_port=kubelet_port, delete_node_on_exit=delete_node_on_exit
-                    )
-                )
-                for name in names
-            ),
+        settings = node.node_set_settings(
+            names,
             root_dir=usable_root_dir(node.root_dir),
-            pods=node.pod_settings(),
             server=server,
+            delete_node_on_exit=delete_node_on_exit,
             kubeconfig=kubeconfig,
             context=context,
-            docker_network=node.docker_network,
-            image_pull_progress_deadline=node.image_pull_progress_deadline,
-            log_rotation=node.log_rotation(),
-            service_proxy=node.service_proxy,
             proxy_kubeconfig=proxy_kubeconfig,
         )
         node_set = NodeSet(settings)

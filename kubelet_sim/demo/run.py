@@ -12,10 +12,9 @@ import shutil
 import threading
 import time
 from collections.abc import Callable, Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 
-from kubelet_sim.agent import PodSettings
 from kubelet_sim.controlplane.binaries import Binaries
 from kubelet_sim.controlplane.cluster import ControlPlane
 from kubelet_sim.demo import sample
@@ -23,11 +22,8 @@ from kubelet_sim.demo.images import ensure_images
 from kubelet_sim.demo.state import DemoState
 from kubelet_sim.kube.client import KubeConnection, connect
 from kubelet_sim.kube.rest import ApiError, request_json
-from kubelet_sim.node.settings import NodeSettings
-from kubelet_sim.nodeset import NodeIdentity, NodeSet, NodeSetSettings
+from kubelet_sim.nodeset import NodeSet, NodeSetSettings
 from kubelet_sim.runtime.docker_runtime import DockerRuntime
-from kubelet_sim.runtime.log_rotation import LogRotation
-from kubelet_sim.server.settings import ServerSettings
 from kubelet_sim.tools import handoff
 
 NODE_IP = "127.0.0.1"  # one machine: the API server reaches its kubelets on loopback
@@ -38,20 +34,21 @@ READY_TIMEOUT = 60.0
 class DemoSettings:
     state: DemoState
     binaries: Binaries
-    node_names: tuple[str, ...]
-    node_settings: Callable[[str], NodeSettings]  # the CLI's node options for one name
-    pods: PodSettings
+    # The nodes as the node options make them (the CLI's NodeOptions, shared with
+    # `kubelet-sim`); the demo adds what its control plane knows: each node's credentials and
+    # serving certificate, the kubelet API's client CA, and the sandbox image it settles on.
+    nodes: NodeSetSettings
     default_images: tuple[str, str]  # (sample, sandbox) when the user named none
     image: str
     replicas: int = 3
     sample: bool = True
     keep: bool = False
-    docker_network: str = "bridge"
-    image_pull_progress_deadline: float = 60.0
-    log_rotation: LogRotation = field(default_factory=LogRotation)
-    service_proxy: bool = True
     # Called once the nodes are Ready, with the admin kubeconfig and the nodes' runtimes (`--ui`).
     on_nodes_ready: Callable[[Path, Mapping[str, DockerRuntime]], None] | None = None
+
+    @property
+    def node_names(self) -> tuple[str, ...]:
+        return tuple(n.settings.node_name for n in self.nodes.nodes)
 
 
 def _grant_node_proxier(admin: KubeConnection) -> None:
@@ -100,8 +97,8 @@ class Demo:
     def _start(self, stop: threading.Event) -> None:
         s = self.settings
         leftovers = s.state.claim()
-        self.engine = engine = DockerRuntime.connect(network=s.docker_network)
-        engine.pull_progress_deadline = s.image_pull_progress_deadline
+        self.engine = engine = DockerRuntime.connect(network=s.nodes.docker_network)
+        engine.pull_progress_deadline = s.nodes.image_pull_progress_deadline
         containers, _volumes = engine.remove_owned(s.state.owner_labels)
         if leftovers is not None or containers:
             pid = f" (pid {leftovers.pid})" if leftovers else ""
@@ -111,7 +108,7 @@ class Demo:
                 f" removed {containers} containers"
             )
         image, pause = ensure_images(
-            engine, s.image, s.pods.pause_image, defaults=s.default_images, say=self.say
+            engine, s.image, s.nodes.pods.pause_image, defaults=s.default_images, say=self.say
         )
         self.plane = plane = ControlPlane(
             s.binaries,
@@ -123,29 +120,25 @@ class Demo:
         plane.start()
         s.state.write(children=[{"pid": pid, "argv": argv} for _name, pid, argv in plane.processes])
         admin = connect(str(plane.admin_kubeconfig))
-        if s.service_proxy:
+        if s.nodes.service_proxy:
             _grant_node_proxier(admin)
         identities = []
-        for name in s.node_names:
-            creds = plane.node_credentials(name, ips=(NODE_IP,))
-            node = s.node_settings(name)
-            if node.node_ip is None:
-                node = dataclasses.replace(node, node_ip=NODE_IP)
+        for node in s.nodes.nodes:
+            creds = plane.node_credentials(node.settings.node_name, ips=(NODE_IP,))
             identities.append(
-                NodeIdentity(node, str(creds.kubeconfig), (creds.serving.cert, creds.serving.key))
+                dataclasses.replace(
+                    node,
+                    kubeconfig=str(creds.kubeconfig),
+                    serving_cert=(creds.serving.cert, creds.serving.key),
+                )
             )
-        server = ServerSettings(address=NODE_IP, port=0, client_ca_file=str(plane.client_ca[0]))
+        assert s.nodes.server is not None
         self.nodes = NodeSet(
-            NodeSetSettings(
+            dataclasses.replace(
+                s.nodes,
                 nodes=tuple(identities),
-                root_dir=s.state.data / "nodes",
-                pods=dataclasses.replace(s.pods, pause_image=pause),
-                server=server,
-                docker_network=s.docker_network,
-                image_pull_progress_deadline=s.image_pull_progress_deadline,
-                log_rotation=s.log_rotation,
-                owner_labels=s.state.owner_labels,
-                service_proxy=s.service_proxy,
+                pods=dataclasses.replace(s.nodes.pods, pause_image=pause),
+                server=dataclasses.replace(s.nodes.server, client_ca_file=str(plane.client_ca[0])),
             )
         )
         self.nodes.start(stop)

@@ -18,7 +18,8 @@ from datetime import UTC, datetime
 
 from kubernetes import client
 
-from kubelet_sim.kube.rest import ApiError, Json, call_json, request_json
+from kubelet_sim.jsontypes import Json
+from kubelet_sim.kube.rest import ApiError, call_json, request_json
 from kubelet_sim.logs import get_logger
 from kubelet_sim.supervise import Supervisor
 

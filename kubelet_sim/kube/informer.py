@@ -21,7 +21,8 @@ import urllib3
 from kubernetes.client.exceptions import ApiException
 
 from kubelet_sim.backoff import Backoff
-from kubelet_sim.kube.rest import REQUEST_TIMEOUT, ApiError, Json
+from kubelet_sim.jsontypes import Json
+from kubelet_sim.kube.rest import REQUEST_TIMEOUT, ApiError
 from kubelet_sim.logs import get_logger
 from kubelet_sim.supervise import Supervisor
 

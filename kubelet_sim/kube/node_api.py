@@ -12,7 +12,8 @@ from collections.abc import Callable
 
 from kubernetes import client
 
-from kubelet_sim.kube.rest import ApiError, Json, call_json, request_json
+from kubelet_sim.jsontypes import Json
+from kubelet_sim.kube.rest import ApiError, call_json, request_json
 from kubelet_sim.kube.schema import NODE_STATUS, ServerSchema
 from kubelet_sim.smp import node_status_patch
 

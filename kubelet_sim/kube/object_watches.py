@@ -29,8 +29,9 @@ from typing import Any
 from kubernetes import client
 
 from kubelet_sim.backoff import Backoff
+from kubelet_sim.jsontypes import Json
 from kubelet_sim.kube.informer import Informer, ListWatchSource, WatchTimeouts
-from kubelet_sim.kube.rest import ApiError, Json, request_json
+from kubelet_sim.kube.rest import ApiError, request_json
 from kubelet_sim.logs import get_logger
 from kubelet_sim.supervise import Supervisor
 
@@ -152,26 +153,30 @@ class ReferencedObjectWatches:
                 self._last_read.pop(ref, None)
                 self._parked.discard(ref)
                 self._immutable.discard(ref)
-            if started and self._recycler is None:
-                self._recycler = self._supervisor.thread(
-                    "object watch recycler", self._recycle_loop, self._stopping
-                )
-                self._recycler.start()
-            if to_poll and self._poller is None:
-                self._poller = self._supervisor.thread(
-                    "object poller", self._poll_loop, self._stopping
-                )
-                self._poller.start()
+            self._start_loops(recycler=bool(started), poller=bool(to_poll))
         if to_poll:
             self._poll_now.set()
         for informer in started.values():
             informer.start()
         for informer in stopped:
             informer.stop()
-        for ref in to_start:
-            self.log.info("watching", kind=ref[0], namespace=ref[1], name=ref[2])
-        for ref in to_stop:
-            self.log.info("stopped watching", kind=ref[0], namespace=ref[1], name=ref[2])
+        self._log_refs("watching", to_start)
+        self._log_refs("stopped watching", to_stop)
+
+    def _start_loops(self, *, recycler: bool, poller: bool) -> None:
+        """Under the lock: the recycler once a watch runs, the poller once an object is polled."""
+        if recycler and self._recycler is None:
+            self._recycler = self._supervisor.thread(
+                "object watch recycler", self._recycle_loop, self._stopping
+            )
+            self._recycler.start()
+        if poller and self._poller is None:
+            self._poller = self._supervisor.thread("object poller", self._poll_loop, self._stopping)
+            self._poller.start()
+
+    def _log_refs(self, event: str, refs: Iterable[Ref]) -> None:
+        for kind, namespace, name in refs:
+            self.log.info(event, kind=kind, namespace=namespace, name=name)
 
     def forget_pod(self, pod_uid: str) -> None:
         self.set_pod_references(pod_uid, ())

@@ -6,7 +6,8 @@ import threading
 
 from kubernetes import client
 
-from kubelet_sim.kube.rest import Json, call_json, request_json, resource_version
+from kubelet_sim.jsontypes import Json
+from kubelet_sim.kube.rest import call_json, request_json, resource_version
 from kubelet_sim.kube.schema import POD_STATUS, ServerSchema
 from kubelet_sim.smp import POD_STATUS_SCHEMA, two_way_patch
 

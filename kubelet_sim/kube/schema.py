@@ -14,10 +14,9 @@ from typing import Any
 
 from kubernetes import client
 
+from kubelet_sim.jsontypes import Json
 from kubelet_sim.kube.rest import request_json
 from kubelet_sim.logs import get_logger
-
-Json = dict[str, Any]
 
 POD_STATUS = "io.k8s.api.core.v1.PodStatus"
 NODE_STATUS = "io.k8s.api.core.v1.NodeStatus"

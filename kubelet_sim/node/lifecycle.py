@@ -10,8 +10,9 @@ import threading
 from collections.abc import Callable
 from datetime import UTC, datetime
 
+from kubelet_sim.jsontypes import Json
 from kubelet_sim.kube.node_api import NodeApi
-from kubelet_sim.kube.rest import ApiError, Json
+from kubelet_sim.kube.rest import ApiError
 from kubelet_sim.logs import get_logger
 from kubelet_sim.node.host import HostFacts, detect_host, resolve_name
 from kubelet_sim.node.lease import LeaseController

@@ -12,8 +12,8 @@ from dataclasses import dataclass, field
 from fractions import Fraction
 from typing import Any
 
-from kubelet_sim.config import ConfigError, validate_node_name
-from kubelet_sim.pod.quantity import INT64_MAX, parse_quantity
+from kubelet_sim.config import ConfigError, is_dns1123_subdomain, validate_node_name
+from kubelet_sim.quantity import INT64_MAX, parse_quantity
 
 TAINT_EFFECTS = ("NoSchedule", "PreferNoSchedule", "NoExecute")
 # The taint a node registers with unless told otherwise, as virtual-kubelet and kwok register
@@ -46,7 +46,6 @@ KUBELET_LABELS = frozenset(
 KUBELET_LABEL_NAMESPACES = ("kubelet.kubernetes.io", "node.kubernetes.io")
 
 _NAME = re.compile(r"^([A-Za-z0-9]([-A-Za-z0-9_.]*[A-Za-z0-9])?)$")
-_DNS_SUBDOMAIN = re.compile(r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*$")
 
 
 @dataclass(frozen=True)
@@ -160,7 +159,7 @@ def is_allowed_node_label(key: str) -> bool:
 def validate_label(key: str, value: str) -> None:
     """Label syntax as the API server checks it, so a typo fails here and not at registration."""
     prefix, slash, name = key.rpartition("/")
-    if slash and (not prefix or len(prefix) > 253 or not _DNS_SUBDOMAIN.match(prefix)):
+    if slash and not (prefix and is_dns1123_subdomain(prefix)):
         raise ConfigError(f"invalid label key {key!r}: the prefix must be a DNS subdomain")
     if not name or len(name) > 63 or not _NAME.match(name):
         raise ConfigError(
@@ -213,7 +212,7 @@ def memory_bytes(text: str) -> int:
 
 
 def _quantity(text: str, what: str) -> Fraction:
-    """The API's own quantity parser (pod.quantity), with the node's limit: what the node
+    """The API's own quantity parser (kubelet_sim.quantity), with the node's limit: what the node
     advertises must fit the kubelet's int64 counters (millicores for cpu)."""
     try:
         amount = parse_quantity(text)

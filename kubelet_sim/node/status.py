@@ -16,8 +16,9 @@ from typing import Protocol
 from structlog.stdlib import BoundLogger
 
 from kubelet_sim import cri
+from kubelet_sim.jsontypes import Json
 from kubelet_sim.kube.node_api import NodeApi
-from kubelet_sim.kube.rest import ApiError, Json, resource_version
+from kubelet_sim.kube.rest import ApiError, resource_version
 from kubelet_sim.node.host import HostFacts
 from kubelet_sim.node.node_object import (
     PRESSURE_CONDITIONS,

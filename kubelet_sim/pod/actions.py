@@ -108,7 +108,7 @@ def _any_regular_created(pod: PodView, observed: Sequence[ObservedContainer]) ->
     return any(latest_attempt(observed, c.name) is not None for c in pod.containers)
 
 
-def _init_actions(
+def _init_actions(  # noqa: PLR0912 (computeInitContainerActions' cases, in its order)
     pod: PodView,
     observed: Sequence[ObservedContainer],
     actions: PodActions,

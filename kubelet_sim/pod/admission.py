@@ -14,7 +14,6 @@ from dataclasses import dataclass
 from typing import Any
 
 from kubelet_sim.pod.host_access import forbidden_message
-from kubelet_sim.pod.quantity import add_saturating, milli_value, value
 from kubelet_sim.pod.security import (
     APPARMOR_REASON,
     SYSCTL_FORBIDDEN,
@@ -22,6 +21,7 @@ from kubelet_sim.pod.security import (
     sysctl_rejection,
 )
 from kubelet_sim.pod.spec import ContainerView, PodView
+from kubelet_sim.quantity import add_saturating, milli_value, value
 
 REJECTED_PREFIX = "Pod was rejected: "  # kubelet.rejectPod writes this before every message
 FORBIDDEN = "Forbidden"

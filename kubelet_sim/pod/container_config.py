@@ -16,9 +16,9 @@ from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
 from kubelet_sim import cri
+from kubelet_sim.jsontypes import Json
 from kubelet_sim.paths import bind_target_problem
 from kubelet_sim.pod.admission import Allocatable
-from kubelet_sim.pod.quantity import milli_value, value
 from kubelet_sim.pod.resource_fields import ResourceFieldError, env_resource_value
 from kubelet_sim.pod.security import (
     apparmor_option,
@@ -27,7 +27,8 @@ from kubelet_sim.pod.security import (
     supplemental_groups,
     sysctls,
 )
-from kubelet_sim.pod.spec import ContainerView, Json, PodView
+from kubelet_sim.pod.spec import ContainerView, PodView
+from kubelet_sim.quantity import milli_value, value
 
 ObjectLookup = Callable[[str, str, str], Json | None]
 """(kind "ConfigMap"/"Secret", namespace, name) -> the object as the API returns it, or None."""

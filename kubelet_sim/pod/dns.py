@@ -14,12 +14,13 @@ from __future__ import annotations
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 
+from kubelet_sim.config import DNS1123_SUBDOMAIN_MAX_LENGTH
 from kubelet_sim.pod.spec import PodView
 
 MAX_NAMESERVERS = 3  # validation.MaxDNSNameservers
 MAX_SEARCH_PATHS = 32  # MaxDNSSearchPathsExpanded (ExpandedDNSConfig, GA since 1.28)
 MAX_SEARCH_CHARS = 2048  # MaxDNSSearchListCharsExpanded
-MAX_DOMAIN_LEN = 253  # DNS1123SubdomainMaxLength
+MAX_DOMAIN_LEN = DNS1123_SUBDOMAIN_MAX_LENGTH
 MAX_FQDN_LEN = 64  # the kernel's hostname limit, as the kubelet checks setHostnameAsFQDN
 DEFAULT_OPTIONS = ("ndots:5",)
 MANAGED_HEADER = "# Kubernetes-managed hosts file.\n"

@@ -13,9 +13,8 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from kubelet_sim.durations import bounded, optional_grace_seconds
+from kubelet_sim.jsontypes import Json
 from kubelet_sim.pod.spec import ContainerView
-
-Json = dict[str, Any]
 
 
 class ProbeKind(enum.StrEnum):

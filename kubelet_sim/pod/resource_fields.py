@@ -25,13 +25,12 @@ defaults the app containers of its copy of the pod only).
 from __future__ import annotations
 
 import math
-from typing import Any
 
+from kubelet_sim.jsontypes import Json
 from kubelet_sim.pod.admission import Allocatable
-from kubelet_sim.pod.quantity import INT64_MAX, INT64_MIN, milli_value, parse_quantity, value
 from kubelet_sim.pod.spec import ContainerView, PodView
+from kubelet_sim.quantity import INT64_MAX, INT64_MIN, milli_value, parse_quantity, value
 
-Json = dict[str, Any]
 Quantity = str | int
 
 _NAMED = ("cpu", "memory", "ephemeral-storage")

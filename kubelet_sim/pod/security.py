@@ -8,7 +8,8 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Any
 
-from kubelet_sim.pod.spec import ContainerView, Json, PodView
+from kubelet_sim.jsontypes import Json
+from kubelet_sim.pod.spec import ContainerView, PodView
 
 SYSCTL_FORBIDDEN = "SysctlForbidden"
 NET, IPC = "net", "ipc"

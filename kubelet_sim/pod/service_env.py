@@ -6,9 +6,9 @@ FOO_SERVICE_PORT(_NAME) and the Docker-link FOO_PORT_... variables."""
 from __future__ import annotations
 
 from collections.abc import Iterable
-from typing import Any
 
-Json = dict[str, Any]
+from kubelet_sim.jsontypes import Json
+
 MASTER_NAMESPACE = "default"
 MASTER_SERVICES = ("kubernetes",)
 NOT_SYNCED = "services have not yet been read at least once, cannot construct envvars"

@@ -7,11 +7,9 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 from enum import StrEnum
-from typing import Any
 
 from kubelet_sim.durations import grace_seconds, optional_grace_seconds, optional_seconds
-
-Json = dict[str, Any]
+from kubelet_sim.jsontypes import Json
 
 
 @dataclass(frozen=True)

@@ -11,14 +11,12 @@ import copy
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from datetime import UTC, datetime
-from typing import Any
 
 from kubelet_sim.cri import ContainerState, ObservedContainer
+from kubelet_sim.jsontypes import Json
 from kubelet_sim.pod.attempts import attempts_of, latest_attempt, latest_sandbox
 from kubelet_sim.pod.probes import ProbeResults, Result
 from kubelet_sim.pod.spec import ContainerView, PodView
-
-Json = dict[str, Any]
 
 CONTAINER_CREATING = "ContainerCreating"
 POD_INITIALIZING = "PodInitializing"
@@ -79,17 +77,7 @@ def generate_status(inp: StatusInput) -> Json:
     old: Json = inp.previous if inp.previous is not None else pod.status
     has_init = bool(pod.init_containers)
     sandbox = latest_sandbox(inp.containers)
-    status: Json = {}
-    if pod.host_network and inp.host_ip:  # the kubelet reports the node's IPs
-        status["podIP"], status["podIPs"] = inp.host_ip, [{"ip": inp.host_ip}]
-    elif sandbox is not None and sandbox.ip:
-        status["podIP"] = sandbox.ip
-        status["podIPs"] = [{"ip": sandbox.ip}]
-    elif old.get("podIP"):
-        status["podIP"], status["podIPs"] = (
-            old["podIP"],
-            old.get("podIPs") or [{"ip": old["podIP"]}],
-        )
+    status: Json = _pod_ips(inp, sandbox, old)
     if pod.status.get("qosClass"):
         status["qosClass"] = pod.status["qosClass"]
     status["containerStatuses"] = _container_statuses(
@@ -105,16 +93,41 @@ def generate_status(inp: StatusInput) -> Json:
         )
     if inp.finished:
         default_unknown_states(pod, status)
-    all_statuses = status["containerStatuses"] + status.get("initContainerStatuses", [])
     _update_probe_results(inp, status)  # a sidecar's `started` decides the phase
+    status["phase"] = _phase_with_reason(inp, status, old)
+    status["conditions"] = _conditions(inp, status, old, sandbox)
+    _add_observed_generation(pod, status)
+    status["hostIP"] = inp.host_ip
+    status["hostIPs"] = [{"ip": inp.host_ip}]
+    status["startTime"] = old.get("startTime") or format_time(inp.now)
+    return status
+
+
+def _pod_ips(inp: StatusInput, sandbox: ObservedContainer | None, old: Json) -> Json:
+    """podIP and podIPs: the node's with hostNetwork, else the sandbox's, else those written
+    before (a sandbox gone keeps its pod's IP)."""
+    if inp.pod.host_network and inp.host_ip:  # the kubelet reports the node's IPs
+        return {"podIP": inp.host_ip, "podIPs": [{"ip": inp.host_ip}]}
+    if sandbox is not None and sandbox.ip:
+        return {"podIP": sandbox.ip, "podIPs": [{"ip": sandbox.ip}]}
+    if old.get("podIP"):
+        return {"podIP": old["podIP"], "podIPs": old.get("podIPs") or [{"ip": old["podIP"]}]}
+    return {}
+
+
+def _phase_with_reason(inp: StatusInput, status: Json, old: Json) -> str:
+    """The pod's phase from its container statuses (getPhase), never leaving a terminal one;
+    with the reason and message it keeps (or an eviction's) written into `status`."""
+    pod = inp.pod
+    all_statuses = status["containerStatuses"] + status.get("initContainerStatuses", [])
     phase = get_phase(pod, all_statuses, inp.is_terminal, _active_app_started(pod, inp.containers))
     if inp.finished and phase in ("Pending", "Running"):
         phase = "Failed"  # TerminatePod: every pod the node finished with ends terminal
     api_phase = pod.api_phase
-    if phase not in ("Failed", "Succeeded"):
-        if old.get("phase") in ("Failed", "Succeeded"):
+    if phase not in TERMINAL_PHASES:
+        if old.get("phase") in TERMINAL_PHASES:
             phase = old["phase"]
-        elif api_phase in ("Failed", "Succeeded"):
+        elif api_phase in TERMINAL_PHASES:
             phase = api_phase
     if phase == old.get("phase"):
         for key in ("reason", "message"):
@@ -124,20 +137,23 @@ def generate_status(inp: StatusInput) -> Json:
     if inp.evicted is not None:
         phase = "Failed"
         status["reason"], status["message"] = inp.evicted.reason, inp.evicted.message
-    if api_phase in ("Failed", "Succeeded") and phase != api_phase:
+    if api_phase in TERMINAL_PHASES and phase != api_phase:
         phase = api_phase  # terminal phases never change
-    status["phase"] = phase
-    status["conditions"] = _conditions(inp, status, old, sandbox)
+    return str(phase)
+
+
+TERMINAL_PHASES = ("Failed", "Succeeded")
+
+
+def _add_observed_generation(pod: PodView, status: Json) -> None:
+    """PodObservedGenerationTracking (v1.33+ servers count a pod's generations): the pod's and
+    that of each condition the kubelet owns."""
     generation = (pod.raw.get("metadata") or {}).get("generation")
-    if generation:  # PodObservedGenerationTracking (v1.33+ servers count a pod's generations)
+    if generation:
         status["observedGeneration"] = generation
         for condition in status["conditions"]:
             if condition["type"] in OWNED_CONDITIONS:
                 condition["observedGeneration"] = generation
-    status["hostIP"] = inp.host_ip
-    status["hostIPs"] = [{"ip": inp.host_ip}]
-    status["startTime"] = old.get("startTime") or format_time(inp.now)
-    return status
 
 
 EPHEMERAL_KEY = "ephemeralContainerStatuses"
@@ -220,16 +236,21 @@ def get_phase(
     if running > 0 and unknown == 0:
         return "Running"
     if running == 0 and stopped > 0 and unknown == 0:
-        if is_terminal:
-            return "Succeeded" if stopped == succeeded else "Failed"
-        if pod.restart_policy == "Always":
-            return "Running"
-        if stopped == succeeded:
-            return "Succeeded"
-        if pod.restart_policy == "Never":
-            return "Failed"
-        return "Running"
+        return _all_stopped_phase(pod, is_terminal, all_succeeded=stopped == succeeded)
     return "Pending"
+
+
+def _all_stopped_phase(pod: PodView, is_terminal: bool, *, all_succeeded: bool) -> str:
+    """getPhase once every app container has stopped: they may still be restarted."""
+    if is_terminal:
+        return "Succeeded" if all_succeeded else "Failed"
+    if pod.restart_policy == "Always":
+        return "Running"
+    if all_succeeded:
+        return "Succeeded"
+    if pod.restart_policy == "Never":
+        return "Failed"
+    return "Running"
 
 
 def _phase_state(st: Json | None) -> tuple[str, int | None]:
@@ -299,53 +320,12 @@ def _container_statuses(
     old_key = key or ("initContainerStatuses" if is_init else "containerStatuses")
     old_by_name = {s["name"]: s for s in old.get(old_key) or []}
     default_reason = POD_INITIALIZING if has_init else CONTAINER_CREATING
-    statuses: dict[str, Json] = {}
+    statuses = {
+        c.name: _observed_status(inp, c, old_by_name.get(c.name), default_reason)
+        for c in containers
+    }
     for container in containers:
-        st: Json = {
-            "name": container.name,
-            "image": container.image,
-            "imageID": "",
-            "state": {"waiting": {"reason": default_reason}},
-            "lastState": {},
-            "ready": False,
-            "restartCount": 0,
-        }
-        previous = old_by_name.get(container.name)
-        if previous is not None:
-            if "terminated" in (previous.get("state") or {}):
-                st = copy.deepcopy(previous)
-            else:
-                st["restartCount"] = previous.get("restartCount", 0)
-                st["lastState"] = copy.deepcopy(previous.get("lastState") or {})
-        _add_volume_mounts(st, container)
-        attempts = attempts_of(inp.containers, container.name)
-        if not attempts:
-            _infer_vanished_container(st, previous, default_reason, inp.pod)
-        for i, observed in enumerate(attempts[:2]):
-            converted = _convert(observed, previous, inp.messages)
-            if i == 0:
-                converted["image"] = container.image
-                _add_volume_mounts(converted, container)
-                _add_resources(converted, container)
-                st = converted
-            else:
-                st["lastState"] = converted["state"]
-        statuses[container.name] = st
-    for container in containers:
-        latest = latest_attempt(inp.containers, container.name)
-        init_succeeded = (
-            latest is not None and latest.state is ContainerState.EXITED and latest.exit_code == 0
-        )
-        if container.name in starting:  # convertToAPIContainerStatuses' default state
-            reason: WaitingReason | None = WaitingReason(default_reason)
-        elif (
-            (is_init and init_succeeded)
-            or (is_init and latest is None and _initialized_without(container, inp, statuses))
-            or not should_restart(container, inp.pod, latest)
-        ):
-            continue
-        else:
-            reason = inp.waiting.get(container.name)
+        reason = _waiting_to_tell(inp, container, statuses, is_init, starting, default_reason)
         if reason is None:
             continue
         st = statuses[container.name]
@@ -358,6 +338,67 @@ def _container_statuses(
     if is_init:
         return [statuses[c.name] for c in containers]
     return [statuses[name] for name in sorted(statuses)]
+
+
+def _observed_status(
+    inp: StatusInput, container: ContainerView, previous: Json | None, default_reason: str
+) -> Json:
+    """A container's status from its last two attempts (the latest and lastState), or from what
+    was written before when the runtime has none."""
+    st: Json = {
+        "name": container.name,
+        "image": container.image,
+        "imageID": "",
+        "state": {"waiting": {"reason": default_reason}},
+        "lastState": {},
+        "ready": False,
+        "restartCount": 0,
+    }
+    if previous is not None:
+        if "terminated" in (previous.get("state") or {}):
+            st = copy.deepcopy(previous)
+        else:
+            st["restartCount"] = previous.get("restartCount", 0)
+            st["lastState"] = copy.deepcopy(previous.get("lastState") or {})
+    _add_volume_mounts(st, container)
+    attempts = attempts_of(inp.containers, container.name)
+    if not attempts:
+        _infer_vanished_container(st, previous, default_reason, inp.pod)
+    for i, observed in enumerate(attempts[:2]):
+        converted = _convert(observed, previous, inp.messages)
+        if i == 0:
+            converted["image"] = container.image
+            _add_volume_mounts(converted, container)
+            _add_resources(converted, container)
+            st = converted
+        else:
+            st["lastState"] = converted["state"]
+    return st
+
+
+def _waiting_to_tell(
+    inp: StatusInput,
+    container: ContainerView,
+    statuses: Json,
+    is_init: bool,
+    starting: frozenset[str],
+    default_reason: str,
+) -> WaitingReason | None:
+    """The waiting reason a container's status tells, if any: the default one while its start
+    has not returned, else the one the last sync learned, for a container to be (re)started."""
+    if container.name in starting:  # convertToAPIContainerStatuses' default state
+        return WaitingReason(default_reason)
+    latest = latest_attempt(inp.containers, container.name)
+    init_succeeded = (
+        latest is not None and latest.state is ContainerState.EXITED and latest.exit_code == 0
+    )
+    if (
+        (is_init and init_succeeded)
+        or (is_init and latest is None and _initialized_without(container, inp, statuses))
+        or not should_restart(container, inp.pod, latest)
+    ):
+        return None
+    return inp.waiting.get(container.name)
 
 
 def _initialized_without(container: ContainerView, inp: StatusInput, statuses: Json) -> bool:

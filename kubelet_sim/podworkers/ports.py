@@ -15,8 +15,8 @@ from pathlib import Path
 from typing import Any, Protocol
 
 from kubelet_sim import cri
+from kubelet_sim.jsontypes import Json
 from kubelet_sim.kube.events import EventRef
-from kubelet_sim.kube.rest import Json
 from kubelet_sim.pod.container_config import ObjectLookup
 from kubelet_sim.pod.spec import PodView
 from kubelet_sim.volumes import TokenSource, VolumeSetup

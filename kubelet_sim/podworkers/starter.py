@@ -14,6 +14,7 @@ from pathlib import Path
 
 from kubelet_sim import cri
 from kubelet_sim.clock import SYSTEM_CLOCK, Clock
+from kubelet_sim.jsontypes import Json
 from kubelet_sim.kube.events import NORMAL, WARNING, EventRef
 from kubelet_sim.logs import get_logger
 from kubelet_sim.pod.attempts import latest_attempt
@@ -34,7 +35,7 @@ from kubelet_sim.pod.security import (
     user_namespace_problem,
 )
 from kubelet_sim.pod.service_env import NOT_SYNCED, service_env
-from kubelet_sim.pod.spec import ContainerView, Json, PodView
+from kubelet_sim.pod.spec import ContainerView, PodView
 from kubelet_sim.pod.status import WaitingReason
 from kubelet_sim.podworkers.event_refs import event_ref, pod_name
 from kubelet_sim.podworkers.hooks import POST_START, POST_START_LIMIT, HookRunner, hook_of

@@ -14,10 +14,10 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 
 from kubelet_sim import cri
+from kubelet_sim.jsontypes import Json
 from kubelet_sim.kube.client import KubeConnection
 from kubelet_sim.kube.events import EventRecorder, EventRef
 from kubelet_sim.kube.informer import Informer
-from kubelet_sim.kube.rest import Json
 from kubelet_sim.kube.watches import all_endpoint_slices, all_nodes
 from kubelet_sim.logs import get_logger
 from kubelet_sim.proxy import netns, rules

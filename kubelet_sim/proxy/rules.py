@@ -15,9 +15,8 @@ import hashlib
 import ipaddress
 from collections.abc import Iterable
 from dataclasses import dataclass
-from typing import Any
 
-Json = dict[str, Any]
+from kubelet_sim.jsontypes import Json
 
 PREFIX = "KSIM"
 SERVICES_CHAIN = f"{PREFIX}-SERVICES"

@@ -7,9 +7,16 @@ from typing import Any, cast
 
 from docker import auth as docker_auth
 from docker import utils as docker_utils
-from docker.errors import APIError, DockerException, ImageNotFound, NotFound
+from docker.errors import (
+    APIError,
+    DockerException,
+    ImageNotFound,
+    NotFound,
+    create_api_error_from_http_exception,
+)
+from docker.utils.json_stream import json_stream
 from requests.exceptions import ConnectionError as RequestsConnectionError
-from requests.exceptions import ReadTimeout, RequestException
+from requests.exceptions import HTTPError, ReadTimeout, RequestException
 
 from kubelet_sim import cri
 
@@ -89,7 +96,14 @@ def pull(api: Any, ref: str, auth: cri.RegistryAuth | None, progress_deadline: f
 def _pull_stream(
     api: Any, ref: str, auth: cri.RegistryAuth | None, progress_deadline: float
 ) -> Iterator[dict[str, Any]]:
-    """APIClient.pull with a read timeout (docker-py passes timeout=None for pulls)."""
+    """APIClient.pull's request with a read timeout (docker-py's own passes timeout=None).
+
+    Only public API: APIClient is a requests.Session, so the request is its `post` on the
+    engine's versioned URL (`base_url`, `api_version`); an error status becomes docker-py's
+    own APIError (`create_api_error_from_http_exception`, as its client raises them), and the
+    progress lines are decoded by docker-py's `json_stream`, as its pull does with decode=True.
+    A generator: the request is made at the first line asked for.
+    """
     repository, tag = docker_utils.parse_repository_tag(ref)
     params = {"fromImage": repository, "tag": tag or "latest"}  # a digest goes in tag too
     headers = {}
@@ -101,15 +115,22 @@ def _pull_stream(
         header = docker_auth.encode_header(config)
     if header:
         headers["X-Registry-Auth"] = header
-    response = api._post(
-        api._url("/images/create"),
+    response = api.post(
+        f"{api.base_url}/v{api.api_version}/images/create",
         params=params,
         headers=headers,
         stream=True,
         timeout=progress_deadline,
     )
-    api._raise_for_status(response)
-    return cast(Iterator[dict[str, Any]], api._stream_helper(response, decode=True))
+    try:
+        try:
+            response.raise_for_status()
+        except HTTPError as exc:
+            create_api_error_from_http_exception(exc)  # raises APIError, NotFound, ...
+        for line in json_stream(response.iter_content(chunk_size=None)):
+            yield cast(dict[str, Any], line)
+    finally:
+        response.close()  # at once, also when the caller stops early: Docker drops the pull
 
 
 def _timed_out(exc: BaseException) -> bool:

@@ -1,7 +1,10 @@
-"""Images built on this machine from Debian's busybox-static, for tests, the benchmark and demos.
+"""Look-alike images built on this host from a static busybox: the demo's fallback.
 
-No registry is reachable where kubelet-sim is developed, so nothing can be pulled: a busybox
-image and a pause-like sandbox image are made with `docker import` from a root filesystem.
+Where no registry answers (an offline laptop, this project's machines) and the user kept the
+demo's default images, `kubelet-sim demo` runs its sample and its sandboxes on these instead
+(kubelet_sim/demo/images.py): a busybox image and a pause-like sandbox image, made with
+`docker import` from a root filesystem. So this is part of the product, shipped in the wheel;
+the tests and the benchmarks reuse it because their machines reach no registry either.
 """
 
 from __future__ import annotations

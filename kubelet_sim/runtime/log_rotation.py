@@ -6,24 +6,13 @@ Docker the engine's json-file driver does the same when created with `max-size`/
 
 from __future__ import annotations
 
-import re
 from dataclasses import dataclass
 from typing import Any
 
 from kubelet_sim.config import ConfigError
+from kubelet_sim.quantity import value
 
 MI = 1024 * 1024
-_SUFFIXES = {
-    "": 1,
-    "k": 1000,
-    "K": 1000,
-    "M": 1000**2,
-    "G": 1000**3,
-    "Ki": 1024,
-    "Mi": MI,
-    "Gi": 1024**3,
-}
-_QUANTITY = re.compile(r"^([0-9]+)(Ki|Mi|Gi|k|K|M|G)?$")
 
 
 @dataclass(frozen=True)
@@ -33,15 +22,21 @@ class LogRotation:
 
     @classmethod
     def parse(cls, max_size: str, max_files: int) -> LogRotation:
-        """From the kubelet's flags (`10Mi`, 5); a ConfigError says what is wrong, in one line."""
-        match = _QUANTITY.match(max_size.strip())
-        if match is None or int(match.group(1)) == 0:
+        """From the kubelet's flags (`10Mi`, 5); a ConfigError says what is wrong, in one line.
+
+        The size is a quantity, read as the kubelet reads containerLogMaxSize (the one parser,
+        kubelet_sim.quantity), in whole bytes rounded up."""
+        try:
+            size = value(max_size)
+        except ValueError:
+            size = 0
+        if size <= 0:
             raise ConfigError(
                 f"invalid --container-log-max-size {max_size!r}: want a size such as 10Mi"
             )
         if max_files < 2:
             raise ConfigError(f"--container-log-max-files ({max_files}) must be greater than 1")
-        return cls(int(match.group(1)) * _SUFFIXES[match.group(2) or ""], max_files)
+        return cls(size, max_files)
 
     def log_config(self) -> dict[str, Any]:
         """HostConfig.LogConfig; Docker reads `10m` as 10 MiB (binary units, like `Mi`)."""

@@ -143,6 +143,32 @@ def _resources(res: cri.Resources) -> dict[str, int]:
     return out
 
 
+def _add_security(
+    host: dict[str, Any], sec: cri.SecurityConfig, privileged: PrivilegedParts | None
+) -> None:
+    """HostConfig's capabilities, seccomp, AppArmor and masked paths; for a privileged
+    container where the engine cannot grant Docker's flag, its parts as containerd gives them."""
+    options = ["no-new-privileges"] if sec.no_new_privileges else []
+    if sec.privileged and privileged is not None:
+        parts = privileged.host_config()
+        host["Mounts"] = host.get("Mounts", []) + parts.pop("Mounts")
+        host.update(parts)
+        options += ["seccomp=unconfined", "apparmor=unconfined"]
+    else:
+        if sec.capabilities_add:
+            host["CapAdd"] = list(sec.capabilities_add)
+        if sec.capabilities_drop:
+            host["CapDrop"] = list(sec.capabilities_drop)
+        if sec.seccomp == "unconfined" or sec.seccomp.startswith("{"):
+            options.append(f"seccomp={sec.seccomp}")  # a profile's JSON, read by the runtime
+        if sec.unmasked_proc:  # empty, not absent, as `--security-opt systempaths=unconfined`
+            host["MaskedPaths"], host["ReadonlyPaths"] = [], []
+        if sec.apparmor:  # Docker ignores it on a host without AppArmor
+            options.append(f"apparmor={sec.apparmor}")
+    if options:
+        host["SecurityOpt"] = options
+
+
 def container_body(
     cfg: cri.ContainerConfig,
     sandbox_id: str,
@@ -190,25 +216,7 @@ def container_body(
         host["PidMode"] = f"container:{cfg.pid_namespace_of}"
     if log_config:
         host["LogConfig"] = log_config
-    options = ["no-new-privileges"] if sec.no_new_privileges else []
-    if sec.privileged and privileged is not None:
-        parts = privileged.host_config()
-        host["Mounts"] = host.get("Mounts", []) + parts.pop("Mounts")
-        host.update(parts)
-        options += ["seccomp=unconfined", "apparmor=unconfined"]
-    else:
-        if sec.capabilities_add:
-            host["CapAdd"] = list(sec.capabilities_add)
-        if sec.capabilities_drop:
-            host["CapDrop"] = list(sec.capabilities_drop)
-        if sec.seccomp == "unconfined" or sec.seccomp.startswith("{"):
-            options.append(f"seccomp={sec.seccomp}")  # a profile's JSON, read by the runtime
-        if sec.unmasked_proc:  # empty, not absent, as `--security-opt systempaths=unconfined`
-            host["MaskedPaths"], host["ReadonlyPaths"] = [], []
-        if sec.apparmor:  # Docker ignores it on a host without AppArmor
-            options.append(f"apparmor={sec.apparmor}")
-    if options:
-        host["SecurityOpt"] = options
+    _add_security(host, sec, privileged)
     if sec.supplemental_groups:
         host["GroupAdd"] = [str(g) for g in sec.supplemental_groups]
     body: dict[str, Any] = {

@@ -11,14 +11,14 @@ import re
 from collections.abc import Callable, Iterable, Iterator, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime
-from typing import Any, Protocol
+from typing import Protocol
 from urllib.parse import parse_qs
 
 from kubelet_sim import cri
+from kubelet_sim.jsontypes import Json
 from kubelet_sim.pod.attempts import attempts_of
 from kubelet_sim.server.usage import NodeUsage, PodUsage, resource_metrics, summary
 
-Json = dict[str, Any]
 PROMETHEUS = "text/plain; version=0.0.4; charset=utf-8"
 _LOGS = re.compile(r"^/containerLogs/([^/]+)/([^/]+)/([^/]+)$")
 

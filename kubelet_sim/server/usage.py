@@ -10,12 +10,10 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
-from typing import Any
 
 from kubelet_sim.cri import ContainerStats
+from kubelet_sim.jsontypes import Json
 from kubelet_sim.server.metrics import Family, Sample, render
-
-Json = dict[str, Any]
 
 
 @dataclass(frozen=True)

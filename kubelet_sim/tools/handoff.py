@@ -22,9 +22,9 @@ from typing import Any
 
 from kubelet_sim import cri
 from kubelet_sim.durations import grace_seconds
+from kubelet_sim.jsontypes import Json
 from kubelet_sim.kube.client import KubeConnection
 from kubelet_sim.kube.informer import DELETED, Informer, object_key
-from kubelet_sim.kube.rest import Json
 from kubelet_sim.kube.watches import events_with_reason, pods_in_namespace
 from kubelet_sim.logs import get_logger
 from kubelet_sim.runtime.docker_runtime import DockerRuntime

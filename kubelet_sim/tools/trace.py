@@ -19,9 +19,10 @@ from datetime import datetime
 from typing import Any
 
 from kubelet_sim import cri
+from kubelet_sim.jsontypes import Json
 from kubelet_sim.kube.client import KubeConnection
 from kubelet_sim.kube.informer import DELETED, Informer
-from kubelet_sim.kube.rest import Json, request_json
+from kubelet_sim.kube.rest import request_json
 from kubelet_sim.kube.watches import pods_on_node
 from kubelet_sim.pod.status import format_time_precise
 from kubelet_sim.runtime.docker_runtime import DockerRuntime

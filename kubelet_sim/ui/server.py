@@ -28,7 +28,8 @@ from importlib import resources
 from typing import Any
 from urllib.parse import parse_qs, urlsplit
 
-from kubelet_sim.kube.rest import ApiError, Json
+from kubelet_sim.jsontypes import Json
+from kubelet_sim.kube.rest import ApiError
 from kubelet_sim.logs import get_logger
 from kubelet_sim.ui.state import UiState
 

@@ -18,9 +18,10 @@ from collections.abc import Mapping
 from datetime import datetime
 from typing import Any
 
+from kubelet_sim.jsontypes import Json
 from kubelet_sim.kube.client import KubeConnection
 from kubelet_sim.kube.informer import Informer, WatchTimeouts
-from kubelet_sim.kube.rest import ApiError, Json, request_json
+from kubelet_sim.kube.rest import ApiError, request_json
 from kubelet_sim.kube.watches import all_nodes, events_with_reason, pods_in_namespace, pods_on_node
 from kubelet_sim.logs import get_logger
 from kubelet_sim.runtime.docker_runtime import DockerRuntime

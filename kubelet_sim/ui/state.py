@@ -23,8 +23,8 @@ from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import Any
 
+from kubelet_sim.jsontypes import Json
 from kubelet_sim.kube.informer import DELETED
-from kubelet_sim.kube.rest import Json
 
 SCHEDULER_REASONS = ("Scheduled", "FailedScheduling")
 

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 from typing import Any
 
+from kubelet_sim.jsontypes import Json
 from kubelet_sim.pod.admission import Allocatable
 from kubelet_sim.pod.resource_fields import ResourceFieldError, volume_resource_value
 from kubelet_sim.pod.spec import PodView
@@ -12,7 +13,6 @@ from kubelet_sim.volumes.atomic_writer import FileProjection
 from kubelet_sim.volumes.objects import Payload, mode_of
 from kubelet_sim.volumes.types import MountError
 
-Json = dict[str, Any]
 _GO_ESCAPES = {
     "\a": r"\a",
     "\b": r"\b",

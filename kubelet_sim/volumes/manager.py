@@ -22,8 +22,8 @@ from typing import Any
 from kubelet_sim.logs import get_logger
 from kubelet_sim.paths import safe_part
 from kubelet_sim.pod.admission import Allocatable
-from kubelet_sim.pod.quantity import value
 from kubelet_sim.pod.spec import PodView
+from kubelet_sim.quantity import value
 from kubelet_sim.volumes.hostmount import can_mount, mount_points_under, unmount
 from kubelet_sim.volumes.plugins import PLUGINS, Context
 from kubelet_sim.volumes.types import MountError, ObjectLookup, Prepared, TokenSource, VolumeSetup

@@ -9,12 +9,12 @@ import base64
 import binascii
 from typing import Any
 
+from kubelet_sim.jsontypes import Json
 from kubelet_sim.volumes.atomic_writer import FileProjection
 from kubelet_sim.volumes.types import MountError, ObjectLookup
 
 CONFIG_MAP, SECRET = "ConfigMap", "Secret"
 DEFAULT_MODE = 0o644
-Json = dict[str, Any]
 Payload = dict[str, FileProjection]
 
 

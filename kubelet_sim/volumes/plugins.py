@@ -11,8 +11,8 @@ import stat
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
 
+from kubelet_sim.jsontypes import Json
 from kubelet_sim.logs import get_logger
 from kubelet_sim.pod.admission import Allocatable
 from kubelet_sim.pod.spec import PodView
@@ -30,7 +30,6 @@ from kubelet_sim.volumes.objects import (
 )
 from kubelet_sim.volumes.types import MountError, ObjectLookup, Prepared, TokenSource
 
-Json = dict[str, Any]
 DEFAULT_TOKEN_EXPIRATION = 3600  # the API server's default for serviceAccountToken projections
 
 

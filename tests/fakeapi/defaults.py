@@ -10,7 +10,7 @@ import re
 from fractions import Fraction
 from typing import Any
 
-from tests.fakeapi import errors, resources
+from tests.fakeapi import errors, quantity, resources
 from tests.fakeapi.errors import cause
 
 Obj = dict[str, Any]
@@ -86,28 +86,6 @@ def validate_name(obj: Obj, *, label: bool = False) -> list[dict[str, str]]:
 
 # --- quantities and QoS -------------------------------------------------------------------
 
-_SUFFIXES: dict[str, Fraction] = {
-    "Ki": Fraction(2**10), "Mi": Fraction(2**20), "Gi": Fraction(2**30), "Ti": Fraction(2**40),
-    "Pi": Fraction(2**50), "Ei": Fraction(2**60), "n": Fraction(1, 10**9),
-    "u": Fraction(1, 10**6), "m": Fraction(1, 1000), "": Fraction(1), "k": Fraction(10**3),
-    "M": Fraction(10**6), "G": Fraction(10**9), "T": Fraction(10**12), "P": Fraction(10**15),
-    "E": Fraction(10**18),
-}  # fmt: skip
-_QUANTITY = re.compile(
-    r"^([+-]?(?:\d+\.?\d*|\.\d+))(?:[eE]([+-]?\d+))?(Ki|Mi|Gi|Ti|Pi|Ei|[numkMGTPE])?$"
-)
-
-
-def parse_quantity(value: Any) -> Fraction | None:
-    """Parse a resource.Quantity; None when it is not one."""
-    m = _QUANTITY.match(str(value).strip())
-    if not m:
-        return None
-    number = Fraction(m.group(1))
-    if m.group(2):
-        number *= Fraction(10) ** int(m.group(2))
-    return number * _SUFFIXES[m.group(3) or ""]
-
 
 def _sum_resources(containers: list[Obj], field: str) -> tuple[dict[str, Fraction], list[set[str]]]:
     totals: dict[str, Fraction] = {}
@@ -115,7 +93,7 @@ def _sum_resources(containers: list[Obj], field: str) -> tuple[dict[str, Fractio
     for c in containers:
         found = set()
         for name, q in ((c.get("resources") or {}).get(field) or {}).items():
-            amount = parse_quantity(q)
+            amount = quantity.parse(q)
             if name not in ("cpu", "memory") or amount is None or amount <= 0:
                 continue
             found.add(name)

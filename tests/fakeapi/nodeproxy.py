@@ -148,17 +148,8 @@ def _pipe(client: socket.socket, reader: Any, upstream: ssl.SSLSocket, both_ways
     selector = selectors.DefaultSelector()
     try:
         while True:
-            for sock, out, reading in (
-                (upstream, pending_up, True),
-                (client, pending_down, client_open),
-            ):
-                events = (selectors.EVENT_READ if reading else 0) | (
-                    selectors.EVENT_WRITE if out else 0
-                )
-                with contextlib.suppress(KeyError):
-                    selector.unregister(sock)
-                if events:
-                    selector.register(sock, events)
+            _watch_for(selector, upstream, reading=True, writing=bool(pending_up))
+            _watch_for(selector, client, reading=client_open, writing=bool(pending_down))
             for key, mask in selector.select() + _ssl_pending(upstream, selector):
                 if mask & selectors.EVENT_WRITE:
                     if key.fileobj is upstream:
@@ -172,13 +163,8 @@ def _pipe(client: socket.socket, reader: Any, upstream: ssl.SSLSocket, both_ways
                     if chunk == b"":
                         return
                     pending_down += chunk or b""
-                else:
-                    chunk = _recv(client)
-                    if chunk == b"":
-                        client_open = False
-                        with contextlib.suppress(OSError):
-                            upstream.shutdown(socket.SHUT_WR)
-                    pending_up += chunk or b""
+                else:  # readable only while open: registered for reading only then
+                    client_open = _from_client(client, upstream, pending_up)
     except OSError:
         pass
     finally:
@@ -188,6 +174,29 @@ def _pipe(client: socket.socket, reader: Any, upstream: ssl.SSLSocket, both_ways
             client.setblocking(True)
             client.sendall(pending_down)
             client.shutdown(socket.SHUT_RDWR)
+
+
+def _from_client(client: socket.socket, upstream: ssl.SSLSocket, pending_up: bytearray) -> bool:
+    """What the client sent, added to `pending_up`; False once it closed its side, which is
+    passed on to the node."""
+    chunk = _recv(client)
+    if chunk == b"":
+        with contextlib.suppress(OSError):
+            upstream.shutdown(socket.SHUT_WR)
+        return False
+    pending_up += chunk or b""
+    return True
+
+
+def _watch_for(
+    selector: selectors.BaseSelector, sock: socket.socket, *, reading: bool, writing: bool
+) -> None:
+    """What the next select waits for on `sock`: bytes to read, room to write, or nothing."""
+    events = (selectors.EVENT_READ if reading else 0) | (selectors.EVENT_WRITE if writing else 0)
+    with contextlib.suppress(KeyError):
+        selector.unregister(sock)
+    if events:
+        selector.register(sock, events)
 
 
 def _ssl_pending(sock: ssl.SSLSocket, selector: selectors.BaseSelector) -> list[Any]:

@@ -201,26 +201,31 @@ def _merge_map(original: Any, patch: Obj, schema: Obj | None, types: openapi.Sch
         order, inner = patch.pop(key), types.field_schema(schema, field)
         _merge_ordered(result, patch, field, order, inner, types)
     for key, value in patch.items():
-        if key.startswith("$deleteFromPrimitiveList/"):
-            field = key.split("/", 1)[1]
-            result[field] = [x for x in result.get(field) or [] if x not in value]
-        elif key.startswith("$"):
-            continue
-        elif value is None:
-            result.pop(key, None)
-        elif isinstance(value, dict):
-            merged = _merge_map(result.get(key), value, types.field_schema(schema, key), types)
-            if merged is None:
-                result.pop(key, None)
-            else:
-                result[key] = merged
-        elif isinstance(value, list):
-            result[key] = _merge_list(
-                result.get(key), value, types.field_schema(schema, key), types
-            )
-        else:
-            result[key] = copy.deepcopy(value)
+        _merge_field(result, key, value, schema, types)
     return result
+
+
+def _merge_field(
+    result: Obj, key: str, value: Any, schema: Obj | None, types: openapi.Schema
+) -> None:
+    """One field of a patch map (or its $deleteFromPrimitiveList directive) merged into result."""
+    if key.startswith("$deleteFromPrimitiveList/"):
+        field = key.split("/", 1)[1]
+        result[field] = [x for x in result.get(field) or [] if x not in value]
+    elif key.startswith("$"):
+        return
+    elif value is None:
+        result.pop(key, None)
+    elif isinstance(value, dict):
+        merged = _merge_map(result.get(key), value, types.field_schema(schema, key), types)
+        if merged is None:
+            result.pop(key, None)
+        else:
+            result[key] = merged
+    elif isinstance(value, list):
+        result[key] = _merge_list(result.get(key), value, types.field_schema(schema, key), types)
+    else:
+        result[key] = copy.deepcopy(value)
 
 
 def _merge_ordered(
@@ -304,6 +309,15 @@ def _check_order_directive(schema: Obj | None, field: str, types: openapi.Schema
         )
 
 
+def _union(original: list[Any], changes: list[Any]) -> list[Any]:
+    """A set-list merge: the original's items, then the patch's new ones, each once."""
+    merged: list[Any] = []
+    for x in original + changes:
+        if x not in merged:
+            merged.append(x)
+    return merged
+
+
 def _merge_list(
     original: Any, patch: list[Any], schema: Obj | None, types: openapi.Schema
 ) -> list[Any]:
@@ -313,10 +327,7 @@ def _merge_list(
         return _strip(patch)  # type: ignore[no-any-return]
     if merge_key is None:  # a set of primitives
         changes = [x for x in patch if not isinstance(x, dict)]
-        merged: list[Any] = []
-        for x in original + changes:
-            if x not in merged:
-                merged.append(x)
+        merged: list[Any] = _union(original, changes)
         live = original
     else:
         live, changes = list(original), []

@@ -1,6 +1,11 @@
-"""resource.Quantity as the API server writes it back (apimachinery's CanonicalizeBytes): the
-suffix kind of the input is kept (binary, decimal or exponent), the number made as short as it
-goes exactly: 7237632Ki is 7068Mi, 1000m is 1, 0.5 is 500m, 1536Mi stays, 1.5Gi is 1536Mi."""
+"""resource.Quantity as the fake API server reads it (`parse`) and writes it back (`canonical`,
+apimachinery's CanonicalizeBytes): the suffix kind of the input is kept (binary, decimal or
+exponent), the number made as short as it goes exactly: 7237632Ki is 7068Mi, 1000m is 1, 0.5 is
+500m, 1536Mi stays, 1.5Gi is 1536Mi.
+
+The fake's one parser, kept apart from the agent's (kubelet_sim/quantity.py) on purpose: the
+fake stands for the server, and a test that compares the agent's numbers with the fake's must
+not read both with the same code."""
 
 from __future__ import annotations
 
@@ -20,6 +25,22 @@ _BINARY_SUFFIX = {v: k for k, v in _BINARY.items()} | {0: ""}
 INT64_MAX = 2**63 - 1
 
 
+def parse(text: object) -> Fraction | None:
+    """The exact value of a quantity, or None when `text` is not one."""
+    found = _FORM.match(str(text).strip())
+    return None if found is None else _value(*found.groups())
+
+
+def _value(number: str, e_mark: str | None, exponent: str | None, suffix: str | None) -> Fraction:
+    value = Fraction(number)
+    if e_mark:
+        value *= Fraction(10) ** int(exponent or 0)
+    suffix = suffix or ""
+    if suffix in _BINARY:
+        return value * 2 ** _BINARY[suffix]
+    return value * Fraction(10) ** _DECIMAL[suffix]
+
+
 def canonical(text: str) -> str | None:
     """The server's form of a quantity, or None when `text` is not one."""
     found = _FORM.match(text.strip())
@@ -30,14 +51,7 @@ def canonical(text: str) -> str | None:
         large = _large_exponent(number, int(exponent))
         if large is not None:
             return large
-    value = Fraction(number)
-    if e_mark:
-        value *= Fraction(10) ** int(exponent)
-    suffix = suffix or ""
-    if suffix in _BINARY:
-        value *= 2 ** _BINARY[suffix]
-    else:
-        value *= Fraction(10) ** _DECIMAL[suffix]
+    value = _value(number, e_mark, exponent, suffix)
     if value == 0:
         return "0"
     if suffix in _BINARY and abs(value) >= 1024 and value.denominator == 1:

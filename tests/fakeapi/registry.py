@@ -337,25 +337,7 @@ class Registry:
         if sub == "ephemeralcontainers":
             return defaults.update_ephemeral_containers(current, new)
         if sub == "status":
-            # v1.24's status strategies keep the spec (and a pod's ownerReferences) but take
-            # labels, annotations and finalizers from the write; newer servers reset all metadata.
-            result = copy.deepcopy(current)
-            result["status"] = new.get("status") or {}
-            for key in ("labels", "annotations", "finalizers"):
-                if new["metadata"].get(key):
-                    result["metadata"][key] = new["metadata"][key]
-                else:
-                    result["metadata"].pop(key, None)
-            if res is NODES:
-                controllers.sync_not_ready_taint(result)
-            if res is PODS:
-                defaults.normalize_pod_ips(result["status"])
-                problems = defaults.validate_pod_status(result["status"], current)
-                if problems:
-                    raise errors.invalid(PODS, current["metadata"]["name"], problems)
-            if res is PODS and not result["status"].get("qosClass"):
-                result["status"]["qosClass"] = (current.get("status") or {}).get("qosClass")
-            return result
+            return self._prepare_status(res, current, new)
         meta = new["metadata"]
         for key in (
             "name", "namespace", "uid", "creationTimestamp", "deletionTimestamp",
@@ -375,6 +357,28 @@ class Registry:
         elif res.name == "secrets":
             defaults.default_secret(new)
         return new
+
+    @staticmethod
+    def _prepare_status(res: Resource, current: Obj, new: Obj) -> Obj:
+        # v1.24's status strategies keep the spec (and a pod's ownerReferences) but take
+        # labels, annotations and finalizers from the write; newer servers reset all metadata.
+        result = copy.deepcopy(current)
+        result["status"] = new.get("status") or {}
+        for key in ("labels", "annotations", "finalizers"):
+            if new["metadata"].get(key):
+                result["metadata"][key] = new["metadata"][key]
+            else:
+                result["metadata"].pop(key, None)
+        if res is NODES:
+            controllers.sync_not_ready_taint(result)
+        if res is PODS:
+            defaults.normalize_pod_ips(result["status"])
+            problems = defaults.validate_pod_status(result["status"], current)
+            if problems:
+                raise errors.invalid(PODS, current["metadata"]["name"], problems)
+        if res is PODS and not result["status"].get("qosClass"):
+            result["status"]["qosClass"] = (current.get("status") or {}).get("qosClass")
+        return result
 
     @staticmethod
     def _prepare_pod(current: Obj, new: Obj) -> None:

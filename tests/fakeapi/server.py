@@ -382,6 +382,18 @@ class FakeApiServer:
         if res is PODS and route.sub in nodeproxy.SUBRESOURCES:
             self._node_proxy(h, record, route, raw)
             return
+        self._dispatch_verb(h, record, route, res, params, raw)
+
+    def _dispatch_verb(
+        self,
+        h: _Handler,
+        record: RequestRecord,
+        route: routes.Route,
+        res: Resource,
+        params: dict[str, str],
+        raw: bytes,
+    ) -> None:
+        """A resource's own verbs: watch, list, get, create, update, patch, delete."""
         ns = route.namespace if res.namespaced else ""
         verb, name = route.verb, route.name or ""
         if verb == "watch":

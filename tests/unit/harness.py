@@ -17,8 +17,9 @@ from pathlib import Path
 from typing import Any
 
 from kubelet_sim import cri
+from kubelet_sim.jsontypes import Json
 from kubelet_sim.kube.events import EventRef
-from kubelet_sim.kube.rest import ApiError, Json
+from kubelet_sim.kube.rest import ApiError
 from kubelet_sim.pod.admission import Allocatable
 from kubelet_sim.pod.container_config import ObjectLookup
 from kubelet_sim.pod.dns import NodeDNS

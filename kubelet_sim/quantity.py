@@ -1,9 +1,10 @@
 """Kubernetes resource quantities ("500m", "0.5", "128Mi", "1e3") as exact numbers, in bounded time.
 
 The one parser of quantities in the agent: requests, limits and overhead, the downward API's
-values and divisors, the memory of an emptyDir, and the node's own --cpu, --memory and
---*-reserved. `milli_value` and `value` round up like Quantity.MilliValue() and
-Quantity.Value().
+values and divisors, the memory of an emptyDir, the node's own --cpu, --memory and
+--*-reserved, and --container-log-max-size. A shared piece (pure, no I/O), so that pod logic,
+the node, volumes and the runtime's log rotation all read a quantity the same way.
+`milli_value` and `value` round up like Quantity.MilliValue() and Quantity.Value().
 
 Any quantity the API server accepts is decided in time linear in its length. The server keeps
 `1e999990` as written (an int64 mantissa and an int32 exponent); building that number
