@@ -243,28 +243,70 @@ class PodSyncer:
         if not volumes.ok and wants_to_start and not (actions.kill_pod or state.killing_pod):
             return self.mount_backoff.get(view.uid)
         if state.killing_pod or (actions.kill_pod and not actions.create_sandbox):
-            # killPodWithSyncResult, which the kubelet finishes in one sync: nothing starts
-            # (a sidecar that stopped is not restarted) until the sandbox is down too.
-            state.killing_pod = True
-            stopping = self.stopper.stop_all(
-                view, observed, state, grace=view.termination_grace_period
-            )
-            state.killing_pod = stopping is not None
-            self._write(pod, view, state)
-            return _soonest(deadline, stopping)
+            return self._kill_pod(pod, view, state, observed, deadline)
         if actions.create_sandbox:
-            stopping = self.stopper.stop_all(
-                view, observed, state, grace=view.termination_grace_period
-            )
-            if stopping is not None:  # the old sandbox's containers first
-                self._write(pod, view, state)
-                return _soonest(deadline, stopping)
-            sandbox = self.starter.create_sandbox(view, actions.sandbox_attempt)
+            sandbox, wait = self._new_sandbox(pod, view, state, observed, actions, deadline)
             if sandbox is None:
-                self._write(pod, view, state)
-                return ERROR_RETRY
+                return wait
         assert sandbox is not None
         self._kill_failed_post_starts(view, observed, state)
+        retry.extend(self._kill_containers(view, state, actions))
+        if state.post_start_running:  # SyncPod starts containers one after the other, each
+            self._write(pod, view, state)  # with its hook: the hook's end brings the pod back
+            return _soonest(*retry)
+        retry.extend(self._start_containers(view, observed, state, actions, sandbox, volumes))
+        if self.starter.puller.pulling(view.uid, images):
+            return _soonest(*retry)  # the pull's end wakes the pod
+        if any(state.waiting.get(name) != reasons.get(name) for name in state.waiting):
+            # What this sync learned (CrashLoopBackOff, ErrImagePull, a config error) is told
+            # by the next sync, as the reasonCache is: soon, as the kubelet's PLEG relist.
+            retry.append(NEXT_SYNC)
+        else:
+            self._write(pod, view, state)
+        return _soonest(*retry)
+
+    def _kill_pod(
+        self,
+        pod: Json,
+        view: PodView,
+        state: PodState,
+        observed: Sequence[cri.ObservedContainer],
+        deadline: float | None,
+    ) -> float | None:
+        """killPodWithSyncResult, which the kubelet finishes in one sync: nothing starts (a
+        sidecar that stopped is not restarted) until the sandbox is down too."""
+        state.killing_pod = True
+        stopping = self.stopper.stop_all(view, observed, state, grace=view.termination_grace_period)
+        state.killing_pod = stopping is not None
+        self._write(pod, view, state)
+        return _soonest(deadline, stopping)
+
+    def _new_sandbox(
+        self,
+        pod: Json,
+        view: PodView,
+        state: PodState,
+        observed: Sequence[cri.ObservedContainer],
+        actions: PodActions,
+        deadline: float | None,
+    ) -> tuple[cri.ObservedContainer | None, float | None]:
+        """The old sandbox's containers stopped first, then a new sandbox; without one, when
+        to come back."""
+        stopping = self.stopper.stop_all(view, observed, state, grace=view.termination_grace_period)
+        if stopping is not None:
+            self._write(pod, view, state)
+            return None, _soonest(deadline, stopping)
+        sandbox = self.starter.create_sandbox(view, actions.sandbox_attempt)
+        if sandbox is None:
+            self._write(pod, view, state)
+            return None, ERROR_RETRY
+        return sandbox, None
+
+    def _kill_containers(
+        self, view: PodView, state: PodState, actions: PodActions
+    ) -> list[float | None]:
+        """The containers a probe or a changed definition condemns; when to look again."""
+        retry: list[float | None] = []
         for victim, message in actions.containers_to_kill:
             grace = view.termination_grace_period
             if victim.id in actions.probe_kills:
@@ -274,17 +316,27 @@ class PodSyncer:
                 state.replacing.add(victim.name)
             self.stopper.stop(view, victim, state, grace, message)
             retry.append(self.stopper.recheck_in([victim.id]))
-        if state.post_start_running:  # SyncPod starts containers one after the other, each
-            self._write(pod, view, state)  # with its hook: the hook's end brings the pod back
-            pending = [r for r in retry if r is not None]
-            return min(pending) if pending else None
+        return retry
+
+    def _start_containers(
+        self,
+        view: PodView,
+        observed: Sequence[cri.ObservedContainer],
+        state: PodState,
+        actions: PodActions,
+        sandbox: cri.ObservedContainer,
+        volumes: VolumeSetup,
+    ) -> list[float | None]:
+        """Init, app, then ephemeral containers, one after the other until a postStart hook
+        holds the rest; each one's retry delay."""
+        retry: list[float | None] = []
         for container in self._to_start(view, observed, state, actions):
             wait = self.starter.start(view, container, sandbox, state, volumes)
             if wait is None:
                 state.replacing.discard(container.name)
             retry.append(wait)
             if state.post_start_running:  # its postStart runs: the next ones wait for its end
-                break
+                return retry
         for container in actions.ephemeral_to_start:
             if state.post_start_running:
                 break
@@ -292,16 +344,7 @@ class PodSyncer:
             running = latest_attempt(observed, target) if target else None
             shares = running.id if running and running.state is cri.ContainerState.RUNNING else ""
             retry.append(self.starter.start(view, container, sandbox, state, volumes, shares))
-        pending = [r for r in retry if r is not None]
-        if self.starter.puller.pulling(view.uid, images):
-            return min(pending) if pending else None  # the pull's end wakes the pod
-        if any(state.waiting.get(name) != reasons.get(name) for name in state.waiting):
-            # What this sync learned (CrashLoopBackOff, ErrImagePull, a config error) is told
-            # by the next sync, as the reasonCache is: soon, as the kubelet's PLEG relist.
-            pending.append(NEXT_SYNC)
-        else:
-            self._write(pod, view, state)
-        return min(pending) if pending else None
+        return retry
 
     def _kill_failed_post_starts(
         self, view: PodView, observed: Sequence[cri.ObservedContainer], state: PodState
