@@ -18,6 +18,7 @@ from collections.abc import Mapping
 from datetime import datetime
 from typing import Any
 
+from kubelet_sim.backoff import Backoff
 from kubelet_sim.jsontypes import Json
 from kubelet_sim.kube.client import KubeConnection
 from kubelet_sim.kube.informer import Informer, WatchTimeouts
@@ -113,12 +114,18 @@ class Sources:
         def write(line: str) -> None:
             self.state.on_stream(json.loads(line))
 
-        try:
-            watch_tool.stream(
-                self.kube, node, write, self.stop_event, output="json", timeouts=self.timeouts
-            )
-        except Exception:
-            log.exception("the watch stream failed", node=node)
+        backoff = Backoff()
+        while not self.stop_event.is_set():
+            try:
+                watch_tool.stream(
+                    self.kube, node, write, self.stop_event, output="json", timeouts=self.timeouts
+                )
+                return
+            except Exception:
+                # A view left open for hours outlives any one connection: start the stream
+                # again, as `kubelet-sim watch` run again would, after the one backoff.
+                log.exception("the watch stream failed; starting it again", node=node)
+            self.stop_event.wait(backoff.next_delay())
 
     def _leases(self) -> None:
         listed = True
