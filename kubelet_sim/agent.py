@@ -155,7 +155,7 @@ class Agent:
         self.supervisor = supervisor = Supervisor(
             on_failure=lambda _why: self._halt.set(), node=self.node_name
         )
-        self.schema = schema or ServerSchema()  # filled once the server answers
+        self.schema = schema or ServerSchema.of_server(kube.api)  # read on first use
         self.lifecycle = NodeLifecycle(
             settings, NodeApi(kube.api, self.schema), runtime, host=host, supervisor=supervisor
         )
@@ -283,7 +283,6 @@ class Agent:
         if wait_for_api_server(self.kube, stop) is None:
             self.log.info("stopped before the API server answered")
             return
-        self.schema.load(self.kube.api)
         if self.lifecycle.start():
             self._run_controllers(stop)
         self.lifecycle.stop()  # again: a registration that finished during the first stop

@@ -115,7 +115,8 @@ class NodeSet:
                 else n
                 for n in identities
             ]
-        schema = ServerSchema()  # read once for all the nodes: it is the same server
+        # Read once for all the nodes (it is the same server), on its first use.
+        schema = ServerSchema.of_server(next(iter(kube.values())).api) if kube else ServerSchema()
         agents = []
         for i, node in enumerate(identities):
             name = node.settings.node_name

@@ -47,8 +47,7 @@ def test_patch_strategies_are_the_servers(cluster: Cluster) -> None:
 
 
 def test_status_is_pruned_to_the_fields_the_server_knows(cluster: Cluster) -> None:
-    schema = ServerSchema()
-    schema.load(cluster.api)
+    schema = ServerSchema.of_server(cluster.api)
     assert schema.knows(POD_STATUS)
     status = {
         "phase": "Running",

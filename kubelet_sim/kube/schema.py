@@ -9,7 +9,7 @@ own schema keeps the versioned status cache honest on every server version.
 from __future__ import annotations
 
 import threading
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from typing import Any
 
 from kubernetes import client
@@ -24,35 +24,54 @@ _REF_PREFIX = "#/definitions/"
 
 
 class ServerSchema:
-    """Known properties by definition name; unknown definitions prune nothing."""
+    """Known properties by definition name; unknown definitions prune nothing.
 
-    def __init__(self, definitions: dict[str, Json] | None = None) -> None:
+    Built with what it reads from (`of_server`) and read on first use, once, under a lock:
+    nothing fills it in from outside, and the nodes of one process share one read.
+    """
+
+    def __init__(
+        self,
+        definitions: dict[str, Json] | None = None,
+        *,
+        source: Callable[[], Json] | None = None,
+        roots: Iterable[str] = (POD_STATUS, NODE_STATUS),
+    ) -> None:
         self._definitions = definitions or {}
+        self._source = source if definitions is None else None
+        self._roots = tuple(roots)
         self._lock = threading.Lock()
 
-    def load(self, api: client.ApiClient, roots: Iterable[str] = (POD_STATUS, NODE_STATUS)) -> None:
-        """Read the server's schema once (nodes of one process share it); on failure prune
-        nothing (a newer server knows more)."""
-        with self._lock:
-            if not self._definitions:
-                self._load(api, roots)
+    @classmethod
+    def of_server(cls, api: client.ApiClient) -> ServerSchema:
+        return cls(source=lambda: request_json(api, "GET", "/openapi/v2", timeout=(5.0, 60.0)))
 
-    def _load(self, api: client.ApiClient, roots: Iterable[str]) -> None:
+    def _read(self) -> dict[str, Json]:
+        """The server's schema, read once; on failure prune nothing (a newer server knows more)."""
+        if self._source is None:
+            return self._definitions
+        with self._lock:
+            source, self._source = self._source, None
+            if source is not None:
+                self._load(source)
+            return self._definitions
+
+    def _load(self, source: Callable[[], Json]) -> None:
         log = get_logger(__name__)
         try:
-            document = request_json(api, "GET", "/openapi/v2", timeout=(5.0, 60.0))
+            document = source()
         except Exception as exc:  # ApiError, urllib3's transport errors, a body that is not JSON
             log.warning("cannot read the API server's schema; sending status as is", error=str(exc))
             return
-        self._definitions = reachable(document.get("definitions") or {}, roots)
+        self._definitions = reachable(document.get("definitions") or {}, self._roots)
         log.debug("read the API server's schema", definitions=len(self._definitions))
 
     def knows(self, definition: str) -> bool:
-        return definition in self._definitions
+        return definition in self._read()
 
     def prune(self, value: Any, definition: str) -> Any:
         """`value` without the fields the server's `definition` lacks, recursively."""
-        schema = self._definitions.get(definition)
+        schema = self._read().get(definition)
         if schema is None:
             return value
         return self._prune(value, schema)
