@@ -35,7 +35,7 @@ ALLOWED: dict[str, set[str]] = {
     "volumes": SHARED | {"pod"},
     "node": SHARED | {"kube", "runtime", "pod"},
     "prober": SHARED | {"pod"},
-    "podworkers": SHARED | {"kube", "runtime", "pod", "volumes", "prober"},
+    "podworkers": SHARED | {"kube", "pod", "volumes", "prober"},
     "server": SHARED | {"kube", "pod"},
     "proxy": SHARED | {"kube"},
     "agent": SHARED
