@@ -13,6 +13,7 @@ import json
 import os
 import re
 import shutil
+import socket
 import subprocess
 import time
 import urllib.error
@@ -23,6 +24,8 @@ from typing import Any
 import pytest
 from kubernetes.stream import stream
 
+from kubelet_sim.server.streaming import websocket
+from kubelet_sim.server.streaming.pump import ProtocolError
 from tests import spdy_client
 from tests.cluster import Cluster, deadline_scale, wait_for
 from tests.kubelet_api import Node, node
@@ -321,3 +324,48 @@ def test_a_client_that_never_opens_its_streams_is_let_go(cluster: Cluster, node:
     check.conn.open_stream(spdy_client.stream_headers("stdout"))
     check.conn.open_stream(spdy_client.stream_headers("stderr"))
     assert json.loads(spdy_client.read_all(error))["status"] == "Failure", "never ran"
+
+
+def _client_frame(first: int, payload: bytes) -> bytearray:
+    """A masked client frame with `first` as its first byte (FIN, RSV, opcode)."""
+    mask = b"\x01\x02\x03\x04"
+    masked = bytes(b ^ mask[i % 4] for i, b in enumerate(payload))
+    size = len(payload)
+    head = bytes([first, 0x80 | size]) if size < 126 else bytes([first, 0xFE]) + size.to_bytes(2)
+    return bytearray(head + mask + masked)
+
+
+@pytest.mark.parametrize(
+    ("first", "payload"),
+    [
+        (0xC2, b"\x00x"),  # RSV1 set: no extension (permessage-deflate) is negotiated
+        (0x83, b"\x00x"),  # a reserved data opcode
+        (0x8B, b""),  # a reserved control opcode
+        (0x89, b"p" * 126),  # a ping past 125 bytes
+        (0x09, b"p"),  # a fragmented ping
+    ],
+)
+def test_websocket_frames_rfc_6455_forbids_end_the_connection(first: int, payload: bytes) -> None:
+    """What wsproto would refuse (RFC 6455 5.2, 5.5) our framing refuses, at the frame's header."""
+    with pytest.raises(ProtocolError):
+        websocket._take_frame(_client_frame(first, payload))
+    assert websocket._take_frame(_client_frame(0x82, payload[:100])) is not None
+
+
+def test_websocket_continuations_out_of_place_end_the_connection() -> None:
+    """A continuation with no message begun, or a new message inside a fragmented one (5.4)."""
+    for frames in ([(0x80, b"\x01a")], [(0x02, b"\x01a"), (0x82, b"b")]):
+        a, b = socket.socketpair()
+        with a, b:
+            conn = websocket.Connection(a, "v4.channel.k8s.io")
+            conn._inbox += b"".join(_client_frame(first, data) for first, data in frames)
+            with pytest.raises(ProtocolError):
+                conn._parse()
+    a, b = socket.socketpair()
+    with a, b:  # a fragmented message, then a whole one, arrive on their channels
+        conn = websocket.Connection(a, "v4.channel.k8s.io")
+        for first, data in ((0x02, b"\x01a"), (0x89, b""), (0x80, b"b"), (0x82, b"\x02c")):
+            conn._inbox += _client_frame(first, data)
+        conn._parse()
+        assert bytes(conn.channels[1]._unread) == b"ab"
+        assert bytes(conn.channels[2]._unread) == b"c"

@@ -12,6 +12,7 @@ websocket, is refused, and falls back to SPDY, as with any kubelet.
 from __future__ import annotations
 
 import base64
+import binascii
 import hashlib
 import socket
 import ssl
@@ -30,6 +31,7 @@ PROTOCOLS = ("v4.channel.k8s.io", "v4.base64.channel.k8s.io", "channel.k8s.io",
              "base64.channel.k8s.io", "")  # fmt: skip
 CHANNELS = ("stdin", "stdout", "stderr", "error", "resize")
 _TEXT, _BINARY, _CLOSE, _PING, _PONG = 1, 2, 8, 9, 10
+_OPCODES = (0, _TEXT, _BINARY, _CLOSE, _PING, _PONG)
 MAX_MESSAGE = 4 << 20  # a frame or a message (fragments together); past it the connection ends
 
 
@@ -102,6 +104,7 @@ class Connection(SocketPump):
         self.text = "base64" in protocol
         self.channels = {n: Channel(n, self) for n in range(len(CHANNELS))}
         self._message = bytearray()
+        self._fragmented = False  # a message's first frame came without FIN
         self._closed_sent = threading.Event()
 
     def send_message(self, channel: int, data: bytes) -> None:
@@ -138,6 +141,9 @@ class Connection(SocketPump):
                 else:
                     self.finish()
             elif opcode in (0, _TEXT, _BINARY):
+                if (opcode == 0) != self._fragmented:  # RFC 6455 5.4
+                    raise ProtocolError("a websocket continuation out of place")
+                self._fragmented = not fin
                 if len(self._message) + len(payload) > MAX_MESSAGE:
                     raise ProtocolError("a message past the limit", "message_too_large")
                 self._message += payload
@@ -150,7 +156,10 @@ class Connection(SocketPump):
             return
         if self.text:
             number = message[0] - ord("0")
-            data = base64.b64decode(message[1:]) if len(message) > 1 else b""
+            try:
+                data = base64.b64decode(message[1:]) if len(message) > 1 else b""
+            except binascii.Error:
+                raise ProtocolError("a text message that is not base64") from None
         else:
             number, data = message[0], message[1:]
         with self.lock:
@@ -188,6 +197,13 @@ def _take_frame(buffer: bytearray) -> tuple[bool, int, bytes] | None:
         (size,), at = struct.unpack_from(">Q", buffer, 2), 10
     if not second & 0x80:
         raise ProtocolError("a client's websocket frame must be masked")
+    opcode = first & 0x0F
+    if first & 0x70:  # RSV1-3: no extension is ever negotiated (RFC 6455 5.2)
+        raise ProtocolError("a websocket frame with reserved bits set")
+    if opcode not in _OPCODES:
+        raise ProtocolError(f"a websocket frame of opcode {opcode}")
+    if opcode >= _CLOSE and (size > 125 or not first & 0x80):  # control frames (5.5)
+        raise ProtocolError("a websocket control frame fragmented or past 125 bytes")
     if size > MAX_MESSAGE:
         raise ProtocolError(f"a frame of {size} bytes", "frame_too_large")
     if len(buffer) < at + 4 + size:
@@ -197,4 +213,4 @@ def _take_frame(buffer: bytearray) -> tuple[bool, int, bytes] | None:
     del buffer[: at + 4 + size]
     key = (mask * (size // 4 + 1))[:size]
     unmasked = (int.from_bytes(data, "big") ^ int.from_bytes(key, "big")).to_bytes(size, "big")
-    return bool(first & 0x80), first & 0x0F, unmasked
+    return bool(first & 0x80), opcode, unmasked
