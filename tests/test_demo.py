@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import shutil
 import signal
 import socket
@@ -81,6 +82,18 @@ class DemoProcess:
             return next((line for line in self.lines if text in line), None)
 
         return str(wait_for(found, timeout, f"the demo to print {text!r}"))
+
+    def wait_match(self, pattern: str, timeout: float) -> str:
+        """The first line matching `pattern` (re.search), waited for as wait_line waits."""
+        regex = re.compile(pattern)
+
+        def found() -> str | None:
+            line = next((line for line in self.lines if regex.search(line)), None)
+            if line is None and self.proc.poll() is not None:
+                pytest.fail(f"demo exited {self.proc.returncode}:\n" + "\n".join(self.lines))
+            return line
+
+        return str(wait_for(found, timeout, f"the demo to print a line like {pattern!r}"))
 
     def stop(self, sig: signal.Signals = signal.SIGINT, timeout: float = 30) -> int:
         if self.proc.poll() is None:
@@ -218,13 +231,15 @@ def test_demo_runs_the_handoff_and_leaves_nothing(
     ).port
     assert api_port is not None
 
-    # The printed timeline: every step of each sample pod, in order, on its node.
+    # The printed timeline: every step of each sample pod, in order, on its node. A pod first
+    # seen before the scheduler placed it is "created" on no node yet ("-"), as it was then.
     for pod in pods:
-        pod_name = f"default/{pod['metadata']['name']}"
+        pod_name, node = re.escape(f"default/{pod['metadata']['name']}"), pod["spec"]["nodeName"]
         for step in STEPS:
-            demo.wait_line(f"{pod_name}  {pod['spec']['nodeName']}  {step}", 10)
-        marker = f"{pod_name}  {pod['spec']['nodeName']}  "
-        printed = [line.split(marker, 1)[1].split("  ")[0] for line in demo.lines if marker in line]
+            nodes = f"({re.escape(node)}|-)" if step == "created" else re.escape(node)
+            demo.wait_match(rf"{pod_name}  {nodes}  {re.escape(step)}", 10)
+        line_of_pod = re.compile(rf"{pod_name}  (?:{re.escape(node)}|-)  (.+?)(?:  |$)")
+        printed = [m[1] for line in demo.lines if (m := line_of_pod.search(line))]
         order = [STEPS.index(step) for step in printed if step in STEPS]
         assert order == sorted(order) == list(range(len(STEPS))), printed
 
