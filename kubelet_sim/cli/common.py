@@ -2,12 +2,16 @@
 
 from __future__ import annotations
 
+import dataclasses
+import functools
+import inspect
 import signal
 import sys
 import threading
+from collections.abc import Callable
 from enum import StrEnum
 from types import FrameType
-from typing import NoReturn
+from typing import Any, NoReturn, TypeVar
 
 import typer
 
@@ -41,3 +45,39 @@ def stop_on_signals() -> threading.Event:
 class OutputChoice(StrEnum):
     text = "text"
     json = "json"
+
+
+R = TypeVar("R")
+
+
+def with_options_of(options: type, param: str) -> Callable[[Callable[..., R]], Callable[..., R]]:
+    """A decorator: the command's own parameters, minus `param`, plus every field of the
+    dataclass `options` as an option; the call gets them back as one `options` in `param`.
+    One way for typer to take a group of options that several commands share."""
+    names = [f.name for f in dataclasses.fields(options)]
+
+    def decorate(command: Callable[..., R]) -> Callable[..., R]:
+        own = list(inspect.signature(command, eval_str=True).parameters.values())
+        resolved = inspect.get_annotations(options, eval_str=True)
+        keyword = inspect.Parameter.KEYWORD_ONLY
+        added = [
+            inspect.Parameter(
+                f.name,
+                inspect.Parameter.KEYWORD_ONLY,
+                default=f.default,
+                annotation=resolved[f.name],
+            )
+            for f in dataclasses.fields(options)
+        ]
+        params = [p.replace(kind=keyword) for p in own if p.name != param]
+
+        @functools.wraps(command)
+        def wrapper(**kwargs: Any) -> R:
+            group = options(**{name: kwargs.pop(name) for name in names})
+            return command(**{param: group}, **kwargs)
+
+        wrapper.__signature__ = inspect.Signature([*params, *added])  # type: ignore[attr-defined]
+        wrapper.__annotations__ = {p.name: p.annotation for p in [*params, *added]}
+        return wrapper
+
+    return decorate

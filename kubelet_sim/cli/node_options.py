@@ -8,17 +8,16 @@ demo adding what only its control plane knows (each node's credentials, the clie
 
 from __future__ import annotations
 
-import functools
-import inspect
-from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass, fields
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
 from enum import StrEnum
 from pathlib import Path
-from typing import Annotated, Any, TypeVar
+from typing import Annotated, Any
 
 import typer
 
 from kubelet_sim.agent import PodSettings, node_dns
+from kubelet_sim.cli.common import with_options_of
 from kubelet_sim.node.settings import (
     NodeSettings,
     default_taints,
@@ -277,30 +276,4 @@ class NodeOptions:
         )
 
 
-_FIELDS = [f.name for f in fields(NodeOptions)]
-
-
-R = TypeVar("R")
-
-
-def with_node_options(command: Callable[..., R]) -> Callable[..., R]:
-    """The command's own parameters, minus `node`, plus every NodeOptions field as an option;
-    the call gets them back as one NodeOptions."""
-    own = list(inspect.signature(command, eval_str=True).parameters.values())
-    resolved = inspect.get_annotations(NodeOptions, eval_str=True)
-    added = [
-        inspect.Parameter(
-            f.name, inspect.Parameter.KEYWORD_ONLY, default=f.default, annotation=resolved[f.name]
-        )
-        for f in fields(NodeOptions)
-    ]
-    params = [p.replace(kind=inspect.Parameter.KEYWORD_ONLY) for p in own if p.name != "node"]
-
-    @functools.wraps(command)
-    def wrapper(**kwargs: Any) -> R:
-        node = NodeOptions(**{name: kwargs.pop(name) for name in _FIELDS})
-        return command(node=node, **kwargs)
-
-    wrapper.__signature__ = inspect.Signature([*params, *added])  # type: ignore[attr-defined]
-    wrapper.__annotations__ = {p.name: p.annotation for p in [*params, *added]}
-    return wrapper
+with_node_options = with_options_of(NodeOptions, "node")

@@ -6,18 +6,16 @@
 
 from __future__ import annotations
 
-import functools
-import inspect
 import os
 import threading
 from collections.abc import Callable, Mapping
-from dataclasses import dataclass, fields
+from dataclasses import dataclass
 from pathlib import Path
-from typing import Annotated, Any, TypeVar
+from typing import Annotated
 
 import typer
 
-from kubelet_sim.cli.common import fail, stop_on_signals, typer_app
+from kubelet_sim.cli.common import fail, stop_on_signals, typer_app, with_options_of
 from kubelet_sim.config import ConfigError
 from kubelet_sim.kube.client import KubeConfigError, connect
 from kubelet_sim.logs import configure_logging
@@ -108,30 +106,7 @@ class UiOptions:
         threading.Thread(target=stop_when_told, name="ui stop", daemon=True).start()
 
 
-R = TypeVar("R")
-_FIELDS = [f.name for f in fields(UiOptions)]
-
-
-def with_ui_options(command: Callable[..., R]) -> Callable[..., R]:
-    """The command's own parameters, minus `ui`, plus the UiOptions fields as options."""
-    own = list(inspect.signature(command, eval_str=True).parameters.values())
-    resolved = inspect.get_annotations(UiOptions, eval_str=True)
-    added = [
-        inspect.Parameter(
-            f.name, inspect.Parameter.KEYWORD_ONLY, default=f.default, annotation=resolved[f.name]
-        )
-        for f in fields(UiOptions)
-    ]
-    params = [p.replace(kind=inspect.Parameter.KEYWORD_ONLY) for p in own if p.name != "ui"]
-
-    @functools.wraps(command)
-    def wrapper(**kwargs: Any) -> R:
-        ui = UiOptions(**{name: kwargs.pop(name) for name in _FIELDS})
-        return command(ui=ui, **kwargs)
-
-    wrapper.__signature__ = inspect.Signature([*params, *added])  # type: ignore[attr-defined]
-    wrapper.__annotations__ = {p.name: p.annotation for p in [*params, *added]}
-    return wrapper
+with_ui_options = with_options_of(UiOptions, "ui")
 
 
 ui_app = typer_app()
