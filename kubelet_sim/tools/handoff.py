@@ -121,6 +121,7 @@ class PodHandoff:
         containers: Sequence[cri.ObservedContainer],
         *,
         now: float,
+        deleting: Json | None = None,
     ) -> list[str]:
         """The lines that this snapshot of the pod, its events, the node's journal and the
         node's containers adds to what was printed before."""
@@ -138,7 +139,7 @@ class PodHandoff:
             if ending:  # the start is over: what it reached is out, what it did not never comes
                 self.settled = True
                 self._held_since = None
-        lines += self._deletion(pod)
+        lines += self._deletion(deleting or pod)
         return lines
 
     def already(self, pod: Json) -> list[str]:
@@ -155,10 +156,11 @@ class PodHandoff:
             return []
         return [self._line(when, False, f"already {state}", "before the stream started", "")]
 
-    def gone(self, pod: Json, at: datetime) -> list[str]:
-        """The pod left the API at `at` (when its watch said so); `pod` is its last state."""
+    def gone(self, pod: Json, at: datetime, deleting: Json | None = None) -> list[str]:
+        """The pod left the API at `at` (when its watch said so); `pod` is its last state,
+        `deleting` the first one with a deletionTimestamp, if seen."""
         self.settled = True
-        lines = self._deletion(pod)
+        lines = self._deletion(deleting or pod)
         if self._deletion_began is None:
             return [*lines, self._line(at, True, "gone", "", "")]
         since = _seconds(at - self._deletion_began)
@@ -279,10 +281,15 @@ class _Watched:
         self.gone: list[tuple[Json, datetime]] = []
         self.existing: set[str] = set()  # there when the pod list came in
         self.unbound: set[str] = set()  # some version had no spec.nodeName (maybe not the last)
+        # The first version with a deletionTimestamp: a tick may see only a later one (the
+        # node's final DELETE sets the grace period to 0), and the deletion began with this.
+        self.deletions: dict[str, Json] = {}
 
     def on_pod(self, kind: str, pod: Json, synced: bool) -> None:
         uid = _uid(pod)
         with self.lock:
+            if (pod.get("metadata") or {}).get("deletionTimestamp"):
+                self.deletions.setdefault(uid, pod)
             if kind == DELETED:
                 self.pods.pop(uid, None)
                 self.events.pop(uid, None)
@@ -323,6 +330,10 @@ class _Watched:
     def events_of(self, uid: str) -> list[Json]:
         with self.lock:
             return list((self.events.get(uid) or {}).values())
+
+    def deletion_of(self, uid: str, *, forget: bool = False) -> Json | None:
+        with self.lock:
+            return self.deletions.pop(uid, None) if forget else self.deletions.get(uid)
 
 
 class _Stream:
@@ -380,7 +391,8 @@ class _Stream:
                 containers[node] = self._containers(runtime, node)
             observed = containers[node]
             journal = runtime.files.read_journal(uid)
-        return handoff.update(pod, self.watched.events_of(uid), journal, observed, now=now)
+        events, deleting = self.watched.events_of(uid), self.watched.deletion_of(uid)
+        return handoff.update(pod, events, journal, observed, now=now, deleting=deleting)
 
     def _containers(self, runtime: DockerRuntime, node: str) -> list[cri.ObservedContainer]:
         try:
@@ -392,8 +404,13 @@ class _Stream:
     def _gone(self, pod: Json, now: float, at: datetime) -> list[str]:
         handoff = self.handoffs.pop(_uid(pod), None) or PodHandoff(pod, hold=self.hold)
         events = self.watched.events_of(_uid(pod))
-        lines = [] if handoff.settled else handoff.update(pod, events, [], [], now=now)
-        return lines + handoff.gone(pod, at)
+        deleting = self.watched.deletion_of(_uid(pod), forget=True)
+        lines = (
+            []
+            if handoff.settled
+            else handoff.update(pod, events, [], [], now=now, deleting=deleting)
+        )
+        return lines + handoff.gone(pod, at, deleting)
 
 
 def stream(
