@@ -25,7 +25,6 @@ from __future__ import annotations
 import argparse
 import asyncio
 import contextlib
-import datetime
 import json
 import os
 import socket
@@ -40,12 +39,8 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 from typing import Any
 
-from cryptography import x509
-from cryptography.hazmat.primitives import hashes, serialization
-from cryptography.hazmat.primitives.asymmetric import ec
-from cryptography.x509.oid import NameOID
-
 from bench.procstat import memory_kib
+from kubelet_sim.controlplane.pki import CertificateAuthority
 from kubelet_sim.kube.reviews import Decision
 from kubelet_sim.logs import configure_logging
 from kubelet_sim.server.auth import Gate
@@ -58,48 +53,11 @@ MODELS = ("pool", "threads", "asyncio")
 # -- certificates ------------------------------------------------------------------------------
 
 
-def _write(path: Path, key: ec.EllipticCurvePrivateKey, cert: x509.Certificate) -> None:
-    path.with_suffix(".crt").write_bytes(cert.public_bytes(serialization.Encoding.PEM))
-    path.with_suffix(".key").write_bytes(
-        key.private_bytes(
-            serialization.Encoding.PEM,
-            serialization.PrivateFormat.PKCS8,
-            serialization.NoEncryption(),
-        )
-    )
-
-
-def _cert(
-    directory: Path, name: str, issuer: tuple[ec.EllipticCurvePrivateKey, x509.Name] | None
-) -> tuple[ec.EllipticCurvePrivateKey, x509.Name]:
-    key = ec.generate_private_key(ec.SECP256R1())
-    subject = x509.Name(
-        [
-            x509.NameAttribute(NameOID.ORGANIZATION_NAME, "system:masters"),
-            x509.NameAttribute(NameOID.COMMON_NAME, name),
-        ]
-    )
-    signer, issuer_name = issuer or (key, subject)
-    now = datetime.datetime.now(datetime.UTC)
-    builder = (
-        x509.CertificateBuilder()
-        .subject_name(subject)
-        .issuer_name(issuer_name)
-        .public_key(key.public_key())
-        .serial_number(x509.random_serial_number())
-        .not_valid_before(now - datetime.timedelta(minutes=5))
-        .not_valid_after(now + datetime.timedelta(days=1))
-    )
-    if issuer is None:
-        builder = builder.add_extension(x509.BasicConstraints(ca=True, path_length=None), True)
-    _write(directory / name, key, builder.sign(signer, hashes.SHA256()))
-    return key, subject
-
-
 def make_certs(directory: Path) -> None:
-    ca = _cert(directory, "ca", None)
-    _cert(directory, "server", ca)
-    _cert(directory, "client", ca)
+    """ca.crt, server.crt/.key and client.crt/.key (system:masters) in `directory`."""
+    ca = CertificateAuthority(directory)
+    ca.issue("server", "kubelet-api-bench", ips=("127.0.0.1",), server=True)
+    ca.issue("client", "client", groups=("system:masters",))
 
 
 def _server_context(directory: Path) -> ssl.SSLContext:

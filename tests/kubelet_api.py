@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import base64
 import contextlib
-import datetime
 import ssl
 import urllib.request
 from collections.abc import Iterator
@@ -14,11 +13,8 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from cryptography import x509
-from cryptography.hazmat.primitives import hashes, serialization
-from cryptography.hazmat.primitives.asymmetric import ec
-from cryptography.x509.oid import NameOID
 
+from kubelet_sim.controlplane.pki import CertificateAuthority
 from kubelet_sim.server.settings import ConnectionLimits, ServerSettings
 from tests.agent_fixture import RunningAgent, start_agent
 from tests.cluster import Cluster
@@ -26,12 +22,6 @@ from tests.docker_env import DockerEnv
 from tests.node_certs import kubeconfig_cluster
 
 COUNT = ["sh", "-c", "i=0; while :; do i=$((i+1)); echo line $i; sleep 0.2; done"]
-
-
-@dataclass
-class Ca:
-    cert: Path
-    key: Path
 
 
 @dataclass
@@ -56,58 +46,10 @@ class Node:
             return str(response.read().decode())
 
 
-def _key_and_name(cn: str, org: str | None) -> tuple[ec.EllipticCurvePrivateKey, x509.Name]:
-    attrs = [x509.NameAttribute(NameOID.COMMON_NAME, cn)]
-    if org:
-        attrs.insert(0, x509.NameAttribute(NameOID.ORGANIZATION_NAME, org))
-    return ec.generate_private_key(ec.SECP256R1()), x509.Name(attrs)
-
-
-def _write(path: Path, key: Any, cert: x509.Certificate) -> None:
-    path.with_suffix(".crt").write_bytes(cert.public_bytes(serialization.Encoding.PEM))
-    path.with_suffix(".key").write_bytes(
-        key.private_bytes(
-            serialization.Encoding.PEM,
-            serialization.PrivateFormat.PKCS8,
-            serialization.NoEncryption(),
-        )
-    )
-
-
-def _new_ca(directory: Path, name: str) -> Ca:
-    key, subject = _key_and_name(name, None)
-    now = datetime.datetime.now(datetime.UTC)
-    cert = (
-        x509.CertificateBuilder()
-        .subject_name(subject)
-        .issuer_name(subject)
-        .public_key(key.public_key())
-        .serial_number(x509.random_serial_number())
-        .not_valid_before(now - datetime.timedelta(minutes=5))
-        .not_valid_after(now + datetime.timedelta(days=1))
-        .add_extension(x509.BasicConstraints(ca=True, path_length=None), critical=True)
-        .sign(key, hashes.SHA256())
-    )
-    _write(directory / name, key, cert)
-    return Ca(directory / f"{name}.crt", directory / f"{name}.key")
-
-
-def _client_cert(ca: Ca, path: Path, cn: str, org: str | None) -> None:
-    ca_key = serialization.load_pem_private_key(ca.key.read_bytes(), None)
-    ca_cert = x509.load_pem_x509_certificate(ca.cert.read_bytes())
-    key, subject = _key_and_name(cn, org)
-    now = datetime.datetime.now(datetime.UTC)
-    cert = (
-        x509.CertificateBuilder()
-        .subject_name(subject)
-        .issuer_name(ca_cert.subject)
-        .public_key(key.public_key())
-        .serial_number(x509.random_serial_number())
-        .not_valid_before(now - datetime.timedelta(minutes=5))
-        .not_valid_after(now + datetime.timedelta(days=1))
-        .sign(ca_key, hashes.SHA256())  # type: ignore[arg-type]
-    )
-    _write(path, key, cert)
+def stranger_certificate(tls: Path, user: str) -> Path:
+    """<tls>/stranger.crt/.key for `user` in system:masters, signed by a CA no node trusts."""
+    other = CertificateAuthority(tls / "other-ca", "other-ca")
+    return other.issue("stranger", user, groups=("system:masters",), directory=tls).cert
 
 
 def _cluster_ca(kubeconfig: str) -> bytes:
@@ -124,16 +66,16 @@ def serving_node(
     tls = tmp_path / "tls"
     tls.mkdir()
     env = cluster.session.env
-    ca = Ca(*env.client_ca) if env is not None else _new_ca(tls, "client-ca")
-    who = ("kube-apiserver-kubelet-client", "system:masters")
-    _client_cert(ca, tls / "admin", *who)
-    _client_cert(_new_ca(tls, "other-ca"), tls / "stranger", *who)
-    client_ca = ca.cert
+    ca = env.ca if env is not None else CertificateAuthority(tls / "client-ca", "client-ca")
+    who = "kube-apiserver-kubelet-client"
+    ca.issue("admin", who, groups=("system:masters",), directory=tls)
+    stranger_certificate(tls, who)
+    client_ca = ca.pair.cert
     if env is None and cluster.session.fake is None:
         # A cluster of the user's (kind): its API server shows a kubelet-client certificate
         # signed by the cluster CA, which the agent trusts by default; trust the test's too.
         client_ca = tls / "client-ca-bundle.crt"
-        client_ca.write_bytes(ca.cert.read_bytes() + _cluster_ca(cluster.kubeconfig))
+        client_ca.write_bytes(ca.pair.cert.read_bytes() + _cluster_ca(cluster.kubeconfig))
     settings = ServerSettings(
         address="127.0.0.1",
         port=0,

@@ -25,6 +25,7 @@ from cryptography.hazmat.primitives.asymmetric import ec
 from cryptography.x509.oid import ExtendedKeyUsageOID, NameOID
 from kubernetes import client
 
+from kubelet_sim.controlplane.pki import CertificateAuthority
 from kubelet_sim.kube.reviews import User
 from kubelet_sim.server.certs import self_signed
 from kubelet_sim.server.settings import ServerSettings
@@ -32,7 +33,7 @@ from kubelet_sim.server.tls import PeerCertificate, X509Authenticator, serving_t
 from tests.agent_fixture import start_agent
 from tests.cluster import Cluster
 from tests.docker_env import DockerEnv
-from tests.kubelet_api import Node, _client_cert, _new_ca, node
+from tests.kubelet_api import Node, node, stranger_certificate
 
 __all__ = ["node"]  # the fixture
 
@@ -125,10 +126,10 @@ def test_anonymous_never_follows_a_failed_credential(
     error, and an error is 401, never anonymous (FailOnError)."""
     tls = tmp_path / "tls"
     tls.mkdir()
-    _client_cert(_new_ca(tls, "other-ca"), tls / "stranger", "someone", "system:masters")
-    ca = _new_ca(tls, "client-ca")
+    stranger_certificate(tls, "someone")
+    ca = CertificateAuthority(tls / "client-ca", "client-ca")
     settings = ServerSettings(
-        address="127.0.0.1", port=0, anonymous_auth=True, client_ca_file=str(ca.cert)
+        address="127.0.0.1", port=0, anonymous_auth=True, client_ca_file=str(ca.pair.cert)
     )
     running = start_agent(cluster, docker_env, tmp_path / "root", server=settings)
     try:
@@ -231,6 +232,8 @@ def _issue(
     days: int = 1,
     org: str | None = "system:masters",
 ) -> tuple[Any, x509.Name, x509.Certificate]:
+    """The authenticator's cases, certificates CertificateAuthority never issues: no usages,
+    expired, no CN, an intermediate CA, a leaf posing as an issuer."""
     key = ec.generate_private_key(ec.SECP256R1())
     attrs = [x509.NameAttribute(NameOID.COMMON_NAME, subject)] if subject else []
     if org:

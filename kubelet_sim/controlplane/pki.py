@@ -79,9 +79,11 @@ class CertificateAuthority:
         dns_names: tuple[str, ...] = (),
         ips: tuple[str, ...] = (),
         server: bool = False,
+        directory: Path | None = None,
     ) -> CertPair:
-        """<filename>.crt/.key: a client certificate (CN user, O groups, as the API server
-        reads them) or, with `server`, a serving certificate for `dns_names` and `ips`."""
+        """<filename>.crt/.key in `directory` (the CA's own unless given): a client certificate
+        (CN user, O groups, as the API server reads them) or, with `server`, a serving
+        certificate for `dns_names` and `ips`."""
         key = ec.generate_private_key(ec.SECP256R1())
         attributes = [x509.NameAttribute(NameOID.ORGANIZATION_NAME, g) for g in groups]
         attributes.append(x509.NameAttribute(NameOID.COMMON_NAME, common_name))
@@ -103,7 +105,8 @@ class CertificateAuthority:
         if sans:
             builder = builder.add_extension(x509.SubjectAlternativeName(sans), critical=False)
         cert = builder.sign(self._key, hashes.SHA256())
-        pair = CertPair(self.directory / f"{filename}.crt", self.directory / f"{filename}.key")
+        into = self.directory if directory is None else directory
+        pair = CertPair(into / f"{filename}.crt", into / f"{filename}.key")
         pair.cert.write_bytes(cert.public_bytes(serialization.Encoding.PEM))
         write_private_key(pair.key, key)
         return pair
