@@ -254,6 +254,13 @@ class Node:
                 self.syncer.stopper.kill_due()
         raise AssertionError(f"not after {syncs} syncs: {message}")
 
+    def sync_until_ready(self, uid: str) -> None:
+        self.sync_until(uid, lambda: self.condition(uid, "Ready") == "True", "Ready")
+
+    def sync_until_deleted(self, uid: str) -> None:
+        """Sync until the pod's final DELETE was sent."""
+        self.sync_until(uid, lambda: self.deleted == [uid], "the final delete")
+
     def delete(self, uid: str, grace: int | None = None) -> None:
         """What the API server does on a graceful DELETE: a deletion timestamp and grace."""
         pod = copy.deepcopy(self.pods[uid])

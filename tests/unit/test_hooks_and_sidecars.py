@@ -14,8 +14,29 @@ def _exec_hook(*command: str) -> dict[str, object]:
     return {"exec": {"command": list(command)}}
 
 
-def _ready(node: Node, uid: str) -> None:
-    node.sync_until(uid, lambda: node.condition(uid, "Ready") == "True", "Ready")
+def _ready_pod(node: Node, lifecycle: dict[str, object]) -> str:
+    """A pod of one container, app, with these hooks, synced until Ready."""
+    uid = node.add(pod_body(containers=[container(lifecycle=lifecycle)]))
+    node.sync_until_ready(uid)
+    return uid
+
+
+def _delete_until_stop_signal(node: Node, uid: str) -> cri.ObservedContainer:
+    """Delete the ready pod and wait (with a deadline) for app's stop signal; app returned."""
+    app = node.containers(uid, "app")[0]
+    node.delete(uid, grace=30)
+    node.sync(uid)
+    wait_for(lambda: app.id in node.runtime.operations("signal_stop"), 10, "the stop signal")
+    return app
+
+
+def _sidecar_pod(node: Node, *, app: Behaviour, log: Behaviour) -> str:
+    """A pod of app and a sidecar, log (an init container always restarted), until Ready."""
+    uid = node.add(pod_body(initContainers=[container("log", restartPolicy="Always")]))
+    node.runtime.behave("log", log)
+    node.runtime.behave("app", app)
+    node.sync_until_ready(uid)
+    return uid
 
 
 def test_a_post_start_hook_holds_the_next_container_until_it_ends(node: Node) -> None:
@@ -25,7 +46,7 @@ def test_a_post_start_hook_holds_the_next_container_until_it_ends(node: Node) ->
     node.sync(uid)  # a starts, its hook runs on a thread of its own
     node.wait_woken(uid)
     assert "sh -c exit 0" in node.runtime.operations("exec")
-    _ready(node, uid)
+    node.sync_until_ready(uid)
     assert node.runtime.operations("create") == ["a", "b"]
 
 
@@ -46,35 +67,25 @@ def test_a_failed_post_start_hook_kills_its_container(node: Node) -> None:
 
 
 def test_a_pre_stop_hook_runs_before_the_stop_signal(node: Node) -> None:
-    lifecycle = {"preStop": _exec_hook("sh", "-c", "exit 0")}
-    uid = node.add(pod_body(containers=[container(lifecycle=lifecycle)]))
-    _ready(node, uid)
-    app = node.containers(uid, "app")[0]
-    node.delete(uid, grace=30)
-    node.sync(uid)
-    wait_for(lambda: app.id in node.runtime.operations("signal_stop"), 10, "the stop signal")
+    uid = _ready_pod(node, {"preStop": _exec_hook("sh", "-c", "exit 0")})
+    app = _delete_until_stop_signal(node, uid)
     calls = [c for c in node.runtime.calls if c[0] in ("exec", "signal_stop")]
     assert calls[0] == ("exec", "sh -c exit 0")
     assert calls[1] == ("signal_stop", app.id)
-    node.sync_until(uid, lambda: node.deleted == [uid], "the final delete")
+    node.sync_until_deleted(uid)
 
 
 def test_a_failed_pre_stop_hook_still_ends_in_the_stop_signal(node: Node) -> None:
-    lifecycle = {"preStop": {"httpGet": {"host": "127.0.0.1", "port": 1, "path": "/quit"}}}
-    uid = node.add(pod_body(containers=[container(lifecycle=lifecycle)]))
-    _ready(node, uid)
-    app = node.containers(uid, "app")[0]
-    node.delete(uid, grace=30)
-    node.sync(uid)
-    wait_for(lambda: app.id in node.runtime.operations("signal_stop"), 10, "the stop signal")
+    hook = {"httpGet": {"host": "127.0.0.1", "port": 1, "path": "/quit"}}
+    uid = _ready_pod(node, {"preStop": hook})
+    _delete_until_stop_signal(node, uid)
     assert "HTTP lifecycle hook (/quit)" in node.events.of("FailedPreStopHook")[0].message
-    node.sync_until(uid, lambda: node.deleted == [uid], "the final delete")
+    node.sync_until_deleted(uid)
 
 
 def test_a_sleep_hook_and_an_unknown_one(node: Node) -> None:
     hooks = {"postStart": {"sleep": {"seconds": 0}}, "preStop": {"tcpSocket": {"port": 1}}}
-    uid = node.add(pod_body(containers=[container(lifecycle=hooks)]))
-    _ready(node, uid)
+    uid = _ready_pod(node, hooks)
     node.delete(uid, grace=30)
     node.sync(uid)
     wait_for(lambda: node.events.of("FailedPreStopHook"), 10, "the hook's failure")
@@ -83,11 +94,9 @@ def test_a_sleep_hook_and_an_unknown_one(node: Node) -> None:
 
 
 def test_sidecars_stop_after_the_app_containers(node: Node) -> None:
-    sidecar = container("log", restartPolicy="Always")
-    uid = node.add(pod_body(initContainers=[sidecar]))
-    node.runtime.behave("log", Behaviour(ignores_sigterm=False))
-    node.runtime.behave("app", Behaviour(ignores_sigterm=True))
-    _ready(node, uid)
+    uid = _sidecar_pod(
+        node, app=Behaviour(ignores_sigterm=True), log=Behaviour(ignores_sigterm=False)
+    )
     app = node.containers(uid, "app")[0]
     log = node.containers(uid, "log")[0]
     node.delete(uid, grace=30)
@@ -100,15 +109,13 @@ def test_sidecars_stop_after_the_app_containers(node: Node) -> None:
     node.runtime.kill_container(app.id)  # the app ends
     node.sync(uid)
     assert log.id in node.runtime.operations("signal_stop")
-    node.sync_until(uid, lambda: node.deleted == [uid], "the final delete")
+    node.sync_until_deleted(uid)
 
 
 def test_a_sidecar_stops_when_the_grace_period_is_spent(node: Node) -> None:
-    sidecar = container("log", restartPolicy="Always")
-    uid = node.add(pod_body(initContainers=[sidecar]))
-    node.runtime.behave("app", Behaviour(ignores_sigterm=True))
-    node.runtime.behave("log", Behaviour(ignores_sigterm=True))
-    _ready(node, uid)
+    uid = _sidecar_pod(
+        node, app=Behaviour(ignores_sigterm=True), log=Behaviour(ignores_sigterm=True)
+    )
     log = node.containers(uid, "log")[0]
     node.delete(uid, grace=10)
     delay = node.sync(uid)
@@ -117,4 +124,4 @@ def test_a_sidecar_stops_when_the_grace_period_is_spent(node: Node) -> None:
     node.clock.advance(10.1)
     node.sync(uid)
     assert log.id in node.runtime.operations("signal_stop")  # the app still runs: its turn
-    node.sync_until(uid, lambda: node.deleted == [uid], "the final delete")
+    node.sync_until_deleted(uid)

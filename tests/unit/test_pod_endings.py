@@ -8,10 +8,6 @@ from tests.fakeruntime import Behaviour
 from tests.unit.harness import Node, api_error, container, pod_body
 
 
-def _ready(node: Node, uid: str) -> None:
-    node.sync_until(uid, lambda: node.condition(uid, "Ready") == "True", "Ready")
-
-
 def test_a_crash_loop_backs_off_ten_then_twenty_seconds(node: Node) -> None:
     node.runtime.behave("app", Behaviour(exit_code=1))
     uid = node.add(pod_body())
@@ -61,7 +57,7 @@ def test_fallback_to_logs_on_error_reads_the_logs(node: Node) -> None:
 
 def test_a_deleted_pod_is_stopped_then_deleted_from_the_api(node: Node) -> None:
     uid = node.add(pod_body())
-    _ready(node, uid)
+    node.sync_until_ready(uid)
     node.delete(uid, grace=30)
     node.sync(uid)  # its shell ends on SIGTERM; the sandbox is stopped once it has
     assert "Killing" in node.events.reasons(uid)
@@ -77,7 +73,7 @@ def test_a_container_that_ignores_sigterm_is_killed_when_the_grace_period_ends(
 ) -> None:
     node.runtime.behave("app", Behaviour(ignores_sigterm=True))
     uid = node.add(pod_body())
-    _ready(node, uid)
+    node.sync_until_ready(uid)
     node.delete(uid, grace=30)
     delay = node.sync(uid)
     assert delay is not None
@@ -92,12 +88,12 @@ def test_a_container_that_ignores_sigterm_is_killed_when_the_grace_period_ends(
     node.clock.advance(5)
     assert node.syncer.stopper.kill_due() == 1
     assert node.containers(uid, "app")[0].exit_code == 137
-    node.sync_until(uid, lambda: node.deleted == [uid], "the final delete")
+    node.sync_until_deleted(uid)
 
 
 def test_a_final_delete_that_fails_is_retried(node: Node) -> None:
     uid = node.add(pod_body())
-    _ready(node, uid)
+    node.sync_until_ready(uid)
     node.delete(uid, grace=0)
     node.delete_error = api_error(500)
     node.sync_until(uid, lambda: not node.runtime.running(uid), "everything stopped")
@@ -109,7 +105,7 @@ def test_a_final_delete_that_fails_is_retried(node: Node) -> None:
 
 def test_active_deadline_seconds_ends_the_pod(node: Node) -> None:
     uid = node.add(pod_body(activeDeadlineSeconds=60))
-    _ready(node, uid)
+    node.sync_until_ready(uid)
     node.update_status(uid)
     start = node.pods[uid]["status"]["startTime"]
     assert start
@@ -124,7 +120,7 @@ def test_active_deadline_seconds_ends_the_pod(node: Node) -> None:
 
 def test_a_pod_gone_from_the_api_leaves_nothing_behind(node: Node) -> None:
     uid = node.add(pod_body())
-    _ready(node, uid)
+    node.sync_until_ready(uid)
     del node.pods[uid]
     node.sync_until(uid, lambda: not node.cache.pod_containers(uid), "containers removed")
     assert node.runtime.operations("remove_pod_dir") == [uid]
@@ -135,7 +131,7 @@ def test_a_pod_gone_from_the_api_leaves_nothing_behind(node: Node) -> None:
 
 def test_a_changed_container_is_replaced_even_after_a_clean_exit(node: Node) -> None:
     uid = node.add(pod_body(restartPolicy="OnFailure"))
-    _ready(node, uid)
+    node.sync_until_ready(uid)
     pod = node.pods[uid]
     pod["spec"]["containers"][0]["command"] = ["sh", "-c", "sleep 1000"]
     node.sync_until(uid, lambda: len(node.containers(uid, "app")) == 2, "the replacement")
@@ -150,11 +146,11 @@ def test_a_changed_container_is_replaced_even_after_a_clean_exit(node: Node) -> 
 
 def test_a_dead_sandbox_is_made_again_after_its_containers_stopped(node: Node) -> None:
     uid = node.add(pod_body())
-    _ready(node, uid)
+    node.sync_until_ready(uid)
     sandbox = next(c for c in node.cache.pod_containers(uid) if c.is_sandbox)
     node.runtime.kill_container(sandbox.id)
     node.sync_until(uid, lambda: len(node.runtime.operations("run_sandbox")) == 2, "a sandbox")
-    _ready(node, uid)
+    node.sync_until_ready(uid)
     assert len(node.containers(uid, "app")) == 2
 
 
@@ -175,7 +171,7 @@ def test_status_writes_that_fail_back_off(node: Node) -> None:
     assert node.syncer.states[uid].status_failure is not None
     node.status.error = None
     node.clock.advance(5)
-    _ready(node, uid)
+    node.sync_until_ready(uid)
     assert node.syncer.states[uid].status_failure is None
 
 
@@ -205,6 +201,6 @@ def test_the_lifecycle_moves_forward_and_a_terminating_pod_starts_nothing(node: 
     assert node.last_status(uid)["phase"] == "Running"  # not terminal while app still runs
     node.clock.advance(12)
     node.syncer.stopper.kill_due()
-    node.sync_until(uid, lambda: node.deleted == [uid], "the final delete")
+    node.sync_until_deleted(uid)
     assert state.lifecycle is PodLifecycle.TERMINATED
     assert node.last_status(uid)["phase"] == "Failed"

@@ -8,7 +8,7 @@ from tests.unit.harness import IMAGE, Node, container, pod_body
 
 def test_a_pod_starts_and_is_told_running_and_ready(node: Node) -> None:
     uid = node.add(pod_body())
-    node.sync_until(uid, lambda: node.condition(uid, "Ready") == "True", "Ready")
+    node.sync_until_ready(uid)
     status = node.last_status(uid)
     assert status["phase"] == "Running"
     assert status["podIP"].startswith("10.88.0.")
@@ -31,7 +31,7 @@ def test_a_missing_image_is_pulled_off_the_worker_and_the_pull_wakes_the_pod(
     node.sync(uid)
     node.wait_woken(uid)
     assert node.runtime.operations("pull") == [image]
-    node.sync_until(uid, lambda: node.condition(uid, "Ready") == "True", "Ready")
+    node.sync_until_ready(uid)
     assert "Pulling" in node.events.reasons(uid)
     pulled = node.events.of("Pulled")[-1].message
     assert pulled.startswith(f'Successfully pulled image "{image}"')
@@ -80,14 +80,14 @@ def test_a_sandbox_that_fails_is_told_and_retried(node: Node) -> None:
     failed = node.events.of("FailedCreatePodSandBox")
     assert failed[0].message == "Failed to create pod sandbox: network down"
     node.runtime.sandbox_error = ""
-    node.sync_until(uid, lambda: node.condition(uid, "Ready") == "True", "Ready")
+    node.sync_until_ready(uid)
 
 
 def test_init_containers_run_one_after_the_other_before_the_app(node: Node) -> None:
     node.runtime.behave("init-a", _exits(0))
     node.runtime.behave("init-b", _exits(0))
     uid = node.add(pod_body(initContainers=[container("init-a"), container("init-b")]))
-    node.sync_until(uid, lambda: node.condition(uid, "Ready") == "True", "Ready")
+    node.sync_until_ready(uid)
     assert node.runtime.operations("create") == ["init-a", "init-b", "app"]
     assert node.container_status(uid, "init-b")["state"]["terminated"]["reason"] == "Completed"
 
@@ -119,7 +119,7 @@ def test_a_missing_config_map_key_is_create_container_config_error(node: Node) -
     assert node.runtime.operations("create") == []
     node.objects.objects[("ConfigMap", "ns", "cm")] = {"data": {"k": "v"}}
     node.clock.advance(10)
-    node.sync_until(uid, lambda: node.condition(uid, "Ready") == "True", "Ready")
+    node.sync_until_ready(uid)
 
 
 def test_services_not_listed_yet_hold_the_container(node: Node) -> None:
@@ -143,7 +143,7 @@ def test_run_as_non_root_against_a_root_image_is_refused(node: Node) -> None:
 
 def test_a_privileged_container_is_refused_without_allow_privileged(node: Node) -> None:
     uid = node.add(pod_body())
-    node.sync_until(uid, lambda: node.condition(uid, "Ready") == "True", "Ready")
+    node.sync_until_ready(uid)
     pod = node.pods[uid]
     pod["spec"]["ephemeralContainers"] = [
         {"name": "debug", "image": IMAGE, "securityContext": {"privileged": True}}
@@ -155,7 +155,7 @@ def test_a_privileged_container_is_refused_without_allow_privileged(node: Node) 
 
 def test_an_ephemeral_container_joins_its_target(node: Node) -> None:
     uid = node.add(pod_body())
-    node.sync_until(uid, lambda: node.condition(uid, "Ready") == "True", "Ready")
+    node.sync_until_ready(uid)
     node.pods[uid]["spec"]["ephemeralContainers"] = [
         {"name": "debug", "image": IMAGE, "targetContainerName": "app"}
     ]

@@ -91,7 +91,7 @@ def test_a_volume_that_fails_to_mount_holds_the_pod_and_backs_off(node: Node) ->
     assert node.runtime.operations("create") == []
     del node.volumes.failing["data"]
     node.clock.advance(delay)
-    node.sync_until(uid, lambda: node.condition(uid, "Ready") == "True", "Ready")
+    node.sync_until_ready(uid)
 
 
 def test_a_pod_waits_for_the_first_list_of_what_it_references(node: Node) -> None:
@@ -103,7 +103,7 @@ def test_a_pod_waits_for_the_first_list_of_what_it_references(node: Node) -> Non
     assert not node.status.has_written(uid)
     node.objects.unsynced.clear()
     node.objects.objects[ref] = {"data": {"k": "dg=="}}
-    node.sync_until(uid, lambda: node.condition(uid, "Ready") == "True", "Ready")
+    node.sync_until_ready(uid)
 
 
 def test_the_gc_removes_dead_attempts_and_forgets_old_backoffs(node: Node) -> None:
