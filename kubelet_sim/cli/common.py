@@ -10,8 +10,9 @@ import sys
 import threading
 from collections.abc import Callable
 from enum import StrEnum
+from pathlib import Path
 from types import FrameType
-from typing import Any, NoReturn, TypeVar
+from typing import Annotated, Any, NoReturn, TypeVar
 
 import typer
 
@@ -40,6 +41,19 @@ def stop_on_signals() -> threading.Event:
     signal.signal(signal.SIGTERM, handle)
     signal.signal(signal.SIGINT, handle)
     return stop
+
+
+# The options of the commands that look at a node from beside it (watch, trace, ui).
+KubeconfigOption = Annotated[
+    str | None, typer.Option(envvar="KUBELET_SIM_KUBECONFIG", help="Kubeconfig file.")
+]
+ContextOption = Annotated[
+    str | None, typer.Option(envvar="KUBELET_SIM_CONTEXT", help="Kubeconfig context.")
+]
+JournalRootDirOption = Annotated[
+    Path | None,
+    typer.Option(envvar="KUBELET_SIM_ROOT_DIR", help="The agent's --root-dir (its journal)."),
+]
 
 
 class OutputChoice(StrEnum):

@@ -4,12 +4,19 @@ from __future__ import annotations
 
 import contextlib
 import sys
-from pathlib import Path
 from typing import Annotated
 
 import typer
 
-from kubelet_sim.cli.common import OutputChoice, fail, stop_on_signals, typer_app
+from kubelet_sim.cli.common import (
+    ContextOption,
+    JournalRootDirOption,
+    KubeconfigOption,
+    OutputChoice,
+    fail,
+    stop_on_signals,
+    typer_app,
+)
 from kubelet_sim.config import ConfigError
 from kubelet_sim.kube.client import KubeConfigError, connect
 from kubelet_sim.kube.rest import ApiError, request_json
@@ -18,13 +25,6 @@ from kubelet_sim.nodeset import usable_root_dir
 from kubelet_sim.runtime.docker_runtime import DockerRuntime, RuntimeUnavailable
 from kubelet_sim.tools import trace as pod_trace
 from kubelet_sim.tools import watch as watch_stream
-
-ToolKubeconfig = Annotated[
-    str | None, typer.Option(envvar="KUBELET_SIM_KUBECONFIG", help="Kubeconfig file.")
-]
-ToolContext = Annotated[
-    str | None, typer.Option(envvar="KUBELET_SIM_CONTEXT", help="Kubeconfig context.")
-]
 
 watch_app = typer_app()
 
@@ -37,8 +37,8 @@ def watch(
     node_name: Annotated[
         str, typer.Option(envvar="KUBELET_SIM_NODE_NAME", help="Whose pods and Node to watch.")
     ],
-    kubeconfig: ToolKubeconfig = None,
-    context: ToolContext = None,
+    kubeconfig: KubeconfigOption = None,
+    context: ContextOption = None,
     output: Annotated[
         OutputChoice, typer.Option(help="`text` for people, `json` for a JSON object a line.")
     ] = OutputChoice.text,
@@ -79,12 +79,9 @@ def trace(
     node_name: Annotated[
         str | None, typer.Option(envvar="KUBELET_SIM_NODE_NAME", help="The node, for --follow.")
     ] = None,
-    kubeconfig: ToolKubeconfig = None,
-    context: ToolContext = None,
-    root_dir: Annotated[
-        Path | None,
-        typer.Option(envvar="KUBELET_SIM_ROOT_DIR", help="The agent's --root-dir (its journal)."),
-    ] = None,
+    kubeconfig: KubeconfigOption = None,
+    context: ContextOption = None,
+    root_dir: JournalRootDirOption = None,
     output: Annotated[
         OutputChoice, typer.Option(help="`text` (a table) or `json`.")
     ] = OutputChoice.text,

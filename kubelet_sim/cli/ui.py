@@ -10,12 +10,19 @@ import os
 import threading
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
-from pathlib import Path
 from typing import Annotated
 
 import typer
 
-from kubelet_sim.cli.common import fail, stop_on_signals, typer_app, with_options_of
+from kubelet_sim.cli.common import (
+    ContextOption,
+    JournalRootDirOption,
+    KubeconfigOption,
+    fail,
+    stop_on_signals,
+    typer_app,
+    with_options_of,
+)
 from kubelet_sim.config import ConfigError
 from kubelet_sim.kube.client import KubeConfigError, connect
 from kubelet_sim.logs import configure_logging
@@ -127,16 +134,9 @@ def ui(
             " and containers in the timelines.",
         ),
     ] = None,
-    kubeconfig: Annotated[
-        str | None, typer.Option(envvar="KUBELET_SIM_KUBECONFIG", help="Kubeconfig file.")
-    ] = None,
-    context: Annotated[
-        str | None, typer.Option(envvar="KUBELET_SIM_CONTEXT", help="Kubeconfig context.")
-    ] = None,
-    root_dir: Annotated[
-        Path | None,
-        typer.Option(envvar="KUBELET_SIM_ROOT_DIR", help="The agent's --root-dir (its journal)."),
-    ] = None,
+    kubeconfig: KubeconfigOption = None,
+    context: ContextOption = None,
+    root_dir: JournalRootDirOption = None,
     address: UiAddress = DEFAULT_ADDRESS,
     port: UiPort = DEFAULT_PORT,
 ) -> None:
