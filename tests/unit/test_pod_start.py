@@ -2,8 +2,19 @@
 
 from __future__ import annotations
 
+from typing import Any
+
 from kubelet_sim import cri
+from tests.fakeruntime import Behaviour
 from tests.unit.harness import IMAGE, Node, container, pod_body
+
+
+def _waiting(node: Node, uid: str) -> Any:
+    """Container app's waiting state after two syncs: the first learns the reason, the next
+    tells it (as the kubelet's reasonCache)."""
+    node.sync(uid)
+    node.sync(uid)
+    return node.container_status(uid, "app")["state"]["waiting"]
 
 
 def test_a_pod_starts_and_is_told_running_and_ready(node: Node) -> None:
@@ -59,17 +70,13 @@ def test_a_failed_pull_is_err_image_pull_then_image_pull_back_off(node: Node) ->
 
 def test_pull_policy_never_without_the_image_is_err_image_never_pull(node: Node) -> None:
     uid = node.add(pod_body(containers=[container(image="absent:1", imagePullPolicy="Never")]))
-    node.sync(uid)
-    node.sync(uid)
-    assert node.container_status(uid, "app")["state"]["waiting"]["reason"] == "ErrImageNeverPull"
+    assert _waiting(node, uid)["reason"] == "ErrImageNeverPull"
     assert node.runtime.operations("pull") == []
 
 
 def test_an_invalid_image_name_is_never_pulled(node: Node) -> None:
     uid = node.add(pod_body(containers=[container(image="UPPER/Case")]))
-    node.sync(uid)
-    node.sync(uid)
-    assert node.container_status(uid, "app")["state"]["waiting"]["reason"] == "InvalidImageName"
+    assert _waiting(node, uid)["reason"] == "InvalidImageName"
     assert "InspectFailed" in node.events.reasons(uid)
 
 
@@ -84,8 +91,8 @@ def test_a_sandbox_that_fails_is_told_and_retried(node: Node) -> None:
 
 
 def test_init_containers_run_one_after_the_other_before_the_app(node: Node) -> None:
-    node.runtime.behave("init-a", _exits(0))
-    node.runtime.behave("init-b", _exits(0))
+    node.runtime.behave("init-a", Behaviour(exit_code=0))
+    node.runtime.behave("init-b", Behaviour(exit_code=0))
     uid = node.add(pod_body(initContainers=[container("init-a"), container("init-b")]))
     node.sync_until_ready(uid)
     assert node.runtime.operations("create") == ["init-a", "init-b", "app"]
@@ -93,7 +100,7 @@ def test_init_containers_run_one_after_the_other_before_the_app(node: Node) -> N
 
 
 def test_a_container_that_cannot_start_is_run_container_error(node: Node) -> None:
-    node.runtime.behave("app", _start_error("exec: no such file"))
+    node.runtime.behave("app", Behaviour(start_error="exec: no such file"))
     uid = node.add(pod_body(restartPolicy="Never"))
     node.sync(uid)
     assert "Failed" in node.events.reasons(uid)
@@ -101,20 +108,16 @@ def test_a_container_that_cannot_start_is_run_container_error(node: Node) -> Non
 
 
 def test_a_create_that_fails_is_create_container_error(node: Node) -> None:
-    node.runtime.behave("app", _create_error("name conflict"))
+    node.runtime.behave("app", Behaviour(create_error="name conflict"))
     uid = node.add(pod_body())
-    node.sync(uid)
-    node.sync(uid)
-    waiting = node.container_status(uid, "app")["state"]["waiting"]
+    waiting = _waiting(node, uid)
     assert waiting == {"reason": "CreateContainerError", "message": "name conflict"}
 
 
 def test_a_missing_config_map_key_is_create_container_config_error(node: Node) -> None:
     env = [{"name": "X", "valueFrom": {"configMapKeyRef": {"name": "cm", "key": "k"}}}]
     uid = node.add(pod_body(containers=[container(env=env)]))
-    node.sync(uid)
-    node.sync(uid)
-    waiting = node.container_status(uid, "app")["state"]["waiting"]
+    waiting = _waiting(node, uid)
     assert waiting["reason"] == "CreateContainerConfigError"
     assert node.runtime.operations("create") == []
     node.objects.objects[("ConfigMap", "ns", "cm")] = {"data": {"k": "v"}}
@@ -125,18 +128,14 @@ def test_a_missing_config_map_key_is_create_container_config_error(node: Node) -
 def test_services_not_listed_yet_hold_the_container(node: Node) -> None:
     node.services = None
     uid = node.add(pod_body())
-    node.sync(uid)
-    node.sync(uid)
-    waiting = node.container_status(uid, "app")["state"]["waiting"]
+    waiting = _waiting(node, uid)
     assert waiting["reason"] == "CreateContainerConfigError"
 
 
 def test_run_as_non_root_against_a_root_image_is_refused(node: Node) -> None:
     security = {"runAsNonRoot": True}
     uid = node.add(pod_body(containers=[container(securityContext=security)]))
-    node.sync(uid)
-    node.sync(uid)
-    waiting = node.container_status(uid, "app")["state"]["waiting"]
+    waiting = _waiting(node, uid)
     assert waiting["reason"] == "CreateContainerConfigError"
     assert "runAsNonRoot and image will run as root" in waiting["message"]
 
@@ -163,21 +162,3 @@ def test_an_ephemeral_container_joins_its_target(node: Node) -> None:
     assert node.runtime.operations("create") == ["app", "debug"]
     debug = node.containers(uid, "debug")[0]
     assert debug.state is cri.ContainerState.RUNNING
-
-
-def _exits(code: int) -> object:
-    from tests.fakeruntime import Behaviour
-
-    return Behaviour(exit_code=code)
-
-
-def _start_error(message: str) -> object:
-    from tests.fakeruntime import Behaviour
-
-    return Behaviour(start_error=message)
-
-
-def _create_error(message: str) -> object:
-    from tests.fakeruntime import Behaviour
-
-    return Behaviour(create_error=message)
