@@ -26,13 +26,13 @@ import pytest
 from tests.fakeapi import FakeApiServer
 from tests.kubeenv import KubeEnv, KubeEnvError, find_binaries
 from tests.node_certs import NoNodeCredentials, kubeconfig_cluster, mint_node_kubeconfig
+from tests.polling import poll
 from tests.server_probes import (
     PROBE_DEADLINE,
     ask_controller,
     ask_scheduler,
     ask_signer,
     check_node_authorizer,
-    poll,
 )
 
 __all__ = [
@@ -80,22 +80,12 @@ def deadline_scale() -> float:
 
 
 def wait_for(predicate: Callable[[], Any], timeout: float = 5.0, message: str = "condition") -> Any:
-    """Poll `predicate` until it returns something truthy; fail the test at the deadline.
-
-    Polls often at first, then every 0.25 s: a predicate often reads the API, and reading it
-    50 times a second took CPU from the agent and the API server the test was waiting for.
-    """
+    """Poll `predicate` until it returns something truthy; fail the test at the deadline."""
     timeout *= deadline_scale()
-    deadline = time.monotonic() + timeout
-    pause = 0.02
-    while True:
-        value = predicate()
-        if value:
-            return value
-        if time.monotonic() >= deadline:
-            pytest.fail(f"timed out after {timeout}s waiting for {message}")
-        time.sleep(pause)
-        pause = min(pause * 1.5, 0.25)
+    value = poll(predicate, timeout)
+    if not value:
+        pytest.fail(f"timed out after {timeout}s waiting for {message}")
+    return value
 
 
 _FIELDS_SEEN: dict[tuple[str, str, str], bool] = {}
@@ -341,7 +331,7 @@ def _namespace_defaults(api: Any, session: _Session, namespace: str) -> None:
     def ask(what: str, described: str) -> str | None:
         if no_controller:
             return f"the test control plane runs no kube-controller-manager (no {what} controller)"
-        if poll(lambda: exists(what), deadline_scale()):
+        if poll(lambda: exists(what), PROBE_DEADLINE * deadline_scale()):
             return None
         return (
             f"the cluster has no {what} controller: no {described} in a new namespace within "

@@ -14,7 +14,6 @@ import base64
 import contextlib
 import json
 import secrets
-import time
 from pathlib import Path
 from typing import Any
 
@@ -25,6 +24,7 @@ from cryptography.hazmat.primitives.asymmetric import ec
 from cryptography.x509.oid import NameOID
 
 from kubelet_sim.kube.rest import ApiError, request_json
+from tests.polling import poll
 
 SIGNER = "kubernetes.io/kube-apiserver-client-kubelet"
 CSRS = "/apis/certificates.k8s.io/v1/certificatesigningrequests"
@@ -95,21 +95,22 @@ def _approve_and_wait(api: Any, name: str) -> str:
             raise NoNodeCredentials(
                 f"the session may not approve a CSR for {SIGNER}: {exc}"
             ) from None
-    deadline = time.monotonic() + SIGN_DEADLINE
-    while True:
+
+    def signed() -> str | None:
         status = request_json(api, "GET", f"{CSRS}/{name}").get("status") or {}
-        if status.get("certificate"):
-            return str(status["certificate"])
         failed = [c for c in status.get("conditions") or [] if c.get("type") == "Failed"]
-        if failed:
+        if failed and not status.get("certificate"):
             why = failed[0].get("message") or failed[0].get("reason")
             raise NoNodeCredentials(f"the cluster did not sign a CSR for {SIGNER}: {why}")
-        if time.monotonic() >= deadline:
-            raise NoNodeCredentials(
-                f"the cluster signs no CSR for {SIGNER} (an approved one was not signed within "
-                f"{SIGN_DEADLINE:.0f} s: no controller-manager signer)"
-            )
-        time.sleep(0.1)
+        return status.get("certificate") or None
+
+    certificate = poll(signed, SIGN_DEADLINE)
+    if certificate is None:
+        raise NoNodeCredentials(
+            f"the cluster signs no CSR for {SIGNER} (an approved one was not signed within "
+            f"{SIGN_DEADLINE:.0f} s: no controller-manager signer)"
+        )
+    return str(certificate)
 
 
 def kubeconfig_cluster(kubeconfig: str) -> dict[str, Any]:

@@ -10,28 +10,17 @@ methods (`tests/cluster.py`) ask each once per session and skip with that line.
 from __future__ import annotations
 
 import tempfile
-import time
-from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
 from kubelet_sim.kube.rest import ApiError, request_json
 from tests.node_certs import NoNodeCredentials, mint_node_kubeconfig
+from tests.polling import poll
 
 PROBE_DEADLINE = 15.0  # a running scheduler or controller answers within a second
 # Never pulled (imagePullPolicy Never), never started: nothing is scheduled to run it.
 _CONTAINER = {"name": "c", "image": "kubelet-sim.local/probe", "imagePullPolicy": "Never"}
 _NOWHERE = {"kubelet-sim.io/probe": "nowhere"}  # a node selector no node matches
-
-
-def poll(answer: Callable[[], bool], scale: float = 1.0) -> bool:
-    """Whether `answer()` turns true within the probe's deadline (times `scale`)."""
-    deadline = time.monotonic() + PROBE_DEADLINE * scale
-    while not answer():
-        if time.monotonic() >= deadline:
-            return False
-        time.sleep(0.1)
-    return True
 
 
 def ask_signer(api: Any, kubeconfig: str, node_name: str) -> str | None:
@@ -78,7 +67,7 @@ def ask_scheduler(api: Any, namespace: str, scale: float = 1.0) -> str | None:
         return any(c.get("type") == "PodScheduled" for c in conditions)
 
     try:
-        if poll(scheduled, scale):
+        if poll(scheduled, PROBE_DEADLINE * scale):
             return None
     finally:
         request_json(api, "DELETE", path, {"gracePeriodSeconds": 0})
@@ -118,7 +107,7 @@ def ask_controller(api: Any, namespace: str, kind: str, scale: float = 1.0) -> s
         return bool(request_json(api, "GET", path).get("status", {}).get("observedGeneration"))
 
     try:
-        if poll(observed, scale):
+        if poll(observed, PROBE_DEADLINE * scale):
             return None
     finally:
         request_json(api, "DELETE", path, {"propagationPolicy": "Background"})
