@@ -231,9 +231,14 @@ class NodeSet:
         except Exception as exc:  # the server failed the check: say so rather than guess
             refused = f"cannot check the credentials' rights: {exc}"
         if refused is not None:
-            self.failures.append(("-", refused))
+            names = [a.node_name for a in self.agents if a.kube is connection]
+            self.failures.append((f"{names[0]}…{names[-1]}", refused))
             stop.set()
             return False
+        get_logger("kubelet_sim.nodeset").info(
+            "nodes share their watches and timers",
+            nodes=sum(1 for a in self.agents if a.kube is connection),
+        )
         self.watches.start()
         self.timers.start()
         if self.container_events is not None:
