@@ -22,6 +22,7 @@ from kubelet_sim.kube.object_watches import Ref, ReferencedObjectWatches
 from kubelet_sim.kube.pod_api import PodStatusWriter, delete_pod_finally
 from kubelet_sim.kube.reviews import Reviews
 from kubelet_sim.kube.schema import ServerSchema
+from kubelet_sim.kube.shared_watches import Feed, NodeHandlers, SharedFeed, SharedWatches
 from kubelet_sim.kube.tokens import TokenManager
 from kubelet_sim.kube.watches import all_services, own_node, pods_on_node
 from kubelet_sim.logs import get_logger
@@ -38,7 +39,7 @@ from kubelet_sim.podworkers.workers import PodWorkers, waker
 from kubelet_sim.proxy.proxy import ProxySettings, ServiceProxy
 from kubelet_sim.quantity import milli_value, value
 from kubelet_sim.runtime.docker_runtime import DockerRuntime
-from kubelet_sim.runtime.observe import ContainerWatcher
+from kubelet_sim.runtime.observe import ContainerEvents, ContainerWatcher
 from kubelet_sim.server.auth import Gate
 from kubelet_sim.server.certs import self_signed
 from kubelet_sim.server.http import KubeletServer
@@ -46,6 +47,7 @@ from kubelet_sim.server.metrics import Family, Sample, histogram_family, render
 from kubelet_sim.server.settings import ServerSettings
 from kubelet_sim.server.usage import NodeUsage, PodUsage
 from kubelet_sim.supervise import LoopFailed, LoopHealth, Supervisor
+from kubelet_sim.timers import Timers
 from kubelet_sim.volumes import VolumeManager
 from kubelet_sim.workqueue import WorkQueue
 
@@ -139,25 +141,41 @@ class Agent:
         server: ServerSettings | None = None,
         *,
         proxy: KubeConnection | None = None,
+        shared: SharedWatches | None = None,
+        timers: Timers | None = None,
+        host: HostFacts | None = None,
+        container_events: ContainerEvents | None = None,
     ) -> None:
-        """`proxy`: the service proxy's connection (kube-proxy's rights); None runs none."""
+        """`proxy`: the service proxy's connection (kube-proxy's rights); None runs none.
+
+        `shared`, `timers`, `container_events`: a process of many nodes gives its watches (pods,
+        Nodes, Services, EndpointSlices), its periodic loops (Lease, status, proxy, GC) and its
+        Docker events stream to all of them; None: this node has its own. `host`: the host,
+        read once for all the nodes of a set."""
         self.kube = kube
         self.runtime = runtime
         self.node_name = settings.node_name
         self.log = get_logger("kubelet_sim.agent", node=self.node_name)
-        host = detect_host()
+        host = host or detect_host()
         self.server: KubeletServer | None = None
         if server is not None:  # bound first: the Node advertises the port it really has
             self.server = self._kubelet_server(settings, server, host)
             settings = dataclasses.replace(settings, kubelet_port=self.server.port)
         self.settings = settings
         self._halt = threading.Event()  # the caller's stop, or a loop that failed for good
+        self._started_lock = threading.Lock()
+        self._controllers_started = False
         self.supervisor = supervisor = Supervisor(
             on_failure=lambda _why: self._halt.set(), node=self.node_name
         )
         self.schema = schema or ServerSchema.of_server(kube.api)  # read on first use
         self.lifecycle = NodeLifecycle(
-            settings, NodeApi(kube.api, self.schema), runtime, host=host, supervisor=supervisor
+            settings,
+            NodeApi(kube.api, self.schema),
+            runtime,
+            host=host,
+            supervisor=supervisor,
+            timers=timers,
         )
         self.objects = ReferencedObjectWatches(
             kube.api,
@@ -166,18 +184,26 @@ class Agent:
             supervisor=supervisor,
             pool_size=OBJECT_WATCHES_PER_POD * self._allocatable().pods,
         )
-        self.node_informer = Informer(
-            own_node(kube.api, self.node_name),
-            self._on_node_event,
-            supervisor=supervisor,
-            node=self.node_name,
-        )
-        self.pod_informer = Informer(
-            pods_on_node(kube.api, self.node_name),
-            self._on_pod_event,
-            supervisor=supervisor,
-            node=self.node_name,
-        )
+        self.shared = shared
+        self.node_informer: Feed
+        self.pod_informer: Feed
+        self.service_informer: Feed
+        if shared is not None:
+            self.node_informer = SharedFeed(shared.nodes)
+            self.pod_informer = SharedFeed(shared.pods)
+        else:
+            self.node_informer = Informer(
+                own_node(kube.api, self.node_name),
+                self._on_node_event,
+                supervisor=supervisor,
+                node=self.node_name,
+            )
+            self.pod_informer = Informer(
+                pods_on_node(kube.api, self.node_name),
+                self._on_pod_event,
+                supervisor=supervisor,
+                node=self.node_name,
+            )
         self.events = EventRecorder(kube.api, self.node_name, supervisor=supervisor)
         self.proxy: ServiceProxy | None = None
         if proxy is not None:
@@ -188,15 +214,22 @@ class Agent:
                 self._running_sandboxes,
                 self.events,
                 supervisor,
+                shared=(shared.slices, shared.nodes)
+                if shared is not None and shared.slices is not None
+                else None,
+                timers=timers,
             )
         # The kubelet's service informer: service-link variables are read from its cache (and
         # the service proxy's rules from it).
-        self.service_informer = Informer(
-            all_services(kube.api),
-            self._on_service_event if self.proxy is not None else None,
-            supervisor=supervisor,
-            node=self.node_name,
-        )
+        if shared is not None:
+            self.service_informer = SharedFeed(shared.services)
+        else:
+            self.service_informer = Informer(
+                all_services(kube.api),
+                self._on_service_event if self.proxy is not None else None,
+                supervisor=supervisor,
+                node=self.node_name,
+            )
         self._pods: dict[str, Json] = {}
         self._pods_lock = threading.Lock()
         pod_settings = pods or PodSettings()
@@ -206,7 +239,11 @@ class Agent:
         queue: WorkQueue[str] = WorkQueue(supervisor=supervisor)
         wake = waker(queue)
         self.watcher = ContainerWatcher(
-            runtime, wake, node_name=self.node_name, supervisor=supervisor
+            runtime,
+            wake,
+            node_name=self.node_name,
+            supervisor=supervisor,
+            events=container_events,
         )
         self.syncer = PodSyncer(
             SyncSettings(
@@ -247,7 +284,17 @@ class Agent:
                 self.syncer.starter.crash_backoff,
                 self.syncer.starter.puller.backoff,
             ),
+            timers=timers,
         )
+        if shared is not None:
+            shared.register(
+                self.node_name,
+                NodeHandlers(
+                    self._on_pod_event,
+                    self._on_node_event,
+                    self.proxy.changed if self.proxy is not None else None,
+                ),
+            )
 
     def health(self) -> dict[str, LoopHealth]:
         """Each supervised loop's state and restarts, for a `/healthz`."""
@@ -258,10 +305,15 @@ class Agent:
         relay = threading.Thread(target=self._halt_on, args=(stop,), daemon=True)
         relay.start()
         try:
-            self._run(self._halt)
+            if self.start_up(self._halt):
+                self._halt.wait()
         finally:
             self._halt.set()
+            self.shut_down()
             relay.join()
+        self.raise_if_failed()
+
+    def raise_if_failed(self) -> None:
         if self.supervisor.failed.is_set():
             self.log.error("stopped: a loop kept failing", error=self.supervisor.failure)
             raise LoopFailed(self.supervisor.failure)
@@ -271,9 +323,13 @@ class Agent:
         while not stop.wait(0.5) and not self._halt.is_set():
             pass
         self._halt.set()
-        self.lifecycle.stop()
+        self.lifecycle.interrupt()
 
-    def _run(self, stop: threading.Event) -> None:
+    def start_up(self, stop: threading.Event) -> bool:
+        """Up to serving pods: True once the pod workers run; False if `stop` came first.
+
+        Returns, unlike `run`: a set of many nodes starts each on a short-lived thread and
+        keeps none per node after (`shut_down` ends what this started)."""
         self.log.info(
             "starting",
             api_server=self.kube.host,
@@ -282,36 +338,56 @@ class Agent:
         )
         if wait_for_api_server(self.kube, stop) is None:
             self.log.info("stopped before the API server answered")
-            return
-        if self.lifecycle.start():
-            self._run_controllers(stop)
-        self.lifecycle.stop()  # again: a registration that finished during the first stop
-
-    def _run_controllers(self, stop: threading.Event) -> None:
-        watcher = self.watcher
-        if self.server is not None:
-            self.server.start(self.supervisor)
-        self.events.start()
-        self.node_informer.start()
-        self.pod_informer.start()
-        self.service_informer.start()
-        if self.proxy is not None:
-            self.proxy.start()
-        watcher.start()
+            return False
+        if not self.lifecycle.start():
+            return False
+        with self._started_lock:
+            if stop.is_set():
+                return False
+            self._controllers_started = True
+            watcher = self.watcher
+            if self.server is not None:
+                self.server.start(self.supervisor)
+            self.events.start()
+            self.node_informer.start()
+            self.pod_informer.start()
+            self.service_informer.start()
+            if self.proxy is not None:
+                self.proxy.start()
+            watcher.start()
         for synced in (self.pod_informer.synced.wait, watcher.wait_synced):
             while not stop.is_set() and not synced(0.5):  # wakes only to notice a stop
                 pass
         # The Services too, briefly: a container started before them would wait out a retry
         # (the kubelet does not wait; a node that may not list them must still run pods).
         self.service_informer.synced.wait(SERVICES_GRACE)
-        if not stop.is_set():
-            self.workers.start()
-            self.gc.start()
-            for uid in {*self._pod_uids(), *watcher.pod_uids()}:
-                self.workers.enqueue(uid)
-            self.log.info("running")
-            stop.wait()
+        if stop.is_set():
+            return False
+        self.workers.start()
+        self.gc.start()
+        for uid in {*self._pod_uids(), *watcher.pod_uids()}:
+            self.workers.enqueue(uid)
+        self.log.info("running")
+        return True
+
+    def shut_down(self) -> None:
+        """Stop what `start_up` started, within SHUTDOWN_SECONDS; running pods are left alone.
+
+        Safe to call while `start_up` still runs on another thread (it then starts nothing
+        more) and more than once."""
+        self.lifecycle.interrupt()  # at once: a registration still retrying gives up
+        with self._started_lock:
+            started, self._controllers_started = self._controllers_started, False
+        if started:
+            self._stop_controllers()
+        elif self.server is not None:
+            self.server.stop()
+        self.lifecycle.stop()
+
+    def _stop_controllers(self) -> None:
         self.log.info("stopping")
+        if self.shared is not None:
+            self.shared.unregister(self.node_name)
         deadline = time.monotonic() + SHUTDOWN_SECONDS
         parts: list[Stoppable] = [
             self.pod_informer,
@@ -320,7 +396,7 @@ class Agent:
             *([self.proxy] if self.proxy is not None else []),
             self.gc,
             self.workers,
-            watcher,
+            self.watcher,
             self.objects,
             self.events,
         ]
@@ -333,6 +409,8 @@ class Agent:
             part.stop(max(0.0, deadline - time.monotonic()))
         if self.server is not None:
             self.server.stop()
+        if self.shared is not None:
+            return  # the set's watches: their counters are the set's
         for name, informer in (("pods", self.pod_informer), ("node", self.node_informer)):
             stats = informer.stats
             self.log.info(

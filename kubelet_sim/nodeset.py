@@ -1,8 +1,12 @@
 """The one composition root: settings in, a running set of nodes out.
 
 The `kubelet-sim` command, the demo, the tests and bench/ build their nodes here, so a node
-is wired the same way wherever it runs. Each node is an Agent on its own thread; nodes share
-the Docker client and, unless a node brings its own credentials, the API connection pool.
+is wired the same way wherever it runs. Nodes share the Docker client and, unless a node brings
+its own credentials, the API connection pool. Several nodes on the set's credentials, when
+those may watch every pod and Node (admin, a ServiceAccount), also share one watch per
+resource and one timer thread for their Leases, status and service proxies
+(`kube/shared_watches.py`, `timers.py`): a thousand nodes then cost no thread each at rest.
+A node with credentials of its own (`system:node:<name>`) keeps its own watches and loops.
 """
 
 from __future__ import annotations
@@ -16,17 +20,23 @@ from pathlib import Path
 
 from kubelet_sim.agent import Agent, PodSettings
 from kubelet_sim.config import ConfigError
-from kubelet_sim.kube.client import KubeConnection, connect
+from kubelet_sim.kube.client import KubeConnection, connect, wait_for_api_server
 from kubelet_sim.kube.schema import ServerSchema
+from kubelet_sim.kube.shared_watches import SharedWatches, may_watch_every_node
 from kubelet_sim.logs import get_logger
+from kubelet_sim.node.host import detect_host
 from kubelet_sim.node.settings import NodeSettings
 from kubelet_sim.runtime.docker_runtime import DockerRuntime
 from kubelet_sim.runtime.log_rotation import LogRotation
+from kubelet_sim.runtime.observe import ContainerEvents
 from kubelet_sim.server.settings import ServerSettings
-from kubelet_sim.supervise import LoopFailed
+from kubelet_sim.timers import Timers
 
 # Each node holds about 4 connections at once (2 watches, its writes, its lease).
 CONNECTIONS_PER_NODE = 4
+# Nodes sharing watches hold no watch each: their writes and a Lease renewal in flight.
+SHARED_CONNECTIONS_PER_NODE = 1
+STARTERS = 16  # nodes registered and started at once (each waits on a few API calls)
 
 
 @dataclass(frozen=True)
@@ -78,10 +88,12 @@ class NodeSet:
         self.settings = settings
         kube: dict[str, KubeConnection] = {}  # the API first: a missing kubeconfig says so first
         shared: KubeConnection | None = None
+        on_set = [n for n in settings.nodes if n.kubeconfig is None]
+        per_node = SHARED_CONNECTIONS_PER_NODE if len(on_set) > 1 else CONNECTIONS_PER_NODE
         for node in settings.nodes:
             if node.kubeconfig is None:
                 if shared is None:
-                    pool = CONNECTIONS_PER_NODE * len(settings.nodes) + 4
+                    pool = per_node * len(on_set) + 8
                     shared = connect(settings.kubeconfig, settings.context, pool_size=pool)
                 kube[node.settings.node_name] = shared
             else:
@@ -92,8 +104,19 @@ class NodeSet:
             pool = 2 * len(settings.nodes) + 2
             proxy = connect(settings.proxy_kubeconfig, pool_size=pool)
         self.engine = DockerRuntime.connect(network=settings.docker_network)
+        self.watches: SharedWatches | None = None
+        self.container_events: ContainerEvents | None = None
+        self._shared_connection = shared
+        self.timers: Timers | None = None
+        if shared is not None and len(on_set) > 1:
+            self.watches = SharedWatches(
+                shared.api,
+                proxy_api=(proxy or shared).api if settings.service_proxy else None,
+            )
+            self.timers = Timers()
+            self.container_events = ContainerEvents(self.engine)
         try:
-            self.agents = self._build(settings, kube, proxy)
+            self.agents = self._build(settings, kube, proxy, shared)
         except BaseException:
             self.engine.close()
             raise
@@ -105,6 +128,7 @@ class NodeSet:
         settings: NodeSetSettings,
         kube: dict[str, KubeConnection],
         proxy: KubeConnection | None,
+        shared: KubeConnection | None,
     ) -> list[Agent]:
         identities = list(settings.nodes)
         if settings.docker_network != "bridge":
@@ -118,6 +142,7 @@ class NodeSet:
         # Read once for all the nodes (it is the same server), on its first use.
         schema = ServerSchema.of_server(next(iter(kube.values())).api) if kube else ServerSchema()
         agents = []
+        host = detect_host()  # the same host for every node: read once
         for i, node in enumerate(identities):
             name = node.settings.node_name
             runtime = DockerRuntime(
@@ -145,6 +170,10 @@ class NodeSet:
                     schema,
                     server,
                     proxy=(proxy or kube[name]) if settings.service_proxy else None,
+                    shared=self.watches if kube[name] is shared else None,
+                    timers=self.timers if kube[name] is shared else None,
+                    container_events=self.container_events if kube[name] is shared else None,
+                    host=host,
                 )
             )
         return agents
@@ -154,33 +183,115 @@ class NodeSet:
         return {agent.node_name: agent.runtime for agent in self.agents}
 
     def start(self, stop: threading.Event) -> None:
-        """Each node on its own thread until `stop`; a node whose loop failed for good sets
-        `stop` for all (its reason lands in `failures`)."""
+        """Start every node, STARTERS at a time, on threads that end once their nodes run;
+        a node whose start fails, or whose loop later fails for good, sets `stop` for all (its
+        reason lands in `failures`). Shared watches start first, once the server says these
+        credentials may hold them."""
+        waiting = list(reversed(self.agents))
+        lock = threading.Lock()
 
-        def run_agent(agent: Agent) -> None:
-            try:
-                agent.run(stop)
-            except LoopFailed as exc:
-                self.failures.append((agent.node_name, str(exc)))
-                stop.set()
+        def start_nodes() -> None:
+            while not stop.is_set():
+                with lock:
+                    if not waiting:
+                        return
+                    agent = waiting.pop()
+                try:
+                    agent.start_up(stop)
+                except Exception as exc:  # a bug: this node cannot run, so none does
+                    get_logger("kubelet_sim.nodeset", node=agent.node_name).exception(
+                        "node failed to start"
+                    )
+                    self.failures.append((agent.node_name, f"{type(exc).__name__}: {exc}"))
+                    stop.set()
 
-        for agent in self.agents:
-            thread = threading.Thread(
-                target=run_agent, args=(agent,), name=f"node {agent.node_name}", daemon=True
-            )
-            thread.start()
-            self._threads.append(thread)
+        def start_all() -> None:
+            if self.watches is not None and not self._start_shared(stop):
+                return
+            for i in range(1, min(STARTERS, len(self.agents))):
+                thread = threading.Thread(target=start_nodes, name=f"node starter {i}", daemon=True)
+                thread.start()
+                self._threads.append(thread)
+            start_nodes()
+
+        thread = threading.Thread(target=start_all, name="node starter 0", daemon=True)
+        thread.start()
+        self._threads.append(thread)
+
+    def _start_shared(self, stop: threading.Event) -> bool:
+        """Once the server answers: may these credentials watch every pod and Node? Then run
+        the shared watches and timers; else fail the set in one line."""
+        connection = self._shared_connection
+        if self.watches is None or self.timers is None or connection is None:
+            return True
+        if wait_for_api_server(connection, stop) is None:
+            return False
+        try:
+            refused = may_watch_every_node(connection.api)
+        except Exception as exc:  # the server failed the check: say so rather than guess
+            refused = f"cannot check the credentials' rights: {exc}"
+        if refused is not None:
+            names = [a.node_name for a in self.agents if a.kube is connection]
+            self.failures.append((f"{names[0]}…{names[-1]}", refused))
+            stop.set()
+            return False
+        get_logger("kubelet_sim.nodeset").info(
+            "nodes share their watches and timers",
+            nodes=sum(1 for a in self.agents if a.kube is connection),
+        )
+        self.watches.start()
+        self.timers.start()
+        if self.container_events is not None:
+            self.container_events.start()
+        return True
 
     def wait(self, stop: threading.Event) -> list[tuple[str, str]]:
         # Never block without a timeout here: the kernel may hand SIGTERM to any thread, and
         # the main thread runs the Python handler only when it wakes up.
         while not stop.wait(0.5):
-            pass
-        for agent, thread in zip(self.agents, self._threads, strict=True):
+            failed = [a for a in self.agents if a.supervisor.failed.is_set()]
+            for agent in failed:
+                agent.log.error("stopped: a loop kept failing", error=agent.supervisor.failure)
+                self.failures.append((agent.node_name, agent.supervisor.failure))
+            if failed:
+                stop.set()
+        for agent in self.agents:
+            agent.lifecycle.interrupt()
+        for thread in self._threads:
             while thread.is_alive():
                 thread.join(0.5)
-            get_logger("kubelet_sim.nodeset", node=agent.node_name).info("stopped")
+        self._shut_down_all()
         return self.failures
+
+    def _shut_down_all(self) -> None:
+        """Every node at once (each within its own deadline), then what they shared."""
+        remaining = list(self.agents)
+        lock = threading.Lock()
+
+        def shut_down() -> None:
+            while True:
+                with lock:
+                    if not remaining:
+                        return
+                    agent = remaining.pop()
+                agent.shut_down()
+                get_logger("kubelet_sim.nodeset", node=agent.node_name).info("stopped")
+
+        threads = [
+            threading.Thread(target=shut_down, name=f"node stopper {i}", daemon=True)
+            for i in range(min(STARTERS * 4, len(self.agents)))
+        ]
+        for thread in threads:
+            thread.start()
+        for thread in threads:
+            while thread.is_alive():
+                thread.join(0.5)
+        if self.watches is not None:
+            self.watches.stop()
+        if self.timers is not None:
+            self.timers.stop()
+        if self.container_events is not None:
+            self.container_events.stop()
 
     def run(self, stop: threading.Event) -> list[tuple[str, str]]:
         self.start(stop)

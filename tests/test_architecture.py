@@ -23,6 +23,7 @@ SHARED = {
     "jsontypes",
     "pem",
     "clock",
+    "timers",
     "__init__",
 }
 

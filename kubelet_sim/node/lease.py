@@ -21,6 +21,7 @@ from kubelet_sim.kube.rest import ApiError
 from kubelet_sim.node.node_object import format_micro_time
 from kubelet_sim.node.settings import NodeSettings
 from kubelet_sim.supervise import Supervisor
+from kubelet_sim.timers import Timer, Timers
 
 LEASE_NAMESPACE = "kube-node-lease"
 MAX_UPDATE_RETRIES = 5
@@ -29,7 +30,8 @@ JITTER = 0.04
 
 
 class LeaseController:
-    """Owns one thread that keeps the node's Lease fresh until `stop()`."""
+    """Keeps the node's Lease fresh until `stop()`: on a thread of its own, or on the shared
+    `timers` of a process running many nodes."""
 
     def __init__(
         self,
@@ -37,6 +39,7 @@ class LeaseController:
         api: NodeApi,
         log: BoundLogger,
         supervisor: Supervisor | None = None,
+        timers: Timers | None = None,
     ) -> None:
         self._settings = settings
         self._supervisor = supervisor or Supervisor(node=settings.node_name)
@@ -44,10 +47,21 @@ class LeaseController:
         self._log = log.bind(lease=f"{LEASE_NAMESPACE}/{settings.node_name}")
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
+        self._timers = timers
+        self._timer: Timer | None = None
         self._latest: Json | None = None
 
     def start(self) -> None:
         self._stop.clear()
+        if self._timers is not None:
+            self._timer = self._timers.every(
+                "lease",
+                self._settings.node_name,
+                self._settings.lease_renew_interval,
+                self.sync,
+                jitter=JITTER,
+            )
+            return
         self._thread = self._supervisor.thread(
             f"lease-{self._settings.node_name}", self._run, self._stop
         )
@@ -55,6 +69,8 @@ class LeaseController:
 
     def stop(self, timeout: float = 5.0) -> None:
         self._stop.set()
+        if self._timer is not None:
+            self._timer.cancel()
         if self._thread is not None:
             self._thread.join(timeout)
 

@@ -1,7 +1,8 @@
 """The node's life: register the Node, keep its Lease and status fresh, optionally delete it.
 
 `start()` blocks until the Node is registered (retrying while the API server fails) and then
-runs the lease and status threads; `stop()` ends them within a second or so.
+runs the lease and status loops (threads of their own, or the set's shared timers); `stop()`
+ends them within a second or so.
 """
 
 from __future__ import annotations
@@ -21,6 +22,7 @@ from kubelet_sim.node.registration import Registrar
 from kubelet_sim.node.settings import NodeSettings
 from kubelet_sim.node.status import NodeStatusController, RuntimeProbe
 from kubelet_sim.supervise import Supervisor
+from kubelet_sim.timers import Timers
 
 __all__ = ["NodeLifecycle", "RuntimeProbe"]
 
@@ -36,7 +38,10 @@ class NodeLifecycle:
         host: HostFacts | None = None,
         supervisor: Supervisor | None = None,
         resolve: Callable[[str], tuple[str, ...]] = resolve_name,
+        timers: Timers | None = None,
     ) -> None:
+        """`timers`: a process of many nodes renews Leases and writes status on its shared
+        timers; None: on two threads of this node's own."""
         self.settings = settings
         self.host = host or detect_host()
         self._resolve = resolve
@@ -52,8 +57,9 @@ class NodeLifecycle:
             self._registrar.register,
             self._log,
             supervisor,
+            timers,
         )
-        self._lease = LeaseController(settings, node_api, self._log, supervisor)
+        self._lease = LeaseController(settings, node_api, self._log, supervisor, timers)
         self._registered = False
         self._deleted = False
         self._stop_lock = threading.Lock()
@@ -93,6 +99,10 @@ class NodeLifecycle:
             if self.settings.delete_node_on_exit and self._registered and not self._deleted:
                 self._deleted = True
                 self._delete_node()
+
+    def interrupt(self) -> None:
+        """End a registration still retrying, at once; `stop` ends the rest."""
+        self._stop.set()
 
     def node_deleted(self) -> None:
         """For the agent's Node informer: our Node was deleted, register it again."""

@@ -30,6 +30,7 @@ from kubelet_sim.node.node_object import (
 )
 from kubelet_sim.node.settings import NodeSettings
 from kubelet_sim.supervise import Supervisor
+from kubelet_sim.timers import Timer, Timers
 
 OUR_CONDITIONS = frozenset({kind for kind, _, _ in PRESSURE_CONDITIONS} | {"Ready"})
 
@@ -59,8 +60,11 @@ class NodeStatusController:
         register: Callable[[threading.Event], Json | None],
         log: BoundLogger,
         supervisor: Supervisor | None = None,
+        timers: Timers | None = None,
     ) -> None:
         self._settings = settings
+        self._timers = timers
+        self._timer: Timer | None = None
         self._supervisor = supervisor or Supervisor(node=settings.node_name)
         self._api = api
         self._host = host
@@ -122,6 +126,15 @@ class NodeStatusController:
 
     def start(self) -> None:
         self._stop.clear()
+        if self._timers is not None:
+            self._timer = self._timers.every(
+                "node-status",
+                self._settings.node_name,
+                self._settings.status_update_interval,
+                self.sync,
+                jitter=0.0,
+            )
+            return
         self._thread = self._supervisor.thread(
             f"node-status-{self._settings.node_name}", self._run, self._stop
         )
@@ -130,6 +143,8 @@ class NodeStatusController:
     def stop(self, timeout: float = 5.0) -> None:
         self._stop.set()
         self._wake.set()
+        if self._timer is not None:
+            self._timer.cancel()
         if self._thread is not None:
             self._thread.join(timeout)
 
@@ -137,6 +152,8 @@ class NodeStatusController:
         """The informer saw our Node deleted: register it again at once."""
         self._reregister.set()
         self._wake.set()
+        if self._timer is not None:
+            self._timer.wake()
 
     def node_changed(self, node: Json) -> None:
         """Log what the cluster changed in our spec (cordon, taints); the kubelet only reacts."""

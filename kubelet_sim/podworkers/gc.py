@@ -16,6 +16,7 @@ from kubelet_sim.pod.restart_backoff import KeyedBackoff
 from kubelet_sim.podworkers.ports import ContainerCache
 from kubelet_sim.podworkers.stopper import ContainerStopper
 from kubelet_sim.supervise import Supervisor
+from kubelet_sim.timers import Timer, Timers
 
 GC_PERIOD = 60.0
 
@@ -30,7 +31,9 @@ class ContainerGC:
         supervisor: Supervisor | None = None,
         backoffs: Sequence[KeyedBackoff] = (),
         clock: Clock = SYSTEM_CLOCK,
+        timers: Timers | None = None,
     ) -> None:
+        """`timers`: the node set's shared timers run the passes (None: a thread of its own)."""
         self.watcher = watcher
         self.clock = clock
         self.backoffs = backoffs
@@ -38,15 +41,25 @@ class ContainerGC:
         self.period = period
         self.removed = 0
         self._stop = threading.Event()
+        self._node = node
+        self._timers = timers
+        self._timer: Timer | None = None
         supervisor = supervisor or Supervisor(node=node)
         self._thread = supervisor.thread("container-gc", self._run, self._stop)
         self.log = get_logger("kubelet_sim.gc", node=node)
 
     def start(self) -> None:
+        if self._timers is not None:
+            self._timer = self._timers.every(
+                "container-gc", self._node, self.period, self._pass, first_in=self.period
+            )
+            return
         self._thread.start()
 
     def stop(self, timeout: float = 5.0) -> None:
         self._stop.set()
+        if self._timer is not None:
+            self._timer.cancel()
         if self._thread.is_alive():
             self._thread.join(timeout)
 
@@ -64,7 +77,10 @@ class ContainerGC:
 
     def _run(self) -> None:
         while not self._stop.wait(self.period):
-            try:
-                self.collect()
-            except Exception:  # Docker hiccup: the next pass tries again
-                self.log.exception("container GC failed")
+            self._pass()
+
+    def _pass(self) -> None:
+        try:
+            self.collect()
+        except Exception:  # Docker hiccup: the next pass tries again
+            self.log.exception("container GC failed")

@@ -22,6 +22,7 @@ from kubelet_sim.kube.watches import all_endpoint_slices, all_nodes
 from kubelet_sim.logs import get_logger
 from kubelet_sim.proxy import netns, rules
 from kubelet_sim.supervise import Supervisor
+from kubelet_sim.timers import Timer, Timers
 
 DEBOUNCE = 0.05  # changes that come together (a rollout) are programmed together
 RESYNC = 30.0  # a namespace whose programming failed is retried at least this often
@@ -52,7 +53,12 @@ class ServiceProxy:
         sandboxes: Callable[[], list[cri.ObservedContainer]],
         events: EventRecorder | None,
         supervisor: Supervisor,
+        *,
+        shared: tuple[Informer, Informer] | None = None,
+        timers: Timers | None = None,
     ) -> None:
+        """`shared`: the set's EndpointSlice and Node watches (it then tells `changed`), None:
+        watches of this proxy's own; `timers`: the set's, for the passes (None: a thread)."""
         self.settings = settings
         self._services = services
         self._sandboxes = sandboxes
@@ -64,38 +70,53 @@ class ServiceProxy:
         self._lock = threading.Lock()  # the namespaces by pid; each has its own lock to apply
         self._namespaces: dict[int, netns.Namespace] = {}
         self._warned: set[tuple[str, str, str, str]] = set()
-        self.slices = Informer(
-            all_endpoint_slices(kube.api),
-            lambda _kind, _obj: self.changed(),
-            supervisor=supervisor,
-            node=settings.node_name,
-        )
-        self.nodes = Informer(
-            all_nodes(kube.api),
-            lambda _kind, _obj: self.changed(),
-            supervisor=supervisor,
-            node=settings.node_name,
-        )
+        self._owned: list[Informer] = []
+        if shared is not None:
+            self.slices, self.nodes = shared
+        else:
+            self.slices = Informer(
+                all_endpoint_slices(kube.api),
+                lambda _kind, _obj: self.changed(),
+                supervisor=supervisor,
+                node=settings.node_name,
+            )
+            self.nodes = Informer(
+                all_nodes(kube.api),
+                lambda _kind, _obj: self.changed(),
+                supervisor=supervisor,
+                node=settings.node_name,
+            )
+            self._owned = [self.slices, self.nodes]
+        self._timers = timers
+        self._timer: Timer | None = None
         self._thread = supervisor.thread("service-proxy", self._run, self._stop)
 
     def start(self) -> None:
         if self.disabled:
             self.log.warning("Services are not programmed into pods", reason=self.disabled)
             return
-        self.slices.start()
-        self.nodes.start()
+        for informer in self._owned:
+            informer.start()
+        if self._timers is not None:
+            node = self.settings.node_name
+            self._timer = self._timers.every("service-proxy", node, RESYNC, self._pass)
+            return
         self._thread.start()
 
     def stop(self, timeout: float = 5.0) -> None:
         self._stop.set()
         self._dirty.set()
-        for informer in (self.slices, self.nodes):
+        if self._timer is not None:
+            self._timer.cancel()
+        for informer in self._owned:
             informer.stop(timeout)
         if self._thread.is_alive():
             self._thread.join(timeout)
 
     def changed(self) -> None:
         self._dirty.set()
+        if self._timer is not None:
+            self._timer.wake(self.settings.debounce)
 
     def setup(self, sandbox: cri.ObservedContainer) -> None:
         """Program a new sandbox's namespace now, before its containers start."""
@@ -111,8 +132,17 @@ class ServiceProxy:
             self._dirty.wait(RESYNC)
             if self._stop.wait(self.settings.debounce):
                 return
-            self._dirty.clear()
-            self._program(self._sandboxes(), full=True)
+            self._pass()
+
+    def _pass(self) -> None:
+        """Every namespace, after a change or at the resync."""
+        self._dirty.clear()
+        sandboxes = self._sandboxes()
+        if sandboxes:
+            self._program(sandboxes, full=True)
+        else:  # nothing to compute for a node without pods (a thousand of them share a core)
+            with self._lock:
+                self._namespaces.clear()
 
     def _desired(self) -> tuple[rules.RuleSet, list[rules.Route]]:
         ports, skipped = rules.service_ports(self._services() or [], self.slices.items())

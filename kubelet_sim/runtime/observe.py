@@ -66,8 +66,13 @@ class ContainerWatcher:
         backoff: Backoff | None = None,
         since_margin: float = 1.0,
         supervisor: Supervisor | None = None,
+        events: ContainerEvents | None = None,
     ) -> None:
+        """`events`: the node set's one Docker events stream (None: a stream and a thread of
+        this node's own)."""
         self.runtime = runtime
+        self._events = events
+        self._buffer: list[dict[str, Any]] | None = None  # events while the shared one lists
         self.node = node_name if node_name is not None else runtime.node_name
         if not self.node:
             raise ValueError("ContainerWatcher needs a node name")
@@ -91,11 +96,16 @@ class ContainerWatcher:
     # Lifecycle
 
     def start(self) -> None:
+        if self._events is not None:
+            self._events.add(self)
+            return
         self._thread.start()
 
     def stop(self, timeout: float = 1.0) -> None:
         """Close the events stream and join; returns within about `timeout` seconds."""
         self._stopping.set()
+        if self._events is not None:
+            self._events.remove(self)
         self._close_stream()
         if self._thread.is_alive():
             self._thread.join(timeout)
@@ -110,6 +120,8 @@ class ContainerWatcher:
 
     def reconnect(self) -> None:
         """Drop the events stream; the watcher relists and resubscribes, as after an outage."""
+        if self._events is not None:
+            self._events.reconnect()
         self._close_stream()
 
     # The view
@@ -277,3 +289,135 @@ class ContainerWatcher:
                 stream.close()
             except Exception as exc:
                 self.log.debug("closing the events stream", error=str(exc))
+
+
+class ContainerEvents:
+    """One Docker events stream for every node of a set, each event handed to the watcher of
+    the node its container is labelled with (a thread for all, not one per node).
+
+    A watcher added while the stream runs lists its node's containers first; events for it
+    that arrive meanwhile wait and follow the list. After a reconnect every watcher relists,
+    as a watcher of its own does."""
+
+    def __init__(
+        self,
+        runtime: DockerRuntime,
+        *,
+        backoff: Backoff | None = None,
+        since_margin: float = 1.0,
+        supervisor: Supervisor | None = None,
+    ) -> None:
+        self.runtime = runtime
+        self.backoff = backoff or Backoff(initial=0.2, cap=5.0)
+        self.since_margin = since_margin
+        self.log = get_logger("kubelet_sim.runtime.observe")
+        self.stats = WatcherStats()
+        self._watchers: dict[str, ContainerWatcher] = {}
+        self._lock = threading.Lock()
+        self._stream: _EventStream | None = None
+        self._last_event_ns: int | None = None
+        self._stopping = threading.Event()
+        self._thread = (supervisor or Supervisor()).thread(
+            "container events", self._run, self._stopping
+        )
+
+    def start(self) -> ContainerEvents:
+        self._thread.start()
+        return self
+
+    def stop(self, timeout: float = 1.0) -> None:
+        self._stopping.set()
+        self.reconnect()
+        if self._thread.is_alive():
+            self._thread.join(timeout)
+
+    def add(self, watcher: ContainerWatcher) -> None:
+        with self._lock:
+            self._watchers[watcher.node] = watcher
+            watcher._buffer = []
+        try:
+            watcher._relist()
+        except Exception as exc:  # Docker down: the next session lists it (not synced till then)
+            watcher.log.warning("listing containers failed", error=str(exc) or type(exc).__name__)
+            self.reconnect()
+        finally:
+            with self._lock:
+                buffered, watcher._buffer = watcher._buffer or [], None
+            for event in buffered:
+                watcher._handle(event)
+
+    def remove(self, watcher: ContainerWatcher) -> None:
+        with self._lock:
+            if self._watchers.get(watcher.node) is watcher:
+                del self._watchers[watcher.node]
+
+    def reconnect(self) -> None:
+        with self._lock:
+            stream, self._stream = self._stream, None
+        if stream is not None:
+            try:
+                stream.close()
+            except Exception as exc:
+                self.log.debug("closing the events stream", error=str(exc))
+
+    def _run(self) -> None:
+        while not self._stopping.is_set():
+            began = time.monotonic()
+            failed = False
+            try:
+                self._session()
+            except Exception as exc:
+                failed = True
+                self.log.warning("docker events failed", error=str(exc) or type(exc).__name__)
+            if self._stopping.is_set():
+                break
+            if failed or time.monotonic() - began < 1.0:
+                self._stopping.wait(self.backoff.next_delay())
+            else:
+                self.backoff.reset()
+            self.stats.reconnects += 1
+
+    def _session(self) -> None:
+        resume_ns = self._last_event_ns
+        listed_at = time.time()
+        with self._lock:
+            watchers = list(self._watchers.values())
+        for watcher in watchers:  # after an outage: what happened meanwhile, from a list
+            if resume_ns is not None or not watcher.synced:
+                watcher._relist()
+        since = (
+            _since_arg(resume_ns)
+            if resume_ns is not None
+            else _since_arg(int((listed_at - self.since_margin) * 1e9))
+        )
+        stream = self.runtime.client.api.events(
+            decode=True,
+            filters={"type": "container", "label": cri.LABEL_NODE},
+            since=cast(Any, since),
+        )
+        with self._lock:
+            self._stream = stream
+        if self._stopping.is_set():
+            stream.close()
+            return
+        for event in stream:
+            if self._stopping.is_set():
+                return
+            self._dispatch(event)
+
+    def _dispatch(self, event: dict[str, Any]) -> None:
+        self.stats.events += 1
+        if event.get("timeNano"):
+            self._last_event_ns = max(self._last_event_ns or 0, int(event["timeNano"]))
+        node = ((event.get("Actor") or {}).get("Attributes") or {}).get(cri.LABEL_NODE)
+        with self._lock:
+            watcher = self._watchers.get(str(node))
+            if watcher is None:
+                return
+            if watcher._buffer is not None:
+                watcher._buffer.append(event)
+                return
+        try:
+            watcher._handle(event)
+        except Exception:  # one node's bad event must not end the stream for all
+            watcher.log.exception("handling a docker event failed")

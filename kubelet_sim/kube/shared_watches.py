@@ -1,0 +1,191 @@
+"""One watch per resource for every node of a process, fanned out by node name (kwok's way).
+
+A process of a thousand nodes with a pod, a Node, a Service, an EndpointSlice and a Nodes
+watch each would hold five thousand watches and as many threads and caches. With credentials
+that may list every pod and Node (admin, a ServiceAccount), the set holds one of each: pods
+bound to any node (`spec.nodeName!=`), every Node, every Service, every EndpointSlice; each
+event goes to the node it names. Node credentials may not (the Node authorizer lets a node
+watch only its own pods and Node), so such a node keeps watches of its own.
+"""
+
+from __future__ import annotations
+
+import threading
+from collections.abc import Callable
+from typing import Any, Protocol
+
+from kubernetes import client
+from kubernetes.client.exceptions import ApiException
+
+from kubelet_sim.jsontypes import Json
+from kubelet_sim.kube.informer import Handler, Informer, InformerStats, ListWatchSource
+from kubelet_sim.kube.watches import all_endpoint_slices, all_nodes, all_services
+from kubelet_sim.logs import get_logger
+from kubelet_sim.supervise import Supervisor
+
+
+class Feed(Protocol):
+    """What a node reads of a watch: its own Informer, or its share of a shared one."""
+
+    synced: threading.Event
+    stats: InformerStats
+
+    def start(self) -> Any: ...
+
+    def stop(self, timeout: float = 5.0) -> None: ...
+
+    def items(self) -> list[Json]: ...
+
+
+class SharedFeed:
+    """A node's share of a shared watch: its sync state, counters and cache are the set's,
+    and so are its start and stop (a node starts and stops nothing)."""
+
+    def __init__(self, informer: Informer) -> None:
+        self._informer = informer
+        self.synced = informer.synced
+        self.stats = informer.stats
+
+    def start(self) -> SharedFeed:
+        return self
+
+    def stop(self, timeout: float = 5.0) -> None:
+        return None
+
+    def items(self) -> list[Json]:
+        return self._informer.items()
+
+
+def pods_on_any_node(api: client.ApiClient) -> ListWatchSource:
+    """Every pod bound to a node; each node of the set takes those naming it."""
+    return ListWatchSource(
+        description="pods on any node",
+        list_method=client.CoreV1Api(api).list_pod_for_all_namespaces,
+        kwargs={"field_selector": "spec.nodeName!="},
+    )
+
+
+def _node_name_of_pod(pod: Json) -> str:
+    return str((pod.get("spec") or {}).get("nodeName") or "")
+
+
+def _name(obj: Json) -> str:
+    return str((obj.get("metadata") or {}).get("name") or "")
+
+
+class NodeHandlers:
+    """What one node of the set is told: its pods' and its Node's events, and that something
+    a service proxy reads (Services, EndpointSlices, Nodes) changed."""
+
+    def __init__(
+        self,
+        on_pod: Handler,
+        on_node: Handler,
+        on_network_change: Callable[[], None] | None = None,
+    ) -> None:
+        self.on_pod = on_pod
+        self.on_node = on_node
+        self.on_network_change = on_network_change
+
+
+class SharedWatches:
+    """The set's watches; `register` each node before `start`, or later (it then sees the
+    pods and Node already in the caches at once)."""
+
+    def __init__(
+        self,
+        api: client.ApiClient,
+        *,
+        proxy_api: client.ApiClient | None = None,
+        supervisor: Supervisor | None = None,
+    ) -> None:
+        """`proxy_api`: the service proxy's connection (kube-proxy's rights), None: no
+        EndpointSlice watch (no proxy runs)."""
+        self.log = get_logger("kubelet_sim.shared_watches")
+        self._nodes_by_name: dict[str, NodeHandlers] = {}
+        self._lock = threading.Lock()
+        self.pods = Informer(pods_on_any_node(api), self._on_pod, supervisor=supervisor)
+        self.nodes = Informer(all_nodes(api), self._on_node, supervisor=supervisor)
+        self.services = Informer(all_services(api), self._on_network, supervisor=supervisor)
+        self.slices: Informer | None = None
+        if proxy_api is not None:
+            self.slices = Informer(
+                all_endpoint_slices(proxy_api), self._on_network, supervisor=supervisor
+            )
+        self.dropped = 0  # pod events for a node of no one here (on another kubelet)
+
+    @property
+    def informers(self) -> list[Informer]:
+        return [self.pods, self.nodes, self.services, *([self.slices] if self.slices else [])]
+
+    def register(self, node_name: str, handlers: NodeHandlers) -> None:
+        with self._lock:
+            self._nodes_by_name[node_name] = handlers
+        for pod in self.pods.items():  # a node added after the first list
+            if _node_name_of_pod(pod) == node_name:
+                handlers.on_pod("ADDED", pod)
+
+    def unregister(self, node_name: str) -> None:
+        with self._lock:
+            self._nodes_by_name.pop(node_name, None)
+
+    def start(self) -> None:
+        for informer in self.informers:
+            informer.start()
+
+    def stop(self, timeout: float = 5.0) -> None:
+        for informer in self.informers:
+            informer.stop(0)
+        for informer in self.informers:
+            informer.stop(timeout)
+
+    # -- fan-out (on the informers' threads: quick, the handlers only enqueue) ---------------
+
+    def _handlers(self, node_name: str) -> NodeHandlers | None:
+        with self._lock:
+            return self._nodes_by_name.get(node_name)
+
+    def _on_pod(self, kind: str, pod: Json) -> None:
+        handlers = self._handlers(_node_name_of_pod(pod))
+        if handlers is None:
+            self.dropped += 1
+            return
+        handlers.on_pod(kind, pod)
+
+    def _on_node(self, kind: str, node: Json) -> None:
+        handlers = self._handlers(_name(node))
+        if handlers is not None:
+            handlers.on_node(kind, node)
+        self._on_network(kind, node)
+
+    def _on_network(self, _kind: str, _obj: Json) -> None:
+        with self._lock:
+            listeners = [
+                h.on_network_change for h in self._nodes_by_name.values() if h.on_network_change
+            ]
+        for changed in listeners:
+            changed()
+
+
+def may_watch_every_node(api: client.ApiClient) -> str | None:
+    """None when these credentials may list every pod bound to a node and every Node (what the
+    shared watches do); else why not, in one line. Raises on anything but a refusal."""
+    core = client.CoreV1Api(api)
+    checks = (
+        ("pods", lambda: core.list_pod_for_all_namespaces(
+            field_selector="spec.nodeName!=", limit=1, _request_timeout=(5, 30))),
+        ("nodes", lambda: core.list_node(limit=1, _request_timeout=(5, 30))),
+    )  # fmt: skip
+    for resource, call in checks:
+        try:
+            call()
+        except ApiException as exc:
+            if exc.status in (401, 403):
+                return (
+                    f"these credentials may not list {resource} on every node ({exc.status}):"
+                    " several nodes in one process share one pod and one Node watch; run them"
+                    " with credentials that may (admin, or the ServiceAccount of"
+                    " deploy/rbac.yaml), or one node per process with node credentials"
+                )
+            raise
+    return None
