@@ -42,6 +42,7 @@ from kubelet_sim.runtime.observe import ContainerWatcher
 from kubelet_sim.server.auth import Gate
 from kubelet_sim.server.certs import self_signed
 from kubelet_sim.server.http import KubeletServer
+from kubelet_sim.server.listener import Listener
 from kubelet_sim.server.metrics import Family, Sample, histogram_family, render
 from kubelet_sim.server.settings import ServerSettings
 from kubelet_sim.server.usage import NodeUsage, PodUsage
@@ -139,8 +140,10 @@ class Agent:
         server: ServerSettings | None = None,
         *,
         proxy: KubeConnection | None = None,
+        listener: Listener | None = None,
     ) -> None:
-        """`proxy`: the service proxy's connection (kube-proxy's rights); None runs none."""
+        """`proxy`: the service proxy's connection (kube-proxy's rights); None runs none.
+        `listener`: the kubelet API listener shared by the set's nodes; None: one of its own."""
         self.kube = kube
         self.runtime = runtime
         self.node_name = settings.node_name
@@ -148,7 +151,7 @@ class Agent:
         host = detect_host()
         self.server: KubeletServer | None = None
         if server is not None:  # bound first: the Node advertises the port it really has
-            self.server = self._kubelet_server(settings, server, host)
+            self.server = self._kubelet_server(settings, server, host, listener)
             settings = dataclasses.replace(settings, kubelet_port=self.server.port)
         self.settings = settings
         self._halt = threading.Event()  # the caller's stop, or a loop that failed for good
@@ -347,7 +350,11 @@ class Agent:
             )
 
     def _kubelet_server(
-        self, node: NodeSettings, settings: ServerSettings, host: HostFacts
+        self,
+        node: NodeSettings,
+        settings: ServerSettings,
+        host: HostFacts,
+        listener: Listener | None,
     ) -> KubeletServer:
         cert, key = settings.tls_cert_file, settings.tls_private_key_file
         if cert is None or key is None:
@@ -365,6 +372,7 @@ class Agent:
             key_file=key,
             client_ca_file=settings.client_ca_file or self.kube.ca_file,
             limits=settings.limits,
+            listener=listener,
         )
 
     # -- the pod index (by uid) for the workers --------------------------------------------

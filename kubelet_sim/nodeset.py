@@ -22,8 +22,9 @@ from kubelet_sim.logs import get_logger
 from kubelet_sim.node.settings import NodeSettings
 from kubelet_sim.runtime.docker_runtime import DockerRuntime
 from kubelet_sim.runtime.log_rotation import LogRotation
+from kubelet_sim.server.listener import Listener
 from kubelet_sim.server.settings import ServerSettings
-from kubelet_sim.supervise import LoopFailed
+from kubelet_sim.supervise import LoopFailed, Supervisor
 
 # Each node holds about 4 connections at once (2 watches, its writes, its lease).
 CONNECTIONS_PER_NODE = 4
@@ -92,6 +93,7 @@ class NodeSet:
             pool = 2 * len(settings.nodes) + 2
             proxy = connect(settings.proxy_kubeconfig, pool_size=pool)
         self.engine = DockerRuntime.connect(network=settings.docker_network)
+        self.listener = shared_listener(settings)
         try:
             self.agents = self._build(settings, kube, proxy)
         except BaseException:
@@ -145,6 +147,7 @@ class NodeSet:
                     schema,
                     server,
                     proxy=(proxy or kube[name]) if settings.service_proxy else None,
+                    listener=self.listener,
                 )
             )
         return agents
@@ -164,6 +167,12 @@ class NodeSet:
                 self.failures.append((agent.node_name, str(exc)))
                 stop.set()
 
+        def listener_failed(why: str) -> None:
+            self.failures.append(("(kubelet API listener)", why))
+            stop.set()
+
+        if self.listener is not None:
+            self.listener.start(Supervisor(on_failure=listener_failed))
         for agent in self.agents:
             thread = threading.Thread(
                 target=run_agent, args=(agent,), name=f"node {agent.node_name}", daemon=True
@@ -180,6 +189,8 @@ class NodeSet:
             while thread.is_alive():
                 thread.join(0.5)
             get_logger("kubelet_sim.nodeset", node=agent.node_name).info("stopped")
+        if self.listener is not None:
+            self.listener.stop()
         return self.failures
 
     def run(self, stop: threading.Event) -> list[tuple[str, str]]:
@@ -187,7 +198,17 @@ class NodeSet:
         return self.wait(stop)
 
     def close(self) -> None:
+        if self.listener is not None:
+            self.listener.stop()
         self.engine.close()
+
+
+def shared_listener(settings: NodeSetSettings) -> Listener | None:
+    """One kubelet API listener (a thread and a pool) for all the nodes; a single node has one
+    of its own, started and stopped with it."""
+    if settings.server is None or len(settings.nodes) < 2:
+        return None
+    return Listener(settings.server.limits, get_logger("kubelet_sim.server"))
 
 
 def exit_past_calls_in_flight(code: int) -> None:
