@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import dataclasses
+import functools
 import ipaddress
 import threading
 import time
@@ -356,11 +357,11 @@ class Agent:
         host: HostFacts,
         listener: Listener | None,
     ) -> KubeletServer:
-        cert, key = settings.tls_cert_file, settings.tls_private_key_file
-        if cert is None or key is None:
-            ips = [node.node_ip or host.node_ip or "", "127.0.0.1"]
-            names = [node.node_name, host.hostname, "localhost"]
-            cert, key = self_signed(self.runtime.root_dir / "pki", node.node_name, names, ips)
+        ips = [node.node_ip or host.node_ip or "", "127.0.0.1"]
+        names = [node.node_name, host.hostname, "localhost"]
+        made = functools.partial(
+            self_signed, self.runtime.root_dir / "pki", node.node_name, names, ips
+        )
         return KubeletServer(
             _AgentView(self),
             self.runtime,
@@ -368,8 +369,9 @@ class Agent:
             Gate(Reviews(self.kube.api), node.node_name, settings.anonymous_auth),
             address=settings.address,
             port=settings.port,
-            cert_file=cert,
-            key_file=key,
+            cert_file=settings.tls_cert_file,
+            key_file=settings.tls_private_key_file,
+            self_signed=made,
             client_ca_file=settings.client_ca_file or self.kube.ca_file,
             limits=settings.limits,
             listener=listener,

@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import posixpath
 import ssl
+from collections.abc import Callable
 from pathlib import Path
 from typing import NamedTuple
 from urllib.parse import parse_qs
@@ -27,7 +28,7 @@ from kubelet_sim.server.routes import LogSource, NodeView, Reply, route
 from kubelet_sim.server.settings import ConnectionLimits
 from kubelet_sim.server.streaming.serve import PREFIXES, StreamRuntime
 from kubelet_sim.server.streaming.serve import serve as serve_stream
-from kubelet_sim.server.tls import serving_tls
+from kubelet_sim.server.tls import ServingTls, serving_tls
 from kubelet_sim.supervise import Supervisor
 
 
@@ -78,17 +79,25 @@ class KubeletServer:
         *,
         address: str,
         port: int,
-        cert_file: Path,
-        key_file: Path,
+        cert_file: Path | None,
+        key_file: Path | None,
         client_ca_file: str | None,
         limits: ConnectionLimits | None = None,
         listener: Listener | None = None,
+        self_signed: Callable[[], tuple[Path, Path]] | None = None,
     ) -> None:
+        """`self_signed` makes the serving pair when no files are given, at the first
+        connection (`tls.ServingTls`)."""
         self.node, self.logs, self.streams, self.gate = node, logs, streams, gate
         self.limits = limits or ConnectionLimits()
         self.log = get_logger("kubelet_sim.server", node=gate.node_name)
         try:
-            self.tls = serving_tls(cert_file, key_file, client_ca_file)
+            if cert_file is not None and key_file is not None:
+                self.tls = serving_tls(cert_file, key_file, client_ca_file)
+            elif self_signed is not None:
+                self.tls = ServingTls(self_signed, client_ca_file)
+            else:
+                raise ValueError("no serving certificate given, and none to make")
         except (OSError, ssl.SSLError, ValueError) as exc:
             raise ServerError(f"cannot use the serving certificate or client CA: {exc}") from exc
         if self.tls.verified_in_handshake:
@@ -99,10 +108,9 @@ class KubeletServer:
         # A listener of its own unless the node set shares one among its nodes.
         self._own_listener = listener is None
         self.listener = listener or Listener(self.limits, self.log)
-        context = self.tls.context
         try:
             self.endpoint = self.listener.bind(
-                address, port, lambda: context, self.serve, is_stream, self.log
+                address, port, self.tls.context, self.serve, is_stream, self.log
             )
         except OSError as exc:
             raise ServerError(f"cannot listen on {address}:{port}: {exc.strerror or exc}") from exc

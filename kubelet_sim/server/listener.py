@@ -319,11 +319,16 @@ class Listener:
                 continue
             endpoint.counters.add("kubelet_sim_server_connections")
             try:
+                context = endpoint.context()  # made at the node's first connection
+            except OSError as exc:  # the files went bad since the start's check
+                context = None
+                endpoint.log.error("cannot use the serving certificate", error=_one_line(exc))
+            try:
+                if context is None:
+                    raise ConnectionAbortedError("no serving certificate")
                 sock.setblocking(False)
                 sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
-                tls = endpoint.context().wrap_socket(
-                    sock, server_side=True, do_handshake_on_connect=False
-                )
+                tls = context.wrap_socket(sock, server_side=True, do_handshake_on_connect=False)
             except OSError as exc:  # reset before we got to it
                 endpoint.log.debug("connection ended", client=peer, error=str(exc))
                 sock.close()
