@@ -270,6 +270,9 @@ class Listener:
             left, self._endpoints = self._endpoints, set()
         for endpoint in left:
             self._release(endpoint)
+        if thread is None or not thread.is_alive():
+            self._wake_r.close()
+            self._wake_w.close()
 
     @property
     def open_connections(self) -> int:
