@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import contextlib
 import dataclasses
+import functools
 import json
 import socket
 import ssl
@@ -22,15 +23,21 @@ from kubernetes.client.exceptions import ApiException
 
 from kubelet_sim import cri
 from kubelet_sim.agent import PodSettings
+from kubelet_sim.logs import get_logger
 from kubelet_sim.node.settings import NodeSettings
 from kubelet_sim.nodeset import NodeIdentity, NodeSet, NodeSetSettings
-from kubelet_sim.server.settings import ServerSettings
+from kubelet_sim.server.certs import self_signed
+from kubelet_sim.server.exchange import Exchange
+from kubelet_sim.server.http import _send
+from kubelet_sim.server.listener import Endpoint, Listener
+from kubelet_sim.server.routes import Reply
+from kubelet_sim.server.settings import ConnectionLimits, ServerSettings
+from kubelet_sim.server.tls import ServingTls
+from kubelet_sim.supervise import Supervisor
 from tests.cluster import Cluster, wait_for
 from tests.docker_env import DockerEnv
 from tests.kubelet_api import api_server_as_kubelet_client, client_certificates
 from tests.pods import container, make_pod, running_ready, wait_status
-
-pytestmark = pytest.mark.docker
 
 
 @dataclasses.dataclass
@@ -74,6 +81,49 @@ def _serving_names(port: int) -> set[str]:
         x509.SubjectAlternativeName
     )
     return set(san.value.get_values_for_type(x509.DNSName))
+
+
+def test_one_listener_routes_each_port_to_its_own_endpoint(tmp_path: Path) -> None:
+    """Without Docker or an API server: one selector thread for three ports, each answered by
+    its own handler with its own certificate; closing one leaves the others; stop ends it."""
+    log = get_logger("tests.shared_listener")
+    listener = Listener(ConnectionLimits(workers=2), log)
+
+    def endpoint(name: str) -> Endpoint:
+        make = functools.partial(self_signed, tmp_path / name, name, [name], ["127.0.0.1"])
+        tls = ServingTls(make, None)
+
+        def serve(exchange: Exchange) -> None:
+            _send(exchange, Reply.text(200, name))
+
+        return listener.bind("127.0.0.1", 0, tls.context, serve, lambda _e: False, log)
+
+    before = _listener_threads()
+    endpoints = {name: endpoint(name) for name in ("a", "b", "c")}
+    assert not (tmp_path / "a").exists(), "the certificate is made at the first connection"
+    listener.start(Supervisor())
+    for ep in endpoints.values():
+        listener.open(ep)
+    try:
+        assert _listener_threads() == before + 1
+        for name, ep in endpoints.items():
+            assert _answer(ep.port) == name
+            assert name in _serving_names(ep.port)
+        listener.close(endpoints["a"])
+        with pytest.raises(ConnectionRefusedError):
+            socket.create_connection(("127.0.0.1", endpoints["a"].port), timeout=5).close()
+        assert [_answer(endpoints[n].port) for n in ("b", "c")] == ["b", "c"]
+    finally:
+        listener.stop()
+    assert _listener_threads() == before
+
+
+def _answer(port: int) -> str:
+    context = ssl.create_default_context()
+    context.check_hostname, context.verify_mode = False, ssl.CERT_NONE
+    url = f"https://127.0.0.1:{port}/"
+    with urllib.request.urlopen(url, context=context, timeout=10) as response:
+        return str(response.read().decode())
 
 
 @pytest.fixture
@@ -121,6 +171,7 @@ def _pods(nodes: Nodes, name: str) -> set[str]:
     return {p["metadata"]["name"] for p in json.loads(body)["items"]}
 
 
+@pytest.mark.docker
 def test_each_node_serves_its_own_certificate_and_pods(cluster: Cluster, nodes: Nodes) -> None:
     a, b, c = nodes.names
     ports = {nodes.port(n) for n in nodes.names}
@@ -140,6 +191,7 @@ def test_each_node_serves_its_own_certificate_and_pods(cluster: Cluster, nodes: 
     cluster.core.read_namespaced_pod_log("on-b", cluster.namespace)
 
 
+@pytest.mark.docker
 def test_closing_one_nodes_socket_leaves_the_others_serving(nodes: Nodes) -> None:
     a, b, c = nodes.names
     port_a = nodes.port(a)
