@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import dataclasses
+import functools
 import ipaddress
 import threading
 import time
@@ -43,6 +44,7 @@ from kubelet_sim.runtime.observe import ContainerEvents, ContainerWatcher
 from kubelet_sim.server.auth import Gate
 from kubelet_sim.server.certs import self_signed
 from kubelet_sim.server.http import KubeletServer
+from kubelet_sim.server.listener import Listener
 from kubelet_sim.server.metrics import Family, Sample, histogram_family, render
 from kubelet_sim.server.settings import ServerSettings
 from kubelet_sim.server.usage import NodeUsage, PodUsage
@@ -145,13 +147,14 @@ class Agent:
         timers: Timers | None = None,
         host: HostFacts | None = None,
         container_events: ContainerEvents | None = None,
+        listener: Listener | None = None,
     ) -> None:
         """`proxy`: the service proxy's connection (kube-proxy's rights); None runs none.
 
-        `shared`, `timers`, `container_events`: a process of many nodes gives its watches (pods,
-        Nodes, Services, EndpointSlices), its periodic loops (Lease, status, proxy, GC) and its
-        Docker events stream to all of them; None: this node has its own. `host`: the host,
-        read once for all the nodes of a set."""
+        `shared`, `timers`, `container_events`, `listener`: a process of many nodes gives its
+        watches (pods, Nodes, Services, EndpointSlices), its periodic loops (Lease, status,
+        proxy, GC), its Docker events stream and its kubelet API listener to all of them;
+        None: this node has its own. `host`: the host, read once for all the nodes of a set."""
         self.kube = kube
         self.runtime = runtime
         self.node_name = settings.node_name
@@ -159,7 +162,7 @@ class Agent:
         host = host or detect_host()
         self.server: KubeletServer | None = None
         if server is not None:  # bound first: the Node advertises the port it really has
-            self.server = self._kubelet_server(settings, server, host)
+            self.server = self._kubelet_server(settings, server, host, listener)
             settings = dataclasses.replace(settings, kubelet_port=self.server.port)
         self.settings = settings
         self._halt = threading.Event()  # the caller's stop, or a loop that failed for good
@@ -425,13 +428,17 @@ class Agent:
             )
 
     def _kubelet_server(
-        self, node: NodeSettings, settings: ServerSettings, host: HostFacts
+        self,
+        node: NodeSettings,
+        settings: ServerSettings,
+        host: HostFacts,
+        listener: Listener | None,
     ) -> KubeletServer:
-        cert, key = settings.tls_cert_file, settings.tls_private_key_file
-        if cert is None or key is None:
-            ips = [node.node_ip or host.node_ip or "", "127.0.0.1"]
-            names = [node.node_name, host.hostname, "localhost"]
-            cert, key = self_signed(self.runtime.root_dir / "pki", node.node_name, names, ips)
+        ips = [node.node_ip or host.node_ip or "", "127.0.0.1"]
+        names = [node.node_name, host.hostname, "localhost"]
+        made = functools.partial(
+            self_signed, self.runtime.root_dir / "pki", node.node_name, names, ips
+        )
         return KubeletServer(
             _AgentView(self),
             self.runtime,
@@ -439,10 +446,12 @@ class Agent:
             Gate(Reviews(self.kube.api), node.node_name, settings.anonymous_auth),
             address=settings.address,
             port=settings.port,
-            cert_file=cert,
-            key_file=key,
+            cert_file=settings.tls_cert_file,
+            key_file=settings.tls_private_key_file,
+            self_signed=made,
             client_ca_file=settings.client_ca_file or self.kube.ca_file,
             limits=settings.limits,
+            listener=listener,
         )
 
     # -- the pod index (by uid) for the workers --------------------------------------------

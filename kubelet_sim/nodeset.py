@@ -29,7 +29,9 @@ from kubelet_sim.node.settings import NodeSettings
 from kubelet_sim.runtime.docker_runtime import DockerRuntime
 from kubelet_sim.runtime.log_rotation import LogRotation
 from kubelet_sim.runtime.observe import ContainerEvents
+from kubelet_sim.server.listener import Listener
 from kubelet_sim.server.settings import ServerSettings
+from kubelet_sim.supervise import Supervisor
 from kubelet_sim.timers import Timers
 
 # Each node holds about 4 connections at once (2 watches, its writes, its lease).
@@ -115,6 +117,7 @@ class NodeSet:
             )
             self.timers = Timers()
             self.container_events = ContainerEvents(self.engine)
+        self.listener = shared_listener(settings)
         try:
             self.agents = self._build(settings, kube, proxy, shared)
         except BaseException:
@@ -174,6 +177,7 @@ class NodeSet:
                     timers=self.timers if kube[name] is shared else None,
                     container_events=self.container_events if kube[name] is shared else None,
                     host=host,
+                    listener=self.listener,
                 )
             )
         return agents
@@ -214,6 +218,12 @@ class NodeSet:
                 self._threads.append(thread)
             start_nodes()
 
+        def listener_failed(why: str) -> None:
+            self.failures.append(("(kubelet API listener)", why))
+            stop.set()
+
+        if self.listener is not None:
+            self.listener.start(Supervisor(on_failure=listener_failed))
         thread = threading.Thread(target=start_all, name="node starter 0", daemon=True)
         thread.start()
         self._threads.append(thread)
@@ -292,13 +302,25 @@ class NodeSet:
             self.timers.stop()
         if self.container_events is not None:
             self.container_events.stop()
+        if self.listener is not None:
+            self.listener.stop()
 
     def run(self, stop: threading.Event) -> list[tuple[str, str]]:
         self.start(stop)
         return self.wait(stop)
 
     def close(self) -> None:
+        if self.listener is not None:
+            self.listener.stop()
         self.engine.close()
+
+
+def shared_listener(settings: NodeSetSettings) -> Listener | None:
+    """One kubelet API listener (a thread and a pool) for all the nodes; a single node has one
+    of its own, started and stopped with it."""
+    if settings.server is None or len(settings.nodes) < 2:
+        return None
+    return Listener(settings.server.limits, get_logger("kubelet_sim.server"))
 
 
 def exit_past_calls_in_flight(code: int) -> None:

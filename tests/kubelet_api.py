@@ -64,6 +64,26 @@ def serving_node(
     """An agent serving the kubelet API on a free loopback port, trusting the control plane's
     client CA when this session started one (else a CA of the test's own)."""
     tls = tmp_path / "tls"
+    settings = ServerSettings(
+        address="127.0.0.1",
+        port=0,
+        client_ca_file=str(client_certificates(cluster, tls)),
+        limits=limits or ConnectionLimits(),
+    )
+    running = start_agent(cluster, docker_env, tmp_path / "root", server=settings)
+    server = running.agent.server
+    assert server is not None
+    with api_server_as_kubelet_client(cluster, tls):
+        try:
+            yield Node(running, server.port, tls)
+        finally:
+            if running.thread.is_alive():
+                running.stop()
+
+
+def client_certificates(cluster: Cluster, tls: Path) -> Path:
+    """In `tls`: admin.crt/key (the API server's kubelet-client identity), stranger.crt/key
+    (the same names from another CA); returns the client CA file the node should trust."""
     tls.mkdir()
     env = cluster.session.env
     ca = env.ca if env is not None else CertificateAuthority(tls / "client-ca", "client-ca")
@@ -76,25 +96,21 @@ def serving_node(
         # signed by the cluster CA, which the agent trusts by default; trust the test's too.
         client_ca = tls / "client-ca-bundle.crt"
         client_ca.write_bytes(ca.pair.cert.read_bytes() + _cluster_ca(cluster.kubeconfig))
-    settings = ServerSettings(
-        address="127.0.0.1",
-        port=0,
-        client_ca_file=str(client_ca),
-        limits=limits or ConnectionLimits(),
-    )
-    running = start_agent(cluster, docker_env, tmp_path / "root", server=settings)
-    server = running.agent.server
-    assert server is not None
+    return client_ca
+
+
+@contextlib.contextmanager
+def api_server_as_kubelet_client(cluster: Cluster, tls: Path) -> Iterator[None]:
+    """The fake API server reaches nodes as kube-apiserver --kubelet-client-certificate does,
+    with the admin certificate of `client_certificates` (the real one has its own)."""
     fake = cluster.session.fake
-    if fake is not None:  # kube-apiserver --kubelet-client-certificate, for the fake
+    if fake is not None:
         fake.kubelet_client = (str(tls / "admin.crt"), str(tls / "admin.key"))
     try:
-        yield Node(running, server.port, tls)
+        yield
     finally:
         if fake is not None:
             fake.kubelet_client = None
-        if running.thread.is_alive():
-            running.stop()
 
 
 @pytest.fixture

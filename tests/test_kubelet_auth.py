@@ -334,3 +334,30 @@ def test_a_role_on_one_subresource_opens_only_its_paths(cluster: Cluster, node: 
             rbac.delete_cluster_role_binding(name)
         with contextlib.suppress(client.ApiException):
             rbac.delete_cluster_role(name)
+
+
+def test_a_self_signed_pair_is_kept_while_it_names_the_same_names(tmp_path: Path) -> None:
+    """A restart of a thousand nodes signs nothing again; a changed name or IP gets a new pair."""
+    first = self_signed(tmp_path / "pki", "n1", ["n1", "localhost"], ["127.0.0.1"])
+    pem = first[0].read_bytes()
+    again = self_signed(tmp_path / "pki", "n1", ["localhost", "n1"], ["127.0.0.1"])
+    assert again == first
+    assert again[0].read_bytes() == pem
+    moved = self_signed(tmp_path / "pki", "n1", ["n1", "localhost"], ["10.0.0.7"])
+    assert moved[0].read_bytes() != pem
+    cert = x509.load_pem_x509_certificate(moved[0].read_bytes())
+    san = cert.extensions.get_extension_for_class(x509.SubjectAlternativeName).value
+    assert {str(ip) for ip in san.get_values_for_type(x509.IPAddress)} == {"10.0.0.7"}
+
+
+def test_given_serving_files_are_checked_at_start(tmp_path: Path) -> None:
+    """The context is made at the first connection, but a key that is not the certificate's
+    (or an unreadable file) still stops the start, as load_cert_chain did."""
+    cert, _key = self_signed(tmp_path / "a", "n1", ["n1"], ["127.0.0.1"])
+    _cert, other_key = self_signed(tmp_path / "b", "n2", ["n2"], ["127.0.0.1"])
+    with pytest.raises(ValueError, match="is not the key of"):
+        serving_tls(cert, other_key, None)
+    with pytest.raises(ValueError, match="certificate"):
+        serving_tls(other_key, other_key, None)
+    with pytest.raises(FileNotFoundError):
+        serving_tls(tmp_path / "missing.crt", other_key, None)

@@ -210,7 +210,7 @@ def test_a_flood_of_idle_connections_leaves_the_port_responsive(
         rss_before = _rss()
         flood = [socket.create_connection(("127.0.0.1", node.port)) for _ in range(300)]
         try:
-            wait_for(lambda: server.listener.open_connections >= 300, 20, "300 accepted")
+            wait_for(lambda: server.open_connections >= 300, 20, "300 accepted")
             latencies = []
             for _ in range(10):
                 started = time.monotonic()
@@ -242,7 +242,7 @@ def test_a_flood_of_idle_connections_leaves_the_port_responsive(
         finally:
             for sock in flood:
                 sock.close()
-        wait_for(lambda: server.listener.open_connections == 0, 20, "the flood let go")
+        wait_for(lambda: server.open_connections == 0, 20, "the flood let go")
         assert node.text("/healthz") == "ok"
         assert (
             _counter(node, "kubelet_sim_server_connections_refused_total", reason="max_connections")

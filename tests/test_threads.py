@@ -22,7 +22,7 @@ NOT_SUPERVISED = {
     "node/host.py": "one name lookup, waited for with a timeout (getaddrinfo has none)",
     "runtime/streams.py": "a streaming session's pumps and its dial: they end with it",
     "server/listener.py": "the kubelet API's request pool and a thread per upgraded stream"
-    " (its selector loop runs under the Supervisor, through server/http.py)",
+    " (its selector loop runs under a Supervisor: the node's, or the node set's when shared)",
     "server/streaming/serve.py": "a streaming session's thread: it ends with its connection",
     "server/streaming/remotecommand.py": "an exec/attach session's pumps: they end with it",
     "server/streaming/portforward.py": "a port-forward session's pumps and stream timer",
@@ -58,11 +58,10 @@ def test_every_thread_is_supervised_or_named_in_the_docs() -> None:
 
 
 def test_the_loops_the_docs_call_supervised_run_under_a_supervisor() -> None:
-    """The stop timer and the kubelet API's accept loop among them: their modules start no
-    thread but through `.thread(` of a Supervisor."""
+    """The stop timer among them: their modules start no thread but through `.thread(` of a
+    Supervisor (the kubelet API's selector loop too, in `Listener.start`, checked below)."""
     for module in (
         "podworkers/stopper.py",
-        "server/http.py",
         "podworkers/workers.py",
         "podworkers/gc.py",
         "kube/informer.py",
@@ -78,3 +77,9 @@ def test_the_loops_the_docs_call_supervised_run_under_a_supervisor() -> None:
         source = path.read_text()
         assert "supervisor" in source, module
         assert ".thread(" in source, module
+
+
+def test_the_kubelet_api_selector_loop_runs_under_a_supervisor() -> None:
+    """listener.py makes its pool's threads itself; its selector loop only through a Supervisor."""
+    source = (PACKAGE / "server/listener.py").read_text()
+    assert 'supervisor.thread("kubelet-server", self.run' in source

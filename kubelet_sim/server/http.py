@@ -1,7 +1,9 @@
 """The kubelet API server on its port: TLS, then the gate, then a route.
 
 Connections are the listener's (`listener.py`: a selector thread for every waiting client, a
-bounded pool for the work, limits and timeouts in `settings.ConnectionLimits`). A client
+bounded pool for the work, limits and timeouts in `settings.ConnectionLimits`), one for all the
+nodes of a process when the node set hands it in: the node keeps its own port, certificate,
+gate and counters. A client
 certificate is asked for but not checked in the TLS handshake: the x509 authenticator checks it
 per request (`tls.py`), so one from another CA ends in 401 unless a bearer token vouches, as on
 a kubelet.
@@ -11,7 +13,7 @@ from __future__ import annotations
 
 import posixpath
 import ssl
-import threading
+from collections.abc import Callable
 from pathlib import Path
 from typing import NamedTuple
 from urllib.parse import parse_qs
@@ -26,7 +28,7 @@ from kubelet_sim.server.routes import LogSource, NodeView, Reply, route
 from kubelet_sim.server.settings import ConnectionLimits
 from kubelet_sim.server.streaming.serve import PREFIXES, StreamRuntime
 from kubelet_sim.server.streaming.serve import serve as serve_stream
-from kubelet_sim.server.tls import serving_tls
+from kubelet_sim.server.tls import ServingTls, serving_tls
 from kubelet_sim.supervise import Supervisor
 
 
@@ -77,16 +79,25 @@ class KubeletServer:
         *,
         address: str,
         port: int,
-        cert_file: Path,
-        key_file: Path,
+        cert_file: Path | None,
+        key_file: Path | None,
         client_ca_file: str | None,
         limits: ConnectionLimits | None = None,
+        listener: Listener | None = None,
+        self_signed: Callable[[], tuple[Path, Path]] | None = None,
     ) -> None:
+        """`self_signed` makes the serving pair when no files are given, at the first
+        connection (`tls.ServingTls`)."""
         self.node, self.logs, self.streams, self.gate = node, logs, streams, gate
         self.limits = limits or ConnectionLimits()
         self.log = get_logger("kubelet_sim.server", node=gate.node_name)
         try:
-            self.tls = serving_tls(cert_file, key_file, client_ca_file)
+            if cert_file is not None and key_file is not None:
+                self.tls = serving_tls(cert_file, key_file, client_ca_file)
+            elif self_signed is not None:
+                self.tls = ServingTls(self_signed, client_ca_file)
+            else:
+                raise ValueError("no serving certificate given, and none to make")
         except (OSError, ssl.SSLError, ValueError) as exc:
             raise ServerError(f"cannot use the serving certificate or client CA: {exc}") from exc
         if self.tls.verified_in_handshake:
@@ -94,30 +105,35 @@ class KubeletServer:
                 "client certificates are verified in the TLS handshake (this Python's ssl"
                 " cannot defer it): one from another CA fails the handshake, not 401"
             )
+        # A listener of its own unless the node set shares one among its nodes.
+        self._own_listener = listener is None
+        self.listener = listener or Listener(self.limits, self.log)
         try:
-            self.listener = Listener(
-                address, port, self.limits, self.tls.context, self.serve, is_stream, self.log
+            self.endpoint = self.listener.bind(
+                address, port, self.tls.context, self.serve, is_stream, self.log
             )
         except OSError as exc:
             raise ServerError(f"cannot listen on {address}:{port}: {exc.strerror or exc}") from exc
-        self.port = self.listener.port
-        self._thread: threading.Thread | None = None
-        self._stopped = threading.Event()
+        self.port = self.endpoint.port
 
     def start(self, supervisor: Supervisor | None = None) -> None:
-        """Serve on a supervised thread (a request that fails is answered 500: see `serve`)."""
-        self._thread = (supervisor or Supervisor(node=self.gate.node_name)).thread(
-            "kubelet-server", self.listener.run, self._stopped
-        )
-        self._thread.start()
+        """Serve this node's port (a listener of its own runs on a thread under `supervisor`;
+        a request that fails is answered 500: see `serve`)."""
+        if self._own_listener:
+            self.listener.start(supervisor or Supervisor(node=self.gate.node_name))
+        self.listener.open(self.endpoint)
         self.log.info("kubelet API server listening", port=self.port)
 
     def stop(self) -> None:
-        self._stopped.set()  # the supervisor starts no other loop
-        self.listener.stop()
-        if self._thread is not None and self._thread is not threading.current_thread():
-            self._thread.join(10)
-        self.listener.close()
+        """This node's port closes; a shared listener serves the other nodes on."""
+        self.listener.close(self.endpoint)
+        if self._own_listener:
+            self.listener.stop()
+
+    @property
+    def open_connections(self) -> int:
+        """This node's open connections."""
+        return self.endpoint.open_connections
 
     def serve(self, handler: Exchange) -> None:
         """One request, answered (or upgraded and served to its end); logged without query."""
@@ -128,7 +144,7 @@ class KubeletServer:
             self.log.debug("request", method=handler.command, path=path, code=str(handler.status))
 
     def _stream_refused(self, reason: str) -> None:
-        self.listener.counters.add("kubelet_sim_server_stream_refusals_total", reason=reason)
+        self.endpoint.counters.add("kubelet_sim_server_stream_refusals_total", reason=reason)
         self.log.info("stream ended by a limit", reason=reason)
 
     def _serve(self, handler: Exchange) -> None:
@@ -170,7 +186,7 @@ class KubeletServer:
             try:
                 reply = route(self.node, self.logs, parts.path, parts.query)
                 if parts.path == "/metrics" and reply.status == 200:
-                    reply.body = [*reply.body, render(self.listener.counters.families()).encode()]
+                    reply.body = [*reply.body, render(self.endpoint.counters.families()).encode()]
             except Exception as exc:  # one broken request never takes the server down
                 self.log.exception("request failed", path=parts.path)
                 reply = Reply.text(500, f"{type(exc).__name__}: {exc}\n")

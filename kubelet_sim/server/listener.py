@@ -1,5 +1,12 @@
 """The kubelet API's connections: one selector thread waits for every client, a bounded pool
-of threads does the work.
+of threads does the work, for every node of the process.
+
+Each node binds its own socket (`bind`: node i keeps its port, so the port a Node advertises
+reaches exactly that node) with its own TLS context, handler and counters (an `Endpoint`); one
+`Listener` serves them all, so a thousand virtual nodes cost one selector thread and one pool,
+and share `limits` (connections, workers and streams are caps for the process). A connection
+belongs to the endpoint whose socket accepted it. `close(endpoint)` ends one node's serving
+(its socket and its waiting connections); `stop` ends the thread and the pool.
 
 Waiting costs no thread. A connection is a socket in the selector, with a deadline, while it
 is in its TLS handshake (`handshake_timeout` from accept), while its request's headers arrive
@@ -33,11 +40,14 @@ import threading
 import time
 from collections.abc import Callable
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from kubelet_sim.server.exchange import BadRequest, Exchange, refusal
 from kubelet_sim.server.metrics import Family, Sample
 from kubelet_sim.server.settings import ConnectionLimits
+
+if TYPE_CHECKING:
+    from kubelet_sim.supervise import Supervisor
 
 HANDSHAKE, HEADERS, IDLE, BUSY = "handshake", "headers", "idle", "busy"
 _TIMEOUT_REASON = {HANDSHAKE: "handshake_timeout", HEADERS: "header_timeout", IDLE: "idle_timeout"}
@@ -82,8 +92,9 @@ class Counters:
 
 
 class Connection:
-    def __init__(self, sock: ssl.SSLSocket, peer: str, deadline: float) -> None:
+    def __init__(self, sock: ssl.SSLSocket, endpoint: Endpoint, peer: str, deadline: float) -> None:
         self.sock = sock
+        self.endpoint = endpoint
         self.peer = peer
         self.state = HANDSHAKE
         self.deadline = deadline
@@ -148,152 +159,192 @@ class _Pool:
                 self._work.put(None)
 
 
-class Listener:
+HELP = {
+    "kubelet_sim_server_connections": ("gauge", "Connections open to the kubelet API."),
+    "kubelet_sim_server_connections_refused_total": (
+        "counter", "Connections refused or closed by a limit, by reason.",
+    ),
+    "kubelet_sim_server_streams": ("gauge", "Long-running requests being served."),
+    "kubelet_sim_server_stream_refusals_total": (
+        "counter", "Streams ended or refused by a limit or a framing error, by reason.",
+    ),
+}  # fmt: skip
+
+
+class Endpoint:
+    """One node's listening socket and where its connections go: that node's TLS context,
+    handler and log; its counters are that node's /metrics."""
+
     def __init__(
         self,
-        address: str,
-        port: int,
-        limits: ConnectionLimits,
-        context: ssl.SSLContext,
+        sock: socket.socket,
+        context: Callable[[], ssl.SSLContext],
         serve: Serve,
         is_stream: Callable[[Exchange], bool],
         log: Any,
     ) -> None:
-        self.limits, self.context, self.serve, self.is_stream, self.log = (
-            limits, context, serve, is_stream, log
+        self.sock, self.context, self.serve, self.is_stream, self.log = (
+            sock, context, serve, is_stream, log
         )  # fmt: skip
-        family = socket.AF_INET6 if ":" in address else socket.AF_INET
-        self.sock = socket.create_server(
-            (address, port), family=family, backlog=limits.backlog or kernel_backlog()
-        )
-        self.sock.setblocking(False)
-        self.port = int(self.sock.getsockname()[1])
+        self.port = int(sock.getsockname()[1])
         self.counters = Counters()
-        self.counters.help = {
-            "kubelet_sim_server_connections": ("gauge", "Connections open to the kubelet API."),
-            "kubelet_sim_server_connections_refused_total": (
-                "counter", "Connections refused or closed by a limit, by reason.",
-            ),
-            "kubelet_sim_server_streams": ("gauge", "Long-running requests being served."),
-            "kubelet_sim_server_stream_refusals_total": (
-                "counter", "Streams ended or refused by a limit or a framing error, by reason.",
-            ),
-        }  # fmt: skip
+        self.counters.help = HELP
+        self.open_connections = 0  # under the listener's lock
+        self.released = threading.Event()  # its socket is closed
+
+
+class Listener:
+    """One selector thread and one worker pool for every node's socket in the process (a
+    thousand virtual nodes cost no thread each); `limits` are shared by all of them."""
+
+    def __init__(self, limits: ConnectionLimits, log: Any) -> None:
+        self.limits, self.log = limits, log
         self._pool = _Pool(limits.workers, "kubelet-api")
         self._streams = threading.BoundedSemaphore(limits.max_streams)
         self._lock = threading.Lock()
         self._open = 0
         self._handback: list[tuple[Connection, int]] = []
+        self._endpoints: set[Endpoint] = set()  # served: the selector thread follows this set
+        self._running = False
         self._wake_r, self._wake_w = socket.socketpair()
         self._wake_w.setblocking(False)
         self._stop = threading.Event()
+        self._thread: threading.Thread | None = None
         self._seq = itertools.count()
         self._refused_since_log = 0
         self._refusal_logged = 0.0
+
+    def bind(
+        self,
+        address: str,
+        port: int,
+        context: Callable[[], ssl.SSLContext],
+        serve: Serve,
+        is_stream: Callable[[Exchange], bool],
+        log: Any,
+    ) -> Endpoint:
+        """A node's socket, bound and listening now (its port is known), served from `open`.
+        Raises OSError (the port is taken)."""
+        family = socket.AF_INET6 if ":" in address else socket.AF_INET
+        sock = socket.create_server(
+            (address, port), family=family, backlog=self.limits.backlog or kernel_backlog()
+        )
+        sock.setblocking(False)
+        return Endpoint(sock, context, serve, is_stream, log)
+
+    def start(self, supervisor: Supervisor) -> None:
+        """The selector thread, under `supervisor` (once: later calls do nothing)."""
+        with self._lock:
+            if self._thread is not None:
+                return
+            self._thread = supervisor.thread("kubelet-server", self.run, self._stop)
+        self._thread.start()
+
+    def open(self, endpoint: Endpoint) -> None:
+        """Accept on the endpoint's socket from now on."""
+        with self._lock:
+            self._endpoints.add(endpoint)
+        self._wake()
+
+    def close(self, endpoint: Endpoint, timeout: float = 10.0) -> None:
+        """Stop accepting on this endpoint: its socket and its waiting connections are closed
+        (requests being served finish); the other endpoints go on."""
+        with self._lock:
+            self._endpoints.discard(endpoint)
+            running = self._running
+        if running:
+            self._wake()
+            if endpoint.released.wait(timeout):
+                return
+        self._release(endpoint)  # no selector thread (or a stuck one): close it here
+
+    def stop(self) -> None:
+        """The selector thread and the pool end; every socket still open is closed."""
+        self._stop.set()
+        self._wake()
+        self._pool.shutdown()
+        thread = self._thread
+        if thread is not None and thread is not threading.current_thread():
+            thread.join(10)
+        with self._lock:
+            left, self._endpoints = self._endpoints, set()
+        for endpoint in left:
+            self._release(endpoint)
+        if thread is None or not thread.is_alive():
+            self._wake_r.close()
+            self._wake_w.close()
+
+    @property
+    def open_connections(self) -> int:
+        with self._lock:
+            return self._open
 
     # -- the selector thread ---------------------------------------------------------------
 
     def run(self) -> None:
         """Until stop(): accept, wait on every parked connection, expire deadlines."""
-        selector = selectors.DefaultSelector()
-        heap: list[tuple[float, int, int, Connection]] = []
-        parked: dict[int, Connection] = {}
-        selector.register(self.sock, selectors.EVENT_READ, None)
-        selector.register(self._wake_r, selectors.EVENT_READ, "wake")
-
-        def park(conn: Connection, events: int) -> None:
-            conn.generation += 1
-            try:
-                selector.register(conn.sock, events, conn)
-            except (OSError, ValueError):  # closed under us: nothing to wait for
-                self._close(conn)
-                return
-            parked[id(conn)] = conn
-            heapq.heappush(heap, (conn.deadline, next(self._seq), conn.generation, conn))
-
+        selecting = _Selecting(self)
         try:
+            selecting.follow_endpoints()
             while not self._stop.is_set():
-                timeout = max(0.0, heap[0][0] - time.monotonic()) if heap else None
-                for key, _mask in selector.select(timeout):
-                    if key.data is None:
-                        for conn in self._accept():
-                            park(conn, selectors.EVENT_READ)
-                    elif key.data == "wake":
-                        with contextlib.suppress(OSError):
-                            self._wake_r.recv(65536)
-                        with self._lock:
-                            back, self._handback = self._handback, []
-                        for conn, events in back:
-                            park(conn, events)
-                    else:
-                        conn = key.data
-                        selector.unregister(conn.sock)
-                        del parked[id(conn)]
-                        conn.generation += 1
-                        try:
-                            self._pool.submit(functools.partial(self._step, conn))
-                        except RuntimeError:  # stopping: the pool takes no more work
-                            self._close(conn)
-                now = time.monotonic()
-                while heap and heap[0][0] <= now:
-                    _deadline, _seq, generation, conn = heapq.heappop(heap)
-                    if generation != conn.generation or id(conn) not in parked:
-                        continue
-                    selector.unregister(conn.sock)
-                    del parked[id(conn)]
-                    self.counters.add(
-                        "kubelet_sim_server_connections_refused_total",
-                        reason=_TIMEOUT_REASON[conn.state],
-                    )
-                    self.log.debug("connection timed out", client=conn.peer, state=conn.state)
-                    self._close(conn)
+                for key, _mask in selecting.selector.select(selecting.timeout()):
+                    selecting.ready(key.data)
+                selecting.expire()
         finally:
-            for conn in parked.values():
-                self._close(conn)
-            selector.close()
+            selecting.end()
 
-    def _accept(self) -> list[Connection]:
+    def _accept(self, endpoint: Endpoint) -> list[Connection]:
         accepted: list[Connection] = []
         for _ in range(1024):  # then the parked connections get their turn
             try:
-                sock, address = self.sock.accept()
+                sock, address = endpoint.sock.accept()
             except (BlockingIOError, InterruptedError):
                 break
             except OSError as exc:  # out of file descriptors: the kernel keeps them queued
-                self._refused("accept failed", str(exc))
+                self._refused(endpoint, "accept failed", str(exc))
                 break
             peer = f"{address[0]}:{address[1]}"
             with self._lock:
                 full = self._open >= self.limits.max_connections
                 if not full:
                     self._open += 1
+                    endpoint.open_connections += 1
             if full:
                 # a reset, not a silent close: the client's next read fails at once
                 sock.setsockopt(socket.SOL_SOCKET, socket.SO_LINGER, struct.pack("ii", 1, 0))
                 sock.close()
-                self.counters.add(
+                endpoint.counters.add(
                     "kubelet_sim_server_connections_refused_total", reason="max_connections"
                 )
-                self._refused("too many connections", f"{self.limits.max_connections} open")
+                self._refused(
+                    endpoint, "too many connections", f"{self.limits.max_connections} open"
+                )
                 continue
-            self.counters.add("kubelet_sim_server_connections")
+            endpoint.counters.add("kubelet_sim_server_connections")
             try:
+                context = endpoint.context()  # made at the node's first connection
+            except OSError as exc:  # the files went bad since the start's check
+                context = None
+                endpoint.log.error("cannot use the serving certificate", error=_one_line(exc))
+            try:
+                if context is None:
+                    raise ConnectionAbortedError("no serving certificate")
                 sock.setblocking(False)
                 sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
-                tls = self.context.wrap_socket(
-                    sock, server_side=True, do_handshake_on_connect=False
-                )
+                tls = context.wrap_socket(sock, server_side=True, do_handshake_on_connect=False)
             except OSError as exc:  # reset before we got to it
-                self.log.debug("connection ended", client=peer, error=str(exc))
+                endpoint.log.debug("connection ended", client=peer, error=str(exc))
                 sock.close()
                 with self._lock:
                     self._open -= 1
-                self.counters.add("kubelet_sim_server_connections", -1)
+                    endpoint.open_connections -= 1
+                endpoint.counters.add("kubelet_sim_server_connections", -1)
                 continue
-            accepted.append(Connection(tls, peer, time.monotonic() + self.limits.handshake_timeout))
+            deadline = time.monotonic() + self.limits.handshake_timeout
+            accepted.append(Connection(tls, endpoint, peer, deadline))
         return accepted
 
-    def _refused(self, what: str, detail: str) -> None:
+    def _refused(self, endpoint: Endpoint, what: str, detail: str) -> None:
         """One line per burst of refusals, not one per connection."""
         now = time.monotonic()
         with self._lock:
@@ -301,15 +352,18 @@ class Listener:
             if now - self._refusal_logged < REFUSAL_LOG_INTERVAL:
                 return
             count, self._refused_since_log, self._refusal_logged = self._refused_since_log, 0, now
-        self.log.warning("connections refused", reason=what, detail=detail, count=count)
+        endpoint.log.warning("connections refused", reason=what, detail=detail, count=count)
 
     # -- from any thread -------------------------------------------------------------------
+
+    def _wake(self) -> None:
+        with contextlib.suppress(OSError):
+            self._wake_w.send(b"x")
 
     def _park(self, conn: Connection, events: int = selectors.EVENT_READ) -> None:
         with self._lock:
             self._handback.append((conn, events))
-        with contextlib.suppress(OSError):
-            self._wake_w.send(b"x")
+        self._wake()
 
     def _close(self, conn: Connection) -> None:
         with self._lock:
@@ -317,24 +371,16 @@ class Listener:
                 return
             conn.closed = True
             self._open -= 1
-        self.counters.add("kubelet_sim_server_connections", -1)
+            conn.endpoint.open_connections -= 1
+        conn.endpoint.counters.add("kubelet_sim_server_connections", -1)
         with contextlib.suppress(OSError):
             conn.sock.close()
 
-    def stop(self) -> None:
-        self._stop.set()
+    @staticmethod
+    def _release(endpoint: Endpoint) -> None:
         with contextlib.suppress(OSError):
-            self._wake_w.send(b"x")
-        self._pool.shutdown()
-
-    def close(self) -> None:
-        """After run() returned (or never ran): the listening socket goes."""
-        self.sock.close()
-
-    @property
-    def open_connections(self) -> int:
-        with self._lock:
-            return self._open
+            endpoint.sock.close()
+        endpoint.released.set()
 
     # -- a worker: one non-blocking step, or a whole request -------------------------------
 
@@ -354,10 +400,10 @@ class Listener:
                     return
                 conn.state = BUSY
                 conn.sock.settimeout(self.limits.write_timeout)
-                if self.is_stream(exchange):
+                if conn.endpoint.is_stream(exchange):
                     self._start_stream(conn, exchange)
                     return
-                self.serve(exchange)
+                conn.endpoint.serve(exchange)
                 if exchange.close_connection or conn.closed:
                     self._close(conn)
                     return
@@ -369,10 +415,10 @@ class Listener:
                     self._park(conn)
                     return
         except OSError as exc:  # the client left mid-request, or a write timed out
-            self.log.debug("connection ended", client=conn.peer, error=str(exc))
+            conn.endpoint.log.debug("connection ended", client=conn.peer, error=str(exc))
             self._close(conn)
         except Exception:
-            self.log.exception("connection failed", client=conn.peer)
+            conn.endpoint.log.exception("connection failed", client=conn.peer)
             self._close(conn)
 
     def _handshake(self, conn: Connection) -> bool:
@@ -385,8 +431,10 @@ class Listener:
             self._park(conn, selectors.EVENT_WRITE)
             return False
         except OSError as exc:  # Go's "http: TLS handshake error from …"
-            self.log.info("TLS handshake error", client=conn.peer, error=_one_line(exc))
-            self.counters.add("kubelet_sim_server_connections_refused_total", reason="handshake")
+            conn.endpoint.log.info("TLS handshake error", client=conn.peer, error=_one_line(exc))
+            conn.endpoint.counters.add(
+                "kubelet_sim_server_connections_refused_total", reason="handshake"
+            )
             self._close(conn)
             return False
         conn.state = HEADERS
@@ -425,8 +473,8 @@ class Listener:
             conn.buffer += chunk
 
     def _refuse(self, conn: Connection, status: int, text: str, reason: str) -> None:
-        self.counters.add("kubelet_sim_server_connections_refused_total", reason=reason)
-        self.log.info("bad request", client=conn.peer, status=status, reason=text)
+        conn.endpoint.counters.add("kubelet_sim_server_connections_refused_total", reason=reason)
+        conn.endpoint.log.info("bad request", client=conn.peer, status=status, reason=text)
         conn.sock.settimeout(1.0)
         with contextlib.suppress(OSError):
             conn.sock.sendall(refusal(status, text))
@@ -434,24 +482,120 @@ class Listener:
 
     def _start_stream(self, conn: Connection, exchange: Exchange) -> None:
         if not self._streams.acquire(blocking=False):
-            self._refused("too many streams", f"{self.limits.max_streams} running")
+            self._refused(conn.endpoint, "too many streams", f"{self.limits.max_streams} running")
             self._refuse(conn, 503, "Service Unavailable", "max_streams")
             return
-        self.counters.add("kubelet_sim_server_streams")
+        conn.endpoint.counters.add("kubelet_sim_server_streams")
 
         def stream() -> None:
             try:
-                self.serve(exchange)
+                conn.endpoint.serve(exchange)
             except OSError:
                 pass
             except Exception:
-                self.log.exception("stream failed", client=conn.peer)
+                conn.endpoint.log.exception("stream failed", client=conn.peer)
             finally:
                 self._close(conn)
-                self.counters.add("kubelet_sim_server_streams", -1)
+                conn.endpoint.counters.add("kubelet_sim_server_streams", -1)
                 self._streams.release()
 
         threading.Thread(target=stream, name="kubelet-api-stream", daemon=True).start()
+
+
+class _Selecting:
+    """The selector thread's state for one run of its loop: what it waits on, and until when."""
+
+    def __init__(self, listener: Listener) -> None:
+        self.listener = listener
+        self.selector = selectors.DefaultSelector()
+        self.heap: list[tuple[float, int, int, Connection]] = []
+        self.parked: dict[int, Connection] = {}
+        self.served: set[Endpoint] = set()
+        self.selector.register(listener._wake_r, selectors.EVENT_READ, "wake")
+
+    def timeout(self) -> float | None:
+        return max(0.0, self.heap[0][0] - time.monotonic()) if self.heap else None
+
+    def ready(self, data: Any) -> None:
+        listener = self.listener
+        if isinstance(data, Endpoint):
+            if data in self.served:
+                for conn in listener._accept(data):
+                    self.park(conn, selectors.EVENT_READ)
+        elif data == "wake":
+            with contextlib.suppress(OSError):
+                listener._wake_r.recv(65536)
+            self.follow_endpoints()
+            with listener._lock:
+                back, listener._handback = listener._handback, []
+            for conn, events in back:
+                self.park(conn, events)
+        elif id(data) in self.parked:
+            self.unpark(data)
+            try:
+                listener._pool.submit(functools.partial(listener._step, data))
+            except RuntimeError:  # stopping: the pool takes no more work
+                listener._close(data)
+
+    def park(self, conn: Connection, events: int) -> None:
+        conn.generation += 1
+        if conn.endpoint not in self.served:  # its node stopped serving meanwhile
+            self.listener._close(conn)
+            return
+        try:
+            self.selector.register(conn.sock, events, conn)
+        except (OSError, ValueError):  # closed under us: nothing to wait for
+            self.listener._close(conn)
+            return
+        self.parked[id(conn)] = conn
+        heapq.heappush(self.heap, (conn.deadline, next(self.listener._seq), conn.generation, conn))
+
+    def unpark(self, conn: Connection) -> None:
+        self.selector.unregister(conn.sock)
+        del self.parked[id(conn)]
+        conn.generation += 1
+
+    def follow_endpoints(self) -> None:
+        """Accept on the endpoints opened since, let go of those closed (and their waiting
+        connections)."""
+        listener = self.listener
+        with listener._lock:
+            wanted = set(listener._endpoints)
+            listener._running = True
+        for endpoint in wanted - self.served:
+            self.selector.register(endpoint.sock, selectors.EVENT_READ, endpoint)
+            self.served.add(endpoint)
+        for endpoint in self.served - wanted:
+            self.selector.unregister(endpoint.sock)
+            self.served.discard(endpoint)
+            for conn in [c for c in self.parked.values() if c.endpoint is endpoint]:
+                self.unpark(conn)
+                listener._close(conn)
+            listener._release(endpoint)
+
+    def expire(self) -> None:
+        now = time.monotonic()
+        while self.heap and self.heap[0][0] <= now:
+            _deadline, _seq, generation, conn = heapq.heappop(self.heap)
+            if generation != conn.generation or id(conn) not in self.parked:
+                continue
+            self.unpark(conn)
+            conn.endpoint.counters.add(
+                "kubelet_sim_server_connections_refused_total", reason=_TIMEOUT_REASON[conn.state]
+            )
+            conn.endpoint.log.debug("connection timed out", client=conn.peer, state=conn.state)
+            self.listener._close(conn)
+
+    def end(self) -> None:
+        listener = self.listener
+        with listener._lock:
+            listener._running = False
+            gone = self.served - listener._endpoints
+        for conn in self.parked.values():
+            listener._close(conn)
+        for endpoint in gone:  # closed as the loop ended; the others wait for its restart
+            listener._release(endpoint)
+        self.selector.close()
 
 
 def _one_line(exc: BaseException) -> str:

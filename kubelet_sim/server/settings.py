@@ -11,7 +11,8 @@ STREAMING_IDLE_TIMEOUT = 4 * 3600.0  # the kubelet's --streaming-connection-idle
 
 @dataclass(frozen=True)
 class ConnectionLimits:
-    """What one client may hold of the server (see http.py for the serving model)."""
+    """What one client may hold of the server (see http.py for the serving model); the caps
+    are the process's when its nodes share one listener (listener.py)."""
 
     max_connections: int = 4096  # open at once; past it a new connection is reset and counted
     workers: int = 32  # threads serving requests at once (made as needed)

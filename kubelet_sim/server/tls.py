@@ -19,13 +19,16 @@ from __future__ import annotations
 
 import ctypes
 import datetime
+import functools
 import ssl
-from collections.abc import Sequence
+import threading
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
 from cryptography import x509
 from cryptography.exceptions import InvalidSignature
+from cryptography.hazmat.primitives import serialization
 from cryptography.x509.oid import ExtendedKeyUsageOID, NameOID
 
 from kubelet_sim.kube.reviews import User
@@ -42,6 +45,7 @@ def _accept(_preverify_ok: int, _store: int | None) -> int:
 _accept_any = _VERIFY_CALLBACK(_accept)  # kept alive here: OpenSSL holds a pointer to it
 
 
+@functools.cache
 def _libssl() -> ctypes.CDLL | None:
     """The libssl this process's `_ssl` uses (already loaded: dlopen returns the same one)."""
     try:
@@ -170,22 +174,67 @@ def _subject(cert: x509.Certificate) -> str:
     return f'"{cert.subject.rfc4514_string()}"'
 
 
-@dataclass
 class ServingTls:
-    context: ssl.SSLContext
-    authenticator: X509Authenticator
-    verified_in_handshake: bool  # True where the ctypes path was not available
+    """A node's serving TLS: the context, made at its first connection, and the client
+    certificate check.
+
+    OpenSSL 3 takes 5-10 ms to load a key into a context, each context holds tens of kilobytes
+    and signing a self-signed certificate takes milliseconds more: a thousand nodes would pay
+    seconds at start and tens of MiB for contexts few of them ever use. Given files are checked
+    at once (`serving_tls`), so a bad one still stops the start in one line; a self-signed pair
+    is made (or an earlier start's kept) by `files` at the first connection.
+    """
+
+    def __init__(self, files: Callable[[], tuple[Path, Path]], client_ca_file: str | None) -> None:
+        self.files, self.client_ca_file = files, client_ca_file
+        self.authenticator = _authenticator(client_ca_file)
+        self.verified_in_handshake = bool(client_ca_file) and not _deferred_check_works()
+        self._context: ssl.SSLContext | None = None
+        self._lock = threading.Lock()
+
+    def context(self) -> ssl.SSLContext:
+        """Raises OSError or ssl.SSLError if the files went bad since the check."""
+        with self._lock:
+            if self._context is None:
+                self._context = self._make_context()
+            return self._context
+
+    def _make_context(self) -> ssl.SSLContext:
+        context = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
+        context.load_cert_chain(*self.files())
+        if self.client_ca_file:
+            context.load_verify_locations(self.client_ca_file)  # what a handshake check uses
+            if not _request_client_certificate(context):
+                context.verify_mode = ssl.CERT_OPTIONAL
+                self.verified_in_handshake = True
+        return context
 
 
 def serving_tls(cert_file: Path, key_file: Path, client_ca_file: str | None) -> ServingTls:
-    """Raises OSError or ssl.SSLError (or ValueError for a CA file that holds no certificate)."""
-    context = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
-    context.load_cert_chain(cert_file, key_file)
-    authenticator = X509Authenticator(client_ca_file)
-    in_handshake = False
-    if client_ca_file:
-        context.load_verify_locations(client_ca_file)  # what a handshake that verifies uses
-        if not _request_client_certificate(context):
-            context.verify_mode = ssl.CERT_OPTIONAL
-            in_handshake = True
-    return ServingTls(context, authenticator, in_handshake)
+    """Raises OSError, or ValueError for a certificate, key or CA file that is unreadable, or
+    a key that is not the certificate's."""
+    cert = x509.load_pem_x509_certificate(Path(cert_file).read_bytes())
+    key = serialization.load_pem_private_key(Path(key_file).read_bytes(), None)
+    spki = serialization.Encoding.DER, serialization.PublicFormat.SubjectPublicKeyInfo
+    if key.public_key().public_bytes(*spki) != cert.public_key().public_bytes(*spki):
+        raise ValueError(f"the private key {key_file} is not the key of {cert_file}")
+    return ServingTls(lambda: (cert_file, key_file), client_ca_file)
+
+
+@functools.cache
+def _deferred_check_works() -> bool:
+    """Whether this Python's ssl can be asked to defer the check (tried once, on a context)."""
+    return _request_client_certificate(ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER))
+
+
+def _authenticator(ca_file: str | None) -> X509Authenticator:
+    """One per CA file (as it is now) for all the nodes that trust it."""
+    if not ca_file:
+        return X509Authenticator(None)
+    stat = Path(ca_file).stat()
+    return _authenticator_of(ca_file, stat.st_mtime_ns, stat.st_size)
+
+
+@functools.lru_cache(maxsize=16)
+def _authenticator_of(ca_file: str, _mtime_ns: int, _size: int) -> X509Authenticator:
+    return X509Authenticator(ca_file)
