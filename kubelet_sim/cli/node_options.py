@@ -176,6 +176,16 @@ class NodeOptions:
             " network plugin give a node; the host is not touched. Needs root and iptables.",
         ),
     ] = True
+    sandbox_pool_size: Annotated[
+        int,
+        _opt(
+            "SANDBOX_POOL_SIZE",
+            "Started, network-ready pod sandboxes kept ready, so that a pod that may use one"
+            " (not hostNetwork, hostPID, hostIPC, sysctls, hostPorts, a runtimeClass or"
+            " hostUsers: false) starts only its own containers; 0 keeps none.",
+            min=0,
+        ),
+    ] = 2
     container_log_max_size: Annotated[
         str,
         _opt(
@@ -228,6 +238,7 @@ class NodeOptions:
             allowed_unsafe_sysctls=tuple(
                 s.strip() for s in self.allowed_unsafe_sysctls.split(",") if s.strip()
             ),
+            sandbox_pool_size=self.sandbox_pool_size,
         )
 
     def log_rotation(self) -> LogRotation:
