@@ -54,9 +54,9 @@ class SandboxPool:
         )
 
     def start(self) -> None:
-        """Adopt what an earlier run left, then keep the pool full (on the pool's thread)."""
-        if self.size > 0:
-            self._thread.start()
+        """Adopt what an earlier run left, then keep the pool full (on the pool's thread);
+        with size 0, only remove what an earlier run left."""
+        self._thread.start()
 
     def stop(self, timeout: float) -> None:
         """Stop making sandboxes; the pool's thread removes the unclaimed ones as it ends."""
@@ -92,6 +92,8 @@ class SandboxPool:
         if not self._adopted:
             self._adopt()
             self._adopted = True
+        if self.size <= 0:
+            return  # nothing to keep: the loop is done
         while not self._stopping.is_set():
             self._wake.clear()
             self._remove_failed()

@@ -81,6 +81,7 @@ class FakeRuntime:
         self._pool: dict[str, cri.PooledSandbox] = {}
         self._pool_made: dict[str, tuple[str, str]] = {}  # id → (IP, image)
         self.hostnames: dict[str, str] = {}
+        self._sandbox_of: dict[str, str] = {}  # container id → its sandbox's
 
     # -- what a test sets up and reads -----------------------------------------------------
 
@@ -158,6 +159,8 @@ class FakeRuntime:
             ip="" if cfg.host_network else f"10.88.0.{next(self._ips)}",
             pid=4242,
         )
+        with self._lock:
+            self.hostnames[observed.id] = "" if cfg.host_network else cfg.hostname
         self._store(_Container(observed, PAUSE))  # pause exits 0 on SIGTERM
         return observed
 
@@ -221,6 +224,8 @@ class FakeRuntime:
             image_id=self._image_id(cfg.image),
             created_at=self.clock.now(),
         )
+        with self._lock:
+            self._sandbox_of[observed.id] = sandbox_id
         self._store(_Container(observed, behaviour, cfg))
         return observed.id
 
@@ -297,6 +302,10 @@ class FakeRuntime:
         observed = self.inspect(container_id)
         if observed is None or observed.state is not cri.ContainerState.RUNNING:
             return cri.ExecResult(None, "", f"container {container_id} is not running")
+        if list(command) == ["hostname"]:  # the UTS namespace's, which is its sandbox's
+            with self._lock:
+                sandbox = self._sandbox_of.get(container_id, container_id)
+                return cri.ExecResult(0, self.hostnames.get(sandbox, "") + "\n")
         return self.exec_handler(observed, list(command))
 
     def termination_message(self, observed: cri.ObservedContainer) -> str:
