@@ -35,6 +35,7 @@ from kubelet_sim.pod.admission import Allocatable
 from kubelet_sim.pod.dns import NodeDNS, ResolvConf, parse_resolv_conf
 from kubelet_sim.pod.references import referenced_objects
 from kubelet_sim.podworkers.gc import ContainerGC
+from kubelet_sim.podworkers.pool import SandboxPool
 from kubelet_sim.podworkers.sync import PodSyncer, SyncSettings
 from kubelet_sim.podworkers.workers import PodWorkers, waker
 from kubelet_sim.proxy.proxy import ProxySettings, ServiceProxy
@@ -73,6 +74,7 @@ class PodSettings:
     workers: int = 8
     dns: NodeDNS = dataclasses.field(default_factory=NodeDNS)  # resolvers and hosts files
     allowed_unsafe_sysctls: tuple[str, ...] = ()
+    sandbox_pool_size: int = 0  # warm sandboxes kept ready (podworkers/pool.py); 0: none
 
 
 DEFAULT_RESOLV_CONF = "/etc/resolv.conf"
@@ -248,6 +250,14 @@ class Agent:
             supervisor=supervisor,
             events=container_events,
         )
+        self.pool = SandboxPool(
+            runtime,
+            size=pod_settings.sandbox_pool_size,
+            image=pod_settings.pause_image,
+            pods_in_use=lambda: len(self.active_pods()),
+            max_pods=self._allocatable().pods,
+            supervisor=supervisor,
+        )
         self.syncer = PodSyncer(
             SyncSettings(
                 node_name=self.node_name,
@@ -273,6 +283,7 @@ class Agent:
             services=self._services,
             supervisor=supervisor,
             network=self.proxy.setup if self.proxy is not None else None,
+            pool=self.pool if pod_settings.sandbox_pool_size > 0 else None,
         )
         self.workers = PodWorkers(
             self.syncer, queue, workers=pod_settings.workers, supervisor=supervisor
@@ -368,6 +379,7 @@ class Agent:
             return False
         self.workers.start()
         self.gc.start()
+        self.pool.start()
         for uid in {*self._pod_uids(), *watcher.pod_uids()}:
             self.workers.enqueue(uid)
         self.log.info("running")
@@ -399,6 +411,7 @@ class Agent:
             *([self.proxy] if self.proxy is not None else []),
             self.gc,
             self.workers,
+            self.pool,  # removes its unclaimed sandboxes
             self.watcher,
             self.objects,
             self.events,

@@ -30,6 +30,11 @@ LABEL_TERMINATION_MESSAGE_PATH = "io.kubernetes.container.terminationMessagePath
 LABEL_TERMINATION_MESSAGE_POLICY = "io.kubernetes.container.terminationMessagePolicy"
 LABEL_TERMINATION_GRACE_PERIOD = "io.kubernetes.pod.terminationGracePeriod"
 SANDBOX_CONTAINER_NAME = "POD"
+# A warm sandbox of the node's pool (podworkers/pool.py). Docker cannot relabel a container, so
+# a claimed one keeps its pool labels and takes the pod's identity from its name, which Docker
+# can change: dockershim's `k8s_POD_<pod>_<namespace>_<uid>_<attempt>` (parse.claimed_pod).
+LABEL_POOL = "io.kubelet-sim.sandbox-pool"
+POOL_NAME_PREFIX = "k8s-pool_"  # an unclaimed pool sandbox: k8s-pool_<node>_<random>
 
 
 class ContainerState(StrEnum):
@@ -135,6 +140,15 @@ class ContainerConfig:
     termination_grace_period: int = 30
     pid_namespace_of: str = ""  # a container id: share its processes (kubectl debug --target)
     extra_labels: dict[str, str] = field(default_factory=dict)
+
+
+@dataclass(frozen=True)
+class PooledSandbox:
+    """A started, network-ready sandbox of the node's pool, not yet any pod's."""
+
+    id: str
+    created: float  # unix seconds: the pool hands out the oldest first
+    running: bool
 
 
 @dataclass(frozen=True)

@@ -80,7 +80,13 @@ def running_agent(
     Its sandbox image is the local pause image: a test never makes the engine pull from a
     registry (the default, registry.k8s.io/pause, is not on this machine).
     """
-    env = {"KUBELET_SIM_POD_INFRA_IMAGE": PAUSE_IMAGE, **(env or {})}
+    # No warm sandbox pool unless a test asks (--sandbox-pool-size): tests that count or
+    # select the node's containers by label predate it; tests/test_sandbox_pool.py has its own.
+    env = {
+        "KUBELET_SIM_POD_INFRA_IMAGE": PAUSE_IMAGE,
+        "KUBELET_SIM_SANDBOX_POOL_SIZE": "0",
+        **(env or {}),
+    }
     # A root of its own, not the machine's /var/lib/kubelet-sim, removed afterwards.
     root = Path(tempfile.mkdtemp(prefix="kubelet-sim-test-root-"))
     agent = AgentProcess(

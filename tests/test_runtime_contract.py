@@ -93,6 +93,8 @@ def subject(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[Subject]
     finally:
         for container in runtime.list_containers():
             runtime.remove_container(container.id)
+        for pooled in runtime.pool_sandboxes():
+            runtime.remove_container(pooled.id)
 
 
 def test_a_sandbox_runs_with_an_address_and_is_listed(subject: Subject) -> None:
@@ -204,3 +206,32 @@ def test_the_termination_message_is_what_the_container_left(subject: Subject) ->
     exited = subject.exited(subject.started(cfg))
     assert exited.exit_code == 1
     assert subject.runtime.termination_message(exited) == "bye"
+
+
+def test_a_pool_sandbox_is_no_pods_until_claimed_then_wholly_the_pods(subject: Subject) -> None:
+    runtime = subject.runtime
+    pooled = runtime.run_pool_sandbox(PAUSE_IMAGE)
+    assert [(p.id, p.running) for p in runtime.pool_sandboxes()] == [(pooled, True)]
+    assert runtime.inspect(pooled) is None  # no pod's: never counted, listed or collected
+    assert runtime.list_containers() == []
+    cfg = cri.SandboxConfig(pod=subject.pod, attempt=0, image=PAUSE_IMAGE, hostname="claimed")
+    sandbox = runtime.claim_sandbox(pooled, cfg)
+    assert (sandbox.id, sandbox.pod, sandbox.is_sandbox) == (pooled, subject.pod, True)
+    assert sandbox.state is cri.ContainerState.RUNNING
+    assert sandbox.ip
+    assert runtime.pool_sandboxes() == []
+    assert [c.id for c in runtime.list_containers()] == [pooled]
+    app = subject.container("app", ["sleep", "300"], Behaviour())
+    app_id = runtime.create_container(app, sandbox.id)
+    runtime.start_container(app_id)
+    result = runtime.exec_probe(app_id, ["hostname"], 10)
+    assert (result.exit_code, result.output.strip()) == (0, "claimed")
+
+
+def test_a_pool_sandbox_that_is_gone_is_not_claimed(subject: Subject) -> None:
+    pooled = subject.runtime.run_pool_sandbox(PAUSE_IMAGE)
+    subject.runtime.remove_container(pooled)
+    assert subject.runtime.pool_sandboxes() == []
+    cfg = cri.SandboxConfig(pod=subject.pod, attempt=0, image=PAUSE_IMAGE, hostname="late")
+    with pytest.raises(cri.ContainerStartError):
+        subject.runtime.claim_sandbox(pooled, cfg)

@@ -29,6 +29,7 @@ from kubelet_sim.pod.dns import hosts_file, pod_dns, sandbox_hostname
 from kubelet_sim.pod.host_access import container_refusal
 from kubelet_sim.pod.pull_secrets import auths_for
 from kubelet_sim.pod.restart_backoff import KeyedBackoff, go_duration
+from kubelet_sim.pod.sandbox_pool import pool_refusal
 from kubelet_sim.pod.security import (
     checks_image_user,
     non_root_problem,
@@ -36,10 +37,11 @@ from kubelet_sim.pod.security import (
 )
 from kubelet_sim.pod.service_env import NOT_SYNCED, service_env
 from kubelet_sim.pod.spec import ContainerView, PodView
-from kubelet_sim.pod.status import WaitingReason
+from kubelet_sim.pod.status import WaitingReason, format_time_precise
 from kubelet_sim.podworkers.event_refs import event_ref, pod_name
 from kubelet_sim.podworkers.hooks import POST_START, POST_START_LIMIT, HookRunner, hook_of
 from kubelet_sim.podworkers.images import ImagePuller
+from kubelet_sim.podworkers.pool import SandboxPool
 from kubelet_sim.podworkers.ports import (
     ContainerCache,
     EventSink,
@@ -75,6 +77,7 @@ class ContainerStarter:
         wake: Wake = lambda _uid: None,
         services: Callable[[], list[Json] | None] = lambda: [],
         clock: Clock = SYSTEM_CLOCK,
+        pool: SandboxPool | None = None,
     ) -> None:
         """`wake`: queue the pod again (a postStart hook's or a pull's end); `services`: the
         Services for service-link variables, None until first listed (without a lister there
@@ -93,6 +96,7 @@ class ContainerStarter:
         self.wake = wake
         self.services = services
         self.clock = clock
+        self.pool = pool  # warm sandboxes, for pods that may use one
         self.puller = ImagePuller(runtime, events, wake, clock)
         self.crash_backoff = KeyedBackoff(initial=10.0, maximum=300.0)
         self.sandbox_images: set[str] = set()
@@ -118,7 +122,7 @@ class ContainerStarter:
                 if self.runtime.image_status(cfg.image) is None:
                     self.runtime.pull_image(cfg.image)
                 self.sandbox_images.add(cfg.image)
-            sandbox = self.runtime.run_sandbox(cfg)
+            sandbox = self._from_pool(view, cfg) or self.runtime.run_sandbox(cfg)
             if self.network is not None and not view.host_network:
                 self.network(sandbox)
         except Exception as exc:  # any runtime failure: report it the kubelet's way, retry
@@ -127,6 +131,20 @@ class ContainerStarter:
             self.log.warning("sandbox failed", pod=pod_name(view), error=str(exc)[:300])
             return None
         self.watcher.record(sandbox)
+        return sandbox
+
+    def _from_pool(self, view: PodView, cfg: cri.SandboxConfig) -> cri.ObservedContainer | None:
+        """A warm sandbox made the pod's, if it may have one and the pool has one; the pod's
+        journal says so (the trace's "sandbox (from pool)")."""
+        if self.pool is None or pool_refusal(view) is not None:
+            return None
+        sandbox = self.pool.claim(cfg)
+        if sandbox is not None:
+            entry = {"step": "sandbox-from-pool", "time": format_time_precise(self.clock.now())}
+            try:
+                self.runtime.files.append_journal(view.uid, {**entry, "id": sandbox.id[:12]})
+            except (OSError, ValueError) as exc:
+                self.log.debug("journal not written", uid=view.uid, error=str(exc))
         return sandbox
 
     def start(

@@ -33,6 +33,7 @@ from kubelet_sim.pod.status import (
 from kubelet_sim.podworkers.admission import PodAdmitter
 from kubelet_sim.podworkers.event_refs import container_spec, event_ref, pod_name
 from kubelet_sim.podworkers.hooks import HookRunner
+from kubelet_sim.podworkers.pool import SandboxPool
 from kubelet_sim.podworkers.ports import (
     ContainerCache,
     EventSink,
@@ -85,6 +86,7 @@ class PodSyncer:
         clock: Clock = SYSTEM_CLOCK,
         supervisor: Supervisor | None = None,
         network: Callable[[cri.ObservedContainer], None] | None = None,
+        pool: SandboxPool | None = None,
     ) -> None:
         self.settings = settings
         self.clock = clock
@@ -126,6 +128,7 @@ class PodSyncer:
             wake=wake,
             services=services,
             clock=clock,
+            pool=pool,
         )
         self.start_duration = Histogram(POD_START_BUCKETS)
         self.prober = ProbeManager(

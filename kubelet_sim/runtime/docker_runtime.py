@@ -16,6 +16,7 @@ import socket
 import struct
 import threading
 import time
+import uuid
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, field, replace
 from pathlib import Path
@@ -27,7 +28,7 @@ from docker.errors import APIError, DockerException, NotFound
 from kubelet_sim import cri
 from kubelet_sim.logs import get_logger
 from kubelet_sim.paths import resolve_within
-from kubelet_sim.runtime import images, privileged, streams, translate
+from kubelet_sim.runtime import images, privileged, streams, translate, uts
 from kubelet_sim.runtime.log_rotation import LogRotation
 from kubelet_sim.runtime.parse import observed_from_inspect, stats_from_docker
 from kubelet_sim.runtime.pod_files import PodFiles
@@ -94,6 +95,11 @@ class DockerRuntime:
     _image_ids: dict[str, str] = field(default_factory=dict, init=False, repr=False)
     # sandbox id → (host network, host pid): containers share the sandbox's namespaces.
     _sandbox_ns: dict[str, tuple[bool, bool]] = field(default_factory=dict, init=False, repr=False)
+    # Claimed pool sandbox id → the pod's hostname, and a container made in one → the same:
+    # Docker gives a container that joins a sandbox the sandbox's *configured* hostname (the
+    # pool's), so the pod's is set in the container's UTS namespace as it starts.
+    _pool_hostnames: dict[str, str] = field(default_factory=dict, init=False, repr=False)
+    _pending_hostnames: dict[str, str] = field(default_factory=dict, init=False, repr=False)
     # The engine's capability bounding set, read once (None: unknown, Docker's flag is used),
     # and the capabilities this engine refused by name (Docker 20.10 has no CAP_PERFMON).
     _engine_caps: int | None = field(default=None, init=False, repr=False)
@@ -223,6 +229,66 @@ class DockerRuntime:
         log.debug("sandbox running", id=container_id[:12], ip=observed.ip)
         return observed
 
+    # The warm sandbox pool (podworkers/pool.py)
+
+    def run_pool_sandbox(self, image: str) -> str:
+        """Create and start a sandbox for the node's pool (no pod's yet); its id."""
+        body = translate.pool_sandbox_body(
+            self.node_name, image, self.network, log_config=self.log_rotation.log_config()
+        )
+        name = f"{cri.POOL_NAME_PREFIX}{self.node_name}_{uuid.uuid4().hex[:12]}"
+        container_id = self._create(name, body)
+        try:
+            self.start_container(container_id)
+        except cri.ContainerStartError:
+            self.remove_container(container_id)
+            raise
+        return container_id
+
+    def pool_sandboxes(self) -> list[cri.PooledSandbox]:
+        """The node's unclaimed pool sandboxes (this runtime's: see `owns`), running or not."""
+        selector = [f"{cri.LABEL_NODE}={self.node_name}", f"{cri.LABEL_POOL}=true"]
+        self.stats.add("lists")
+        listed = self._api.containers(all=True, filters={"label": selector}) or []
+        return [
+            cri.PooledSandbox(
+                id=str(s["Id"]),
+                created=float(s.get("Created") or 0),
+                running=s.get("State") == "running",
+            )
+            for s in listed
+            if self.owns(s.get("Labels") or {})
+            and any(n.lstrip("/").startswith(cri.POOL_NAME_PREFIX) for n in s.get("Names") or [])
+        ]
+
+    def claim_sandbox(self, sandbox_id: str, cfg: cri.SandboxConfig) -> cri.ObservedContainer:
+        """Make a pool sandbox the pod's: its hostname (UTS namespace and /etc/hostname) first,
+        then its name, which is the claim (a crash before it leaves a pool sandbox whose next
+        claim sets the hostname again). ContainerStartError if it cannot be had."""
+        if cfg.host_network or cfg.host_pid or cfg.host_ipc or cfg.sysctls or cfg.port_mappings:
+            raise cri.ContainerStartError("this sandbox must be made for its pod")
+        self.stats.add("inspects")
+        try:
+            attrs = cast(dict[str, Any], self._api.inspect_container(sandbox_id))
+        except NotFound:
+            raise cri.ContainerStartError(f"pool sandbox {sandbox_id[:12]} is gone") from None
+        pid = int((attrs.get("State") or {}).get("Pid") or 0)
+        if not pid:
+            raise cri.ContainerStartError(f"pool sandbox {sandbox_id[:12]} is not running")
+        try:
+            uts.set_hostname(pid, cfg.hostname)
+            Path(f"/proc/{pid}/root/etc/hostname").write_text(cfg.hostname + "\n")
+            self._api.rename(sandbox_id, translate.sandbox_name(cfg))
+        except (OSError, APIError) as exc:
+            reason = _explain(exc) if isinstance(exc, APIError) else str(exc)
+            raise cri.ContainerStartError(f"claiming pool sandbox: {reason}") from None
+        self._sandbox_ns[sandbox_id] = (False, False)
+        self._pool_hostnames[sandbox_id] = cfg.hostname
+        observed = self.inspect(sandbox_id)
+        if observed is None or observed.pod.uid != cfg.pod.uid:
+            raise cri.ContainerStartError(f"pool sandbox {sandbox_id[:12]} was not claimed")
+        return observed
+
     def create_container(self, cfg: cri.ContainerConfig, sandbox_id: str) -> str:
         """Create (not start) a container in the sandbox's namespaces, or ContainerStartError."""
         host_network, host_pid = self._sandbox_namespaces(sandbox_id)
@@ -250,6 +316,9 @@ class DockerRuntime:
         except (OSError, ValueError) as exc:
             raise cri.ContainerStartError(str(exc)) from None
         container_id = self._create_privileged(translate.container_name(cfg), first, body)
+        hostname = self._pool_hostnames.get(sandbox_id)
+        if hostname is not None:
+            self._pending_hostnames[container_id] = hostname
         self.log.debug(
             "container created",
             pod=f"{cfg.pod.namespace}/{cfg.pod.name}",
@@ -323,6 +392,19 @@ class DockerRuntime:
             self.client.api.start(container_id)
         except APIError as exc:
             raise cri.ContainerStartError(_explain(exc)) from None
+        hostname = self._pending_hostnames.pop(container_id, None)
+        if hostname is not None:
+            self._set_hostname(container_id, hostname)
+
+    def _set_hostname(self, container_id: str, hostname: str) -> None:
+        """The pod's hostname in a just-started container of a claimed pool sandbox."""
+        self.stats.add("inspects")
+        try:
+            pid = int(self._api.inspect_container(container_id)["State"].get("Pid") or 0)
+            if pid:
+                uts.set_hostname(pid, hostname)
+        except (NotFound, APIError, OSError) as exc:  # it ended already, or we are not root
+            self.log.warning("hostname not set", id=container_id[:12], error=str(exc)[:200])
 
     def stop_container(self, container_id: str, grace_seconds: float) -> None:
         """SIGTERM (or the image's STOPSIGNAL), SIGKILL when the grace period ends; Docker waits."""
@@ -370,6 +452,8 @@ class DockerRuntime:
         """Force-remove (with anonymous volumes); a container already gone is fine."""
         self.stats.add("removes")
         self._sandbox_ns.pop(container_id, None)
+        self._pool_hostnames.pop(container_id, None)
+        self._pending_hostnames.pop(container_id, None)
         try:
             self.client.api.remove_container(container_id, v=True, force=True)
         except NotFound:
@@ -632,6 +716,12 @@ class DockerRuntime:
         host = attrs.get("HostConfig") or {}
         known = (host.get("NetworkMode") == "host", host.get("PidMode") == "host")
         self._sandbox_ns[sandbox_id] = known
+        labels = (attrs.get("Config") or {}).get("Labels") or {}
+        pid = int((attrs.get("State") or {}).get("Pid") or 0)
+        if labels.get(cri.LABEL_POOL) == "true" and pid:  # claimed before this agent started
+            with contextlib.suppress(OSError):
+                hostname = Path(f"/proc/{pid}/root/etc/hostname").read_text().strip()
+                self._pool_hostnames[sandbox_id] = hostname
         return known
 
     def _status_image_id(self, image_sha: str) -> str:

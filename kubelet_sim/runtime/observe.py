@@ -223,8 +223,11 @@ class ContainerWatcher:
         action = str(event.get("Action") or event.get("status") or "").split(":")[0].strip()
         actor = event.get("Actor") or {}
         container_id = str(event.get("id") or actor.get("ID") or "")
-        if not container_id or not self.runtime.owns(actor.get("Attributes") or {}):
+        attributes = actor.get("Attributes") or {}
+        if not container_id or not self.runtime.owns(attributes):
             return
+        if str(attributes.get("name", "")).startswith(cri.POOL_NAME_PREFIX):
+            return  # an unclaimed pool sandbox: no pod's (a claim is recorded by its pod worker)
         uid: str | None
         if action == "destroy":
             uid = self._remove(container_id) or (actor.get("Attributes") or {}).get(

@@ -61,13 +61,27 @@ def pod_of(labels: dict[str, str]) -> cri.PodRef | None:
     )
 
 
+def claimed_pod(labels: dict[str, str], name: str) -> cri.PodRef | None:
+    """The pod a claimed pool sandbox belongs to: pool labels, and the pod's dockershim name
+    `k8s_POD_<pod>_<namespace>_<uid>_<attempt>` (pod names, namespaces and uids have no `_`).
+    None for an unclaimed one: it is no pod's, and the agent never counts it."""
+    if labels.get(cri.LABEL_POOL) != "true":
+        return None
+    parts = name.lstrip("/").split("_")
+    if len(parts) != 6 or parts[:2] != ["k8s", cri.SANDBOX_CONTAINER_NAME] or not parts[4]:
+        return None
+    return cri.PodRef(
+        node=labels.get(cri.LABEL_NODE, ""), name=parts[2], namespace=parts[3], uid=parts[4]
+    )
+
+
 def observed_from_inspect(
     attrs: dict[str, Any], image_id: str = ""
 ) -> cri.ObservedContainer | None:
     """One `docker inspect` result in CRI terms; `image_id` is the kubelet's imageID string."""
     config = attrs.get("Config") or {}
     labels: dict[str, str] = config.get("Labels") or {}
-    pod = pod_of(labels)
+    pod = pod_of(labels) or claimed_pod(labels, str(attrs.get("Name", "")))
     if pod is None:
         return None
     is_sandbox = labels.get(cri.LABEL_CONTAINER_TYPE) == "podsandbox"

@@ -104,6 +104,27 @@ def sandbox_body(
     return body
 
 
+def pool_sandbox_body(
+    node: str, image: str, network: str = "bridge", *, log_config: dict[str, Any] | None = None
+) -> dict[str, Any]:
+    """A warm sandbox for the node's pool: what `sandbox_body` makes for a pod that may use the
+    pool (podworkers/pool.py says which), without the pod's labels and hostname, which are not
+    known yet. Its hostname is Docker's default (the id's start) until a pod claims it."""
+    host: dict[str, Any] = {"NetworkMode": network, "IpcMode": "shareable"}
+    if log_config:
+        host["LogConfig"] = log_config
+    return {
+        "Image": image,
+        "Labels": {
+            cri.LABEL_NODE: node,
+            cri.LABEL_CONTAINER_TYPE: "podsandbox",
+            cri.LABEL_POOL: "true",
+        },
+        "Healthcheck": _NO_HEALTHCHECK,
+        "HostConfig": host,
+    }
+
+
 def command_fields(cfg: cri.ContainerConfig) -> dict[str, list[str] | None]:
     """Entrypoint/Cmd: `command` replaces the image's entrypoint AND its cmd; `args` its cmd.
 

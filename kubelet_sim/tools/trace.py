@@ -122,6 +122,13 @@ def timeline(
             if name == cri.SANDBOX_CONTAINER_NAME
             else (f"init container {name}" if name in init_names else f"container {name}")
         )
+        pooled = _first(journal, "sandbox-from-pool") if what == "sandbox" else None
+        if first is not None and pooled is not None and first.id.startswith(pooled["id"]):
+            # Made and started before the pod, for the node's pool: the claim is its step.
+            made = format_time_precise(first.started_at) if first.started_at else "?"
+            claimed = _time(pooled.get("time"))
+            steps.append(Step("sandbox (from pool)", claimed, "agent", f"made {made}"))
+            continue
         steps.append(Step(f"{what} created", first.created_at if first else None, "docker"))
         steps.append(Step(f"{what} started", first.started_at if first else None, "docker"))
     ready = _first(journal, "ready-written")

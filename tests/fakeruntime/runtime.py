@@ -12,6 +12,7 @@ import itertools
 import threading
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field, replace
+from datetime import UTC, datetime
 from pathlib import Path
 
 from kubelet_sim import cri
@@ -62,6 +63,7 @@ class FakeRuntime:
     pull_errors: dict[str, str] = field(default_factory=dict)
     pull_gate: threading.Event | None = None  # set: pulls wait for it (a pull in flight)
     sandbox_error: str = ""
+    claim_error: str = ""  # set: claiming a pool sandbox fails with it
     exec_handler: ExecHandler = shell_exec
     # Called with a pod uid whenever one of its containers changes (Docker's events).
     on_change: Callable[[str], None] = lambda _uid: None
@@ -74,6 +76,12 @@ class FakeRuntime:
         self._behaviours: dict[str, Behaviour] = {}
         self._ids = itertools.count(1)
         self._ips = itertools.count(2)
+        # The warm pool: unclaimed sandboxes (no pod's, never listed as containers) by id,
+        # and every sandbox's hostname (UTS namespace) as the runtime set it.
+        self._pool: dict[str, cri.PooledSandbox] = {}
+        self._pool_made: dict[str, tuple[str, str]] = {}  # id → (IP, image)
+        self.hostnames: dict[str, str] = {}
+        self._sandbox_of: dict[str, str] = {}  # container id → its sandbox's
 
     # -- what a test sets up and reads -----------------------------------------------------
 
@@ -91,6 +99,11 @@ class FakeRuntime:
     def exit(self, container_id: str, code: int) -> None:
         """The container's process ends by itself now."""
         self._finish(container_id, code)
+
+    def stop_pooled(self, sandbox_id: str) -> None:
+        """An unclaimed pool sandbox's process ends (as after a host restart)."""
+        with self._lock:
+            self._pool[sandbox_id] = replace(self._pool[sandbox_id], running=False)
 
     def operations(self, operation: str) -> list[str]:
         with self._lock:
@@ -146,7 +159,54 @@ class FakeRuntime:
             ip="" if cfg.host_network else f"10.88.0.{next(self._ips)}",
             pid=4242,
         )
+        with self._lock:
+            self.hostnames[observed.id] = "" if cfg.host_network else cfg.hostname
         self._store(_Container(observed, PAUSE))  # pause exits 0 on SIGTERM
+        return observed
+
+    def run_pool_sandbox(self, image: str) -> str:
+        self._call("run_pool_sandbox", image)
+        if self.sandbox_error:
+            raise cri.ContainerStartError(self.sandbox_error)
+        sandbox_id = self._new_id()
+        with self._lock:
+            self._pool[sandbox_id] = cri.PooledSandbox(
+                sandbox_id, self.clock.now().timestamp(), running=True
+            )
+            self._pool_made[sandbox_id] = (f"10.88.0.{next(self._ips)}", image)
+            self.hostnames[sandbox_id] = sandbox_id[:12]
+        return sandbox_id
+
+    def pool_sandboxes(self) -> list[cri.PooledSandbox]:
+        with self._lock:
+            return list(self._pool.values())
+
+    def claim_sandbox(self, sandbox_id: str, cfg: cri.SandboxConfig) -> cri.ObservedContainer:
+        self._call("claim_sandbox", sandbox_id)
+        with self._lock:
+            found = self._pool.get(sandbox_id)
+            if self.claim_error or found is None or not found.running:
+                raise cri.ContainerStartError(self.claim_error or f"pool sandbox {sandbox_id} gone")
+            if cfg.host_network or cfg.host_pid or cfg.host_ipc or cfg.sysctls or cfg.port_mappings:
+                raise cri.ContainerStartError("this sandbox must be made for its pod")
+            del self._pool[sandbox_id]
+            self.hostnames[sandbox_id] = cfg.hostname
+            ip, image = self._pool_made.pop(sandbox_id)
+        made = datetime.fromtimestamp(found.created, UTC)
+        observed = cri.ObservedContainer(
+            id=sandbox_id,
+            pod=cfg.pod,
+            name=cri.SANDBOX_CONTAINER_NAME,
+            attempt=cfg.attempt,
+            state=cri.ContainerState.RUNNING,
+            image=image,
+            image_id=self._image_id(image),
+            created_at=made,
+            started_at=made,
+            ip=ip,
+            pid=4242,
+        )
+        self._store(_Container(observed, PAUSE))
         return observed
 
     def create_container(self, cfg: cri.ContainerConfig, sandbox_id: str) -> str:
@@ -164,6 +224,8 @@ class FakeRuntime:
             image_id=self._image_id(cfg.image),
             created_at=self.clock.now(),
         )
+        with self._lock:
+            self._sandbox_of[observed.id] = sandbox_id
         self._store(_Container(observed, behaviour, cfg))
         return observed.id
 
@@ -217,6 +279,8 @@ class FakeRuntime:
     def remove_container(self, container_id: str) -> None:
         self._call("remove", container_id)
         with self._lock:
+            self._pool.pop(container_id, None)
+            self._pool_made.pop(container_id, None)
             found = self._containers.pop(container_id, None)
         if found is not None:
             self.on_change(found.observed.pod.uid)
@@ -238,6 +302,10 @@ class FakeRuntime:
         observed = self.inspect(container_id)
         if observed is None or observed.state is not cri.ContainerState.RUNNING:
             return cri.ExecResult(None, "", f"container {container_id} is not running")
+        if list(command) == ["hostname"]:  # the UTS namespace's, which is its sandbox's
+            with self._lock:
+                sandbox = self._sandbox_of.get(container_id, container_id)
+                return cri.ExecResult(0, self.hostnames.get(sandbox, "") + "\n")
         return self.exec_handler(observed, list(command))
 
     def termination_message(self, observed: cri.ObservedContainer) -> str:

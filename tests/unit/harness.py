@@ -24,6 +24,7 @@ from kubelet_sim.pod.admission import Allocatable
 from kubelet_sim.pod.container_config import ObjectLookup
 from kubelet_sim.pod.dns import NodeDNS
 from kubelet_sim.pod.spec import PodView
+from kubelet_sim.podworkers.pool import SandboxPool
 from kubelet_sim.podworkers.settings import SyncSettings
 from kubelet_sim.podworkers.sync import PodSyncer
 from kubelet_sim.runtime.local_images import BUSYBOX_IMAGE, PAUSE_IMAGE
@@ -187,7 +188,9 @@ class Node:
     """The pod workers of one node, built only from fakes, as the composition root builds
     them from real parts."""
 
-    def __init__(self, root: Path, *, workers_clock: FakeClock | None = None) -> None:
+    def __init__(
+        self, root: Path, *, workers_clock: FakeClock | None = None, pool_size: int = 0
+    ) -> None:
         self.clock = workers_clock or FakeClock()
         self.woken: list[str] = []
         self.forward: Callable[[str], None] = lambda _uid: None  # a queue to wake too
@@ -205,6 +208,14 @@ class Node:
         self.delete_error: Exception | None = None
         self.services: list[Json] | None = []
         self.supervisor = Supervisor(node=NODE)
+        self.pool = SandboxPool(
+            self.runtime,
+            size=pool_size,
+            image=PAUSE_IMAGE,
+            pods_in_use=lambda: len(self.pods),
+            max_pods=110,
+            supervisor=self.supervisor,
+        )
         self.syncer = PodSyncer(
             SyncSettings(
                 node_name=NODE,
@@ -228,6 +239,7 @@ class Node:
             services=lambda: self.services,
             clock=self.clock,
             supervisor=self.supervisor,
+            pool=self.pool if pool_size else None,
         )
 
     # -- driving ---------------------------------------------------------------------------
@@ -290,6 +302,7 @@ class Node:
             self.woken.remove(uid)
 
     def close(self) -> None:
+        self.pool.stop(5.0)
         self.syncer.shutdown()
 
     # -- reading -----------------------------------------------------------------------------

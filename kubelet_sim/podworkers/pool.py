@@ -1,0 +1,151 @@
+"""The node's warm sandbox pool: a few started, network-ready sandboxes, so that a pod's
+critical path is only its own containers.
+
+A pod that may use one (pod/sandbox_pool.pool_refusal) claims the oldest; a thread of its own,
+under the agent's Supervisor, makes the next one after each claim, one at a time and never
+while pods and pool together would pass the node's pod limit. Unclaimed sandboxes are no pod's
+(the runtime reports none for them), so nothing counts them as pods; they are removed when the
+agent stops, and adopted (or removed) by the next start after a crash.
+"""
+
+from __future__ import annotations
+
+import threading
+from collections import deque
+from collections.abc import Callable
+
+from kubelet_sim import cri
+from kubelet_sim.backoff import Backoff
+from kubelet_sim.logs import get_logger
+from kubelet_sim.pod.sandbox_pool import adoption, to_make
+from kubelet_sim.podworkers.ports import RuntimeService
+from kubelet_sim.supervise import Supervisor
+
+RECHECK_SECONDS = 5.0  # how often an idle pool looks at the pod count again
+
+
+class SandboxPool:
+    def __init__(
+        self,
+        runtime: RuntimeService,
+        *,
+        size: int,
+        image: str,
+        pods_in_use: Callable[[], int],
+        max_pods: int,
+        supervisor: Supervisor,
+        backoff: Backoff | None = None,
+    ) -> None:
+        self.runtime = runtime
+        self.size = size
+        self.image = image
+        self.pods_in_use = pods_in_use
+        self.max_pods = max_pods
+        self.backoff = backoff or Backoff(initial=1.0, cap=30.0)
+        self.log = get_logger("kubelet_sim.podworkers.pool", node=runtime.node_name)
+        self._ready: deque[str] = deque()  # ids, oldest first: the claim order
+        self._failed: list[str] = []  # claims that failed: removed on the pool's thread
+        self._lock = threading.Lock()
+        self._wake = threading.Event()
+        self._stopping = threading.Event()
+        self._adopted = False
+        self._thread = supervisor.thread(
+            f"sandbox-pool-{runtime.node_name}", self._run, self._stopping
+        )
+
+    def start(self) -> None:
+        """Adopt what an earlier run left, then keep the pool full (on the pool's thread);
+        with size 0, only remove what an earlier run left."""
+        self._thread.start()
+
+    def stop(self, timeout: float) -> None:
+        """Stop making sandboxes; the pool's thread removes the unclaimed ones as it ends."""
+        self._stopping.set()
+        self._wake.set()
+        if self._thread.is_alive():
+            self._thread.join(timeout)
+
+    def ready(self) -> list[str]:
+        with self._lock:
+            return list(self._ready)
+
+    def claim(self, cfg: cri.SandboxConfig) -> cri.ObservedContainer | None:
+        """The oldest pool sandbox, made the pod's; None if the pool is empty or the claim
+        failed (the caller makes a sandbox then). A failed one is removed off this path."""
+        with self._lock:
+            sandbox_id = self._ready.popleft() if self._ready else None
+        self._wake.set()  # refill, or remove the one that failed
+        if sandbox_id is None:
+            return None
+        try:
+            return self.runtime.claim_sandbox(sandbox_id, cfg)
+        except cri.ContainerStartError as exc:
+            self.log.warning("pool sandbox not claimed", id=sandbox_id[:12], error=str(exc))
+            with self._lock:
+                self._failed.append(sandbox_id)
+            self._wake.set()
+            return None
+
+    # -- the pool's thread -------------------------------------------------------------------
+
+    def _run(self) -> None:
+        if not self._adopted:
+            self._adopt()
+            self._adopted = True
+        if self.size <= 0:
+            return  # nothing to keep: the loop is done
+        while not self._stopping.is_set():
+            self._wake.clear()
+            self._remove_failed()
+            with self._lock:
+                pooled = len(self._ready)
+            if to_make(self.size, pooled, self.pods_in_use(), self.max_pods) > 0:
+                if self._make_one():
+                    self.backoff.reset()
+                    continue
+                self._stopping.wait(self.backoff.next_delay())
+                continue
+            self._wake.wait(RECHECK_SECONDS)
+        self._remove_all()
+
+    def _adopt(self) -> None:
+        keep, remove = adoption(self.runtime.pool_sandboxes(), self.size)
+        for stale in remove:
+            self._remove(stale.id)
+        with self._lock:
+            self._ready.extend(s.id for s in keep)
+        if keep or remove:
+            self.log.info("pool adopted", kept=len(keep), removed=len(remove))
+
+    def _make_one(self) -> bool:
+        try:
+            sandbox_id = self.runtime.run_pool_sandbox(self.image)
+        except Exception as exc:  # any runtime failure: retried with backoff
+            self.log.warning("pool sandbox not made", error=str(exc)[:300])
+            return False
+        with self._lock:
+            self._ready.append(sandbox_id)
+        self.log.debug("pool sandbox ready", id=sandbox_id[:12])
+        return True
+
+    def _remove_failed(self) -> None:
+        with self._lock:
+            failed, self._failed = self._failed, []
+        for sandbox_id in failed:
+            self._remove(sandbox_id)
+
+    def _remove_all(self) -> None:
+        with self._lock:
+            left = [*self._ready, *self._failed]
+            self._ready.clear()
+            self._failed = []
+        for sandbox_id in left:
+            self._remove(sandbox_id)
+        if left:
+            self.log.info("pool removed", sandboxes=len(left))
+
+    def _remove(self, sandbox_id: str) -> None:
+        try:
+            self.runtime.remove_container(sandbox_id)
+        except Exception as exc:  # left for the next start's adoption
+            self.log.warning("pool sandbox not removed", id=sandbox_id[:12], error=str(exc))

@@ -1,0 +1,125 @@
+"""The warm sandbox pool on Docker, with an agent: a pooled sandbox is wholly its pod's
+(hostname, IP, identity as the agent reads it), pods that need their own sandbox get one, the
+pool refills, and it is removed at exit and adopted or removed after a `kill -9`."""
+
+from __future__ import annotations
+
+import signal
+from pathlib import Path
+
+import pytest
+
+from kubelet_sim import cri
+from tests.agent_fixture import start_agent
+from tests.agent_process import running_agent
+from tests.cluster import Cluster, wait_for
+from tests.docker_env import DockerEnv
+from tests.pods import container, get_pod, make_pod, running_ready, traced, wait_status
+
+pytestmark = pytest.mark.docker
+
+
+def pool_ids(docker_env: DockerEnv, node: str) -> list[str]:
+    """The node's unclaimed pool sandboxes in Docker, oldest first."""
+    listed = docker_env.client.api.containers(
+        all=True, filters={"label": [f"{cri.LABEL_NODE}={node}", f"{cri.LABEL_POOL}=true"]}
+    )
+    unclaimed = [c for c in listed if c["Names"][0].lstrip("/").startswith(cri.POOL_NAME_PREFIX)]
+    return [c["Id"] for c in sorted(unclaimed, key=lambda c: (c["Created"], c["Id"]))]
+
+
+def sandbox_of(docker_env: DockerEnv, cluster: Cluster, name: str, uid: str) -> dict:
+    wanted = f"/k8s_POD_{name}_{cluster.namespace}_{uid}_0"
+    attrs: dict = docker_env.client.api.inspect_container(wanted[1:])
+    assert attrs["Name"] == wanted
+    return attrs
+
+
+def run_in(docker_env: DockerEnv, container_id: str, *command: str) -> str:
+    api = docker_env.client.api
+    output: bytes = api.exec_start(api.exec_create(container_id, list(command)))
+    return output.decode().strip()
+
+
+def app_of(docker_env: DockerEnv, uid: str) -> str:
+    (app,) = docker_env.client.api.containers(
+        filters={"label": [f"{cri.LABEL_POD_UID}={uid}", f"{cri.LABEL_CONTAINER_NAME}=c"]}
+    )
+    return str(app["Id"])
+
+
+def test_a_pooled_sandbox_is_wholly_the_pods_and_the_pool_refills(
+    cluster: Cluster, docker_env: DockerEnv, tmp_path: Path
+) -> None:
+    node = cluster.node_name
+    running = start_agent(
+        cluster, docker_env, tmp_path / "root", sandbox_pool_size=2, allow_privileged=True
+    )
+    try:
+        agent = running.agent
+        ready = wait_for(
+            lambda: agent.pool.ready() if len(agent.pool.ready()) == 2 else None,
+            30,
+            "the pool to fill",
+        )
+        assert pool_ids(docker_env, node) == ready
+        pod = make_pod(cluster, "web", container(), subdomain="sub")
+        uid = pod["metadata"]["uid"]
+        status = wait_status(cluster, "web", running_ready, 30, "Running and Ready")
+        sandbox = sandbox_of(docker_env, cluster, "web", uid)
+        assert sandbox["Id"] == ready[0]  # the oldest, claimed
+        app = app_of(docker_env, uid)
+        assert run_in(docker_env, app, "hostname") == "web"
+        assert run_in(docker_env, app, "cat", "/etc/hostname") == "web"
+        assert f"inet {status['podIP']}/" in run_in(docker_env, app, "ip", "-o", "-4", "addr")
+        assert sandbox["NetworkSettings"]["IPAddress"] == status["podIP"]
+        # What the agent reads is the pod's: its container view, and the trace.
+        seen = {c.id: c for c in agent.watcher.all_containers()}
+        assert seen[sandbox["Id"]].pod.uid == uid
+        assert seen[sandbox["Id"]].is_sandbox
+        assert agent.watcher.pod_uids() == {uid}  # the pool is no pod
+        steps = [s.step for s in traced(cluster, agent.runtime, "web")]
+        assert "sandbox (from pool)" in steps
+        assert "sandbox created" not in steps
+        wait_for(lambda: len(pool_ids(docker_env, node)) == 2, 30, "the pool to refill")
+        assert ready[0] not in pool_ids(docker_env, node)
+
+        # A pod whose sandbox must be made for it does not touch the pool.
+        before = pool_ids(docker_env, node)
+        hostnet = make_pod(cluster, "hostnet", container(), hostNetwork=True)
+        wait_status(cluster, "hostnet", running_ready, 30, "Running and Ready")
+        own = sandbox_of(docker_env, cluster, "hostnet", hostnet["metadata"]["uid"])
+        assert cri.LABEL_POOL not in own["Config"]["Labels"]
+        assert own["Config"]["Labels"][cri.LABEL_POD_UID] == hostnet["metadata"]["uid"]
+        assert pool_ids(docker_env, node) == before
+    finally:
+        running.stop()
+    assert pool_ids(docker_env, node) == []  # removed at exit; the pods' containers stay
+    assert get_pod(cluster, "web") is not None
+
+
+def test_a_kill_9_leaves_the_pool_to_the_next_start_and_size_0_makes_none(
+    cluster: Cluster, docker_env: DockerEnv
+) -> None:
+    node = cluster.node_name
+    with running_agent(cluster, "--sandbox-pool-size", "2") as first:
+        made = wait_for(
+            lambda: ids if len(ids := pool_ids(docker_env, node)) == 2 else None,
+            60,
+            "the first agent's pool",
+        )
+        first.proc.send_signal(signal.SIGKILL)
+        first.proc.wait(20)
+        assert pool_ids(docker_env, node) == made  # nothing cleaned: it was killed
+        with running_agent(cluster, "--sandbox-pool-size", "1") as second:
+            second.wait_for_log(lambda r: r.get("event") == "pool adopted", 60, "adoption")
+            assert pool_ids(docker_env, node) == made[:1]  # the oldest kept, the other removed
+            assert second.terminate() == 0
+        assert pool_ids(docker_env, node) == []
+    with running_agent(cluster, "--sandbox-pool-size", "0") as third:
+        pod = make_pod(cluster, "plain", container())
+        wait_status(cluster, "plain", running_ready, 60, "Running and Ready")
+        own = sandbox_of(docker_env, cluster, "plain", pod["metadata"]["uid"])
+        assert cri.LABEL_POOL not in own["Config"]["Labels"]
+        assert pool_ids(docker_env, node) == []
+        assert third.terminate() == 0
