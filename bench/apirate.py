@@ -4,8 +4,8 @@ On the fake: its request log (`GET /debug/requests`), filtered by the agent's us
 only the agent's requests count. On a real kube-apiserver: the counter
 `apiserver_request_total` of its /metrics, read before and after the window; it has no user
 agent label, so the delta also holds the controller-manager's and scheduler's requests and
-the bench's own (its scrape). The rate of the same counter over a window before the nodes
-started (the baseline) is subtracted, and both are reported.
+the bench's own (its scrape). The counts of a window before the nodes started (the baseline)
+are subtracted kind by kind, scaled to the window's length; both are kept.
 """
 
 from __future__ import annotations
@@ -70,11 +70,21 @@ def fake_counts(fake: Any, user_agent_prefix: str, since: float, until: float) -
     return counts
 
 
-def per_node_per_second(
-    counts: Counter[str], seconds: float, nodes: int, baseline_per_second: float = 0.0
-) -> float | None:
-    """Requests per second per node, less a baseline rate (never below zero)."""
+def less_baseline(
+    counts: Counter[str], baseline: Counter[str], baseline_seconds: float, seconds: float
+) -> Counter[str]:
+    """`counts` over `seconds` less what the baseline's rate gives for the same window, kind by
+    kind (verb and resource), never below zero: a burst of the controllers' work in the
+    baseline (a namespace being emptied) does not eat the nodes' Lease updates."""
+    scale = seconds / baseline_seconds if baseline_seconds > 0 else 0.0
+    out: Counter[str] = Counter()
+    for key, value in counts.items():
+        out[key] = max(0, round(value - baseline.get(key, 0) * scale))
+    return +out
+
+
+def per_node_per_second(counts: Counter[str], seconds: float, nodes: int) -> float | None:
+    """Requests per second per node."""
     if seconds <= 0 or nodes <= 0:
         return None
-    rate = sum(counts.values()) / seconds - baseline_per_second
-    return max(0.0, rate) / nodes
+    return sum(counts.values()) / seconds / nodes

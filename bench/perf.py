@@ -348,6 +348,10 @@ def _stop_agent(owned: startup.Owned, core: Any, node: str, dk: Any) -> None:
     if owned.agent is None:
         return
     owned.agent.stop()
+    if owned.agent.warnings:
+        print(f"bench: the agent logged {len(owned.agent.warnings)} warning(s), first ones:")
+        for line in owned.agent.warnings[:5]:
+            print("  " + line)
     with contextlib.suppress(client.ApiException):
         core.delete_node(node)
     dockerside.remove_node_containers(dk, node)

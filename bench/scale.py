@@ -72,7 +72,8 @@ class ScaleResult:
     lease_lateness_from_start: dict[str, Any] | None = None  # registration included
     api_per_node_per_second: float | None = None
     api_requests: dict[str, int] | None = None  # in the window, by verb and resource
-    api_baseline_per_second: float | None = None  # real server: without the nodes
+    api_baseline: dict[str, int] | None = None  # real server: without the nodes
+    api_baseline_seconds: float | None = None
     api_note: str = ""
     pods: dict[str, Any] | None = None
     notes: list[str] = field(default_factory=list)
@@ -156,22 +157,22 @@ def run(
 
 def _baseline(
     server: Server, options: ScaleOptions, deadline: Deadline, result: ScaleResult
-) -> float:
-    """Requests per second the real server serves without the nodes (its controllers, the
-    bench's scrapes); 0 on the fake, whose log is filtered by user agent."""
+) -> Counter[str]:
+    """Requests the real server serves without the nodes (its controllers, the bench's
+    scrape), by kind; nothing on the fake, whose log is filtered by user agent."""
     if server.fake is not None:
         result.api_note = f"the fake's request log, user agent {AGENT_USER_AGENT_PREFIX}*"
-        return 0.0
+        return Counter()
     before, t0 = apirate.scrape(server.api), time.monotonic()
     time.sleep(deadline.left(options.baseline_seconds))
     grown = apirate.delta(before, apirate.scrape(server.api))
-    rate = sum(grown.values()) / max(time.monotonic() - t0, 1e-6)
-    result.api_baseline_per_second = round(rate, 2)
+    result.api_baseline = dict(grown.most_common())
+    result.api_baseline_seconds = round(time.monotonic() - t0, 1)
     result.api_note = (
-        "kube-apiserver's apiserver_request_total, less the rate without the nodes "
-        f"({rate:.2f}/s: controller-manager, scheduler, the bench's scrape)"
+        "kube-apiserver's apiserver_request_total, less the same kinds of request in "
+        f"{result.api_baseline_seconds} s before the nodes started (controllers, the bench)"
     )
-    return rate
+    return grown
 
 
 def _idle_window(
@@ -180,7 +181,7 @@ def _idle_window(
     names: list[str],
     options: ScaleOptions,
     deadline: Deadline,
-    baseline: float,
+    baseline: Counter[str],
     leases: LeaseRecorder,
     result: ScaleResult,
     started: float,
@@ -202,7 +203,9 @@ def _idle_window(
         assert server.fake is not None
         counts = apirate.fake_counts(server.fake, AGENT_USER_AGENT_PREFIX, w0, w1)
     result.api_requests = dict(counts.most_common())
-    rate = apirate.per_node_per_second(counts, w1 - w0, len(names), baseline)
+    if result.api_baseline_seconds:
+        counts = apirate.less_baseline(counts, baseline, result.api_baseline_seconds, w1 - w0)
+    rate = apirate.per_node_per_second(counts, w1 - w0, len(names))
     result.api_per_node_per_second = None if rate is None else round(rate, 4)
     renew, received = leases.snapshot()
     result.lease_lateness = asdict(lateness(renew, names, w0, w1))

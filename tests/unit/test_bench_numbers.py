@@ -7,7 +7,7 @@ from collections import Counter
 
 import pytest
 
-from bench.apirate import delta, per_node_per_second, request_totals
+from bench.apirate import delta, less_baseline, per_node_per_second, request_totals
 from bench.leases import lateness
 
 
@@ -88,6 +88,13 @@ def test_request_totals_sum_over_codes_by_verb_and_resource() -> None:
 def test_delta_and_rate_per_node_less_the_baseline() -> None:
     grown = delta(request_totals(METRICS_BEFORE), request_totals(METRICS_AFTER))
     assert grown == Counter({"PUT leases": 60, "PATCH nodes/status": 2, "LIST pods": 1})
-    # 63 requests in 60 s by 10 nodes, with 0.05/s that were not theirs
-    assert per_node_per_second(grown, 60.0, 10, 0.05) == pytest.approx((63 / 60 - 0.05) / 10)
+    assert per_node_per_second(grown, 60.0, 10) == pytest.approx(63 / 60 / 10)
     assert per_node_per_second(grown, 0.0, 10) is None
+
+
+def test_the_baseline_is_taken_off_kind_by_kind() -> None:
+    window = Counter({"PUT leases": 60, "LIST pods": 1})
+    # 20 s without the nodes: a namespace emptied (many pod deletes), one pod list
+    baseline = Counter({"DELETE pods": 300, "LIST pods": 1})
+    left = less_baseline(window, baseline, baseline_seconds=20.0, seconds=60.0)
+    assert left == Counter({"PUT leases": 60})  # the deletes take nothing off the leases
