@@ -337,7 +337,10 @@ def run_scale(
             break
         options.pods = args.scale_pods if n == largest else 0
         print(f"bench: {n} nodes in one process ...", flush=True)
-        result = scale.run(server, n, options, deadline, owned.tmp, owned.extra)
+        try:
+            result = scale.run(server, n, options, deadline, owned.tmp, owned.extra)
+        except Exception as exc:  # the other runs and the table still count
+            result = scale.ScaleResult(nodes=n, notes=[f"failed: {exc!r}"[:300]])
         print(render_scale([result]).splitlines()[-1] + "".join(f" {x}" for x in result.notes))
         results.append(result)
     return results
@@ -348,13 +351,14 @@ def _stop_agent(owned: startup.Owned, core: Any, node: str, dk: Any) -> None:
     if owned.agent is None:
         return
     owned.agent.stop()
+    with contextlib.suppress(*dockerside.REMOVE_FAILED):
+        dockerside.remove_node_containers(dk, node)
     if owned.agent.warnings:
         print(f"bench: the agent logged {len(owned.agent.warnings)} warning(s), first ones:")
         for line in owned.agent.warnings[:5]:
             print("  " + line)
     with contextlib.suppress(client.ApiException):
         core.delete_node(node)
-    dockerside.remove_node_containers(dk, node)
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -394,12 +398,22 @@ def main(argv: list[str] | None = None) -> int:
         return 0
     finally:
         owned.stop_processes()
-        removed = dockerside.remove_node_containers(dk, args.node_name)
-        if removed:
-            print(f"bench: removed {removed} leftover container(s) of {args.node_name}")
+        try:
+            removed = dockerside.remove_node_containers(dk, args.node_name)
+            if removed:
+                print(f"bench: removed {removed} leftover container(s) of {args.node_name}")
+        except dockerside.REMOVE_FAILED as exc:
+            print(f"bench: could not list {args.node_name}'s containers to remove them: {exc!r}")
         dk.close()
         if owned.tmp is not None:
             shutil.rmtree(owned.tmp, ignore_errors=True)
+
+
+def _docker_version(dk: Any) -> str | None:
+    try:
+        return str(dk.version().get("Version"))
+    except dockerside.REMOVE_FAILED:
+        return None
 
 
 def write_json(
@@ -415,7 +429,7 @@ def write_json(
     document = {
         "created": datetime.now(UTC).strftime("%Y%m%dT%H%M%SZ"),
         "api_server": api,
-        "machine": {**report.machine(), "docker": dk.version().get("Version")},
+        "machine": {**report.machine(), "docker": _docker_version(dk)},
         "options": options,
         "table": [asdict(r) for r in rows],
         "pod_runs": [report.summarize(r) for r in runs if r is not None],

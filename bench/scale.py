@@ -152,7 +152,11 @@ def run(
         if proc is not None:
             stop_process(proc, 60)
             owned.remove(proc)
-        _remove_nodes(server, names)
+        left = _remove_nodes(server, names)
+        if left:
+            result.notes.append(
+                "Docker did not answer the cleanup" if left < 0 else f"{left} container(s) left"
+            )
 
 
 def _baseline(
@@ -285,8 +289,9 @@ def _placement(listed: Any, nodes: set[str], count: int) -> dict[str, Any]:
     }
 
 
-def _remove_nodes(server: Server, names: list[str]) -> None:
-    """The run's Nodes and Leases from the API, their containers from Docker."""
+def _remove_nodes(server: Server, names: list[str]) -> int:
+    """The run's Nodes and Leases from the API, their containers from Docker; how many
+    containers are left."""
     core = server.core
     coordination = client.CoordinationV1Api(server.api)
 
@@ -301,5 +306,8 @@ def _remove_nodes(server: Server, names: list[str]) -> None:
     dk = dockerside.connect()
     try:
         dockerside.remove_containers_of(dk, set(names))
+        return len(dockerside.containers_of(dk, set(names)))
+    except dockerside.REMOVE_FAILED:
+        return -1
     finally:
         dk.close()
