@@ -102,12 +102,14 @@ def _one(ctx: measure.Context, target: measure.Target, size: int, idle: float) -
     return run
 
 
-def run_pods(args: argparse.Namespace, ctx: measure.Context, owned: startup.Owned) -> PodRuns:
+def run_pods(
+    args: argparse.Namespace, ctx: measure.Context, owned: startup.Owned, runs: PodRuns
+) -> None:
+    """Fills `runs` as it goes: what was measured before a failure still makes its rows."""
     ours = measure.Target(args.node_name, owned.agent, AGENT_USER_AGENT_PREFIX)
-    runs = PodRuns()
     for _ in range(args.repeat):
         if ctx.deadline.passed:
-            return runs
+            return
         runs.ones.append(_one(ctx, ours, 1, 0.0))
     if not ctx.deadline.passed:
         runs.thirty = _one(ctx, ours, 30, args.rss_seconds)
@@ -117,7 +119,6 @@ def run_pods(args: argparse.Namespace, ctx: measure.Context, owned: startup.Owne
     if not ctx.deadline.passed:
         print(f"bench: 100 pods, then {args.idle_seconds:.0f} s idle ...", flush=True)
         runs.hundred = _one(ctx, ours, 100, args.idle_seconds)
-    return runs
 
 
 def _seconds(value: float | None) -> str:
@@ -222,12 +223,14 @@ def scale_rows(results: list[scale.ScaleResult], args: argparse.Namespace) -> li
     done = [r for r in results if r.all_ready_seconds is not None]
     failed = [r for r in results if r.all_ready_seconds is None]
     text = "; ".join(
-        f"{r.nodes}: {r.rss_mib} MiB, {r.cpu_percent_of_a_core} % CPU, {_lease_text(r)}"
-        for r in done
+        [
+            f"{r.nodes}: {r.rss_mib} MiB, {r.cpu_percent_of_a_core} % CPU, {_lease_text(r)}"
+            for r in done
+        ]
+        + [f"{r.nodes}: {', '.join(r.notes)}" for r in failed]
     )
-    text += "".join(f"; {r.nodes}: {', '.join(r.notes)}" for r in failed)
     best = max(done, key=lambda r: r.nodes, default=None)
-    met: bool | None = None
+    met: bool | None = False if failed else None
     if best is not None:
         lat = best.lease_lateness or {}
         on_time = not (lat.get("late") or lat.get("overdue_at_end") or lat.get("never_renewed"))
@@ -379,11 +382,18 @@ def main(argv: list[str] | None = None) -> int:
             core=core, dk=dk, fake=owned.fake, proxy=None, deadline=deadline,
             real_cluster=owned.fake is None,
         )  # fmt: skip
-        pods = run_pods(args, ctx, owned) if "pods" in args.section_list else None
-        _stop_agent(owned, core, args.node_name, dk)
-        scaled = (
-            run_scale(args, owned, kubeconfig, deadline) if "scale" in args.section_list else []
-        )
+        pods = PodRuns() if "pods" in args.section_list else None
+        scaled: list[scale.ScaleResult] = []
+        failure = None
+        try:
+            if pods is not None:
+                run_pods(args, ctx, owned, pods)
+            _stop_agent(owned, core, args.node_name, dk)
+            if "scale" in args.section_list:
+                scaled = run_scale(args, owned, kubeconfig, deadline)
+        except Exception as exc:  # print and keep what was measured before it
+            failure = f"{exc!r}"[:500]
+            print(f"bench: stopped by {failure}", flush=True)
         rows = pod_rows(pods, args) + scale_rows(scaled, args)
         api = "fake" if owned.fake else ("real (tests/kubeenv.py)" if owned.env else "given")
         m = report.machine()
@@ -393,9 +403,9 @@ def main(argv: list[str] | None = None) -> int:
         print(render(rows))
         if scaled:
             print("\n" + render_scale(scaled))
-        path = write_json(args, rows, pods, scaled, api, dk)
+        path = write_json(args, rows, pods, scaled, api, dk, failure)
         print(f"\nbench: results in {path}")
-        return 0
+        return 0 if failure is None else 1
     finally:
         owned.stop_processes()
         try:
@@ -423,12 +433,14 @@ def write_json(
     scaled: list[scale.ScaleResult],
     api: str,
     dk: Any,
+    failure: str | None = None,
 ) -> Path:
     runs = [] if pods is None else [*pods.ones, pods.thirty, pods.compare, pods.hundred]
     options = {k: v for k, v in vars(args).items() if k != "results_dir"}
     document = {
         "created": datetime.now(UTC).strftime("%Y%m%dT%H%M%SZ"),
         "api_server": api,
+        "failure": failure,
         "machine": {**report.machine(), "docker": _docker_version(dk)},
         "options": options,
         "table": [asdict(r) for r in rows],
