@@ -58,12 +58,7 @@ def pod_uids_with_containers(dk: docker.DockerClient, node: str) -> set[str]:
 
 def remove_node_containers(dk: docker.DockerClient, node: str) -> int:
     """Force-remove every container labelled with `node` (cleanup after a run)."""
-    removed = 0
-    for summary in dk.api.containers(all=True, filters={"label": f"{LABEL_NODE}={node}"}):
-        with contextlib.suppress(*REMOVE_FAILED):
-            dk.api.remove_container(summary["Id"], v=True, force=True)
-            removed += 1
-    return removed
+    return remove_containers_of(dk, {node})
 
 
 def containers_of(dk: docker.DockerClient, nodes: set[str]) -> list[str]:
