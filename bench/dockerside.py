@@ -13,13 +13,17 @@ from collections import Counter
 from typing import Any
 
 import docker
+import requests
 
-from bench.processes import parse_time
+from bench.times import parse_time
 
 LABEL_NODE = "io.kubelet-sim.node"
 LABEL_POD_UID = "io.kubernetes.pod.uid"
 LABEL_TYPE = "io.kubernetes.docker.type"
 DIRECT_SOCKET = "unix:///var/run/docker.sock"
+# A remove that fails or times out (an engine that stopped answering) is left, not fatal: the
+# cleanup goes on with the next container and the bench still reports.
+REMOVE_FAILED = (docker.errors.APIError, requests.exceptions.RequestException)
 
 
 def connect() -> docker.DockerClient:
@@ -54,11 +58,29 @@ def pod_uids_with_containers(dk: docker.DockerClient, node: str) -> set[str]:
 
 def remove_node_containers(dk: docker.DockerClient, node: str) -> int:
     """Force-remove every container labelled with `node` (cleanup after a run)."""
+    return remove_containers_of(dk, {node})
+
+
+def containers_of(dk: docker.DockerClient, nodes: set[str]) -> list[str]:
+    """Ids of the containers of any of `nodes` (one list call, however many nodes)."""
+    return [
+        str(summary["Id"])
+        for summary in dk.api.containers(all=True, filters={"label": LABEL_NODE})
+        if (summary.get("Labels") or {}).get(LABEL_NODE) in nodes
+    ]
+
+
+def remove_containers_of(dk: docker.DockerClient, nodes: set[str]) -> int:
+    """Force-remove the containers of any of `nodes`; how many went."""
     removed = 0
-    for summary in dk.api.containers(all=True, filters={"label": f"{LABEL_NODE}={node}"}):
-        with contextlib.suppress(docker.errors.APIError):
-            dk.api.remove_container(summary["Id"], v=True, force=True)
+    for container in containers_of(dk, nodes):
+        try:
+            dk.api.remove_container(container, v=True, force=True)
             removed += 1
+        except docker.errors.APIError:
+            continue
+        except requests.exceptions.RequestException:
+            break  # the engine stopped answering: one timeout, not one per container
     return removed
 
 

@@ -19,6 +19,7 @@ from kubernetes import client, config
 from kubernetes.client.exceptions import ApiException
 
 from kubelet_sim.jsontypes import Json
+from kubelet_sim.node.settings import VIRTUAL_NODE_TAINT
 
 BENCH_USER_AGENT = "kubelet-sim-bench/0.1"
 BUSYBOX = "kubelet-sim.local/busybox:test"
@@ -37,9 +38,10 @@ def api_client(kubeconfig: str, pool: int = 64) -> client.ApiClient:
     return api
 
 
-def pod_body(name: str, node: str) -> Json:
-    """The benchmark pod: local image, no token volume, exits on SIGTERM."""
-    return {
+def pod_body(name: str, node: str | None) -> Json:
+    """The benchmark pod: local image, no token volume, exits on SIGTERM; bound to `node`, or
+    left to the scheduler when None (tolerating the virtual nodes' default taint)."""
+    body: Json = {
         "apiVersion": "v1",
         "kind": "Pod",
         "metadata": {"name": name, "labels": {"app": "kubelet-sim-bench"}},
@@ -57,6 +59,10 @@ def pod_body(name: str, node: str) -> Json:
             ],
         },
     }
+    if node is None:
+        del body["spec"]["nodeName"]
+        body["spec"]["tolerations"] = [{**VIRTUAL_NODE_TAINT, "operator": "Equal"}]
+    return body
 
 
 def create_namespace(core: Any, prefix: str, timeout: float = 30.0) -> str:
@@ -86,22 +92,27 @@ def is_ready(pod: Json) -> bool:
     return any(c.get("type") == "Ready" and c.get("status") == "True" for c in conditions)
 
 
-class PodWatch:
-    """A watch on the namespace's pods on its own thread; `on_event(type, pod, t)` is called
-    with the receipt time, before any parsing beyond the JSON line."""
+class ObjectWatch:
+    """A watch on what `list_fn` lists (a list, then a watch from its resourceVersion) on its
+    own thread; `on_event(type, object, t)` is called with the receipt time, before any
+    parsing beyond the JSON line. Pods of a namespace, Nodes, Leases: one reader for all."""
 
     def __init__(
         self,
-        core: Any,
-        namespace: str,
+        list_fn: Callable[..., Any],
         on_event: Callable[[str, Json, float], None],
         timeout: float,
+        **list_kwargs: Any,
     ) -> None:
-        listing = core.list_namespaced_pod(namespace)
-        self._response = core.list_namespaced_pod(
-            namespace,
+        listing = list_fn(**list_kwargs, _preload_content=False)
+        body = json.loads(listing.data)
+        received = time.time()
+        for item in body.get("items") or []:
+            on_event("LISTED", item, received)
+        self._response = list_fn(
+            **list_kwargs,
             watch=True,
-            resource_version=listing.metadata.resource_version,
+            resource_version=(body.get("metadata") or {}).get("resourceVersion"),
             allow_watch_bookmarks=False,
             timeout_seconds=int(timeout),
             _preload_content=False,
@@ -139,3 +150,16 @@ class PodWatch:
                 sock.shutdown(socket.SHUT_RDWR)
         self.ended.wait(5)
         self._response.close()
+
+
+class PodWatch(ObjectWatch):
+    """The pods of one namespace (the run's own, created empty: no LISTED events)."""
+
+    def __init__(
+        self,
+        core: Any,
+        namespace: str,
+        on_event: Callable[[str, Json, float], None],
+        timeout: float,
+    ) -> None:
+        super().__init__(core.list_namespaced_pod, on_event, timeout, namespace=namespace)

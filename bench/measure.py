@@ -17,6 +17,7 @@ from typing import Any
 import docker
 
 from bench import dockerside
+from bench.apirate import request_key
 from bench.dockerproxy import DockerProxy
 from bench.kube import PodWatch, create_namespace, delete_namespace, is_ready, pod_body
 from bench.processes import AgentProcess, FakeProcess
@@ -156,8 +157,7 @@ def _api_counts(
     for r in records:
         if r["time"] >= phase.end:
             continue
-        key = f"{r['verb']} {r['resource']}" + (f"/{r['subresource']}" if r["subresource"] else "")
-        (inside if r["namespace"] == ns else outside)[key] += 1
+        (inside if r["namespace"] == ns else outside)[request_key(r)] += 1
     return dict(inside), dict(outside)
 
 

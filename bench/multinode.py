@@ -22,43 +22,25 @@ from typing import Any
 from kubernetes import client
 
 from bench.kube import api_client
-from bench.processes import REPO, ApiServer
+from bench.processes import REPO, ApiServer, spawn_kubelet_sim, stop_process
 from bench.procstat import cpu_seconds, memory_kib
-from kubelet_sim.runtime.local_images import PAUSE_IMAGE
+from bench.scale import SETTLE, NodeReadiness
 
 RESULTS = REPO / "bench" / "results"
-
-
-def _spawn(args: list[str], kubeconfig: str, root: Path, log: Path) -> subprocess.Popen[bytes]:
-    return subprocess.Popen(
-        [sys.executable, "-m", "kubelet_sim", *args, "--kubeconfig", kubeconfig,
-         "--pod-infra-image", PAUSE_IMAGE, "--root-dir", str(root), "--log-format", "json",
-         "--port", "0"],
-        cwd=REPO, stdout=subprocess.DEVNULL, stderr=log.open("wb"),
-    )  # fmt: skip
-
-
-def _all_ready(core: Any, names: list[str]) -> bool:
-    ready = {
-        n.metadata.name
-        for n in core.list_node().items
-        if any(c.type == "Ready" and c.status == "True" for c in n.status.conditions or [])
-    }
-    return set(names) <= ready
 
 
 def measure(
     label: str, procs: list[subprocess.Popen[bytes]], core: Any, names: list[str], idle: float
 ) -> dict[str, Any]:
-    started = time.monotonic()
-    while not _all_ready(core, names):
-        if any(p.poll() is not None for p in procs):
-            raise RuntimeError(f"{label}: a kubelet-sim process exited")
-        if time.monotonic() - started > 120:
-            raise RuntimeError(f"{label}: not all {len(names)} Nodes Ready in 120 s")
-        time.sleep(0.2)
-    ready_after = time.monotonic() - started
-    time.sleep(3)  # let registration settle before the idle window
+    readiness = NodeReadiness(core, names, 120 + idle + 30)
+    started = time.time()
+    try:
+        if not readiness.wait_all(procs, 120):
+            raise RuntimeError(f"{label}: {len(readiness.ready)} of {len(names)} Nodes Ready")
+    finally:
+        readiness.close()
+    ready_after = max(readiness.ready.values()) - started
+    time.sleep(SETTLE)  # let registration settle before the idle window
     cpu_before = sum(cpu_seconds(p.pid) for p in procs)
     window = time.monotonic()
     time.sleep(idle)
@@ -80,10 +62,7 @@ def _stop(procs: list[subprocess.Popen[bytes]], core: Any, names: list[str]) -> 
     for p in procs:
         p.terminate()
     for p in procs:
-        try:
-            p.wait(20)
-        except subprocess.TimeoutExpired:
-            p.kill()
+        stop_process(p, 20)
     for name in names:
         with contextlib.suppress(client.ApiException):
             core.delete_node(name)
@@ -102,7 +81,7 @@ def main(argv: list[str] | None = None) -> int:
     results = []
     try:
         one = [f"bench-one-{i}" for i in range(1, args.nodes + 1)]
-        procs = [_spawn(["--nodes", str(args.nodes), "--node-name-prefix", "bench-one-"],
+        procs = [spawn_kubelet_sim(["--nodes", str(args.nodes), "--node-name-prefix", "bench-one-"],
                         kubeconfig, tmp / "one", tmp / "one.log")]  # fmt: skip
         try:
             results.append(measure("one process", procs, core, one, args.idle_seconds))
@@ -110,7 +89,7 @@ def main(argv: list[str] | None = None) -> int:
             _stop(procs, core, one)
         many = [f"bench-many-{i}" for i in range(1, args.nodes + 1)]
         procs = [
-            _spawn(["--node-name", name], kubeconfig, tmp / "many", tmp / f"{name}.log")
+            spawn_kubelet_sim(["--node-name", name], kubeconfig, tmp / "many", tmp / f"{name}.log")
             for name in many
         ]
         try:

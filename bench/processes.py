@@ -25,18 +25,12 @@ from kubernetes import client
 
 from bench import dockerside
 from bench.kube import api_client
+from bench.times import parse_time
 from kubelet_sim.runtime.local_images import PAUSE_IMAGE
 from tests.kubeenv import KubeEnv, find_binaries
 
 REPO = Path(__file__).resolve().parent.parent
 AGENT_USER_AGENT_PREFIX = "kubelet-sim/"
-
-
-def parse_time(stamp: str) -> float:
-    """An RFC 3339 time (Docker's nanoseconds or structlog's micros) as epoch seconds."""
-    head, _, frac = stamp.rstrip("Z").partition(".")
-    seconds = datetime.fromisoformat(head + "+00:00").timestamp()
-    return seconds + (float("0." + frac) if frac else 0.0)
 
 
 def _terminate(proc: subprocess.Popen[Any], timeout: float) -> None:
@@ -47,6 +41,25 @@ def _terminate(proc: subprocess.Popen[Any], timeout: float) -> None:
         except subprocess.TimeoutExpired:
             proc.kill()
             proc.wait(5)
+
+
+def spawn_kubelet_sim(
+    args: list[str], kubeconfig: str, root: Path, log: Path, env: dict[str, str] | None = None
+) -> subprocess.Popen[bytes]:
+    """`python -m kubelet_sim ARGS` as users run it (JSON logs to `log`, a free kubelet port);
+    for runs that need no log reading (AgentProcess does that for one node)."""
+    with log.open("wb") as stderr:
+        return subprocess.Popen(
+            [sys.executable, "-m", "kubelet_sim", *args, "--kubeconfig", kubeconfig,
+             "--pod-infra-image", PAUSE_IMAGE, "--root-dir", str(root), "--log-format", "json",
+             "--port", "0"],
+            cwd=REPO, stdout=subprocess.DEVNULL, stderr=stderr, env=env,
+        )  # fmt: skip
+
+
+def stop_process(proc: subprocess.Popen[Any], timeout: float) -> None:
+    """SIGTERM, then SIGKILL after `timeout` seconds."""
+    _terminate(proc, timeout)
 
 
 class FakeProcess:

@@ -32,6 +32,14 @@ def memory_kib(pid: int) -> dict[str, int]:
     return found
 
 
+def threads(pid: int) -> int:
+    """The process's thread count (`Threads` of /proc/<pid>/status)."""
+    for line in Path(f"/proc/{pid}/status").read_text().splitlines():
+        if line.startswith("Threads:"):
+            return int(line.split()[1])
+    return 0
+
+
 def reset_peak(pid: int) -> bool:
     """Reset VmHWM to the current RSS (Linux >= 4.0), so each run reports its own peak."""
     try:

@@ -164,6 +164,7 @@ def machine() -> dict[str, Any]:
         "memory_gib": round(mem_kib / 1024 / 1024, 1),
         "kernel": platform.release(),
         "python": platform.python_version(),
+        "load_average_1_5_15": [round(x, 2) for x in os.getloadavg()],
     }
 
 

@@ -11,6 +11,7 @@ import contextlib
 import os
 import shutil
 import signal
+import subprocess
 import sys
 import tempfile
 import threading
@@ -31,8 +32,8 @@ RESULTS = Path(__file__).resolve().parent / "results"
 GRACE_AFTER_DEADLINE = 90.0  # cleanup time before the watchdog ends the process regardless
 
 
-def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
-    p = argparse.ArgumentParser(prog="python -m bench.startup", description=__doc__)
+def add_server_options(p: argparse.ArgumentParser) -> None:
+    """The options that say which API server and which node (bench.startup and bench.perf)."""
     p.add_argument("--kubeconfig", help="a real cluster (default: start the fake API server)")
     p.add_argument(
         "--real-api",
@@ -55,24 +56,29 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
         default="kubelet/",
         help="user-agent prefix of the compare node's requests (fake only)",
     )
+    p.add_argument("--pause-image", default=PAUSE)
+    p.add_argument("--results-dir", type=Path, default=RESULTS)
+
+
+def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
+    p = argparse.ArgumentParser(prog="python -m bench.startup", description=__doc__)
+    add_server_options(p)
     p.add_argument("--sizes", default="1,10,30,100", help="pods created at once, per run")
     p.add_argument(
         "--idle-seconds", type=float, default=20.0, help="idle window at the largest size"
     )
     p.add_argument("--deadline", type=float, default=900.0, help="global limit in seconds")
-    p.add_argument("--pause-image", default=PAUSE)
     p.add_argument(
         "--no-docker-proxy",
         action="store_true",
         help="talk to Docker directly (no Docker call counts; removes the proxy's latency)",
     )
-    p.add_argument("--results-dir", type=Path, default=RESULTS)
     args = p.parse_args(argv)
     args.size_list = [int(s) for s in args.sizes.split(",") if s.strip()]
     return args
 
 
-class _Owned:
+class Owned:
     """What the bench started, so cleanup (and the watchdog) can stop exactly that."""
 
     def __init__(self) -> None:
@@ -81,6 +87,7 @@ class _Owned:
         self.proxy: DockerProxy | None = None
         self.tmp: Path | None = None
         self.env: KubeEnv | None = None
+        self.extra: list[subprocess.Popen[bytes]] = []  # other processes (bench.scale's)
 
     def stop_processes(self) -> None:
         for stop in (
@@ -94,7 +101,7 @@ class _Owned:
                     stop()
 
 
-def _watchdog(owned: _Owned, seconds: float) -> None:
+def watchdog(owned: Owned, seconds: float) -> None:
     """Make sure the bench ends by itself even if a wait or the cleanup hangs."""
 
     def fire() -> None:
@@ -102,6 +109,7 @@ def _watchdog(owned: _Owned, seconds: float) -> None:
         for proc in (
             owned.agent.proc if owned.agent else None,
             owned.fake.proc if owned.fake else None,
+            *owned.extra,
         ):
             if proc is not None and proc.poll() is None:
                 with contextlib.suppress(OSError):
@@ -113,9 +121,7 @@ def _watchdog(owned: _Owned, seconds: float) -> None:
     timer.start()
 
 
-def _start_api_and_agent(
-    args: argparse.Namespace, owned: _Owned, deadline: measure.Deadline
-) -> str:
+def start_api_and_agent(args: argparse.Namespace, owned: Owned, deadline: measure.Deadline) -> str:
     """The API server asked for (a real one, the fake, or the given kubeconfig's) and the agent
     unless told not to; the kubeconfig to measure with."""
     kubeconfig, agent_kubeconfig = args.kubeconfig, args.agent_kubeconfig
@@ -172,8 +178,8 @@ def _run_sizes(
 def main(argv: list[str] | None = None) -> int:
     args = parse_args(argv)
     deadline = measure.Deadline(args.deadline)
-    owned = _Owned()
-    _watchdog(owned, args.deadline + GRACE_AFTER_DEADLINE)
+    owned = Owned()
+    watchdog(owned, args.deadline + GRACE_AFTER_DEADLINE)
     dk = dockerside.connect()
     for image in (BUSYBOX, args.pause_image):
         if not dk.api.images(name=image):
@@ -181,7 +187,7 @@ def main(argv: list[str] | None = None) -> int:
             return 2
     owned.tmp = Path(tempfile.mkdtemp(prefix="kubelet-sim-bench-"))
     try:
-        kubeconfig = _start_api_and_agent(args, owned, deadline)
+        kubeconfig = start_api_and_agent(args, owned, deadline)
         api = api_client(kubeconfig)
         ctx = measure.Context(
             core=client.CoreV1Api(api),
