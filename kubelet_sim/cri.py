@@ -181,9 +181,7 @@ def stopped_observation(observed: ObservedContainer, finished_at: datetime) -> O
     once the process is gone, but an inspect then waits for the sandbox's network teardown
     (it holds the container's lock), and so would every event queued behind it. For
     sandboxes: their exit code (left unknown) is nobody's business."""
-    return replace(
-        observed, state=ContainerState.EXITED, finished_at=finished_at, ip="", pid=0
-    )
+    return replace(observed, state=ContainerState.EXITED, finished_at=finished_at, ip="", pid=0)
 
 
 @dataclass(frozen=True)
