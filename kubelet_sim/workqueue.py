@@ -105,6 +105,7 @@ class WorkQueue(Generic[K]):
     def get(self, timeout: float | None = None) -> K | None:
         """The next key, or None after `timeout`; raises ShutDown once shut down and drained."""
         with self._lock:
+
             def waiting() -> bool:
                 return bool(self._queue or self._idle or self._shutting_down)
 
