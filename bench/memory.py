@@ -106,7 +106,7 @@ def _run_agent(
     finally:
         os.environ.clear()
         os.environ.update(saved)
-    core = client.CoreV1Api(api_client(kubeconfig))
+    core: Any = client.CoreV1Api(api_client(kubeconfig))
     result: dict[str, Any] = {"traced": traced}
     try:
         agent.wait_running(600 if traced else 180)
