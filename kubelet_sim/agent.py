@@ -530,7 +530,7 @@ class Agent:
                     via="watch" if self.pod_informer.synced.is_set() else "list",
                     resourceVersion=meta.get("resourceVersion"),
                 )
-        self.workers.enqueue(uid)
+        (self.workers.enqueue_gone if kind == DELETED else self.workers.enqueue)(uid)
 
     def _on_object_change(self, ref: Ref) -> None:
         for uid in self.objects.users_of(ref):

@@ -6,7 +6,7 @@ calls and reports what it observes in the same terms. Neither imports the other.
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from datetime import datetime
 from enum import StrEnum
 from typing import Protocol
@@ -188,6 +188,14 @@ def created_observation(cfg: ContainerConfig, container_id: str) -> ObservedCont
         image=cfg.image,
         spec_hash=cfg.spec_hash,
     )
+
+
+def stopped_observation(observed: ObservedContainer, finished_at: datetime) -> ObservedContainer:
+    """What a stop that returned means, without asking Docker again: Docker answers a stop
+    once the process is gone, but an inspect then waits for the sandbox's network teardown
+    (it holds the container's lock), and so would every event queued behind it. For
+    sandboxes: their exit code (left unknown) is nobody's business."""
+    return replace(observed, state=ContainerState.EXITED, finished_at=finished_at, ip="", pid=0)
 
 
 @dataclass(frozen=True)

@@ -2,6 +2,8 @@
 
 A key is queued at most once; a key added while a worker holds it is queued again when the
 worker calls `done`, so two workers never sync the same key at once and no change is lost.
+A key added with `add_idle` waits behind every other: work that may follow (the removal of a
+gone pod's containers) never takes a worker from work that may not (a pod still stopping).
 """
 
 from __future__ import annotations
@@ -29,6 +31,7 @@ class WorkQueue(Generic[K]):
         self._supervisor = supervisor or Supervisor()
         self._shut = threading.Event()  # the delay thread's stop
         self._queue: deque[K] = deque()
+        self._idle: deque[K] = deque()  # taken only when _queue is empty
         self._dirty: set[K] = set()
         self._processing: set[K] = set()
         self._lock = threading.Lock()
@@ -45,12 +48,17 @@ class WorkQueue(Generic[K]):
         with self._lock:
             self._add_locked(key)
 
-    def _add_locked(self, key: K) -> None:
+    def add_idle(self, key: K) -> None:
+        """Queue `key` behind every key added with `add` (it keeps its place if queued)."""
+        with self._lock:
+            self._add_locked(key, self._idle)
+
+    def _add_locked(self, key: K, lane: deque[K] | None = None) -> None:
         if self._shutting_down or key in self._dirty:
             return
         self._dirty.add(key)
         if key not in self._processing:
-            self._queue.append(key)
+            (self._queue if lane is None else lane).append(key)
             self._cond.notify()
 
     def add_after(self, key: K, delay: float) -> None:
@@ -97,11 +105,15 @@ class WorkQueue(Generic[K]):
     def get(self, timeout: float | None = None) -> K | None:
         """The next key, or None after `timeout`; raises ShutDown once shut down and drained."""
         with self._lock:
-            if not self._cond.wait_for(lambda: self._queue or self._shutting_down, timeout):
+
+            def waiting() -> bool:
+                return bool(self._queue or self._idle or self._shutting_down)
+
+            if not self._cond.wait_for(waiting, timeout):
                 return None
-            if not self._queue:
+            if not (self._queue or self._idle):
                 raise ShutDown
-            key = self._queue.popleft()
+            key = (self._queue or self._idle).popleft()
             self._processing.add(key)
             self._dirty.discard(key)
             return key
@@ -129,4 +141,4 @@ class WorkQueue(Generic[K]):
 
     def __len__(self) -> int:
         with self._lock:
-            return len(self._queue)
+            return len(self._queue) + len(self._idle)

@@ -2,10 +2,17 @@
 
 from __future__ import annotations
 
+import json
 from typing import Any
 
-from kubelet_sim.kube.rest import request_json
-from kubelet_sim.kube.schema import NODE_STATUS, POD_STATUS, ServerSchema, reachable
+from kubelet_sim.kube.rest import request_bytes, request_json
+from kubelet_sim.kube.schema import (
+    NODE_STATUS,
+    POD_STATUS,
+    ServerSchema,
+    definitions_of,
+    reachable,
+)
 from kubelet_sim.smp import NODE_STATUS_SCHEMA, POD_STATUS_SCHEMA, PatchSchema
 from tests.cluster import Cluster
 
@@ -77,3 +84,20 @@ def test_pruning_follows_refs_and_keeps_maps() -> None:
     value = {"items": [{"a": "1", "b": 2}], "labels": {"x": "y"}, "new": True}
     assert schema.prune(value, "S") == {"items": [{"a": "1"}], "labels": {"x": "y"}}
     assert ServerSchema().prune(value, "S") == value, "no schema: nothing is dropped"
+
+
+def test_the_definitions_are_decoded_alone_as_the_whole_document_has_them(
+    cluster: Cluster,
+) -> None:
+    """The schema reads only the document's `definitions` (memory: issue 22); they are the
+    whole document's, on the server and on documents laid out otherwise."""
+    document = request_bytes(cluster.api, "/openapi/v2", timeout=(5, 60))
+    assert definitions_of(document) == json.loads(document)["definitions"]
+    nested = {"definitions": {"properties": {"definitions": {"type": "object"}}}}
+    for layout in (
+        {"swagger": "2.0", "paths": {"/a": {}}, **nested},
+        {**nested, "paths": {"/a": {"definitions": 1}}},
+        {"swagger": "2.0", "paths": {}},
+    ):
+        for text in (json.dumps(layout), json.dumps(layout, indent=2, separators=(",", " : "))):
+            assert definitions_of(text.encode()) == layout.get("definitions", {}), text

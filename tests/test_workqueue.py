@@ -30,6 +30,21 @@ def test_key_added_while_processing_comes_back_after_done_not_before() -> None:
     assert queue.get(0) is None
 
 
+def test_an_idle_key_waits_behind_every_other_key() -> None:
+    queue: WorkQueue[str] = WorkQueue()
+    queue.add_idle("gone")
+    queue.add("a")
+    queue.add("b")
+    queue.add_idle("a")  # already queued: keeps its place
+    assert [queue.get(0), queue.get(0)] == ["a", "b"]
+    queue.add("c")  # added after the idle key, taken before it
+    assert [queue.get(0), queue.get(0), queue.get(0)] == ["c", "gone", None]
+    assert len(queue) == 0
+    queue.shut_down()
+    with pytest.raises(ShutDown):
+        queue.get(0)
+
+
 def test_add_after_delivers_later() -> None:
     queue: WorkQueue[str] = WorkQueue()
     queue.add_after("a", 0.05)

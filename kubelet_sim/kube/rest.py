@@ -123,14 +123,37 @@ def request_json(
         body=body,
         auth_settings=["BearerToken"],
     )
+    data = _send(api, request, timeout)
+    result: Json = json.loads(data) if data else {}
+    return result
+
+
+def request_bytes(
+    api: client.ApiClient, path: str, *, timeout: tuple[float, float] = REQUEST_TIMEOUT
+) -> bytes:
+    """GET `path` and return the body as it came, for a caller that parses only part of it."""
+    request = api.param_serialize(
+        method="GET",
+        resource_path=path,
+        header_params={"Accept": "application/json"},
+        auth_settings=["BearerToken"],
+    )
+    return _send(api, request, timeout)
+
+
+def _send(
+    api: client.ApiClient,
+    request: tuple[str, str, dict[str, str], Any, Any],
+    timeout: tuple[float, float],
+) -> bytes:
+    method, url, headers, body, post_params = request
     try:
-        response = api.call_api(*request, _request_timeout=timeout)
+        response = api.call_api(method, url, headers, body, post_params, _request_timeout=timeout)
     except ApiException as exc:
         raise ApiError.from_exception(exc) from exc
-    data = response.read()
+    data: bytes = response.read()
     if not 200 <= response.status <= 299:
         raise ApiError.from_exception(
             ApiException(status=response.status, reason=response.reason, body=data.decode())
         )
-    result: Json = json.loads(data) if data else {}
-    return result
+    return data

@@ -89,7 +89,7 @@ class ContainerStopper:
         state.stop_began = None
         for sandbox in (c for c in running if c.is_sandbox):
             self.runtime.stop_container(sandbox.id, 0)  # pause dies at once: no grace to wait
-            self.refresh(sandbox.id)
+            self.watcher.record(cri.stopped_observation(sandbox, self.clock.now()))
         return None
 
     def _stop_in_turn(

@@ -416,10 +416,13 @@ class PodSyncer:
             grace = view.deletion_grace_period
         observed = self.watcher.pod_containers(view.uid)
         self.prober.forget_pod(view.uid)  # the kubelet stops probing a terminating pod
+        self._journal_once(state, view.uid, "terminating", grace=grace)
         stopping = self.stopper.stop_all(view, observed, state, grace)
         if stopping is not None:  # phase stays as it is until the containers have stopped
+            self._journal_once(state, view.uid, "stop-signalled")
             self._write(pod, view, state, evicted=state.evicted)
             return stopping
+        self._journal_once(state, view.uid, "containers-stopped")
         state.lifecycle = PodLifecycle.TERMINATED
         return self.sync_terminated_pod(pod, view, state)
 
@@ -428,6 +431,7 @@ class PodSyncer:
         deleted pod, the final DELETE. A rejected pod never ran: its status is its rejection."""
         finished = state.rejection is None
         self._write(pod, view, state, is_terminal=True, evicted=state.evicted, finished=finished)
+        self._journal_once(state, view.uid, "terminal-status-written")
         return self._finish_if_deleted(view, state)
 
     def _finish_if_deleted(self, view: PodView, state: PodState) -> float | None:
@@ -447,6 +451,7 @@ class PodSyncer:
                 self.log.warning("final delete failed", pod=pod_name(view), error=str(exc))
                 return 1.0
         state.finally_deleted = True
+        self._journal_once(state, view.uid, "deleted")
         self.log.info("pod deleted from the API", pod=pod_name(view), uid=view.uid)
         return None
 
@@ -537,6 +542,12 @@ class PodSyncer:
             if due and step not in state.journaled:
                 state.journaled.add(step)
                 self.journal(view.uid, step, phase=status.get("phase"))
+
+    def _journal_once(self, state: PodState, uid: str, step: str, **fields: Any) -> None:
+        """A step of the pod's ending, journaled the first time it is reached."""
+        if step not in state.journaled:
+            state.journaled.add(step)
+            self.journal(uid, step, **fields)
 
     def journal(self, uid: str, step: str, **fields: Any) -> None:
         """Append to the pod's journal; a full disk costs the trace, never the pod."""

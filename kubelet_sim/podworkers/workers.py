@@ -63,6 +63,11 @@ class PodWorkers:
             thread.start()
         self.started.set()
 
+    def enqueue_gone(self, uid: str) -> None:
+        """A pod gone from the API: removing what it left waits behind every pod with work
+        before its final DELETE (the kubelet removes them off its pod workers, too)."""
+        self.queue.add_idle(uid)
+
     def stop(self, timeout: float = 5.0) -> None:
         """Waits `timeout` in all for the workers; one in a Docker call may outlive it."""
         self._halt.set()
