@@ -30,7 +30,7 @@ LATENESS_BUCKETS = (0.01, 0.05, 0.1, 0.25, 0.5, 1, 2, 5, 10, 30)
 
 
 @dataclass
-class Timer:
+class Periodic:
     """One periodic task; `wake()` runs it soon, `cancel()` ends it."""
 
     kind: str  # "lease", "node-status", ...: the lateness histogram's label
@@ -69,8 +69,8 @@ class Timers:
         self.late_runs: dict[str, int] = {}
         self.failures = 0
         self.log = get_logger("kubelet_sim.timers")
-        self._heap: list[tuple[float, int, int, Timer]] = []
-        self._ready: list[Timer] = []  # due now, waiting for a pool thread
+        self._heap: list[tuple[float, int, int, Periodic]] = []
+        self._ready: list[Periodic] = []  # due now, waiting for a pool thread
         self._seq = itertools.count()
         self._cond = threading.Condition()
         self._stop = threading.Event()
@@ -108,16 +108,16 @@ class Timers:
         *,
         jitter: float = 0.04,
         first_in: float = 0.0,
-    ) -> Timer:
+    ) -> Periodic:
         """Run `body` in `first_in` seconds, then `interval` (+ up to `jitter`) after each run."""
-        timer = Timer(kind, node, interval, body, jitter, self)
+        timer = Periodic(kind, node, interval, body, jitter, self)
         with self._cond:
             self.lateness.setdefault(kind, Histogram(LATENESS_BUCKETS))
             self.late_runs.setdefault(kind, 0)
             self._push(timer, self.clock.monotonic() + first_in)
         return timer
 
-    def wake(self, timer: Timer, delay: float = 0.0) -> None:
+    def wake(self, timer: Periodic, delay: float = 0.0) -> None:
         with self._cond:
             if timer.cancelled:
                 return
@@ -128,7 +128,7 @@ class Timers:
             if due < timer.due:
                 self._push(timer, due)
 
-    def cancel(self, timer: Timer) -> None:
+    def cancel(self, timer: Periodic) -> None:
         with self._cond:
             timer.cancelled = True
             timer.version += 1
@@ -139,7 +139,7 @@ class Timers:
 
     # -- the threads ---------------------------------------------------------------------------
 
-    def _push(self, timer: Timer, due: float) -> None:
+    def _push(self, timer: Periodic, due: float) -> None:
         """Under the lock."""
         timer.version += 1
         timer.due = due
@@ -185,7 +185,7 @@ class Timers:
                     spread = 1 + timer.jitter * self._rng.random()
                     self._push(timer, self.clock.monotonic() + timer.interval * spread)
 
-    def _observe(self, timer: Timer, late: float) -> None:
+    def _observe(self, timer: Periodic, late: float) -> None:
         late = max(0.0, late)
         self.lateness[timer.kind].observe(late)
         if late > self.late_after:

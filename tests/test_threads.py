@@ -15,7 +15,8 @@ THREAD_MAKERS = {"Thread", "Timer", "ThreadPoolExecutor"}
 NOT_SUPERVISED = {
     "supervise.py": "the Supervisor itself: each supervised loop runs on its thread",
     "agent.py": "the stop relay, beside the run thread: they own the agent's supervisor",
-    "nodeset.py": "each agent's run thread, which owns that agent's supervisor",
+    "nodeset.py": "the node starters and stoppers: short-lived, each ends once its nodes run"
+    " (or stopped); a node that fails to start stops the set",
     "podworkers/hooks.py": "a thread per lifecycle hook, bounded per pod; a raise is logged",
     "podworkers/images.py": "the pull pool: a pull that raises is ErrImagePull",
     "prober/manager.py": "the probe pool: a probe that raises is an Unknown result",

@@ -21,7 +21,7 @@ from kubelet_sim.kube.rest import ApiError
 from kubelet_sim.node.node_object import format_micro_time
 from kubelet_sim.node.settings import NodeSettings
 from kubelet_sim.supervise import Supervisor
-from kubelet_sim.timers import Timer, Timers
+from kubelet_sim.timers import Periodic, Timers
 
 LEASE_NAMESPACE = "kube-node-lease"
 MAX_UPDATE_RETRIES = 5
@@ -48,7 +48,7 @@ class LeaseController:
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
         self._timers = timers
-        self._timer: Timer | None = None
+        self._timer: Periodic | None = None
         self._latest: Json | None = None
 
     def start(self) -> None:

@@ -30,7 +30,7 @@ from kubelet_sim.node.node_object import (
 )
 from kubelet_sim.node.settings import NodeSettings
 from kubelet_sim.supervise import Supervisor
-from kubelet_sim.timers import Timer, Timers
+from kubelet_sim.timers import Periodic, Timers
 
 OUR_CONDITIONS = frozenset({kind for kind, _, _ in PRESSURE_CONDITIONS} | {"Ready"})
 
@@ -64,7 +64,7 @@ class NodeStatusController:
     ) -> None:
         self._settings = settings
         self._timers = timers
-        self._timer: Timer | None = None
+        self._timer: Periodic | None = None
         self._supervisor = supervisor or Supervisor(node=settings.node_name)
         self._api = api
         self._host = host

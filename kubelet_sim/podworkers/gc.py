@@ -16,7 +16,7 @@ from kubelet_sim.pod.restart_backoff import KeyedBackoff
 from kubelet_sim.podworkers.ports import ContainerCache
 from kubelet_sim.podworkers.stopper import ContainerStopper
 from kubelet_sim.supervise import Supervisor
-from kubelet_sim.timers import Timer, Timers
+from kubelet_sim.timers import Periodic, Timers
 
 GC_PERIOD = 60.0
 
@@ -43,7 +43,7 @@ class ContainerGC:
         self._stop = threading.Event()
         self._node = node
         self._timers = timers
-        self._timer: Timer | None = None
+        self._timer: Periodic | None = None
         supervisor = supervisor or Supervisor(node=node)
         self._thread = supervisor.thread("container-gc", self._run, self._stop)
         self.log = get_logger("kubelet_sim.gc", node=node)

@@ -22,7 +22,7 @@ from kubelet_sim.kube.watches import all_endpoint_slices, all_nodes
 from kubelet_sim.logs import get_logger
 from kubelet_sim.proxy import netns, rules
 from kubelet_sim.supervise import Supervisor
-from kubelet_sim.timers import Timer, Timers
+from kubelet_sim.timers import Periodic, Timers
 
 DEBOUNCE = 0.05  # changes that come together (a rollout) are programmed together
 RESYNC = 30.0  # a namespace whose programming failed is retried at least this often
@@ -88,7 +88,7 @@ class ServiceProxy:
             )
             self._owned = [self.slices, self.nodes]
         self._timers = timers
-        self._timer: Timer | None = None
+        self._timer: Periodic | None = None
         self._thread = supervisor.thread("service-proxy", self._run, self._stop)
 
     def start(self) -> None:
