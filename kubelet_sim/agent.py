@@ -28,7 +28,7 @@ from kubelet_sim.kube.tokens import TokenManager
 from kubelet_sim.kube.watches import all_services, own_node, pods_on_node
 from kubelet_sim.logs import get_logger
 from kubelet_sim.node.host import HostFacts, detect_host, host_usage
-from kubelet_sim.node.lifecycle import NodeLifecycle
+from kubelet_sim.node.lifecycle import NodeLifecycle, RuntimeProbe
 from kubelet_sim.node.node_object import resources
 from kubelet_sim.node.settings import NodeSettings
 from kubelet_sim.pod.admission import Allocatable
@@ -150,13 +150,15 @@ class Agent:
         host: HostFacts | None = None,
         container_events: ContainerEvents | None = None,
         listener: Listener | None = None,
+        runtime_probe: RuntimeProbe | None = None,
     ) -> None:
         """`proxy`: the service proxy's connection (kube-proxy's rights); None runs none.
 
         `shared`, `timers`, `container_events`, `listener`: a process of many nodes gives its
         watches (pods, Nodes, Services, EndpointSlices), its periodic loops (Lease, status,
         proxy, GC), its Docker events stream and its kubelet API listener to all of them;
-        None: this node has its own. `host`: the host, read once for all the nodes of a set."""
+        None: this node has its own. `host`: the host, read once for all the nodes of a set;
+        `runtime_probe`: the engine's health, version and images, asked once for all of them."""
         self.kube = kube
         self.runtime = runtime
         self.node_name = settings.node_name
@@ -177,7 +179,7 @@ class Agent:
         self.lifecycle = NodeLifecycle(
             settings,
             NodeApi(kube.api, self.schema),
-            runtime,
+            runtime_probe or runtime,
             host=host,
             supervisor=supervisor,
             timers=timers,

@@ -26,6 +26,7 @@ from kubelet_sim.kube.shared_watches import SharedWatches, may_watch_every_node
 from kubelet_sim.logs import get_logger
 from kubelet_sim.node.host import detect_host
 from kubelet_sim.node.settings import NodeSettings
+from kubelet_sim.node.shared_probe import SharedProbe
 from kubelet_sim.runtime.docker_runtime import DockerRuntime
 from kubelet_sim.runtime.log_rotation import LogRotation
 from kubelet_sim.runtime.observe import ContainerEvents
@@ -146,6 +147,7 @@ class NodeSet:
         schema = ServerSchema.of_server(next(iter(kube.values())).api) if kube else ServerSchema()
         agents = []
         host = detect_host()  # the same host for every node: read once
+        probe = SharedProbe(self.engine) if len(identities) > 1 else None
         for i, node in enumerate(identities):
             name = node.settings.node_name
             runtime = DockerRuntime(
@@ -177,6 +179,7 @@ class NodeSet:
                     timers=self.timers if kube[name] is shared else None,
                     container_events=self.container_events if kube[name] is shared else None,
                     host=host,
+                    runtime_probe=probe,
                     listener=self.listener,
                 )
             )
