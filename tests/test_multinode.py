@@ -35,9 +35,9 @@ def _process(cluster: Cluster, *args: str) -> Iterator[AgentProcess]:
     """The agent with credentials for every node it runs (node credentials name one node)."""
     from kubelet_sim.runtime.local_images import PAUSE_IMAGE
 
-    agent = AgentProcess(
+    agent = AgentProcess(  # no warm sandbox pool: these tests count each node's containers
         [*args, "--kubeconfig", cluster.kubeconfig, "--log-format", "json",
-         "--pod-infra-image", PAUSE_IMAGE],
+         "--pod-infra-image", PAUSE_IMAGE, "--sandbox-pool-size", "0"],
     )  # fmt: skip
     try:
         yield agent
