@@ -192,6 +192,7 @@ class Agent:
             pool_size=OBJECT_WATCHES_PER_POD * self._allocatable().pods,
         )
         self.shared = shared
+        self.timers = timers
         self.node_informer: Feed
         self.pod_informer: Feed
         self.service_informer: Feed
@@ -597,8 +598,26 @@ class _AgentView:
             agent.workers.duration.snapshot(),
             {"operation": "sync"},
         )
+        late: list[Family] = []
+        timers = agent.timers
+        if timers is not None:  # the set's: every node's renewals, as seen by each node
+            if "lease" in timers.lateness:
+                histograms += histogram_family(
+                    "kubelet_sim_lease_renewal_lateness_seconds",
+                    "How long after its due time each Lease renewal of the process started",
+                    timers.lateness["lease"].snapshot(),
+                )
+            late = [
+                Family(
+                    "kubelet_sim_periodic_runs_late_total",
+                    "counter",
+                    "Periodic runs (Lease, node status, proxy, GC) started over 1 s late",
+                    [Sample({"kind": k}, n) for k, n in sorted(timers.late_runs.items())],
+                )
+            ]
         return histograms + render(
             [
+                *late,
                 Family(
                     "kubelet_running_pods",
                     "gauge",
