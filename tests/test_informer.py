@@ -192,3 +192,18 @@ def test_stop_returns_promptly_while_a_watch_is_open(
     stopping.start()
     stopping.join(3)
     assert not stopping.is_alive(), "stop() hung on an open watch"
+
+
+def test_a_list_the_server_refuses_is_said_so_and_never_synced(cluster: Cluster) -> None:
+    """Node credentials may not list EndpointSlices: whoever waits for that first list (a new
+    pod's service-proxy set-up) learns it was refused rather than wait out a grace period."""
+    from kubelet_sim.kube.watches import all_endpoint_slices
+
+    api = connect(cluster.node_kubeconfig).api
+    refused = Informer(all_endpoint_slices(api), backoff=fast_backoff(), node=cluster.node_name)
+    refused.start()
+    try:
+        wait_for(refused.refused.is_set, 10, "the refusal noticed")
+        assert not refused.synced.is_set()
+    finally:
+        refused.stop()

@@ -128,6 +128,9 @@ class Informer:
         self.backoff = backoff or Backoff(initial=0.8, cap=30.0)
         self.stats = InformerStats()
         self.synced = threading.Event()
+        # The server refused the list (401/403): a caller waiting for the first list should not
+        # (cleared by a list that succeeds, e.g. once RBAC grants it).
+        self.refused = threading.Event()
         self.resource_version = ""
         self._cache: dict[str, Json] = {}
         self._lock = threading.Lock()
@@ -227,6 +230,8 @@ class Informer:
 
     def _wait_after_error(self, exc: BaseException) -> None:
         self.stats.reconnects += 1
+        if isinstance(exc, ApiError) and exc.status in (401, 403):
+            self.refused.set()
         if isinstance(exc, ApiError) and exc.status == 429:
             delay = max(self.backoff.next_delay(), 1.0)
         else:
@@ -262,6 +267,7 @@ class Informer:
         self._replace(items)
         self.resource_version = str((body.get("metadata") or {}).get("resourceVersion") or "")
         self.backoff.reset()
+        self.refused.clear()
         self.synced.set()
         self._observe("RELIST" if relist else "LIST", items=len(items))  # after: synced holds
         self.log.debug("listed", items=len(items), resource_version=self.resource_version)
