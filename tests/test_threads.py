@@ -18,7 +18,6 @@ NOT_SUPERVISED = {
     "nodeset.py": "each agent's run thread, which owns that agent's supervisor",
     "podworkers/hooks.py": "a thread per lifecycle hook, bounded per pod; a raise is logged",
     "podworkers/images.py": "the pull pool: a pull that raises is ErrImagePull",
-    "prober/manager.py": "the probe pool: a probe that raises is an Unknown result",
     "node/host.py": "one name lookup, waited for with a timeout (getaddrinfo has none)",
     "runtime/streams.py": "a streaming session's pumps and its dial: they end with it",
     "server/listener.py": "the kubelet API's request pool and a thread per upgraded stream"
@@ -59,7 +58,7 @@ def test_every_thread_is_supervised_or_named_in_the_docs() -> None:
 
 def test_the_loops_the_docs_call_supervised_run_under_a_supervisor() -> None:
     """The stop timer and the kubelet API's accept loop among them: their modules start no
-    thread but through `.thread(` of a Supervisor."""
+    thread but through `.thread(` of a Supervisor, or its threads on demand (`.on_demand(`)."""
     for module in (
         "podworkers/stopper.py",
         "server/http.py",
@@ -72,9 +71,11 @@ def test_the_loops_the_docs_call_supervised_run_under_a_supervisor() -> None:
         "runtime/observe.py",
         "proxy/proxy.py",
         "workqueue.py",
+        "prober/manager.py",
+        "kube/object_watches.py",
     ):
         path = PACKAGE / module
         assert _thread_makers(path) == [], module
         source = path.read_text()
         assert "supervisor" in source, module
-        assert ".thread(" in source, module
+        assert ".thread(" in source or ".on_demand(" in source, module

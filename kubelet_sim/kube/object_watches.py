@@ -16,6 +16,9 @@ watches are read by GET on one poller thread every POLL_PERIOD (the kubelet's `C
 change-detection strategy), so one pod with hundreds of references costs a few threads and
 connections, not hundreds (issue 26). Node credentials may GET every object a pod of theirs
 references.
+
+The recycler and the poller are threads on demand: the recycler lives while a watch runs, the
+poller while an object is polled, so a node whose pods reference nothing holds neither.
 """
 
 from __future__ import annotations
@@ -97,7 +100,6 @@ class ReferencedObjectWatches:
         self._poll_period = poll_period
         self._polled: dict[Ref, _Polled] = {}
         self._poll_now = threading.Event()
-        self._poller: threading.Thread | None = None
         self._on_change = on_change
         self._timeouts = timeouts
         self._backoff = backoff
@@ -110,11 +112,16 @@ class ReferencedObjectWatches:
         self._max_idle = max_idle
         self._recycle_period = recycle_period
         self._stopping = threading.Event()
-        self._recycler: threading.Thread | None = None
         self._lock = threading.Lock()
         self._log_context: dict[str, Any] = {"node": node} if node else {}
         self.log = get_logger("kubelet_sim.object_watches", **self._log_context)
         self._supervisor = supervisor or Supervisor(**self._log_context)
+        self._recycler = self._supervisor.on_demand(
+            "object watch recycler", self._recycle_loop, self._stopping
+        )
+        self._poller = self._supervisor.on_demand("object poller", self._poll_loop, self._stopping)
+        self._recycler.start()
+        self._poller.start()
 
     def set_pod_references(self, pod_uid: str, refs: Iterable[Ref]) -> None:
         """Record what a pod uses now; start watches it is the first user of, stop unused ones."""
@@ -153,26 +160,17 @@ class ReferencedObjectWatches:
                 self._last_read.pop(ref, None)
                 self._parked.discard(ref)
                 self._immutable.discard(ref)
-            self._start_loops(recycler=bool(started), poller=bool(to_poll))
+        if started:
+            self._recycler.wake()
         if to_poll:
             self._poll_now.set()
+            self._poller.wake()
         for informer in started.values():
             informer.start()
         for informer in stopped:
             informer.stop()
         self._log_refs("watching", to_start)
         self._log_refs("stopped watching", to_stop)
-
-    def _start_loops(self, *, recycler: bool, poller: bool) -> None:
-        """Under the lock: the recycler once a watch runs, the poller once an object is polled."""
-        if recycler and self._recycler is None:
-            self._recycler = self._supervisor.thread(
-                "object watch recycler", self._recycle_loop, self._stopping
-            )
-            self._recycler.start()
-        if poller and self._poller is None:
-            self._poller = self._supervisor.thread("object poller", self._poll_loop, self._stopping)
-            self._poller.start()
 
     def _log_refs(self, event: str, refs: Iterable[Ref]) -> None:
         for kind, namespace, name in refs:
@@ -203,6 +201,7 @@ class ReferencedObjectWatches:
                 self._parked.discard(ref)
         if restart:
             informer.start()
+            self._recycler.wake()
             self.log.info("watching again", kind=ref[0], namespace=ref[1], name=ref[2])
             if not informer.synced.wait(RESTART_WAIT):
                 return old.get(key)  # the server is slow: the copy we had is the best we know
@@ -291,10 +290,12 @@ class ReferencedObjectWatches:
         self._poll_now.set()
         for informer in informers:
             informer.stop(max(0.0, deadline - time.monotonic()))
-        if self._poller is not None:
-            self._poller.join(max(0.0, deadline - time.monotonic()))
-        if self._recycler is not None:
-            self._recycler.join(max(0.0, deadline - time.monotonic()))
+        self._poller.stop(max(0.0, deadline - time.monotonic()))
+        self._recycler.stop(max(0.0, deadline - time.monotonic()))
+
+    def threads(self) -> int:
+        """The recycler's and the poller's threads alive now (the watches' own not counted)."""
+        return self._recycler.running() + self._poller.running()
 
     def _park(self, ref: Ref, informer: Informer, *, immutable: bool) -> None:
         """Stop a watch but keep its cache: an idle one restarts on the next `get`."""
@@ -310,10 +311,12 @@ class ReferencedObjectWatches:
 
     def _poll_loop(self) -> None:
         """GET every polled object each period (new ones at once); a change, or a first
-        answer, queues its users as a watch event would."""
+        answer, queues its users as a watch event would. Returns once none is polled."""
         while not self._stopping.is_set():
             with self._lock:
                 due = list(self._polled.items())
+            if not due:
+                return
             for ref, polled in due:
                 if self._stopping.is_set():
                     return
@@ -348,7 +351,8 @@ class ReferencedObjectWatches:
             self._on_change(ref)
 
     def _recycle_loop(self) -> None:
-        while not self._stopping.wait(self._recycle_period):
+        """Every period, stop idle watches; return once no watch runs (a start wakes it)."""
+        while self.active() and not self._stopping.wait(self._recycle_period):
             self.recycle()
 
     def _new_informer(self, ref: Ref) -> Informer:
