@@ -86,11 +86,18 @@ class WorkQueue(Generic[K]):
             self._delay_cond.notify()
             self._delayer.wake()
 
+    def cancel_delayed(self, key: K) -> None:
+        """Drop `key`'s delayed add, if any (its worker is done with it for good: a pod gone)."""
+        with self._lock:
+            if self._ready_at.pop(key, None) is not None:
+                self._delay_cond.notify()
+
     def _deliver_delayed(self) -> None:
         """Add each delayed key when its time comes; return when none waits."""
         with self._lock:
             while not self._shutting_down:
-                if not self._heap:
+                if not self._ready_at:
+                    self._heap.clear()  # only entries superseded or cancelled
                     return
                 ready, _, key = self._heap[0]
                 wait = ready - time.monotonic()

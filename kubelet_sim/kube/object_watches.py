@@ -100,6 +100,7 @@ class ReferencedObjectWatches:
         self._poll_period = poll_period
         self._polled: dict[Ref, _Polled] = {}
         self._poll_now = threading.Event()
+        self._recheck = threading.Event()  # a watch stopped: the recycler may have none left
         self._on_change = on_change
         self._timeouts = timeouts
         self._backoff = backoff
@@ -142,9 +143,12 @@ class ReferencedObjectWatches:
             to_start, to_poll = new[:room], new[room:]
             for ref in to_poll:
                 self._polled[ref] = _Polled()
+            had_polled = bool(self._polled)
             for ref in before - wanted:
                 if not self._users.get(ref):
                     self._polled.pop(ref, None)
+            if had_polled and not self._polled:
+                self._poll_now.set()  # the poller has nothing left: it ends now
             to_stop = [
                 ref
                 for ref in before - wanted
@@ -160,17 +164,24 @@ class ReferencedObjectWatches:
                 self._last_read.pop(ref, None)
                 self._parked.discard(ref)
                 self._immutable.discard(ref)
-        if started:
-            self._recycler.wake()
-        if to_poll:
-            self._poll_now.set()
-            self._poller.wake()
+        self._wake_loops(started=bool(started), stopped=bool(stopped), polled=bool(to_poll))
         for informer in started.values():
             informer.start()
         for informer in stopped:
             informer.stop()
         self._log_refs("watching", to_start)
         self._log_refs("stopped watching", to_stop)
+
+    def _wake_loops(self, *, started: bool, stopped: bool, polled: bool) -> None:
+        """The recycler once a watch runs (and to end once none does), the poller once an
+        object is polled."""
+        if started:
+            self._recycler.wake()
+        if stopped:
+            self._recheck.set()
+        if polled:
+            self._poll_now.set()
+            self._poller.wake()
 
     def _log_refs(self, event: str, refs: Iterable[Ref]) -> None:
         for kind, namespace, name in refs:
@@ -288,6 +299,7 @@ class ReferencedObjectWatches:
             self._parked.clear()
             self._last_read.clear()
         self._poll_now.set()
+        self._recheck.set()
         for informer in informers:
             informer.stop(max(0.0, deadline - time.monotonic()))
         self._poller.stop(max(0.0, deadline - time.monotonic()))
@@ -306,6 +318,7 @@ class ReferencedObjectWatches:
             if immutable:
                 self._immutable.add(ref)
         informer.stop(timeout=0)
+        self._recheck.set()
         why = "object is immutable" if immutable else "not read for a while"
         self.log.info("stopped watching", kind=ref[0], namespace=ref[1], name=ref[2], why=why)
 
@@ -352,8 +365,17 @@ class ReferencedObjectWatches:
 
     def _recycle_loop(self) -> None:
         """Every period, stop idle watches; return once no watch runs (a start wakes it)."""
-        while self.active() and not self._stopping.wait(self._recycle_period):
+        next_at = time.monotonic() + self._recycle_period
+        while True:
+            self._recheck.clear()
+            if self._stopping.is_set() or not self.active():
+                return
+            wait = next_at - time.monotonic()
+            if wait > 0:
+                self._recheck.wait(wait)  # set when a watch stops: maybe the last one
+                continue
             self.recycle()
+            next_at = time.monotonic() + self._recycle_period
 
     def _new_informer(self, ref: Ref) -> Informer:
         kind, namespace, name = ref

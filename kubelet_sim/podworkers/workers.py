@@ -88,6 +88,8 @@ class PodWorkers:
                 self.queue.done(uid)
             if delay is not None:
                 self.queue.add_after(uid, delay)
+            else:  # the pod is gone and cleaned up: no resync of it is left waiting
+                self.queue.cancel_delayed(uid)
 
     def _sync(self, uid: str) -> float | None:
         self.syncs += 1
