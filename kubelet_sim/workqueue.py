@@ -4,6 +4,8 @@ A key is queued at most once; a key added while a worker holds it is queued agai
 worker calls `done`, so two workers never sync the same key at once and no change is lost.
 A key added with `add_idle` waits behind every other: work that may follow (the removal of a
 gone pod's containers) never takes a worker from work that may not (a pod still stopping).
+A pool of workers that makes its threads on demand is told of each key made ready (`serve`);
+the delay thread exists only while a delayed key waits.
 """
 
 from __future__ import annotations
@@ -13,7 +15,7 @@ import itertools
 import threading
 import time
 from collections import deque
-from collections.abc import Hashable
+from collections.abc import Callable, Hashable
 from typing import Generic, TypeVar
 
 from kubelet_sim.durations import MAX_SECONDS, timer_wait
@@ -42,7 +44,16 @@ class WorkQueue(Generic[K]):
         self._heap: list[tuple[float, int, K]] = []
         self._seq = itertools.count()
         self._delay_cond = threading.Condition(self._lock)
-        self._delay_thread: threading.Thread | None = None
+        self._delayer = self._supervisor.on_demand(
+            "workqueue-delay", self._deliver_delayed, self._shut
+        )
+        self._delayer.start()
+        self._on_ready: Callable[[], None] = lambda: None
+
+    def serve(self, on_ready: Callable[[], None]) -> None:
+        """Call `on_ready` (under the queue's lock; it must not take it) each time a key is
+        made ready for `get`: the workers' on-demand threads are woken by it."""
+        self._on_ready = on_ready
 
     def add(self, key: K) -> None:
         with self._lock:
@@ -60,6 +71,7 @@ class WorkQueue(Generic[K]):
         if key not in self._processing:
             (self._queue if lane is None else lane).append(key)
             self._cond.notify()
+            self._on_ready()
 
     def add_after(self, key: K, delay: float) -> None:
         """Queue `key` after `delay` seconds (backoffs, periodic resyncs).
@@ -79,19 +91,22 @@ class WorkQueue(Generic[K]):
                 return
             self._ready_at[key] = ready
             heapq.heappush(self._heap, (ready, next(self._seq), key))
-            if self._delay_thread is None:
-                self._delay_thread = self._supervisor.thread(
-                    "workqueue-delay", self._deliver_delayed, self._shut
-                )
-                self._delay_thread.start()
             self._delay_cond.notify()
+            self._delayer.wake()
+
+    def cancel_delayed(self, key: K) -> None:
+        """Drop `key`'s delayed add, if any (its worker is done with it for good: a pod gone)."""
+        with self._lock:
+            if self._ready_at.pop(key, None) is not None:
+                self._delay_cond.notify()
 
     def _deliver_delayed(self) -> None:
+        """Add each delayed key when its time comes; return when none waits."""
         with self._lock:
             while not self._shutting_down:
-                if not self._heap:
-                    self._delay_cond.wait()
-                    continue
+                if not self._ready_at:
+                    self._heap.clear()  # only entries superseded or cancelled
+                    return
                 ready, _, key = self._heap[0]
                 wait = ready - time.monotonic()
                 if wait > 0:
@@ -124,6 +139,7 @@ class WorkQueue(Generic[K]):
             if key in self._dirty:
                 self._queue.append(key)
                 self._cond.notify()
+                self._on_ready()
 
     def shut_down(self) -> None:
         with self._lock:
@@ -133,6 +149,7 @@ class WorkQueue(Generic[K]):
             self._ready_at.clear()
             self._cond.notify_all()
             self._delay_cond.notify_all()
+        self._delayer.stop()
 
     def pending_delayed(self) -> int:
         """How many keys wait for a delayed add (one per key at most)."""

@@ -19,7 +19,6 @@ NOT_SUPERVISED = {
     " (or stopped); a node that fails to start stops the set",
     "podworkers/hooks.py": "a thread per lifecycle hook, bounded per pod; a raise is logged",
     "podworkers/images.py": "the pull pool: a pull that raises is ErrImagePull",
-    "prober/manager.py": "the probe pool: a probe that raises is an Unknown result",
     "node/host.py": "one name lookup, waited for with a timeout (getaddrinfo has none)",
     "runtime/streams.py": "a streaming session's pumps and its dial: they end with it",
     "server/listener.py": "the kubelet API's request pool and a thread per upgraded stream"
@@ -59,8 +58,8 @@ def test_every_thread_is_supervised_or_named_in_the_docs() -> None:
 
 
 def test_the_loops_the_docs_call_supervised_run_under_a_supervisor() -> None:
-    """The stop timer among them: their modules start no thread but through `.thread(` of a
-    Supervisor (the kubelet API's selector loop too, in `Listener.start`, checked below)."""
+    """The stop timer and the kubelet API's accept loop among them: their modules start no
+    thread but through `.thread(` of a Supervisor, or its threads on demand (`.on_demand(`)."""
     for module in (
         "podworkers/stopper.py",
         "podworkers/workers.py",
@@ -72,12 +71,14 @@ def test_the_loops_the_docs_call_supervised_run_under_a_supervisor() -> None:
         "runtime/observe.py",
         "proxy/proxy.py",
         "workqueue.py",
+        "prober/manager.py",
+        "kube/object_watches.py",
     ):
         path = PACKAGE / module
         assert _thread_makers(path) == [], module
         source = path.read_text()
         assert "supervisor" in source, module
-        assert ".thread(" in source, module
+        assert ".thread(" in source or ".on_demand(" in source, module
 
 
 def test_the_kubelet_api_selector_loop_runs_under_a_supervisor() -> None:

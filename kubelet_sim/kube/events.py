@@ -6,6 +6,7 @@ one's `count` and `lastTimestamp` are patched, as client-go's event correlator d
 The queue is bounded like client-go's broadcaster (1000 events, `maxQueuedEvents`): while the
 API server is down a full queue drops its oldest event (client-go drops the newest; the newest
 says more about the pod now), counted in `dropped`, with one warning per burst of drops.
+Its writer thread exists only while events are queued (a supervised thread on demand).
 """
 
 from __future__ import annotations
@@ -72,20 +73,24 @@ class EventRecorder:
         self._stop = threading.Event()
         self._log = get_logger("kubelet_sim.events", node=node)
         supervisor = supervisor or Supervisor(node=node)
-        self._thread = supervisor.thread("event recorder", self._run, self._stop)
+        self._writer = supervisor.on_demand("event recorder", self._run, self._stop)
         self.sent = 0
         self.dropped = 0
 
     def start(self) -> EventRecorder:
-        self._thread.start()
+        self._writer.start()
         return self
 
     def stop(self, timeout: float = 2.0) -> None:
+        """A writer at work writes what is queued first (its retries end at once)."""
         self._stop.set()
         with self._cond:
             self._cond.notify_all()
-        if self._thread.is_alive():
-            self._thread.join(timeout)
+        self._writer.stop(timeout)
+
+    def threads(self) -> int:
+        """The writer's threads alive now: none while nothing is queued (after a linger)."""
+        return self._writer.running()
 
     def event(self, ref: EventRef, event_type: str, reason: str, message: str) -> None:
         """Queue an event; the caller (a pod worker) never waits for the API."""
@@ -100,6 +105,7 @@ class EventRecorder:
             self._queue.append((ref, event_type, reason, message, timestamp))
             self._unfinished += 1
             self._cond.notify_all()
+        self._writer.wake()
         if warn:
             self._log.warning(
                 "event queue full; dropping the oldest events until it drains",
@@ -117,10 +123,9 @@ class EventRecorder:
             self._cond.wait_for(lambda: self._unfinished == 0, timeout)
 
     def _run(self) -> None:
-        """Write events in order; on stop, write what is queued (retries end at once)."""
+        """Write events in order until none is queued (on stop too: retries end at once)."""
         while True:
             with self._cond:
-                self._cond.wait_for(lambda: self._queue or self._stop.is_set())
                 if not self._queue:
                     return
                 item = self._queue.popleft()

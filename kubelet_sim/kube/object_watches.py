@@ -16,6 +16,9 @@ watches are read by GET on one poller thread every POLL_PERIOD (the kubelet's `C
 change-detection strategy), so one pod with hundreds of references costs a few threads and
 connections, not hundreds (issue 26). Node credentials may GET every object a pod of theirs
 references.
+
+The recycler and the poller are threads on demand: the recycler lives while a watch runs, the
+poller while an object is polled, so a node whose pods reference nothing holds neither.
 """
 
 from __future__ import annotations
@@ -97,7 +100,7 @@ class ReferencedObjectWatches:
         self._poll_period = poll_period
         self._polled: dict[Ref, _Polled] = {}
         self._poll_now = threading.Event()
-        self._poller: threading.Thread | None = None
+        self._recheck = threading.Event()  # a watch stopped: the recycler may have none left
         self._on_change = on_change
         self._timeouts = timeouts
         self._backoff = backoff
@@ -110,11 +113,16 @@ class ReferencedObjectWatches:
         self._max_idle = max_idle
         self._recycle_period = recycle_period
         self._stopping = threading.Event()
-        self._recycler: threading.Thread | None = None
         self._lock = threading.Lock()
         self._log_context: dict[str, Any] = {"node": node} if node else {}
         self.log = get_logger("kubelet_sim.object_watches", **self._log_context)
         self._supervisor = supervisor or Supervisor(**self._log_context)
+        self._recycler = self._supervisor.on_demand(
+            "object watch recycler", self._recycle_loop, self._stopping
+        )
+        self._poller = self._supervisor.on_demand("object poller", self._poll_loop, self._stopping)
+        self._recycler.start()
+        self._poller.start()
 
     def set_pod_references(self, pod_uid: str, refs: Iterable[Ref]) -> None:
         """Record what a pod uses now; start watches it is the first user of, stop unused ones."""
@@ -135,9 +143,12 @@ class ReferencedObjectWatches:
             to_start, to_poll = new[:room], new[room:]
             for ref in to_poll:
                 self._polled[ref] = _Polled()
+            had_polled = bool(self._polled)
             for ref in before - wanted:
                 if not self._users.get(ref):
                     self._polled.pop(ref, None)
+            if had_polled and not self._polled:
+                self._poll_now.set()  # the poller has nothing left: it ends now
             to_stop = [
                 ref
                 for ref in before - wanted
@@ -153,9 +164,7 @@ class ReferencedObjectWatches:
                 self._last_read.pop(ref, None)
                 self._parked.discard(ref)
                 self._immutable.discard(ref)
-            self._start_loops(recycler=bool(started), poller=bool(to_poll))
-        if to_poll:
-            self._poll_now.set()
+        self._wake_loops(started=bool(started), stopped=bool(stopped), polled=bool(to_poll))
         for informer in started.values():
             informer.start()
         for informer in stopped:
@@ -163,16 +172,16 @@ class ReferencedObjectWatches:
         self._log_refs("watching", to_start)
         self._log_refs("stopped watching", to_stop)
 
-    def _start_loops(self, *, recycler: bool, poller: bool) -> None:
-        """Under the lock: the recycler once a watch runs, the poller once an object is polled."""
-        if recycler and self._recycler is None:
-            self._recycler = self._supervisor.thread(
-                "object watch recycler", self._recycle_loop, self._stopping
-            )
-            self._recycler.start()
-        if poller and self._poller is None:
-            self._poller = self._supervisor.thread("object poller", self._poll_loop, self._stopping)
-            self._poller.start()
+    def _wake_loops(self, *, started: bool, stopped: bool, polled: bool) -> None:
+        """The recycler once a watch runs (and to end once none does), the poller once an
+        object is polled."""
+        if started:
+            self._recycler.wake()
+        if stopped:
+            self._recheck.set()
+        if polled:
+            self._poll_now.set()
+            self._poller.wake()
 
     def _log_refs(self, event: str, refs: Iterable[Ref]) -> None:
         for kind, namespace, name in refs:
@@ -203,6 +212,7 @@ class ReferencedObjectWatches:
                 self._parked.discard(ref)
         if restart:
             informer.start()
+            self._recycler.wake()
             self.log.info("watching again", kind=ref[0], namespace=ref[1], name=ref[2])
             if not informer.synced.wait(RESTART_WAIT):
                 return old.get(key)  # the server is slow: the copy we had is the best we know
@@ -289,12 +299,15 @@ class ReferencedObjectWatches:
             self._parked.clear()
             self._last_read.clear()
         self._poll_now.set()
+        self._recheck.set()
         for informer in informers:
             informer.stop(max(0.0, deadline - time.monotonic()))
-        if self._poller is not None:
-            self._poller.join(max(0.0, deadline - time.monotonic()))
-        if self._recycler is not None:
-            self._recycler.join(max(0.0, deadline - time.monotonic()))
+        self._poller.stop(max(0.0, deadline - time.monotonic()))
+        self._recycler.stop(max(0.0, deadline - time.monotonic()))
+
+    def threads(self) -> int:
+        """The recycler's and the poller's threads alive now (the watches' own not counted)."""
+        return self._recycler.running() + self._poller.running()
 
     def _park(self, ref: Ref, informer: Informer, *, immutable: bool) -> None:
         """Stop a watch but keep its cache: an idle one restarts on the next `get`."""
@@ -305,15 +318,18 @@ class ReferencedObjectWatches:
             if immutable:
                 self._immutable.add(ref)
         informer.stop(timeout=0)
+        self._recheck.set()
         why = "object is immutable" if immutable else "not read for a while"
         self.log.info("stopped watching", kind=ref[0], namespace=ref[1], name=ref[2], why=why)
 
     def _poll_loop(self) -> None:
         """GET every polled object each period (new ones at once); a change, or a first
-        answer, queues its users as a watch event would."""
+        answer, queues its users as a watch event would. Returns once none is polled."""
         while not self._stopping.is_set():
             with self._lock:
                 due = list(self._polled.items())
+            if not due:
+                return
             for ref, polled in due:
                 if self._stopping.is_set():
                     return
@@ -348,8 +364,18 @@ class ReferencedObjectWatches:
             self._on_change(ref)
 
     def _recycle_loop(self) -> None:
-        while not self._stopping.wait(self._recycle_period):
+        """Every period, stop idle watches; return once no watch runs (a start wakes it)."""
+        next_at = time.monotonic() + self._recycle_period
+        while True:
+            self._recheck.clear()
+            if self._stopping.is_set() or not self.active():
+                return
+            wait = next_at - time.monotonic()
+            if wait > 0:
+                self._recheck.wait(wait)  # set when a watch stops: maybe the last one
+                continue
             self.recycle()
+            next_at = time.monotonic() + self._recycle_period
 
     def _new_informer(self, ref: Ref) -> Informer:
         kind, namespace, name = ref

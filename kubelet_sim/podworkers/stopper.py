@@ -9,6 +9,7 @@ kubelet's killContainer does when its grace period is cut.
 The timer serves every pod of the node, so no pod's number may stop it: grace periods arrive
 bounded (PodView, kubelet_sim.durations), the timer never sleeps longer than
 MAX_TIMER_WAIT at once, and it runs under the agent's supervisor, restarted if it ever fails.
+It is a thread on demand: it lives while a SIGKILL is booked (and a few seconds more).
 """
 
 from __future__ import annotations
@@ -56,8 +57,10 @@ class ContainerStopper:
         self._cond = threading.Condition()
         self._closed = False
         self._stopped = threading.Event()  # the timer's supervisor: stop, do not restart
-        self._supervisor = supervisor or Supervisor(node=runtime.node_name)
-        self._thread: threading.Thread | None = None
+        supervisor = supervisor or Supervisor(node=runtime.node_name)
+        name = f"stop-timer {runtime.node_name}"
+        self._timer = supervisor.on_demand(name, self._run, self._stopped)
+        self._timer.start()
         self.wake = wake
         self.log = get_logger("kubelet_sim.podworkers", node=runtime.node_name)
 
@@ -235,6 +238,7 @@ class ContainerStopper:
             self._closed = True
             self._stopped.set()
             self._cond.notify_all()
+        self._timer.stop()
 
     # -- the SIGKILL timer -----------------------------------------------------------------
 
@@ -257,11 +261,8 @@ class ContainerStopper:
             return
         self._kill_at[container_id] = kill_at
         heapq.heappush(self._heap, (kill_at, container_id))
-        if self._thread is None:
-            name = f"stop-timer {self.runtime.node_name}"
-            self._thread = self._supervisor.thread(name, self._run, self._stopped)
-            self._thread.start()
         self._cond.notify()
+        self._timer.wake()
 
     def _run(self) -> None:
         while True:
@@ -292,11 +293,11 @@ class ContainerStopper:
             self.log.exception("SIGKILL failed", container=container_id[:12])
 
     def _next_due(self) -> str | None:
-        """Wait (holding the condition) for the next SIGKILL that is due; None when closed."""
+        """Wait (holding the condition) for the next SIGKILL that is due; None when closed
+        or when none is booked (the timer's thread ends)."""
         while not self._closed:
             if not self._heap:
-                self._cond.wait()
-                continue
+                return None
             due = self._pop_due()
             if due is not None:
                 return due

@@ -2,6 +2,8 @@
 
 As the kubelet's pod_workers.go: one sync per uid at a time, many pods in parallel, and a
 change that arrives during a sync is not lost (the uid is queued again when it finishes).
+The workers are threads on demand: one more for each uid made ready while none is free, up to
+`workers`, each ending a few seconds after the queue ran dry, so an idle node holds none.
 """
 
 from __future__ import annotations
@@ -52,15 +54,13 @@ class PodWorkers:
         self.duration = Histogram(WORKER_BUCKETS)  # kubelet_pod_worker_duration_seconds
         self.started = threading.Event()
         self._halt = threading.Event()
-        self._threads = [
-            supervisor.thread(f"pod-worker-{i}", self._work, self._halt) for i in range(workers)
-        ]
+        self._workers = supervisor.on_demand("pod-worker", self._work, self._halt, limit=workers)
+        queue.serve(self._workers.wake)
         self.log = get_logger("kubelet_sim.podworkers", node=syncer.settings.node_name)
 
     def start(self) -> None:
         self.syncer.start()
-        for thread in self._threads:
-            thread.start()
+        self._workers.start()  # a thread for each uid queued before, up to `workers`
         self.started.set()
 
     def enqueue_gone(self, uid: str) -> None:
@@ -70,28 +70,31 @@ class PodWorkers:
 
     def stop(self, timeout: float = 5.0) -> None:
         """Waits `timeout` in all for the workers; one in a Docker call may outlive it."""
-        self._halt.set()
         self.queue.shut_down()
-        deadline = self.clock.monotonic() + timeout
-        for thread in self._threads:
-            if thread.is_alive():
-                thread.join(max(0.0, deadline - self.clock.monotonic()))
+        self._workers.stop(timeout)
         self.syncer.shutdown()
 
+    def threads(self) -> int:
+        """Worker threads alive now (none on an idle node)."""
+        return self._workers.running()
+
     def _work(self) -> None:
+        """Sync uids until none is ready (the thread lingers, then ends)."""
         while True:
             try:
-                uid = self.queue.get()
+                uid = self.queue.get(timeout=0)
             except ShutDown:
                 return
             if uid is None:
-                continue
+                return
             try:
                 delay = self._sync(uid)
             finally:
                 self.queue.done(uid)
             if delay is not None:
                 self.queue.add_after(uid, delay)
+            else:  # the pod is gone and cleaned up: no resync of it is left waiting
+                self.queue.cancel_delayed(uid)
 
     def _sync(self, uid: str) -> float | None:
         self.syncs += 1

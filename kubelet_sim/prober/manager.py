@@ -1,9 +1,11 @@
 """The prober manager (pkg/kubelet/prober/prober_manager.go, worker.go), without a thread per probe.
 
 Each probe of each running container is a worker record; one scheduler thread keeps them in a
-heap by their next tick, and a small pool runs the attempts that are due. A probe never writes
-status: a result that changes wakes the pod, and the pod's sync reads `results(uid)` as an
-input of the status it writes and of the kills it decides (liveness, startup).
+heap by their next tick, and a small pool runs the attempts that are due. Both are threads on
+demand: the scheduler lives while the node has probes, the pool's threads while attempts are
+due (a few seconds more, then they end). A probe never writes status: a result that changes
+wakes the pod, and the pod's sync reads `results(uid)` as an input of the status it writes and
+of the kills it decides (liveness, startup).
 """
 
 from __future__ import annotations
@@ -11,8 +13,8 @@ from __future__ import annotations
 import heapq
 import itertools
 import threading
+from collections import deque
 from collections.abc import Callable, Sequence
-from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 
 from kubelet_sim import cri
@@ -81,19 +83,30 @@ class ProbeManager:
         self._seq = itertools.count()
         self._cond = threading.Condition()
         self._stop = threading.Event()
-        self._pool = ThreadPoolExecutor(threads, thread_name_prefix=f"prober {node}")
-        self._thread = (supervisor or Supervisor()).thread(f"prober {node}", self._run, self._stop)
+        supervisor = supervisor or Supervisor()
+        self._due: deque[tuple[_Key, _Worker, str]] = deque()  # attempts for the pool
+        self._pool = supervisor.on_demand(
+            f"probe {node}", self._run_attempts, self._stop, limit=threads
+        )
+        self._scheduler = supervisor.on_demand(f"prober {node}", self._run, self._stop)
         self.attempts = 0
         self.log = get_logger("kubelet_sim.prober", node=node)
 
     def start(self) -> None:
-        self._thread.start()
+        self._pool.start()
+        self._scheduler.start()
 
     def shutdown(self) -> None:
         self._stop.set()
         with self._cond:
+            self._due.clear()
             self._cond.notify_all()
-        self._pool.shutdown(wait=False, cancel_futures=True)
+        self._scheduler.stop()
+        self._pool.stop()
+
+    def threads(self) -> int:
+        """The scheduler's and the pool's threads alive now: none while nothing is probed."""
+        return self._scheduler.running() + self._pool.running()
 
     # -- what the pod workers tell and ask -----------------------------------------------
 
@@ -133,6 +146,7 @@ class ProbeManager:
                 keys.add(key)
                 heapq.heappush(self._heap, (now, next(self._seq), key, worker))
                 self._cond.notify_all()
+                self._scheduler.wake()
 
     def recheck(self) -> None:
         """Look at the clock again now: the scheduler does so as real time passes; with a clock
@@ -165,20 +179,30 @@ class ProbeManager:
     # -- the scheduler -------------------------------------------------------------------
 
     def _run(self) -> None:
+        """Hand each due attempt to the pool; return once the node has no probe left."""
         while not self._stop.is_set():
             with self._cond:
+                if not self._workers:
+                    self._heap.clear()  # only ticks of workers that are gone
+                    return
                 due = self._next_due()
                 if due is None:
-                    wait = self._heap[0][0] - self.clock.monotonic() if self._heap else None
-                    self._cond.wait(None if wait is None else timer_wait(wait))
+                    wait = self._heap[0][0] - self.clock.monotonic()  # a worker has a tick
+                    self._cond.wait(timer_wait(wait))
                     continue
                 key, worker = due
                 worker.busy = True
-                ip = self._pod_ips.get(worker.uid, "")
-            try:
-                self._pool.submit(self._attempt, key, worker, ip)
-            except RuntimeError:  # the pool is shut down: we are stopping
-                return
+                self._due.append((key, worker, self._pod_ips.get(worker.uid, "")))
+            self._pool.wake()
+
+    def _run_attempts(self) -> None:
+        """The pool: run due attempts until none is left."""
+        while not self._stop.is_set():
+            with self._cond:
+                if not self._due:
+                    return
+                key, worker, ip = self._due.popleft()
+            self._attempt(key, worker, ip)
 
     def _next_due(self) -> tuple[_Key, _Worker] | None:
         """Pop ticks that are due; the first whose worker should probe now is returned."""
