@@ -69,46 +69,41 @@ class ContainerWatcher:
         events: ContainerEvents | None = None,
     ) -> None:
         """`events`: the node set's one Docker events stream (None: a stream and a thread of
-        this node's own)."""
+        this node's own, filtered to its label)."""
         self.runtime = runtime
-        self._events = events
-        self._buffer: list[dict[str, Any]] | None = None  # events while the shared one lists
+        self._buffer: list[dict[str, Any]] | None = None  # events while the stream lists
         self.node = node_name if node_name is not None else runtime.node_name
         if not self.node:
             raise ValueError("ContainerWatcher needs a node name")
         self.on_change = on_change or (lambda _uid: None)
-        self.backoff = backoff or Backoff(initial=0.2, cap=5.0)
-        self.since_margin = since_margin  # clock slack for the first subscription
         self.stats = WatcherStats()
         self.log = get_logger("kubelet_sim.runtime.observe", node=self.node)
         self._lock = threading.Lock()
         self._by_id: dict[str, cri.ObservedContainer] = {}
         self._gone: dict[str, None] = {}  # destroyed ids, oldest first
-        self._stream: _EventStream | None = None
-        self._last_event_ns: int | None = None
-        self._stopping = threading.Event()
         self._synced = threading.Event()
-        supervisor = supervisor or Supervisor(node=self.node)
-        self._thread = supervisor.thread(
-            f"container-watcher-{self.node}", self._run, self._stopping, on_crash=self._relisting
+        self._own = events is None
+        self._events = events or ContainerEvents(
+            runtime,
+            label=f"{cri.LABEL_NODE}={self.node}",
+            backoff=backoff,
+            since_margin=since_margin,
+            supervisor=supervisor or Supervisor(node=self.node),
+            thread_name=f"container-watcher-{self.node}",
         )
 
     # Lifecycle
 
     def start(self) -> None:
-        if self._events is not None:
-            self._events.add(self)
-            return
-        self._thread.start()
+        self._events.add(self)
+        if self._own:
+            self._events.start()
 
     def stop(self, timeout: float = 1.0) -> None:
         """Close the events stream and join; returns within about `timeout` seconds."""
-        self._stopping.set()
-        if self._events is not None:
-            self._events.remove(self)
-        self._close_stream()
-        if self._thread.is_alive():
-            self._thread.join(timeout)
+        self._events.remove(self)
+        if self._own:
+            self._events.stop(timeout)
 
     def wait_synced(self, timeout: float | None = None) -> bool:
         """True once the first list is in the view (pod workers should wait for it)."""
@@ -120,9 +115,7 @@ class ContainerWatcher:
 
     def reconnect(self) -> None:
         """Drop the events stream; the watcher relists and resubscribes, as after an outage."""
-        if self._events is not None:
-            self._events.reconnect()
-        self._close_stream()
+        self._events.reconnect()
 
     # The view
 
@@ -150,55 +143,7 @@ class ContainerWatcher:
         if self._upsert(observed):
             self._notify(observed.pod.uid)
 
-    # The thread
-
-    def _relisting(self) -> None:
-        """After a crash the view is suspect: not synced until the next session relists."""
-        self._synced.clear()
-
-    def _run(self) -> None:
-        while not self._stopping.is_set():
-            began = time.monotonic()
-            failed = False
-            try:
-                self._session()
-            except Exception as exc:
-                failed = True
-                self.log.warning("docker events failed", error=str(exc) or type(exc).__name__)
-            if self._stopping.is_set():
-                break
-            if failed or time.monotonic() - began < 1.0:
-                self._stopping.wait(self.backoff.next_delay())
-            else:
-                self.backoff.reset()
-            self.stats.reconnects += 1
-
-    def _session(self) -> None:
-        """List, subscribe from where we left off (or just before the list), follow events."""
-        resume_ns = self._last_event_ns
-        listed_at = time.time()
-        self._relist()
-        since = (
-            _since_arg(resume_ns)
-            if resume_ns is not None
-            else _since_arg(int((listed_at - self.since_margin) * 1e9))
-        )
-        stream = self.runtime.client.api.events(
-            decode=True,
-            filters={"type": "container", "label": f"{cri.LABEL_NODE}={self.node}"},
-            since=cast(Any, since),  # the stub says int; the API takes seconds.nanos
-        )
-        with self._lock:
-            self._stream = stream
-        if self._stopping.is_set():
-            stream.close()
-            return
-        for event in stream:
-            if self._stopping.is_set():
-                return
-            self._handle(event)
-        if not self._stopping.is_set():
-            self.log.info("docker events stream ended; resubscribing")
+    # What the events stream calls
 
     def _relist(self) -> None:
         observed = self.runtime.list_containers(self.node)
@@ -218,8 +163,6 @@ class ContainerWatcher:
         if event.get("Type", "container") != "container":
             return
         self.stats.events += 1
-        if event.get("timeNano"):
-            self._last_event_ns = max(self._last_event_ns or 0, int(event["timeNano"]))
         action = str(event.get("Action") or event.get("status") or "").split(":")[0].strip()
         actor = event.get("Actor") or {}
         container_id = str(event.get("id") or actor.get("ID") or "")
@@ -284,15 +227,6 @@ class ContainerWatcher:
         except Exception:
             self.log.exception("on_change failed", pod_uid=pod_uid)
 
-    def _close_stream(self) -> None:
-        with self._lock:
-            stream, self._stream = self._stream, None
-        if stream is not None:
-            try:
-                stream.close()
-            except Exception as exc:
-                self.log.debug("closing the events stream", error=str(exc))
-
 
 class ContainerEvents:
     """One Docker events stream for every node of a set, each event handed to the watcher of
@@ -309,8 +243,12 @@ class ContainerEvents:
         backoff: Backoff | None = None,
         since_margin: float = 1.0,
         supervisor: Supervisor | None = None,
+        label: str = cri.LABEL_NODE,
+        thread_name: str = "container events",
     ) -> None:
+        """`label`: Docker's filter (every node's containers, or one node's: `key=value`)."""
         self.runtime = runtime
+        self.label = label
         self.backoff = backoff or Backoff(initial=0.2, cap=5.0)
         self.since_margin = since_margin
         self.log = get_logger("kubelet_sim.runtime.observe")
@@ -321,7 +259,7 @@ class ContainerEvents:
         self._last_event_ns: int | None = None
         self._stopping = threading.Event()
         self._thread = (supervisor or Supervisor()).thread(
-            "container events", self._run, self._stopping
+            thread_name, self._run, self._stopping, on_crash=self._relisting
         )
 
     def start(self) -> ContainerEvents:
@@ -335,8 +273,11 @@ class ContainerEvents:
             self._thread.join(timeout)
 
     def add(self, watcher: ContainerWatcher) -> None:
+        """Follow `watcher`'s node: listed now if the stream runs, else by its first session."""
         with self._lock:
             self._watchers[watcher.node] = watcher
+            if not self._thread.is_alive():
+                return
             watcher._buffer = []
         try:
             watcher._relist()
@@ -363,6 +304,15 @@ class ContainerEvents:
             except Exception as exc:
                 self.log.debug("closing the events stream", error=str(exc))
 
+    def _watchers_now(self) -> list[ContainerWatcher]:
+        with self._lock:
+            return list(self._watchers.values())
+
+    def _relisting(self) -> None:
+        """After a crash the views are suspect: not synced until the next session relists."""
+        for watcher in self._watchers_now():
+            watcher._synced.clear()
+
     def _run(self) -> None:
         while not self._stopping.is_set():
             began = time.monotonic()
@@ -379,15 +329,15 @@ class ContainerEvents:
             else:
                 self.backoff.reset()
             self.stats.reconnects += 1
+            for watcher in self._watchers_now():
+                watcher.stats.reconnects += 1
 
     def _session(self) -> None:
+        """List, subscribe from where we left off (or just before the list), follow events."""
         resume_ns = self._last_event_ns
         listed_at = time.time()
-        with self._lock:
-            watchers = list(self._watchers.values())
-        for watcher in watchers:  # after an outage: what happened meanwhile, from a list
-            if resume_ns is not None or not watcher.synced:
-                watcher._relist()
+        for watcher in self._watchers_now():  # what happened while no stream ran
+            watcher._relist()
         since = (
             _since_arg(resume_ns)
             if resume_ns is not None
@@ -395,8 +345,8 @@ class ContainerEvents:
         )
         stream = self.runtime.client.api.events(
             decode=True,
-            filters={"type": "container", "label": cri.LABEL_NODE},
-            since=cast(Any, since),
+            filters={"type": "container", "label": self.label},
+            since=cast(Any, since),  # the stub says int; the API takes seconds.nanos
         )
         with self._lock:
             self._stream = stream
@@ -407,6 +357,8 @@ class ContainerEvents:
             if self._stopping.is_set():
                 return
             self._dispatch(event)
+        if not self._stopping.is_set():
+            self.log.info("docker events stream ended; resubscribing")
 
     def _dispatch(self, event: dict[str, Any]) -> None:
         self.stats.events += 1
