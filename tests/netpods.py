@@ -43,12 +43,20 @@ def ask(docker_env: DockerEnv, client: str, address: str) -> str:
 
 
 def sandbox_pid(docker_env: DockerEnv, uid: str) -> int:
-    (sandbox,) = [
-        c
-        for c in pod_containers(docker_env, uid)
-        if c.labels.get(cri.LABEL_CONTAINER_NAME) == cri.SANDBOX_CONTAINER_NAME
-    ]
-    return int(docker_env.client.api.inspect_container(sandbox.id)["State"]["Pid"])
+    """The pid of the pod's sandbox: the container its app containers share a network with
+    (a sandbox taken from the warm pool keeps the pool's Docker labels, so the pod's uid label
+    finds its app containers only)."""
+    containers = pod_containers(docker_env, uid)
+    named = cri.SANDBOX_CONTAINER_NAME
+    sandboxes = [c.id for c in containers if c.labels.get(cri.LABEL_CONTAINER_NAME) == named]
+    if not sandboxes:
+        modes = {
+            docker_env.client.api.inspect_container(c.id)["HostConfig"]["NetworkMode"]
+            for c in containers
+        }
+        sandboxes = [m.split(":", 1)[1] for m in modes if m.startswith("container:")]
+    (sandbox,) = sandboxes
+    return int(docker_env.client.api.inspect_container(sandbox)["State"]["Pid"])
 
 
 def in_netns(pid: int, *argv: str) -> str:

@@ -30,8 +30,6 @@ from kubelet_sim.runtime.log_rotation import LogRotation
 from kubelet_sim.server.settings import ServerSettings
 
 DEFAULT_PAUSE_IMAGE = "registry.k8s.io/pause:3.10"
-DEFAULT_POOL_SIZE = 2
-POOL_BY_DEFAULT_UP_TO = 3  # nodes in one process
 
 
 class LogFormatChoice(StrEnum):
@@ -179,18 +177,16 @@ class NodeOptions:
         ),
     ] = True
     sandbox_pool_size: Annotated[
-        int | None,
+        int,
         _opt(
             "SANDBOX_POOL_SIZE",
             "Started, network-ready pod sandboxes kept ready per node, so that a pod that may"
             " use one (not hostNetwork, hostPID, hostIPC, sysctls, hostPorts, a runtimeClass or"
-            f" hostUsers: false) starts only its own containers; 0 keeps none. Default:"
-            f" {DEFAULT_POOL_SIZE} in a process of up to {POOL_BY_DEFAULT_UP_TO} nodes (the"
-            " demo's), else 0 (each is a running container: a thousand nodes would hold"
-            " thousands).",
+            " hostUsers: false) starts only its own containers; 0 (the default) keeps none."
+            " Opt-in: a process that reads its hostname at once may see the pool's (README).",
             min=0,
         ),
-    ] = None
+    ] = 0
     container_log_max_size: Annotated[
         str,
         _opt(
@@ -235,11 +231,9 @@ class NodeOptions:
             kube_reserved=parse_reserved(self.kube_reserved),
         )
 
-    def pod_settings(self, pause_image: str | None = None, *, nodes: int = 1) -> PodSettings:
-        """The pod workers' settings of each of `nodes` nodes in one process."""
+    def pod_settings(self, pause_image: str | None = None) -> PodSettings:
+        """The pod workers' settings of each node."""
         pool = self.sandbox_pool_size
-        if pool is None:
-            pool = DEFAULT_POOL_SIZE if nodes <= POOL_BY_DEFAULT_UP_TO else 0
         return PodSettings(
             pause_image=pause_image or self.pod_infra_image,
             allow_privileged=self.allow_privileged,
@@ -283,7 +277,7 @@ class NodeOptions:
                 for name in names
             ),
             root_dir=root_dir,
-            pods=self.pod_settings(nodes=len(names)),
+            pods=self.pod_settings(),
             server=server,
             kubeconfig=kubeconfig,
             context=context,
