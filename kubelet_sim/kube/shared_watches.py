@@ -18,7 +18,7 @@ from kubernetes import client
 from kubernetes.client.exceptions import ApiException
 
 from kubelet_sim.jsontypes import Json
-from kubelet_sim.kube.informer import Handler, Informer, InformerStats, ListWatchSource
+from kubelet_sim.kube.informer import DELETED, Handler, Informer, InformerStats, ListWatchSource
 from kubelet_sim.kube.watches import all_endpoint_slices, all_nodes, all_services
 from kubelet_sim.logs import get_logger
 from kubelet_sim.supervise import Supervisor
@@ -69,6 +69,17 @@ def _node_name_of_pod(pod: Json) -> str:
     return str((pod.get("spec") or {}).get("nodeName") or "")
 
 
+def _routing(node: Json) -> tuple[object, ...]:
+    """What a service proxy reads of a Node (`proxy.rules.pod_routes`)."""
+    spec = node.get("spec") or {}
+    addresses = (node.get("status") or {}).get("addresses") or []
+    return (
+        spec.get("podCIDR"),
+        tuple(spec.get("podCIDRs") or ()),
+        tuple((a.get("type"), a.get("address")) for a in addresses),
+    )
+
+
 def _name(obj: Json) -> str:
     return str((obj.get("metadata") or {}).get("name") or "")
 
@@ -113,6 +124,7 @@ class SharedWatches:
                 all_endpoint_slices(proxy_api), self._on_network, supervisor=supervisor
             )
         self.dropped = 0  # pod events for a node of no one here (on another kubelet)
+        self._routing: dict[str, tuple[object, ...]] = {}  # what a proxy reads of each Node
 
     @property
     def informers(self) -> list[Informer]:
@@ -153,10 +165,19 @@ class SharedWatches:
         handlers.on_pod(kind, pod)
 
     def _on_node(self, kind: str, node: Json) -> None:
-        handlers = self._handlers(_name(node))
+        name = _name(node)
+        handlers = self._handlers(name)
         if handlers is not None:
             handlers.on_node(kind, node)
-        self._on_network(kind, node)
+        # A proxy reads a Node's pod ranges and addresses only: a thousand nodes' status
+        # writes must not wake a thousand proxies each.
+        routing = None if kind == DELETED else _routing(node)
+        with self._lock:
+            before = self._routing.pop(name, None) if routing is None else self._routing.get(name)
+            if routing is not None:
+                self._routing[name] = routing
+        if before != routing or kind == DELETED:
+            self._on_network(kind, node)
 
     def _on_network(self, _kind: str, _obj: Json) -> None:
         with self._lock:
