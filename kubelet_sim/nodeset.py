@@ -19,6 +19,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from kubelet_sim.agent import Agent, PodSettings
+from kubelet_sim.backoff import Backoff
 from kubelet_sim.config import ConfigError
 from kubelet_sim.kube.client import KubeConnection, connect, wait_for_api_server
 from kubelet_sim.kube.schema import ServerSchema
@@ -237,12 +238,23 @@ class NodeSet:
         connection = self._shared_connection
         if self.watches is None or self.timers is None or connection is None:
             return True
-        if wait_for_api_server(connection, stop) is None:
-            return False
-        try:
-            refused = may_watch_every_node(connection.api)
-        except Exception as exc:  # the server failed the check: say so rather than guess
-            refused = f"cannot check the credentials' rights: {exc}"
+        refused = None
+        backoff = Backoff(initial=0.8, cap=30.0)
+        while True:
+            if wait_for_api_server(connection, stop) is None:
+                return False
+            try:
+                refused = may_watch_every_node(connection.api)
+                break
+            except Exception as exc:  # a 5xx or a cut: ask again, as a start waits for a server
+                delay = backoff.next_delay()
+                get_logger("kubelet_sim.nodeset").warning(
+                    "cannot check the credentials' rights yet; retrying",
+                    error=str(exc)[:300],
+                    retry_in_seconds=round(delay, 1),
+                )
+                if stop.wait(delay):
+                    return False
         if refused is not None:
             names = [a.node_name for a in self.agents if a.kube is connection]
             self.failures.append((f"{names[0]}…{names[-1]}", refused))
