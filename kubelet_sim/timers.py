@@ -16,6 +16,7 @@ import heapq
 import itertools
 import random
 import threading
+from collections import deque
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
@@ -70,7 +71,7 @@ class Timers:
         self.failures = 0
         self.log = get_logger("kubelet_sim.timers")
         self._heap: list[tuple[float, int, int, Periodic]] = []
-        self._ready: list[Periodic] = []  # due now, waiting for a pool thread
+        self._ready: deque[Periodic] = deque()  # due now, waiting for a pool thread
         self._seq = itertools.count()
         self._cond = threading.Condition()
         self._stop = threading.Event()
@@ -165,7 +166,7 @@ class Timers:
                     self._cond.wait()
                 if self._stop.is_set():
                     return
-                timer = self._ready.pop(0)
+                timer = self._ready.popleft()
                 timer.running = True
                 late = self.clock.monotonic() - timer.due
             self._observe(timer, late)

@@ -205,5 +205,6 @@ def test_a_list_the_server_refuses_is_said_so_and_never_synced(cluster: Cluster)
     try:
         wait_for(refused.refused.is_set, 10, "the refusal noticed")
         assert not refused.synced.is_set()
+        assert refused.answered.is_set()  # what a waiter waits on
     finally:
         refused.stop()

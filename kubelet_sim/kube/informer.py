@@ -131,6 +131,7 @@ class Informer:
         # The server refused the list (401/403): a caller waiting for the first list should not
         # (cleared by a list that succeeds, e.g. once RBAC grants it).
         self.refused = threading.Event()
+        self.answered = threading.Event()  # the first list came, or was refused: wait on this
         self.resource_version = ""
         self._cache: dict[str, Json] = {}
         self._lock = threading.Lock()
@@ -232,6 +233,7 @@ class Informer:
         self.stats.reconnects += 1
         if isinstance(exc, ApiError) and exc.status in (401, 403):
             self.refused.set()
+            self.answered.set()
         if isinstance(exc, ApiError) and exc.status == 429:
             delay = max(self.backoff.next_delay(), 1.0)
         else:
@@ -269,6 +271,7 @@ class Informer:
         self.backoff.reset()
         self.refused.clear()
         self.synced.set()
+        self.answered.set()
         self._observe("RELIST" if relist else "LIST", items=len(items))  # after: synced holds
         self.log.debug("listed", items=len(items), resource_version=self.resource_version)
 

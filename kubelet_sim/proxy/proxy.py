@@ -10,7 +10,6 @@ They leave with the pod. A hostNetwork pod shares the host's namespace and is ne
 from __future__ import annotations
 
 import threading
-import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
@@ -123,18 +122,10 @@ class ServiceProxy:
         """Program a new sandbox's namespace now, before its containers start."""
         if self.disabled or not sandbox.pid:
             return
-        self._wait_first_list()
+        # The first EndpointSlice list, unless the server refused it (node credentials may
+        # not list them: --proxy-kubeconfig): a pod never waits for a list that will not come.
+        self.slices.answered.wait(FIRST_LIST_GRACE)
         self._program([sandbox], full=False)
-
-    def _wait_first_list(self) -> None:
-        """Up to FIRST_LIST_GRACE for the first EndpointSlice list, unless the server refused
-        it (node credentials may not list them: `--proxy-kubeconfig`); a pod never waits for
-        a list that will not come."""
-        deadline = time.monotonic() + FIRST_LIST_GRACE
-        while not self.slices.synced.is_set() and not self.slices.refused.is_set():
-            left = deadline - time.monotonic()
-            if left <= 0 or self.slices.synced.wait(min(left, 0.05)):
-                return
 
     # ---------------------------------------------------------------------------------------
 
