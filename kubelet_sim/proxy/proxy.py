@@ -115,7 +115,9 @@ class ServiceProxy:
 
     def changed(self) -> None:
         self._dirty.set()
-        if self._timer is not None:
+        # A node without pods has nothing to program (a new pod's sandbox is set up whole):
+        # a Service change in a process of a thousand nodes wakes only those with pods.
+        if self._timer is not None and self._sandboxes():
             self._timer.wake(self.settings.debounce)
 
     def setup(self, sandbox: cri.ObservedContainer) -> None:
