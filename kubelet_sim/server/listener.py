@@ -52,6 +52,8 @@ if TYPE_CHECKING:
 HANDSHAKE, HEADERS, IDLE, BUSY = "handshake", "headers", "idle", "busy"
 _TIMEOUT_REASON = {HANDSHAKE: "handshake_timeout", HEADERS: "header_timeout", IDLE: "idle_timeout"}
 REFUSAL_LOG_INTERVAL = 10.0
+RST_AVOIDANCE_DELAY = 0.5  # Go net/http's rstAvoidanceDelay
+DRAIN_LIMIT = 256 << 10  # then a client that keeps sending gets its reset
 
 
 def kernel_backlog() -> int:
@@ -478,6 +480,7 @@ class Listener:
         conn.sock.settimeout(1.0)
         with contextlib.suppress(OSError):
             conn.sock.sendall(refusal(status, text))
+            _close_write_and_drain(conn.sock)
         self._close(conn)
 
     def _start_stream(self, conn: Connection, exchange: Exchange) -> None:
@@ -500,6 +503,21 @@ class Listener:
                 self._streams.release()
 
         threading.Thread(target=stream, name="kubelet-api-stream", daemon=True).start()
+
+
+def _close_write_and_drain(sock: socket.socket) -> None:
+    """Go's closeWriteAndWait: a close with the client's bytes unread sends a reset, which can
+    reach the client before it reads the answer (or cut its send short); so end our side, and
+    read what it still sends for up to RST_AVOIDANCE_DELAY first."""
+    sock.shutdown(socket.SHUT_WR)  # an SSLSocket drops its TLS layer here: raw bytes follow
+    deadline = time.monotonic() + RST_AVOIDANCE_DELAY
+    drained = 0
+    while (left := deadline - time.monotonic()) > 0 and drained < DRAIN_LIMIT:
+        sock.settimeout(left)
+        chunk = sock.recv(65536)
+        if not chunk:
+            return
+        drained += len(chunk)
 
 
 class _Selecting:
