@@ -19,12 +19,18 @@ from tests.pods import container, get_pod, make_pod, running_ready, traced, wait
 pytestmark = pytest.mark.docker
 
 
-def pool_ids(docker_env: DockerEnv, node: str) -> list[str]:
-    """The node's unclaimed pool sandboxes in Docker, oldest first."""
+def pool_ids(docker_env: DockerEnv, node: str, running: bool = False) -> list[str]:
+    """The node's unclaimed pool sandboxes in Docker, oldest first (`running`: started ones
+    only; one is listed from its create on, before its start)."""
     listed = docker_env.client.api.containers(
         all=True, filters={"label": [f"{cri.LABEL_NODE}={node}", f"{cri.LABEL_POOL}=true"]}
     )
-    unclaimed = [c for c in listed if c["Names"][0].lstrip("/").startswith(cri.POOL_NAME_PREFIX)]
+    unclaimed = [
+        c
+        for c in listed
+        if c["Names"][0].lstrip("/").startswith(cri.POOL_NAME_PREFIX)
+        and (c["State"] == "running" or not running)
+    ]
     return [c["Id"] for c in sorted(unclaimed, key=lambda c: (c["Created"], c["Id"]))]
 
 
@@ -105,8 +111,8 @@ def test_a_kill_9_leaves_the_pool_to_the_next_start_and_size_0_makes_none(
 ) -> None:
     node = cluster.node_name
     with running_agent(cluster, "--sandbox-pool-size", "2") as first:
-        made = wait_for(
-            lambda: ids if len(ids := pool_ids(docker_env, node)) == 2 else None,
+        made = wait_for(  # both started: the kill must not catch one between create and start
+            lambda: ids if len(ids := pool_ids(docker_env, node, running=True)) == 2 else None,
             60,
             "the first agent's pool",
         )
