@@ -6,8 +6,14 @@ task to a small pool; a task runs at most once at a time, and the next run is du
 after the last one ended (as the kubelet's `wait.Until` loops: renewal, then sleep), jittered so
 that nodes started together do not stay in step.
 
+When more is due than the pool can run (a thousand nodes registering at once, an API server
+that answers slowly), the Lease renewals go first: a task of a lower `priority` number is handed
+to the pool before any other that is due, and a late node status or proxy pass costs less than a
+node whose Lease expires.
+
 Heartbeats must never fall behind silently: how late each run started against its due time is
-a histogram per kind (`lateness`), and a run later than `LATE_AFTER` is a warning with the node.
+a histogram per kind (`lateness`), and a run later than `LATE_AFTER` is a warning with the node
+(a burst of them, one line per kind every `LATE_LOG_INTERVAL` with their count and the worst).
 """
 
 from __future__ import annotations
@@ -25,8 +31,11 @@ from kubelet_sim.histogram import Histogram
 from kubelet_sim.logs import get_logger
 from kubelet_sim.supervise import Supervisor
 
-POOL_THREADS = 8  # tasks block in API calls; enough that one slow call delays no other node
+POOL_THREADS = 24  # tasks block in API calls: a thousand nodes renew 100 Leases a second, and
+# at 0.2 s a call (an API server busy with registrations) that keeps 20 threads waiting
 LATE_AFTER = 1.0  # seconds past its due time: a run this late is logged as a warning
+LATE_LOG_INTERVAL = 10.0  # after a late-run warning, the next of its kind sums up this long
+URGENT, NORMAL = 0, 1  # priorities: Lease renewals, and the rest
 LATENESS_BUCKETS = (0.01, 0.05, 0.1, 0.25, 0.5, 1, 2, 5, 10, 30)
 
 
@@ -40,6 +49,7 @@ class Periodic:
     body: Callable[[], None]
     jitter: float
     _timers: Timers = field(repr=False)
+    priority: int = NORMAL
     due: float = 0.0
     running: bool = False
     rerun: bool = False  # woken while running: run again once it ends
@@ -71,9 +81,14 @@ class Timers:
         self.failures = 0
         self.log = get_logger("kubelet_sim.timers")
         self._heap: list[tuple[float, int, int, Periodic]] = []
-        self._ready: deque[Periodic] = deque()  # due now, waiting for a pool thread
+        self._ready: tuple[deque[Periodic], ...] = (deque(), deque())  # due, by priority
+        self._late_summary: dict[str, _LateSummary] = {}
         self._seq = itertools.count()
-        self._cond = threading.Condition()
+        lock = threading.Lock()
+        # Two conditions on one lock: a new due time wakes the scheduler alone, and a due task
+        # one worker (a pool of 24 woken for each renewal spent a tenth of a core on wake-ups).
+        self._cond = threading.Condition(lock)
+        self._work_ready = threading.Condition(lock)
         self._stop = threading.Event()
         self._rng = random.Random()
         supervisor = supervisor or Supervisor()
@@ -96,6 +111,7 @@ class Timers:
         self._stop.set()
         with self._cond:
             self._cond.notify_all()
+            self._work_ready.notify_all()
         for thread in self._threads:
             if thread.is_alive() and thread is not threading.current_thread():
                 thread.join(timeout)
@@ -109,9 +125,10 @@ class Timers:
         *,
         jitter: float = 0.04,
         first_in: float = 0.0,
+        priority: int = NORMAL,
     ) -> Periodic:
         """Run `body` in `first_in` seconds, then `interval` (+ up to `jitter`) after each run."""
-        timer = Periodic(kind, node, interval, body, jitter, self)
+        timer = Periodic(kind, node, interval, body, jitter, self, priority)
         with self._cond:
             self.lateness.setdefault(kind, Histogram(LATENESS_BUCKETS))
             self.late_runs.setdefault(kind, 0)
@@ -145,7 +162,8 @@ class Timers:
         timer.version += 1
         timer.due = due
         heapq.heappush(self._heap, (due, next(self._seq), timer.version, timer))
-        self._cond.notify_all()
+        if self._heap[0][3] is timer:  # the scheduler's wait ends earlier
+            self._cond.notify()
 
     def _schedule(self) -> None:
         with self._cond:
@@ -154,19 +172,19 @@ class Timers:
                 while self._heap and self._heap[0][0] <= now:
                     _, _, version, timer = heapq.heappop(self._heap)
                     if version == timer.version and not timer.cancelled:
-                        self._ready.append(timer)
-                        self._cond.notify_all()
+                        self._ready[timer.priority].append(timer)
+                        self._work_ready.notify()  # one worker, not the whole pool
                 wait = self._heap[0][0] - now if self._heap else None
                 self._cond.wait(wait)
 
     def _work(self) -> None:
         while True:
             with self._cond:
-                while not self._ready and not self._stop.is_set():
-                    self._cond.wait()
+                while not any(self._ready) and not self._stop.is_set():
+                    self._work_ready.wait()
                 if self._stop.is_set():
                     return
-                timer = self._ready.popleft()
+                timer = next(q for q in self._ready if q).popleft()
                 timer.running = True
                 late = self.clock.monotonic() - timer.due
             self._observe(timer, late)
@@ -187,11 +205,48 @@ class Timers:
                     self._push(timer, self.clock.monotonic() + timer.interval * spread)
 
     def _observe(self, timer: Periodic, late: float) -> None:
+        """Lateness into the histogram; late runs into the log, a burst summed up (its last
+        sum is written by the first run of the kind after the quiet time, late or not)."""
         late = max(0.0, late)
         self.lateness[timer.kind].observe(late)
-        if late > self.late_after:
-            with self._cond:
+        now = self.clock.monotonic()
+        with self._cond:
+            summary = self._late_summary.setdefault(timer.kind, _LateSummary())
+            if late > self.late_after:
                 self.late_runs[timer.kind] += 1
+                summary.add(timer.node, late)
+            if not summary.runs or now < summary.quiet_until:
+                return
+            runs, nodes, worst = summary.take(now + LATE_LOG_INTERVAL)
+        if runs == 1 and late > self.late_after:
             self.log.warning(
                 "periodic task ran late", kind=timer.kind, node=timer.node, late_seconds=late
             )
+            return
+        self.log.warning(
+            "periodic tasks ran late",
+            kind=timer.kind,
+            runs=runs,
+            nodes=nodes,
+            worst_late_seconds=round(worst, 3),
+        )
+
+
+@dataclass
+class _LateSummary:
+    """Late runs of one kind since its last warning, for the next."""
+
+    quiet_until: float = 0.0
+    runs: int = 0
+    nodes: set[str] = field(default_factory=set)
+    worst: float = 0.0
+
+    def add(self, node: str, late: float) -> None:
+        self.runs += 1
+        self.nodes.add(node)
+        self.worst = max(self.worst, late)
+
+    def take(self, quiet_until: float) -> tuple[int, int, float]:
+        taken = (self.runs, len(self.nodes), self.worst)
+        self.quiet_until, self.runs, self.nodes, self.worst = quiet_until, 0, set(), 0.0
+        return taken

@@ -21,7 +21,7 @@ from kubelet_sim.kube.rest import ApiError
 from kubelet_sim.node.node_object import format_micro_time
 from kubelet_sim.node.settings import NodeSettings
 from kubelet_sim.supervise import Supervisor
-from kubelet_sim.timers import Periodic, Timers
+from kubelet_sim.timers import URGENT, Periodic, Timers
 
 LEASE_NAMESPACE = "kube-node-lease"
 MAX_UPDATE_RETRIES = 5
@@ -60,6 +60,7 @@ class LeaseController:
                 self._settings.lease_renew_interval,
                 self.sync,
                 jitter=JITTER,
+                priority=URGENT,
             )
             return
         self._thread = self._supervisor.thread(

@@ -8,8 +8,9 @@ import time
 from collections.abc import Iterator
 
 import pytest
+from structlog.testing import capture_logs
 
-from kubelet_sim.timers import Timers
+from kubelet_sim.timers import URGENT, Timers
 from tests.cluster import wait_for
 
 
@@ -95,5 +96,53 @@ def test_a_run_later_than_the_limit_is_counted_per_kind() -> None:
         wait_for(lambda: timers.late_runs["lease"] >= 1, 5, "the late renewal counted")
         _, _, count = timers.lateness["lease"].snapshot()
         assert count >= 1
+    finally:
+        timers.stop()
+
+
+def test_a_due_lease_renewal_runs_before_other_due_work() -> None:
+    """With the pool busy, the tasks due meanwhile queue; the urgent one (a Lease) goes first,
+    though it became due last."""
+    timers = Timers(pool_threads=1).start()
+    try:
+        order: list[str] = []
+        release = threading.Event()
+        timers.every("node-status", "busy", 60.0, lambda: release.wait(5))
+        wait_for(lambda: timers.pending() == 0, 5, "the pool's one thread taken")
+        for i in range(3):
+            timers.every("node-status", f"n{i}", 60.0, lambda i=i: order.append(f"status {i}"))
+        timers.every("lease", "n9", 60.0, lambda: order.append("lease"), priority=URGENT)
+        wait_for(lambda: timers.pending() == 0, 5, "all four due and queued")
+        release.set()
+        wait_for(lambda: len(order) == 4, 5, "all four run")
+        assert order == ["lease", "status 0", "status 1", "status 2"]
+    finally:
+        timers.stop()
+
+
+def test_a_burst_of_late_runs_is_one_warning_then_one_sum(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    monkeypatch.setattr("kubelet_sim.timers.LATE_LOG_INTERVAL", 0.3)
+    timers = Timers(pool_threads=1, late_after=0.01).start()
+    try:
+        with capture_logs() as logs:
+            release = threading.Event()
+            timers.every("node-status", "busy", 60.0, lambda: release.wait(5))
+            wait_for(lambda: timers.pending() == 0, 5, "the pool's one thread taken")
+            for i in range(5):
+                timers.every("lease", f"n{i}", 60.0, lambda: None)
+            time.sleep(0.05)  # the five wait behind it: late by this much at least
+            release.set()
+            wait_for(lambda: timers.late_runs["lease"] == 5, 5, "five late renewals counted")
+            time.sleep(0.35)  # past the quiet time: the next run writes the sum
+            timers.every("lease", "on-time", 60.0, lambda: None)
+            wait_for(
+                lambda: any(e["event"] == "periodic tasks ran late" for e in logs), 5, "the sum"
+            )
+        late = [e for e in logs if e["event"].startswith("periodic task")]
+        assert [e["event"] for e in late] == ["periodic task ran late", "periodic tasks ran late"]
+        assert (late[1]["runs"], late[1]["nodes"]) == (4, 4)
+        assert late[1]["worst_late_seconds"] >= 0.05
     finally:
         timers.stop()
