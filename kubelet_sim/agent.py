@@ -43,7 +43,6 @@ from kubelet_sim.quantity import milli_value, value
 from kubelet_sim.runtime.docker_runtime import DockerRuntime
 from kubelet_sim.runtime.observe import ContainerEvents, ContainerWatcher
 from kubelet_sim.server.auth import Gate
-from kubelet_sim.server.certs import self_signed
 from kubelet_sim.server.http import KubeletServer
 from kubelet_sim.server.listener import Listener
 from kubelet_sim.server.metrics import Family, Sample, histogram_family, render
@@ -453,7 +452,7 @@ class Agent:
         ips = [node.node_ip or host.node_ip or "", "127.0.0.1"]
         names = [node.node_name, host.hostname, "localhost"]
         made = functools.partial(
-            self_signed, self.runtime.root_dir / "pki", node.node_name, names, ips
+            _self_signed, self.runtime.root_dir / "pki", node.node_name, names, ips
         )
         return KubeletServer(
             _AgentView(self),
@@ -684,3 +683,12 @@ class _AgentView:
             for c in self._agent.watcher.pod_containers(uid)
             if c.state is cri.ContainerState.RUNNING
         ]
+
+
+def _self_signed(
+    directory: Path, node_name: str, names: list[str], ips: list[str]
+) -> tuple[Path, Path]:
+    """`server.certs` and its `cryptography` (some 8 MiB) imported at a node's first client."""
+    from kubelet_sim.server.certs import self_signed  # noqa: PLC0415
+
+    return self_signed(directory, node_name, names, ips)

@@ -29,7 +29,8 @@ from kubelet_sim.controlplane.pki import CertificateAuthority
 from kubelet_sim.kube.reviews import User
 from kubelet_sim.server.certs import self_signed
 from kubelet_sim.server.settings import ServerSettings
-from kubelet_sim.server.tls import PeerCertificate, X509Authenticator, serving_tls
+from kubelet_sim.server.tls import PeerCertificate, serving_tls
+from kubelet_sim.server.x509auth import X509Authenticator
 from tests.agent_fixture import start_agent
 from tests.cluster import Cluster
 from tests.docker_env import DockerEnv

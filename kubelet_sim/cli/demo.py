@@ -13,9 +13,7 @@ from kubelet_sim.cli.node_options import DEFAULT_PAUSE_IMAGE, NodeOptions, with_
 from kubelet_sim.cli.ui import UiOptions, with_ui_options
 from kubelet_sim.config import ConfigError
 from kubelet_sim.controlplane import binaries as kube_bin
-from kubelet_sim.controlplane.cluster import ControlPlaneError
 from kubelet_sim.demo.images import DEFAULT_SAMPLE_IMAGE
-from kubelet_sim.demo.run import NODE_IP, Demo, DemoError, DemoSettings
 from kubelet_sim.demo.state import DemoRunning, DemoState, default_state_dir
 from kubelet_sim.kube.client import KubeConfigError
 from kubelet_sim.kube.rest import ApiError
@@ -82,6 +80,11 @@ def demo(
         str, typer.Option(help="The Kubernetes version --download fetches.")
     ] = kube_bin.DEFAULT_KUBE_VERSION,
 ) -> None:
+    # The control plane's certificates need `cryptography`: imported by the demo alone, so
+    # that a node (`kubelet-sim --node-name`) does not hold it until its first client comes.
+    from kubelet_sim.controlplane.cluster import ControlPlaneError  # noqa: PLC0415
+    from kubelet_sim.demo.run import NODE_IP, Demo, DemoError, DemoSettings  # noqa: PLC0415
+
     state = DemoState(state_dir or default_state_dir())
     try:
         state.directory.mkdir(mode=0o700, parents=True, exist_ok=True)

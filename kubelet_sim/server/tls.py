@@ -18,24 +18,21 @@ they do not hold the context keeps verifying in the handshake, as before, and sa
 from __future__ import annotations
 
 import ctypes
-import datetime
 import functools
 import ssl
 import threading
-from collections.abc import Callable, Sequence
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
-
-from cryptography import x509
-from cryptography.exceptions import InvalidSignature
-from cryptography.hazmat.primitives import serialization
-from cryptography.x509.oid import ExtendedKeyUsageOID, NameOID
+from typing import TYPE_CHECKING
 
 from kubelet_sim.kube.reviews import User
 
+if TYPE_CHECKING:
+    from kubelet_sim.server.x509auth import X509Authenticator
+
 _SSL_VERIFY_NONE, _SSL_VERIFY_PEER = 0, 1
 _VERIFY_CALLBACK = ctypes.CFUNCTYPE(ctypes.c_int, ctypes.c_int, ctypes.c_void_p)
-MAX_CHAIN = 8  # intermediates walked at most
 
 
 def _accept(_preverify_ok: int, _store: int | None) -> int:
@@ -91,89 +88,6 @@ class PeerCertificate:
     error: str = ""
 
 
-class X509Authenticator:
-    """k8s.io/apiserver's x509 authenticator: the leaf must chain to a client CA (through
-    intermediates the client sent, where this Python can read them), be valid now and, if it
-    names usages, allow client auth; the user is its CN, each O a group."""
-
-    def __init__(self, ca_file: str | None) -> None:
-        self.roots: list[x509.Certificate] = []
-        if ca_file:
-            self.roots = x509.load_pem_x509_certificates(Path(ca_file).read_bytes())
-
-    def authenticate(self, conn: ssl.SSLSocket) -> PeerCertificate | None:
-        """None when no certificate was presented."""
-        der = conn.getpeercert(binary_form=True)
-        if not der:
-            return None
-        chain: Sequence[bytes] = ()
-        unverified = getattr(conn, "get_unverified_chain", None)  # Python 3.13
-        if unverified is not None:
-            chain = [c if isinstance(c, bytes) else c.public_bytes() for c in unverified() or ()]
-        return self.verify(der, chain[1:])
-
-    def verify(self, der: bytes, intermediates: Sequence[bytes] = ()) -> PeerCertificate:
-        try:
-            leaf = x509.load_der_x509_certificate(der)
-            others = [x509.load_der_x509_certificate(c) for c in intermediates]
-        except ValueError as exc:
-            return PeerCertificate(None, f"unreadable certificate: {exc}")
-        name = _subject(leaf)
-        failure = self._chain_failure(leaf, others)
-        if failure:
-            return PeerCertificate(None, f"verifying certificate {name} failed: {failure}")
-        cn = [str(a.value) for a in leaf.subject.get_attributes_for_oid(NameOID.COMMON_NAME)]
-        if not cn or not cn[0]:
-            return PeerCertificate(None, "")  # no user: not an error, not authenticated
-        orgs = [
-            str(a.value) for a in leaf.subject.get_attributes_for_oid(NameOID.ORGANIZATION_NAME)
-        ]
-        return PeerCertificate(User(cn[0], (*orgs, "system:authenticated")))
-
-    def _chain_failure(self, leaf: x509.Certificate, others: list[x509.Certificate]) -> str:
-        now = datetime.datetime.now(datetime.UTC)
-        if not leaf.not_valid_before_utc <= now <= leaf.not_valid_after_utc:
-            return "x509: certificate has expired or is not yet valid"
-        try:
-            usages = leaf.extensions.get_extension_for_class(x509.ExtendedKeyUsage).value
-            allowed = {ExtendedKeyUsageOID.CLIENT_AUTH, ExtendedKeyUsageOID.ANY_EXTENDED_KEY_USAGE}
-            if not allowed & set(usages):
-                return "x509: certificate specifies an incompatible key usage"
-        except x509.ExtensionNotFound:
-            pass
-        current = leaf
-        for _ in range(MAX_CHAIN):
-            for root in self.roots:
-                if _issued_by(current, root, now):
-                    return ""
-            step = next((c for c in others if _is_ca(c) and _issued_by(current, c, now)), None)
-            if step is None:
-                break
-            current = step
-        return "x509: certificate signed by unknown authority"
-
-
-def _issued_by(cert: x509.Certificate, issuer: x509.Certificate, now: datetime.datetime) -> bool:
-    if not issuer.not_valid_before_utc <= now <= issuer.not_valid_after_utc:
-        return False
-    try:
-        cert.verify_directly_issued_by(issuer)
-    except (ValueError, TypeError, InvalidSignature):
-        return False
-    return True
-
-
-def _is_ca(cert: x509.Certificate) -> bool:
-    try:
-        return bool(cert.extensions.get_extension_for_class(x509.BasicConstraints).value.ca)
-    except x509.ExtensionNotFound:
-        return False
-
-
-def _subject(cert: x509.Certificate) -> str:
-    return f'"{cert.subject.rfc4514_string()}"'
-
-
 class ServingTls:
     """A node's serving TLS: the context, made at its first connection, and the client
     certificate check.
@@ -187,10 +101,19 @@ class ServingTls:
 
     def __init__(self, files: Callable[[], tuple[Path, Path]], client_ca_file: str | None) -> None:
         self.files, self.client_ca_file = files, client_ca_file
-        self.authenticator = _authenticator(client_ca_file)
+        self._authenticator: X509Authenticator | None = None
         self.verified_in_handshake = bool(client_ca_file) and not _deferred_check_works()
         self._context: ssl.SSLContext | None = None
         self._lock = threading.Lock()
+
+    @property
+    def authenticator(self) -> X509Authenticator:
+        """Made at the first request (with `cryptography`, some 8 MiB a process never pays
+        while no client comes); a given client CA file is read then."""
+        with self._lock:
+            if self._authenticator is None:
+                self._authenticator = _authenticator(self.client_ca_file)
+            return self._authenticator
 
     def context(self) -> ssl.SSLContext:
         """Raises OSError or ssl.SSLError if the files went bad since the check."""
@@ -213,6 +136,9 @@ class ServingTls:
 def serving_tls(cert_file: Path, key_file: Path, client_ca_file: str | None) -> ServingTls:
     """Raises OSError, or ValueError for a certificate, key or CA file that is unreadable, or
     a key that is not the certificate's."""
+    from cryptography import x509  # noqa: PLC0415 (given files only: see ServingTls)
+    from cryptography.hazmat.primitives import serialization  # noqa: PLC0415
+
     cert = x509.load_pem_x509_certificate(Path(cert_file).read_bytes())
     key = serialization.load_pem_private_key(Path(key_file).read_bytes(), None)
     spki = serialization.Encoding.DER, serialization.PublicFormat.SubjectPublicKeyInfo
@@ -229,6 +155,8 @@ def _deferred_check_works() -> bool:
 
 def _authenticator(ca_file: str | None) -> X509Authenticator:
     """One per CA file (as it is now) for all the nodes that trust it."""
+    from kubelet_sim.server.x509auth import X509Authenticator  # noqa: PLC0415 (at first use)
+
     if not ca_file:
         return X509Authenticator(None)
     stat = Path(ca_file).stat()
@@ -237,4 +165,6 @@ def _authenticator(ca_file: str | None) -> X509Authenticator:
 
 @functools.lru_cache(maxsize=16)
 def _authenticator_of(ca_file: str, _mtime_ns: int, _size: int) -> X509Authenticator:
+    from kubelet_sim.server.x509auth import X509Authenticator  # noqa: PLC0415 (at first use)
+
     return X509Authenticator(ca_file)
