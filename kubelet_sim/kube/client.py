@@ -15,6 +15,7 @@ from kubernetes.client.exceptions import ApiException
 
 from kubelet_sim import __version__
 from kubelet_sim.backoff import Backoff
+from kubelet_sim.kube.rest import ApiError, request_json
 from kubelet_sim.logs import get_logger
 
 USER_AGENT = f"kubelet-sim/{__version__}"
@@ -144,11 +145,10 @@ def wait_for_api_server(conn: KubeConnection, stop: threading.Event) -> str | No
     unreachable server is a reason to retry and say so, not to exit.
     """
     log = get_logger(__name__, server=conn.host)
-    version_api = client.VersionApi(conn.api)
     backoff = Backoff(initial=0.8, cap=30.0)
     while not stop.is_set():
         try:
-            info = version_api.get_code(_request_timeout=(5, 10))
+            info = request_json(conn.api, "GET", "/version", timeout=(5, 10))
         except Exception as exc:  # any transport or HTTP failure means: not reachable yet
             delay = backoff.next_delay()
             log.warning(
@@ -158,14 +158,14 @@ def wait_for_api_server(conn: KubeConnection, stop: threading.Event) -> str | No
             )
             stop.wait(delay)
             continue
-        version = str(getattr(info, "git_version", "") or "unknown")
+        version = str(info.get("gitVersion") or "unknown")
         log.info("API server reachable", server_version=version, config_source=conn.source)
         return version
     return None
 
 
 def _one_line(exc: BaseException) -> str:
-    if isinstance(exc, client.ApiException):
+    if isinstance(exc, client.ApiException | ApiError):
         return f"HTTP {exc.status} {exc.reason}"
     text = str(exc).strip().splitlines()
     return f"{type(exc).__name__}: {text[0] if text else ''}"[:300]

@@ -20,7 +20,7 @@ from datetime import UTC, datetime
 from kubernetes import client
 
 from kubelet_sim.jsontypes import Json
-from kubelet_sim.kube.rest import ApiError, call_json, request_json
+from kubelet_sim.kube.rest import ApiError, request_json
 from kubelet_sim.logs import get_logger
 from kubelet_sim.supervise import Supervisor
 
@@ -62,7 +62,6 @@ class EventRecorder:
         supervisor: Supervisor | None = None,
     ) -> None:
         self._api = api
-        self._core = client.CoreV1Api(api)
         self._node = node
         self._queue: deque[_Item] = deque()
         self._queue_size = queue_size
@@ -202,12 +201,12 @@ class EventRecorder:
 
     def _bump(self, key: tuple[str, ...], seen: _Seen, ref: EventRef, ts: str) -> None:
         patch = {"count": seen.count + 1, "lastTimestamp": ts}
-        call_json(
-            self._core.patch_namespaced_event,
-            seen.name,
-            ref.namespace,
+        request_json(
+            self._api,
+            "PATCH",
+            f"/api/v1/namespaces/{ref.namespace}/events/{seen.name}",
             patch,
-            _content_type="application/strategic-merge-patch+json",
+            content_type="application/strategic-merge-patch+json",
         )
         seen.count += 1
         self._seen.move_to_end(key)

@@ -13,7 +13,7 @@ from collections.abc import Callable
 from kubernetes import client
 
 from kubelet_sim.jsontypes import Json
-from kubelet_sim.kube.rest import ApiError, call_json, request_json
+from kubelet_sim.kube.rest import ApiError, request_json
 from kubelet_sim.kube.schema import NODE_STATUS, ServerSchema
 from kubelet_sim.smp import node_status_patch
 
@@ -27,11 +27,9 @@ class NodeApi:
     def __init__(self, api: client.ApiClient, schema: ServerSchema | None = None) -> None:
         self._api = api
         self._schema = schema or ServerSchema()
-        self._core = client.CoreV1Api(api)
-        self._coordination = client.CoordinationV1Api(api)
 
     def get_node(self, name: str) -> Json | None:
-        return _none_if_missing(lambda: call_json(self._core.read_node, name))
+        return _none_if_missing(lambda: request_json(self._api, "GET", f"/api/v1/nodes/{name}"))
 
     def create_node(self, body: Json) -> Json:
         return request_json(self._api, "POST", "/api/v1/nodes", body)
@@ -49,20 +47,20 @@ class NodeApi:
         patch = node_status_patch(
             self._schema.prune(original, NODE_STATUS), self._schema.prune(status, NODE_STATUS)
         )
-        return call_json(
-            self._core.patch_node_status,
-            name,
+        return request_json(
+            self._api,
+            "PATCH",
+            f"/api/v1/nodes/{name}/status",
             {"status": patch},
-            _content_type=STRATEGIC_MERGE_PATCH,
+            content_type=STRATEGIC_MERGE_PATCH,
         )
 
     def delete_node(self, name: str) -> None:
-        call_json(self._core.delete_node, name)
+        request_json(self._api, "DELETE", f"/api/v1/nodes/{name}")
 
     def get_lease(self, namespace: str, name: str) -> Json | None:
-        return _none_if_missing(
-            lambda: call_json(self._coordination.read_namespaced_lease, name, namespace)
-        )
+        path = f"{LEASE_API}/namespaces/{namespace}/leases/{name}"
+        return _none_if_missing(lambda: request_json(self._api, "GET", path))
 
     def create_lease(self, body: Json) -> Json:
         namespace = body["metadata"]["namespace"]

@@ -33,6 +33,7 @@ from kubernetes import client
 
 from kubelet_sim.backoff import Backoff
 from kubelet_sim.jsontypes import Json
+from kubelet_sim.kube import paths
 from kubelet_sim.kube.informer import Informer, ListWatchSource, WatchTimeouts
 from kubelet_sim.kube.rest import ApiError, request_json
 from kubelet_sim.logs import get_logger
@@ -95,7 +96,7 @@ class ReferencedObjectWatches:
         watches_per_pod: int = WATCHES_PER_POD,
         poll_period: float = POLL_PERIOD,
     ) -> None:
-        self._core = client.CoreV1Api(api if pool_size is None else own_pool(api, pool_size))
+        self._api = api if pool_size is None else own_pool(api, pool_size)
         self._watches_per_pod = watches_per_pod
         self._poll_period = poll_period
         self._polled: dict[Ref, _Polled] = {}
@@ -342,7 +343,7 @@ class ReferencedObjectWatches:
         plural = "configmaps" if kind == "ConfigMap" else "secrets"
         path = f"/api/v1/namespaces/{namespace}/{plural}/{name}"
         try:
-            found: Json | None = request_json(self._core.api_client, "GET", path)
+            found: Json | None = request_json(self._api, "GET", path)
         except ApiError as exc:
             if not exc.not_found:
                 self.log.warning("polling an object failed", kind=kind, namespace=namespace,
@@ -380,9 +381,7 @@ class ReferencedObjectWatches:
     def _new_informer(self, ref: Ref) -> Informer:
         kind, namespace, name = ref
         method = (
-            self._core.list_namespaced_config_map
-            if kind == "ConfigMap"
-            else self._core.list_namespaced_secret
+            paths.config_maps_in(self._api) if kind == "ConfigMap" else paths.secrets_in(self._api)
         )
         source = ListWatchSource(
             description=f"{kind} {namespace}/{name}",

@@ -7,7 +7,7 @@ import threading
 from kubernetes import client
 
 from kubelet_sim.jsontypes import Json
-from kubelet_sim.kube.rest import call_json, request_json, resource_version
+from kubelet_sim.kube.rest import request_json, resource_version
 from kubelet_sim.kube.schema import POD_STATUS, ServerSchema
 from kubelet_sim.smp import POD_STATUS_SCHEMA, two_way_patch
 
@@ -24,7 +24,7 @@ class PodStatusWriter:
     """
 
     def __init__(self, api: client.ApiClient, schema: ServerSchema | None = None) -> None:
-        self._core = client.CoreV1Api(api)
+        self._api = api
         self._schema = schema or ServerSchema()
         self._written: dict[str, tuple[int, Json]] = {}
         self._lock = threading.Lock()
@@ -53,12 +53,12 @@ class PodStatusWriter:
                 self.unchanged += 1
             return None
         body = {"metadata": {"uid": meta["uid"]}, "status": patch}
-        updated = call_json(
-            self._core.patch_namespaced_pod_status,
-            meta["name"],
-            meta["namespace"],
+        updated = request_json(
+            self._api,
+            "PATCH",
+            f"/api/v1/namespaces/{meta['namespace']}/pods/{meta['name']}/status",
             body,
-            _content_type=STRATEGIC_MERGE_PATCH,
+            content_type=STRATEGIC_MERGE_PATCH,
         )
         with self._lock:
             self._written[meta["uid"]] = (resource_version(updated), updated.get("status") or {})

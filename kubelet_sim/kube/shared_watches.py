@@ -18,6 +18,7 @@ from kubernetes import client
 from kubernetes.client.exceptions import ApiException
 
 from kubelet_sim.jsontypes import Json
+from kubelet_sim.kube import paths
 from kubelet_sim.kube.informer import DELETED, Handler, Informer, InformerStats, ListWatchSource
 from kubelet_sim.kube.watches import all_endpoint_slices, all_nodes, all_services
 from kubelet_sim.logs import get_logger
@@ -60,7 +61,7 @@ def pods_on_any_node(api: client.ApiClient) -> ListWatchSource:
     """Every pod bound to a node; each node of the set takes those naming it."""
     return ListWatchSource(
         description="pods on any node",
-        list_method=client.CoreV1Api(api).list_pod_for_all_namespaces,
+        list_method=paths.pods(api),
         kwargs={"field_selector": "spec.nodeName!="},
     )
 
@@ -191,11 +192,12 @@ class SharedWatches:
 def may_watch_every_node(api: client.ApiClient) -> str | None:
     """None when these credentials may list every pod bound to a node and every Node (what the
     shared watches do); else why not, in one line. Raises on anything but a refusal."""
-    core = client.CoreV1Api(api)
     checks = (
-        ("pods", lambda: core.list_pod_for_all_namespaces(
-            field_selector="spec.nodeName!=", limit=1, _request_timeout=(5, 30))),
-        ("nodes", lambda: core.list_node(limit=1, _request_timeout=(5, 30))),
+        ("pods", lambda: paths.pods(api)(
+            field_selector="spec.nodeName!=", limit=1, _request_timeout=(5, 30),
+            _preload_content=True)),
+        ("nodes", lambda: paths.nodes(api)(
+            limit=1, _request_timeout=(5, 30), _preload_content=True)),
     )  # fmt: skip
     for resource, call in checks:
         try:

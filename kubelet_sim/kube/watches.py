@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from kubernetes import client
 
+from kubelet_sim.kube import paths
 from kubelet_sim.kube.informer import ListWatchSource
 
 
@@ -11,7 +12,7 @@ def pods_on_node(api: client.ApiClient, node_name: str) -> ListWatchSource:
     """All namespaces, server-side filtered to pods bound to this node (node credentials)."""
     return ListWatchSource(
         description=f"pods on {node_name}",
-        list_method=client.CoreV1Api(api).list_pod_for_all_namespaces,
+        list_method=paths.pods(api),
         kwargs={"field_selector": f"spec.nodeName={node_name}"},
     )
 
@@ -19,7 +20,7 @@ def pods_on_node(api: client.ApiClient, node_name: str) -> ListWatchSource:
 def own_node(api: client.ApiClient, node_name: str) -> ListWatchSource:
     return ListWatchSource(
         description=f"node {node_name}",
-        list_method=client.CoreV1Api(api).list_node,
+        list_method=paths.nodes(api),
         kwargs={"field_selector": f"metadata.name={node_name}"},
     )
 
@@ -29,31 +30,27 @@ def all_services(api: client.ApiClient) -> ListWatchSource:
     authorizer lets a node list and watch them."""
     return ListWatchSource(
         description="services",
-        list_method=client.CoreV1Api(api).list_service_for_all_namespaces,
+        list_method=paths.services(api),
         kwargs={},
     )
 
 
 def pods_in_namespace(api: client.ApiClient, namespace: str | None) -> ListWatchSource:
     """Every pod of one namespace, or of all (`None`): a viewer's watch, not a node's."""
-    core = client.CoreV1Api(api)
     if namespace is None:
-        return ListWatchSource("pods", core.list_pod_for_all_namespaces)
-    return ListWatchSource(f"pods in {namespace}", core.list_namespaced_pod, (namespace,))
+        return ListWatchSource("pods", paths.pods(api))
+    return ListWatchSource(f"pods in {namespace}", paths.pods_in(api), (namespace,))
 
 
 def events_with_reason(
     api: client.ApiClient, reason: str, namespace: str | None
 ) -> ListWatchSource:
     """Events of one reason (e.g. the scheduler's `Scheduled`), filtered by the server."""
-    core = client.CoreV1Api(api)
     selector = {"field_selector": f"reason={reason}"}
     if namespace is None:
-        return ListWatchSource(
-            f"{reason} events", core.list_event_for_all_namespaces, kwargs=selector
-        )
+        return ListWatchSource(f"{reason} events", paths.events(api), kwargs=selector)
     return ListWatchSource(
-        f"{reason} events in {namespace}", core.list_namespaced_event, (namespace,), selector
+        f"{reason} events in {namespace}", paths.events_in(api), (namespace,), selector
     )
 
 
@@ -62,13 +59,11 @@ def all_endpoint_slices(api: client.ApiClient) -> ListWatchSource:
     node credentials alone may not list them)."""
     return ListWatchSource(
         description="endpointslices",
-        list_method=client.DiscoveryV1Api(api).list_endpoint_slice_for_all_namespaces,
+        list_method=paths.endpoint_slices(api),
         kwargs={},
     )
 
 
 def all_nodes(api: client.ApiClient) -> ListWatchSource:
     """Every Node, for the other nodes' pod ranges (the Node authorizer lets a node read them)."""
-    return ListWatchSource(
-        description="nodes", list_method=client.CoreV1Api(api).list_node, kwargs={}
-    )
+    return ListWatchSource(description="nodes", list_method=paths.nodes(api), kwargs={})
