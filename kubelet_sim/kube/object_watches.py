@@ -35,6 +35,7 @@ from kubelet_sim.backoff import Backoff
 from kubelet_sim.jsontypes import Json
 from kubelet_sim.kube import paths
 from kubelet_sim.kube.informer import Informer, ListWatchSource, WatchTimeouts
+from kubelet_sim.kube.paths import Collection
 from kubelet_sim.kube.rest import ApiError, request_json
 from kubelet_sim.logs import get_logger
 from kubelet_sim.supervise import Supervisor
@@ -381,7 +382,9 @@ class ReferencedObjectWatches:
     def _new_informer(self, ref: Ref) -> Informer:
         kind, namespace, name = ref
         method = (
-            paths.config_maps_in(self._api) if kind == "ConfigMap" else paths.secrets_in(self._api)
+            Collection(self._api, paths.CONFIG_MAPS_IN)
+            if kind == "ConfigMap"
+            else Collection(self._api, paths.SECRETS_IN)
         )
         source = ListWatchSource(
             description=f"{kind} {namespace}/{name}",

@@ -72,37 +72,13 @@ class Collection:
         return response
 
 
-def pods(api: client.ApiClient) -> Collection:
-    return Collection(api, "/api/v1/pods")
-
-
-def pods_in(api: client.ApiClient) -> Collection:
-    return Collection(api, "/api/v1/namespaces/{}/pods")
-
-
-def nodes(api: client.ApiClient) -> Collection:
-    return Collection(api, "/api/v1/nodes")
-
-
-def services(api: client.ApiClient) -> Collection:
-    return Collection(api, "/api/v1/services")
-
-
-def events(api: client.ApiClient) -> Collection:
-    return Collection(api, "/api/v1/events")
-
-
-def events_in(api: client.ApiClient) -> Collection:
-    return Collection(api, "/api/v1/namespaces/{}/events")
-
-
-def config_maps_in(api: client.ApiClient) -> Collection:
-    return Collection(api, "/api/v1/namespaces/{}/configmaps")
-
-
-def secrets_in(api: client.ApiClient) -> Collection:
-    return Collection(api, "/api/v1/namespaces/{}/secrets")
-
-
-def endpoint_slices(api: client.ApiClient) -> Collection:
-    return Collection(api, "/apis/discovery.k8s.io/v1/endpointslices")
+# The collections the agent lists and watches ("{}": the namespace, a positional argument).
+PODS = "/api/v1/pods"
+PODS_IN = "/api/v1/namespaces/{}/pods"
+NODES = "/api/v1/nodes"
+SERVICES = "/api/v1/services"
+EVENTS = "/api/v1/events"
+EVENTS_IN = "/api/v1/namespaces/{}/events"
+CONFIG_MAPS_IN = "/api/v1/namespaces/{}/configmaps"
+SECRETS_IN = "/api/v1/namespaces/{}/secrets"
+ENDPOINT_SLICES = "/apis/discovery.k8s.io/v1/endpointslices"

@@ -20,6 +20,7 @@ from kubernetes.client.exceptions import ApiException
 from kubelet_sim.jsontypes import Json
 from kubelet_sim.kube import paths
 from kubelet_sim.kube.informer import DELETED, Handler, Informer, InformerStats, ListWatchSource
+from kubelet_sim.kube.paths import Collection
 from kubelet_sim.kube.watches import all_endpoint_slices, all_nodes, all_services
 from kubelet_sim.logs import get_logger
 from kubelet_sim.supervise import Supervisor
@@ -61,7 +62,7 @@ def pods_on_any_node(api: client.ApiClient) -> ListWatchSource:
     """Every pod bound to a node; each node of the set takes those naming it."""
     return ListWatchSource(
         description="pods on any node",
-        list_method=paths.pods(api),
+        list_method=Collection(api, paths.PODS),
         kwargs={"field_selector": "spec.nodeName!="},
     )
 
@@ -193,10 +194,10 @@ def may_watch_every_node(api: client.ApiClient) -> str | None:
     """None when these credentials may list every pod bound to a node and every Node (what the
     shared watches do); else why not, in one line. Raises on anything but a refusal."""
     checks = (
-        ("pods", lambda: paths.pods(api)(
+        ("pods", lambda: Collection(api, paths.PODS)(
             field_selector="spec.nodeName!=", limit=1, _request_timeout=(5, 30),
             _preload_content=True)),
-        ("nodes", lambda: paths.nodes(api)(
+        ("nodes", lambda: Collection(api, paths.NODES)(
             limit=1, _request_timeout=(5, 30), _preload_content=True)),
     )  # fmt: skip
     for resource, call in checks:

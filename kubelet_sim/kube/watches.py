@@ -6,13 +6,14 @@ from kubernetes import client
 
 from kubelet_sim.kube import paths
 from kubelet_sim.kube.informer import ListWatchSource
+from kubelet_sim.kube.paths import Collection
 
 
 def pods_on_node(api: client.ApiClient, node_name: str) -> ListWatchSource:
     """All namespaces, server-side filtered to pods bound to this node (node credentials)."""
     return ListWatchSource(
         description=f"pods on {node_name}",
-        list_method=paths.pods(api),
+        list_method=Collection(api, paths.PODS),
         kwargs={"field_selector": f"spec.nodeName={node_name}"},
     )
 
@@ -20,7 +21,7 @@ def pods_on_node(api: client.ApiClient, node_name: str) -> ListWatchSource:
 def own_node(api: client.ApiClient, node_name: str) -> ListWatchSource:
     return ListWatchSource(
         description=f"node {node_name}",
-        list_method=paths.nodes(api),
+        list_method=Collection(api, paths.NODES),
         kwargs={"field_selector": f"metadata.name={node_name}"},
     )
 
@@ -30,7 +31,7 @@ def all_services(api: client.ApiClient) -> ListWatchSource:
     authorizer lets a node list and watch them."""
     return ListWatchSource(
         description="services",
-        list_method=paths.services(api),
+        list_method=Collection(api, paths.SERVICES),
         kwargs={},
     )
 
@@ -38,8 +39,8 @@ def all_services(api: client.ApiClient) -> ListWatchSource:
 def pods_in_namespace(api: client.ApiClient, namespace: str | None) -> ListWatchSource:
     """Every pod of one namespace, or of all (`None`): a viewer's watch, not a node's."""
     if namespace is None:
-        return ListWatchSource("pods", paths.pods(api))
-    return ListWatchSource(f"pods in {namespace}", paths.pods_in(api), (namespace,))
+        return ListWatchSource("pods", Collection(api, paths.PODS))
+    return ListWatchSource(f"pods in {namespace}", Collection(api, paths.PODS_IN), (namespace,))
 
 
 def events_with_reason(
@@ -48,9 +49,9 @@ def events_with_reason(
     """Events of one reason (e.g. the scheduler's `Scheduled`), filtered by the server."""
     selector = {"field_selector": f"reason={reason}"}
     if namespace is None:
-        return ListWatchSource(f"{reason} events", paths.events(api), kwargs=selector)
+        return ListWatchSource(f"{reason} events", Collection(api, paths.EVENTS), kwargs=selector)
     return ListWatchSource(
-        f"{reason} events in {namespace}", paths.events_in(api), (namespace,), selector
+        f"{reason} events in {namespace}", Collection(api, paths.EVENTS_IN), (namespace,), selector
     )
 
 
@@ -59,11 +60,11 @@ def all_endpoint_slices(api: client.ApiClient) -> ListWatchSource:
     node credentials alone may not list them)."""
     return ListWatchSource(
         description="endpointslices",
-        list_method=paths.endpoint_slices(api),
+        list_method=Collection(api, paths.ENDPOINT_SLICES),
         kwargs={},
     )
 
 
 def all_nodes(api: client.ApiClient) -> ListWatchSource:
     """Every Node, for the other nodes' pod ranges (the Node authorizer lets a node read them)."""
-    return ListWatchSource(description="nodes", list_method=paths.nodes(api), kwargs={})
+    return ListWatchSource(description="nodes", list_method=Collection(api, paths.NODES), kwargs={})
