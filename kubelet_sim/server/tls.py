@@ -101,6 +101,8 @@ class ServingTls:
 
     def __init__(self, files: Callable[[], tuple[Path, Path]], client_ca_file: str | None) -> None:
         self.files, self.client_ca_file = files, client_ca_file
+        if client_ca_file:  # a bad file stops the start; OpenSSL reads it without cryptography
+            ssl.SSLContext(ssl.PROTOCOL_TLS_CLIENT).load_verify_locations(client_ca_file)
         self._authenticator: X509Authenticator | None = None
         self.verified_in_handshake = bool(client_ca_file) and not _deferred_check_works()
         self._context: ssl.SSLContext | None = None
