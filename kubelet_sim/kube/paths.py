@@ -17,6 +17,8 @@ import urllib3
 from kubernetes import client
 from kubernetes.client.exceptions import ApiException
 
+from kubelet_sim.kube.rest import serialize
+
 QUERY_NAMES = {  # the generated methods' keyword arguments, as the API spells them
     "field_selector": "fieldSelector",
     "label_selector": "labelSelector",
@@ -50,13 +52,7 @@ class Collection:
         if unknown:
             raise TypeError(f"{self.path}: unknown list parameters {sorted(unknown)}")
         query = [(QUERY_NAMES[k], v) for k, v in params.items() if v is not None]
-        request = self.api.param_serialize(
-            method="GET",
-            resource_path=self.path.format(*args),
-            query_params=query,
-            header_params={"Accept": "application/json"},
-            auth_settings=["BearerToken"],
-        )
+        request = serialize(self.api, "GET", self.path.format(*args), query=query)
         method, url, headers, body, post_params = request
         answer = self.api.call_api(
             method, url, headers, body, post_params, _request_timeout=_request_timeout

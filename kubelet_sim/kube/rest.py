@@ -116,13 +116,7 @@ def request_json(
     client's pydantic models, which refuse fields they do not know (a newer server's) and
     re-format MicroTime values; writes of our own dicts therefore go through here.
     """
-    request = api.param_serialize(
-        method=method,
-        resource_path=path,
-        header_params={"Accept": "application/json", "Content-Type": content_type},
-        body=body,
-        auth_settings=["BearerToken"],
-    )
+    request = serialize(api, method, path, body=body, content_type=content_type)
     data = _send(api, request, timeout)
     result: Json = json.loads(data) if data else {}
     return result
@@ -132,20 +126,37 @@ def request_bytes(
     api: client.ApiClient, path: str, *, timeout: tuple[float, float] = REQUEST_TIMEOUT
 ) -> bytes:
     """GET `path` and return the body as it came, for a caller that parses only part of it."""
-    request = api.param_serialize(
-        method="GET",
+    return _send(api, serialize(api, "GET", path), timeout)
+
+
+Request = tuple[str, str, dict[str, str], Any, Any]  # method, url, headers, body, post params
+
+
+def serialize(
+    api: client.ApiClient,
+    method: str,
+    path: str,
+    *,
+    query: list[tuple[str, Any]] | None = None,
+    body: Json | None = None,
+    content_type: str | None = None,
+) -> Request:
+    """A request with the client's host, auth and headers, for `api.call_api`."""
+    headers = {"Accept": "application/json"}
+    if content_type is not None:
+        headers["Content-Type"] = content_type
+    request: Request = api.param_serialize(
+        method=method,
         resource_path=path,
-        header_params={"Accept": "application/json"},
+        query_params=query,
+        header_params=headers,
+        body=body,
         auth_settings=["BearerToken"],
     )
-    return _send(api, request, timeout)
+    return request
 
 
-def _send(
-    api: client.ApiClient,
-    request: tuple[str, str, dict[str, str], Any, Any],
-    timeout: tuple[float, float],
-) -> bytes:
+def _send(api: client.ApiClient, request: Request, timeout: tuple[float, float]) -> bytes:
     method, url, headers, body, post_params = request
     try:
         response = api.call_api(method, url, headers, body, post_params, _request_timeout=timeout)
