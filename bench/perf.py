@@ -23,19 +23,23 @@ from typing import Any
 
 from kubernetes import client
 
-from bench import dockerside, measure, report, scale, startup
+from bench import dockerfloor, dockerside, measure, report, scale, startup
 from bench.kube import BUSYBOX, api_client
 from bench.measure import RunResult
 from bench.processes import AGENT_USER_AGENT_PREFIX
 from bench.report import percentile
 
-SECTIONS = ("pods", "scale")
+SECTIONS = ("pods", "floor", "scale")
 
 
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p = argparse.ArgumentParser(prog="python -m bench.perf", description=__doc__)
     startup.add_server_options(p)
-    p.add_argument("--sections", default="pods,scale", help="which rows to run: pods, scale")
+    p.add_argument(
+        "--sections",
+        default="pods,floor,scale",
+        help="pods (the agent), floor (Docker alone, bench/dockerfloor.py), scale",
+    )
     p.add_argument("--repeat", type=int, default=10, help="one-pod runs (p50 of these)")
     p.add_argument(
         "--rss-seconds", type=float, default=5.0, help="30 pods Ready: wait before reading RSS"
@@ -83,6 +87,7 @@ class Row:
     today: str
     goal: str
     met: bool | None  # None: not run, or not measurable here
+    floor: str = ""  # Docker alone doing the same containers (bench/dockerfloor.py), if run
 
 
 def _one(ctx: measure.Context, target: measure.Target, size: int, idle: float) -> RunResult:
@@ -129,10 +134,17 @@ def _below(value: float | None, goal: float) -> bool | None:
     return None if value is None else value <= goal
 
 
-def pod_rows(runs: PodRuns | None, args: argparse.Namespace) -> list[Row]:
-    """The issue's pod rows; `not run` where the run did not get there."""
+def pod_rows(
+    runs: PodRuns | None, args: argparse.Namespace, floor: dockerfloor.Floor | None = None
+) -> list[Row]:
+    """The issue's pod rows; `not run` where the run did not get there. With `floor`, the
+    Docker-bound rows show beside them what Docker alone took for the same containers."""
     if runs is None:
         runs = PodRuns()
+    one_start = _seconds(floor.one_start_p50) if floor else ""
+    one_stop = _seconds(floor.one_stop_p50) if floor else ""
+    many_start = _seconds(floor.many_start) if floor else ""
+    many_stop = _seconds(floor.many_stop) if floor else ""
     rows = []
     created = [p.ready - p.created for r in runs.ones for p in r.pods if p.ready and p.created]
     p50 = percentile(created, 50) if created else None
@@ -143,6 +155,7 @@ def pod_rows(runs: PodRuns | None, args: argparse.Namespace) -> list[Row]:
             f"{_seconds(p50)}{spread}, n={len(created)}" if runs.ones else "not run",
             "≤ 0.25 s",
             _below(p50, 0.25) if len(created) == args.repeat else None,
+            one_start,
         )
     )
     thirty = runs.thirty.all_ready_seconds if runs.thirty else None
@@ -156,6 +169,7 @@ def pod_rows(runs: PodRuns | None, args: argparse.Namespace) -> list[Row]:
                 + (f" = {ratio:.2f} times" if ratio is not None else ""),
                 "≤ 0.2 times",
                 _below(ratio, 0.2),
+                many_start,
             )
         )
     else:
@@ -165,6 +179,7 @@ def pod_rows(runs: PodRuns | None, args: argparse.Namespace) -> list[Row]:
                 _seconds(thirty) if runs.thirty else "not run",
                 "≤ 3.5 s",
                 _below(thirty, 3.5),
+                many_start,
             )
         )
     deleted = [
@@ -177,12 +192,13 @@ def pod_rows(runs: PodRuns | None, args: argparse.Namespace) -> list[Row]:
             f"{_seconds(d50)}, n={len(deleted)}" if runs.ones else "not run",
             "≤ 0.5 s",
             _below(d50, 0.5) if len(deleted) == args.repeat else None,
+            one_stop,
         )
     )
     gone = runs.thirty.all_gone_seconds if runs.thirty else None
     rows.append(
         Row("30 pods deleted → all gone", _seconds(gone) if runs.thirty else "not run",
-            "≤ 1.5 s", _below(gone, 1.5))
+            "≤ 1.5 s", _below(gone, 1.5), many_stop)
     )  # fmt: skip
     usage = runs.thirty.idle.usage if runs.thirty and runs.thirty.idle else None
     rows.append(
@@ -275,10 +291,13 @@ def scale_rows(results: list[scale.ScaleResult], args: argparse.Namespace) -> li
 
 def render(rows: list[Row]) -> str:
     """A Markdown table, as the issue's and the README's."""
-    lines = ["| measure | today (this run) | goal | met |", "|---|---|---|---|"]
+    lines = [
+        "| measure | today (this run) | Docker alone | goal | met |",
+        "|---|---|---|---|---|",
+    ]
     for row in rows:
         met = "not run" if row.met is None else ("yes" if row.met else "**no**")
-        lines.append(f"| {row.measure} | {row.today} | {row.goal} | {met} |")
+        lines.append(f"| {row.measure} | {row.today} | {row.floor} | {row.goal} | {met} |")
     return "\n".join(lines)
 
 
@@ -384,17 +403,21 @@ def main(argv: list[str] | None = None) -> int:
         )  # fmt: skip
         pods = PodRuns() if "pods" in args.section_list else None
         scaled: list[scale.ScaleResult] = []
+        floor: dockerfloor.Floor | None = None
         failure = None
         try:
             if pods is not None:
                 run_pods(args, ctx, owned, pods)
             _stop_agent(owned, core, args.node_name, dk)
+            if "floor" in args.section_list:
+                print("bench: Docker alone, the same containers, no agent ...", flush=True)
+                floor = dockerfloor.measure(dk, args.pause_image, repeat=args.repeat, size=30)
             if "scale" in args.section_list:
                 scaled = run_scale(args, owned, kubeconfig, deadline)
         except Exception as exc:  # print and keep what was measured before it
             failure = f"{exc!r}"[:500]
             print(f"bench: stopped by {failure}", flush=True)
-        rows = pod_rows(pods, args) + scale_rows(scaled, args)
+        rows = pod_rows(pods, args, floor) + scale_rows(scaled, args)
         api = "fake" if owned.fake else ("real (tests/kubeenv.py)" if owned.env else "given")
         m = report.machine()
         print(f"\n== issue 22: {api} API server; {m['cpus']} CPUs ({m['cpu_model']}), "
@@ -403,7 +426,7 @@ def main(argv: list[str] | None = None) -> int:
         print(render(rows))
         if scaled:
             print("\n" + render_scale(scaled))
-        path = write_json(args, rows, pods, scaled, api, dk, failure)
+        path = write_json(args, rows, pods, scaled, api, dk, failure, floor)
         print(f"\nbench: results in {path}")
         return 0 if failure is None else 1
     finally:
@@ -434,6 +457,7 @@ def write_json(
     api: str,
     dk: Any,
     failure: str | None = None,
+    floor: dockerfloor.Floor | None = None,
 ) -> Path:
     runs = [] if pods is None else [*pods.ones, pods.thirty, pods.compare, pods.hundred]
     options = {k: v for k, v in vars(args).items() if k != "results_dir"}
@@ -446,6 +470,7 @@ def write_json(
         "table": [asdict(r) for r in rows],
         "pod_runs": [report.summarize(r) for r in runs if r is not None],
         "scale": [asdict(r) for r in scaled],
+        "docker_alone": asdict(floor) if floor else None,
     }
     args.results_dir.mkdir(parents=True, exist_ok=True)
     path = Path(args.results_dir) / f"perf-{document['created']}.json"
