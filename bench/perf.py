@@ -422,7 +422,8 @@ def main(argv: list[str] | None = None) -> int:
         m = report.machine()
         print(f"\n== issue 22: {api} API server; {m['cpus']} CPUs ({m['cpu_model']}), "
               f"{m['memory_gib']} GiB, kernel {m['kernel']}, Python {m['python']}, "
-              f"load average {m['load_average_1_5_15']}")  # fmt: skip
+              f"load average {m['load_average_1_5_15']}; the agent's sandbox pool "
+              f"{args.sandbox_pool_size or 'off'}")  # fmt: skip
         print(render(rows))
         if scaled:
             print("\n" + render_scale(scaled))

@@ -57,6 +57,12 @@ def add_server_options(p: argparse.ArgumentParser) -> None:
         help="user-agent prefix of the compare node's requests (fake only)",
     )
     p.add_argument("--pause-image", default=PAUSE)
+    p.add_argument(
+        "--sandbox-pool-size",
+        type=int,
+        default=0,
+        help="the agent's warm sandbox pool (its --sandbox-pool-size; default 0, the agent's)",
+    )
     p.add_argument("--results-dir", type=Path, default=RESULTS)
 
 
@@ -146,6 +152,7 @@ def start_api_and_agent(args: argparse.Namespace, owned: Owned, deadline: measur
             args.pause_image,
             owned.proxy.url if owned.proxy else None,
             owned.tmp / "agent.log",
+            ("--sandbox-pool-size", str(args.sandbox_pool_size)),
         )
         owned.agent.wait_running(deadline.left(60))
         print(f"bench: kubelet-sim running as {args.node_name} (pid {owned.agent.pid})")

@@ -10,6 +10,7 @@ Secrets come through an `ObjectLookup` the caller backs with its watch cache.
 from __future__ import annotations
 
 import base64
+import functools
 import json
 import re
 from collections.abc import Callable, Mapping, Sequence
@@ -176,7 +177,13 @@ def spec_hash(container: ContainerView) -> str:
     Only a changed spec (in practice: a new image) changes it, so it is safe to store in a label
     and compare after an agent restart.
     """
-    data = json.dumps(container.raw, sort_keys=True, separators=(",", ":")).encode()
+    return _fnv1a_32(json.dumps(container.raw, sort_keys=True, separators=(",", ":")).encode())
+
+
+@functools.lru_cache(maxsize=1024)
+def _fnv1a_32(data: bytes) -> str:
+    """Byte by byte in Python, so remembered: every sync of every pod hashes its containers
+    again, and their specs do not change."""
     digest = 0x811C9DC5
     for byte in data:
         digest = ((digest ^ byte) * 0x01000193) & 0xFFFFFFFF
