@@ -3,6 +3,7 @@ limit, adoption after a crash and removal at stop. Docker's side: tests/test_san
 
 from __future__ import annotations
 
+import time
 from pathlib import Path
 
 import pytest
@@ -10,7 +11,7 @@ import pytest
 from kubelet_sim import cri
 from kubelet_sim.pod.sandbox_pool import adoption, pool_refusal, to_make
 from kubelet_sim.pod.spec import PodView
-from kubelet_sim.podworkers.pool import SandboxPool
+from kubelet_sim.podworkers.pool import REFILL_AFTER_CLAIM, SandboxPool
 from kubelet_sim.runtime.local_images import PAUSE_IMAGE
 from kubelet_sim.supervise import Supervisor
 from tests.cluster import wait_for
@@ -109,6 +110,33 @@ def test_a_pod_takes_the_oldest_pool_sandbox_with_its_hostname_and_the_pool_refi
         "the pool to refill",
     )
     assert len(node.runtime.operations("run_pool_sandbox")) == 3
+
+
+def test_the_refill_waits_until_the_claiming_pods_containers_had_their_turn(
+    pooled_node: Node,
+) -> None:
+    node = pooled_node
+    _filled(node, 2)
+    runtime = node.runtime
+    claimed_at: list[float] = []
+    made_at: list[float] = []
+    claim, make = runtime.claim_sandbox, runtime.run_pool_sandbox
+
+    def timed_claim(sandbox_id: str, cfg: cri.SandboxConfig) -> cri.ObservedContainer:
+        claimed_at.append(time.monotonic())
+        return claim(sandbox_id, cfg)
+
+    def timed_make(image: str) -> str:
+        made_at.append(time.monotonic())
+        return make(image)
+
+    runtime.claim_sandbox = timed_claim  # type: ignore[method-assign]
+    runtime.run_pool_sandbox = timed_make  # type: ignore[method-assign]
+    uid = node.add(pod_body(name="web"))
+    node.sync_until(uid, lambda: node.condition(uid, "Ready") == "True", "Ready")
+    wait_for(lambda: made_at, 10, "the refill")
+    assert len(claimed_at) == 1
+    assert made_at[0] - claimed_at[0] >= REFILL_AFTER_CLAIM
 
 
 def test_a_pod_that_needs_its_own_sandbox_leaves_the_pool_alone(pooled_node: Node) -> None:
