@@ -220,7 +220,7 @@ def pod_rows(
             if cpu is not None
             else "not run",
             "≤ 0.5 % of a core",
-            _below(cpu, 0.5),
+            _below(cpu, 0.5) if window >= 65 else None,  # the goal includes the resyncs
         )
     )
     return rows

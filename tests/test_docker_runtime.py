@@ -292,6 +292,38 @@ def test_stop_waits_grace_then_kills(pod: Pod) -> None:
     pod.rt.stop_container(stubborn, grace_seconds=1)  # already stopped: no error
 
 
+@pytest.fixture
+def usr1_image(docker_env: DockerEnv, request: pytest.FixtureRequest) -> Iterator[str]:
+    """busybox with `STOPSIGNAL SIGUSR1`, committed here (no registry to pull one from)."""
+    api = docker_env.client.api
+    base = api.create_container(docker_env.busybox_image, labels={TEST_LABEL: request.node.nodeid})
+    repository, tag = "kubelet-sim.local/stopsignal-usr1", uuid.uuid4().hex[:8]
+    api.commit(base["Id"], repository=repository, tag=tag, conf={"StopSignal": "SIGUSR1"})
+    api.remove_container(base["Id"], force=True)
+    yield f"{repository}:{tag}"
+    api.remove_image(f"{repository}:{tag}", force=True)
+
+
+@pytest.mark.parametrize("inspected_first", [True, False])
+def test_stop_sends_the_images_stop_signal(
+    pod: Pod, usr1_image: str, docker_env: DockerEnv, inspected_first: bool
+) -> None:
+    """From the inspect the events stream made of the container, or from one of its own."""
+    script = "trap 'exit 42' USR1; trap 'exit 15' TERM; while :; do sleep 0.1; done"
+    container_id = pod.start(image=usr1_image, entrypoint=("sh", "-c", script))
+    wait_for(lambda: pod.exec(container_id, "echo up") == "up", what="the container running")
+    runtime = pod.rt
+    if inspected_first:
+        assert runtime.inspect(container_id) is not None
+    else:  # a runtime that has never inspected it (as after a restart of the agent)
+        runtime = DockerRuntime(client=docker_env.client, node_name=pod.rt.node_name)
+    assert runtime.signal_stop(container_id) is True
+    docker_env.client.api.wait(container_id, timeout=15)
+    stopped = pod.rt.inspect(container_id)
+    assert stopped is not None
+    assert stopped.exit_code == 42
+
+
 def test_read_only_rootfs_refuses_writes(pod: Pod) -> None:
     observed = pod.run(
         entrypoint=("sh", "-c", "touch /x && echo wrote; echo -n ok > /dev/termination-log"),
