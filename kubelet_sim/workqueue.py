@@ -90,8 +90,10 @@ class WorkQueue(Generic[K]):
             if key in self._ready_at and self._ready_at[key] <= ready:
                 return
             self._ready_at[key] = ready
+            earliest = self._heap[0][0] if self._heap else None
             heapq.heappush(self._heap, (ready, next(self._seq), key))
-            self._delay_cond.notify()
+            if earliest is None or ready < earliest:  # else it wakes in time for this one too
+                self._delay_cond.notify()
             self._delayer.wake()
 
     def cancel_delayed(self, key: K) -> None:

@@ -525,6 +525,9 @@ def test_watcher_follows_a_container_through_its_life(
     # sandbox (subscribed from just before the list) are already reflected: no inspect.
     assert watcher.stats.lists == 1
     assert watcher.stats.inspects == 1 + 3
+    pod.rt.remove_container(pod.sandbox.id)
+    wait_for(lambda: watcher.pod_uids() == set(), what="the pod's last container destroyed")
+    assert watcher.pod_containers(pod.ref.uid) == []
 
 
 def test_watcher_ignores_exec_events_and_relists_after_reconnect(

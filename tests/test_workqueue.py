@@ -95,3 +95,20 @@ def test_a_delay_past_any_timer_holds_up_no_other_key() -> None:
     assert supervisor.healthy
     assert all(h.restarts == 0 for h in supervisor.health().values())
     queue.shut_down()
+
+
+def test_delayed_keys_come_in_the_order_of_their_times_whatever_order_they_were_added() -> None:
+    """A later key added behind an earlier one does not wake the delay thread (it wakes for
+    the earlier one anyway); an earlier one added behind a later one does."""
+    queue: WorkQueue[str] = WorkQueue()
+    queue.add_after("second", 0.2)
+    queue.add_after("third", 0.4)
+    queue.add_after("first", 0.05)
+    got = []
+    for _ in range(3):
+        key = queue.get(5.0)
+        assert key is not None
+        got.append(key)
+        queue.done(key)
+    assert got == ["first", "second", "third"]
+    queue.shut_down()

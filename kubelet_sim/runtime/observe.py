@@ -80,6 +80,8 @@ class ContainerWatcher:
         self.log = get_logger("kubelet_sim.runtime.observe", node=self.node)
         self._lock = threading.Lock()
         self._by_id: dict[str, cri.ObservedContainer] = {}
+        # The same, by pod uid: every sync of every pod asks for its own, several times.
+        self._by_pod: dict[str, dict[str, cri.ObservedContainer]] = {}
         self._gone: dict[str, None] = {}  # destroyed ids, oldest first
         self._synced = threading.Event()
         self._own = events is None
@@ -121,11 +123,11 @@ class ContainerWatcher:
 
     def pod_containers(self, pod_uid: str) -> list[cri.ObservedContainer]:
         with self._lock:
-            return [c for c in self._by_id.values() if c.pod.uid == pod_uid]
+            return list(self._by_pod.get(pod_uid, {}).values())
 
     def pod_uids(self) -> set[str]:
         with self._lock:
-            return {c.pod.uid for c in self._by_id.values()}
+            return set(self._by_pod)
 
     def get(self, container_id: str) -> cri.ObservedContainer | None:
         with self._lock:
@@ -153,6 +155,9 @@ class ContainerWatcher:
         with self._lock:
             old = self._by_id
             self._by_id = fresh
+            self._by_pod = {}
+            for c in fresh.values():
+                self._by_pod.setdefault(c.pod.uid, {})[c.id] = c
         changed = {c.pod.uid for c in old.values() if fresh.get(c.id) != c}
         changed |= {c.pod.uid for c in fresh.values() if old.get(c.id) != c}
         self._synced.set()
@@ -211,6 +216,9 @@ class ContainerWatcher:
             ):
                 return False
             self._by_id[observed.id] = observed
+            if current is not None and current.pod.uid != observed.pod.uid:
+                self._unindex(current)
+            self._by_pod.setdefault(observed.pod.uid, {})[observed.id] = observed
             return True
 
     def _remove(self, container_id: str) -> str | None:
@@ -219,7 +227,17 @@ class ContainerWatcher:
             if len(self._gone) > _GONE_REMEMBERED:
                 del self._gone[next(iter(self._gone))]
             removed = self._by_id.pop(container_id, None)
+            if removed is not None:
+                self._unindex(removed)
         return removed.pod.uid if removed else None
+
+    def _unindex(self, observed: cri.ObservedContainer) -> None:
+        """Drop from the by-pod index (the caller holds the lock)."""
+        containers = self._by_pod.get(observed.pod.uid)
+        if containers is not None:
+            containers.pop(observed.id, None)
+            if not containers:
+                del self._by_pod[observed.pod.uid]
 
     def _notify(self, pod_uid: str) -> None:
         try:
