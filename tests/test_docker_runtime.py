@@ -530,6 +530,41 @@ def test_watcher_follows_a_container_through_its_life(
     assert watcher.pod_containers(pod.ref.uid) == []
 
 
+def test_an_oom_event_after_the_exit_makes_the_container_oom_killed(
+    pod: Pod, watched: tuple[ContainerWatcher, Changes], docker_env: DockerEnv
+) -> None:
+    """Docker 20.10 takes OOMKilled from containerd's exit event; when containerd's OOM event
+    comes after it, the inspect says false but Docker still emits `oom`. That order is a
+    race, so the event is handed to the watcher here as Docker's stream delivers it."""
+    watcher, changes = watched
+    assert watcher.wait_synced(5)
+    container_id = pod.start(entrypoint=("sh", "-c", "exit 137"))
+    wait_for(lambda: _state(watcher, container_id) == cri.ContainerState.EXITED, what="exited")
+    exited = watcher.get(container_id)
+    assert exited is not None
+    assert (exited.exit_code, exited.oom_killed) == (137, False)
+    changes.clear()
+    attrs = docker_env.client.api.inspect_container(container_id)
+    labels = attrs["Config"]["Labels"]
+    watcher._events._dispatch(
+        {
+            "Type": "container",
+            "Action": "oom",
+            "id": container_id,
+            "Actor": {"ID": container_id, "Attributes": {**labels, "name": attrs["Name"][1:]}},
+        }
+    )
+    marked = watcher.get(container_id)
+    assert marked is not None
+    assert (marked.exit_code, marked.oom_killed) == (137, True)
+    assert changes.uids == [pod.ref.uid]
+    watcher.reconnect()  # a relist reads OOMKilled false again from Docker: the mark stays
+    wait_for(lambda: watcher.stats.lists == 2, what="relist after reconnect")
+    relisted = watcher.get(container_id)
+    assert relisted is not None
+    assert relisted.oom_killed
+
+
 def test_watcher_ignores_exec_events_and_relists_after_reconnect(
     pod: Pod, watched: tuple[ContainerWatcher, Changes]
 ) -> None:

@@ -6,6 +6,7 @@ only the container an event names is inspected. Pod workers read the view; they 
 
 from __future__ import annotations
 
+import dataclasses
 import threading
 import time
 from collections.abc import Callable, Iterator
@@ -18,8 +19,9 @@ from kubelet_sim.logs import get_logger
 from kubelet_sim.runtime.docker_runtime import DockerRuntime
 from kubelet_sim.supervise import Supervisor
 
-# Events that change what we report; exec_*, attach, kill, stop, oom... are followed by one of
+# Events that change what we report; exec_*, attach, kill, stop... are followed by one of
 # these or change nothing (probes exec often: inspecting on those would cost the most).
+# `oom` is taken without an inspect (see _mark_oom).
 INSPECT_ACTIONS = frozenset({"create", "start", "die", "pause", "unpause", "restart"})
 RESTART_ACTIONS = frozenset({"start", "restart", "unpause"})
 _IMPLIED_STATE = {"start": cri.ContainerState.RUNNING, "die": cri.ContainerState.EXITED}
@@ -83,6 +85,7 @@ class ContainerWatcher:
         # The same, by pod uid: every sync of every pod asks for its own, several times.
         self._by_pod: dict[str, dict[str, cri.ObservedContainer]] = {}
         self._gone: dict[str, None] = {}  # destroyed ids, oldest first
+        self._oom: dict[str, None] = {}  # ids Docker reported an `oom` event for, oldest first
         self._synced = threading.Event()
         self._own = events is None
         self._events = events or ContainerEvents(
@@ -151,8 +154,8 @@ class ContainerWatcher:
         observed = self.runtime.list_containers(self.node)
         self.stats.lists += 1
         self.stats.inspects += len(observed)
-        fresh = {c.id: c for c in observed}
         with self._lock:
+            fresh = {c.id: self._oom_marked(c) for c in observed}
             old = self._by_id
             self._by_id = fresh
             self._by_pod = {}
@@ -177,7 +180,9 @@ class ContainerWatcher:
         if str(attributes.get("name", "")).startswith(cri.POOL_NAME_PREFIX):
             return  # an unclaimed pool sandbox: no pod's (a claim is recorded by its pod worker)
         uid: str | None
-        if action == "destroy":
+        if action == "oom":
+            uid = self._mark_oom(container_id)
+        elif action == "destroy":
             uid = self._remove(container_id) or (actor.get("Attributes") or {}).get(
                 cri.LABEL_POD_UID
             )
@@ -205,11 +210,35 @@ class ContainerWatcher:
             return False
         return implied is None or current.state != implied
 
+    def _mark_oom(self, container_id: str) -> str | None:
+        """Docker's `oom` event: the kernel's OOM killer hit the container. Docker 20.10 takes
+        OOMKilled from containerd's exit event, and when containerd's OOM event comes after
+        the exit, the inspect says false; the `oom` event itself is still emitted. So an
+        exited container that had one is OOM-killed, as containerd's CRI reports it (it sets
+        the reason on its OOM event, whenever it comes). The pod's uid if the view changed."""
+        with self._lock:
+            self._oom[container_id] = None
+            if len(self._oom) > _GONE_REMEMBERED:
+                del self._oom[next(iter(self._oom))]
+            current = self._by_id.get(container_id)
+        if current is None or current.state is not cri.ContainerState.EXITED:
+            return None  # its die event's inspect comes next and takes the mark
+        return current.pod.uid if self._upsert(current) else None
+
+    def _oom_marked(self, observed: cri.ObservedContainer) -> cri.ObservedContainer:
+        """With the `oom` event's mark if it had one (the caller holds the lock)."""
+        if observed.state is not cri.ContainerState.EXITED or observed.oom_killed:
+            return observed
+        if observed.id not in self._oom:
+            return observed
+        return dataclasses.replace(observed, oom_killed=True)
+
     def _upsert(self, observed: cri.ObservedContainer, *, force: bool = False) -> bool:
         """Store unless destroyed or older than what we have; True if the view changed."""
         with self._lock:
             if observed.id in self._gone:
                 return False
+            observed = self._oom_marked(observed)
             current = self._by_id.get(observed.id)
             if current is not None and (
                 current == observed or (not force and _RANK[observed.state] < _RANK[current.state])

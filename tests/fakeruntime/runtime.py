@@ -100,6 +100,14 @@ class FakeRuntime:
         """The container's process ends by itself now."""
         self._finish(container_id, code)
 
+    def mark_oom(self, container_id: str) -> None:
+        """An exited container turns out to have been OOM-killed (Docker's late `oom` event,
+        runtime/observe.py)."""
+        with self._lock:
+            found = self._containers[container_id]
+            found.observed = replace(found.observed, oom_killed=True)
+        self._changed(found)
+
     def stop_pooled(self, sandbox_id: str) -> None:
         """An unclaimed pool sandbox's process ends (as after a host restart)."""
         with self._lock:

@@ -46,6 +46,29 @@ def test_restart_policy_never_ends_the_pod_succeeded_or_failed(node: Node) -> No
     assert len(node.containers(good, "ok")) == 1  # never restarted
 
 
+def test_an_oom_kill_learned_after_the_exit_corrects_the_finished_pods_reason(node: Node) -> None:
+    """Docker may tell of the OOM kill after the exit (runtime/observe.py): the pod was already
+    written Failed with reason Error; its status then says OOMKilled, as the kubelet's would
+    once containerd's late OOM event sets the reason."""
+    node.runtime.behave("greedy", Behaviour(exit_code=137))
+    uid = node.add(pod_body("greedy", [container("greedy")], restartPolicy="Never"))
+    node.sync_until(uid, lambda: node.last_status(uid)["phase"] == "Failed", "Failed")
+    assert node.container_status(uid, "greedy")["state"]["terminated"]["reason"] == "Error"
+    (app,) = node.containers(uid, "greedy")
+    node.runtime.mark_oom(app.id)
+    node.sync_until(
+        uid,
+        lambda: (
+            node.container_status(uid, "greedy")["state"]["terminated"]["reason"] == "OOMKilled"
+        ),
+        "the reason corrected",
+    )
+    terminated = node.container_status(uid, "greedy")["state"]["terminated"]
+    assert terminated["exitCode"] == 137
+    assert node.last_status(uid)["phase"] == "Failed"
+    assert len(node.containers(uid, "greedy")) == 1  # never restarted
+
+
 def test_fallback_to_logs_on_error_reads_the_logs(node: Node) -> None:
     node.runtime.behave("app", Behaviour(exit_code=3))
     spec = container(terminationMessagePolicy="FallbackToLogsOnError")
