@@ -24,6 +24,7 @@ SHARED = {
     "pem",
     "clock",
     "timers",
+    "memo",
     "__init__",
 }
 

@@ -27,6 +27,7 @@ from docker.errors import APIError, DockerException, NotFound
 
 from kubelet_sim import cri
 from kubelet_sim.logs import get_logger
+from kubelet_sim.memo import BoundedMemo
 from kubelet_sim.paths import resolve_within
 from kubelet_sim.runtime import images, privileged, streams, translate, uts
 from kubelet_sim.runtime.log_rotation import LogRotation
@@ -104,8 +105,9 @@ class DockerRuntime:
     # Container id → its stop signal, from the inspect that the events stream makes of each
     # container anyway: a stop then needs no inspect of its own (one Docker call less, and in a
     # burst of deletions each call waits behind the engine's other work). Oldest first.
-    _stop_signals: dict[str, str] = field(default_factory=dict, init=False, repr=False)
-    _signals_lock: threading.Lock = field(default_factory=threading.Lock, init=False, repr=False)
+    _stop_signals: BoundedMemo[str, str] = field(
+        default_factory=lambda: BoundedMemo(STOP_SIGNALS_REMEMBERED), init=False, repr=False
+    )
     # The engine's capability bounding set, read once (None: unknown, Docker's flag is used),
     # and the capabilities this engine refused by name (Docker 20.10 has no CAP_PERFMON).
     _engine_caps: int | None = field(default=None, init=False, repr=False)
@@ -467,7 +469,7 @@ class DockerRuntime:
         self._sandbox_ns.pop(container_id, None)
         self._pool_hostnames.pop(container_id, None)
         self._pending_hostnames.pop(container_id, None)
-        self._forget_stop_signal(container_id)
+        self._stop_signals.pop(container_id)
         try:
             self.client.api.remove_container(container_id, v=True, force=True)
         except NotFound:
@@ -658,20 +660,10 @@ class DockerRuntime:
         try:
             attrs = cast(dict[str, Any], self.client.api.inspect_container(container_id))
         except NotFound:
-            self._forget_stop_signal(container_id)
+            self._stop_signals.pop(container_id)
             return None
-        self._remember_stop_signal(container_id, _stop_signal(attrs))
+        self._stop_signals.put(container_id, _stop_signal(attrs))
         return observed_from_inspect(attrs, self._status_image_id(str(attrs.get("Image", ""))))
-
-    def _forget_stop_signal(self, container_id: str) -> None:
-        with self._signals_lock:
-            self._stop_signals.pop(container_id, None)
-
-    def _remember_stop_signal(self, container_id: str, signal: str) -> None:
-        with self._signals_lock:
-            self._stop_signals[container_id] = signal
-            if len(self._stop_signals) > STOP_SIGNALS_REMEMBERED:  # removed by someone else
-                del self._stop_signals[next(iter(self._stop_signals))]
 
     def list_containers(self, node_name: str | None = None) -> list[cri.ObservedContainer]:
         """All containers of the node (running or not): one list call, then one inspect each."""

@@ -16,6 +16,7 @@ from typing import Any, Protocol, cast
 from kubelet_sim import cri
 from kubelet_sim.backoff import Backoff
 from kubelet_sim.logs import get_logger
+from kubelet_sim.memo import BoundedMemo
 from kubelet_sim.runtime.docker_runtime import DockerRuntime
 from kubelet_sim.supervise import Supervisor
 
@@ -84,8 +85,8 @@ class ContainerWatcher:
         self._by_id: dict[str, cri.ObservedContainer] = {}
         # The same, by pod uid: every sync of every pod asks for its own, several times.
         self._by_pod: dict[str, dict[str, cri.ObservedContainer]] = {}
-        self._gone: dict[str, None] = {}  # destroyed ids, oldest first
-        self._oom: dict[str, None] = {}  # ids Docker reported an `oom` event for, oldest first
+        self._gone: BoundedMemo[str, bool] = BoundedMemo(_GONE_REMEMBERED)  # destroyed ids
+        self._oom: BoundedMemo[str, bool] = BoundedMemo(_GONE_REMEMBERED)  # had an `oom` event
         self._synced = threading.Event()
         self._own = events is None
         self._events = events or ContainerEvents(
@@ -160,7 +161,7 @@ class ContainerWatcher:
             self._by_id = fresh
             self._by_pod = {}
             for c in fresh.values():
-                self._by_pod.setdefault(c.pod.uid, {})[c.id] = c
+                self._index(c)
         changed = {c.pod.uid for c in old.values() if fresh.get(c.id) != c}
         changed |= {c.pod.uid for c in fresh.values() if old.get(c.id) != c}
         self._synced.set()
@@ -216,11 +217,8 @@ class ContainerWatcher:
         the exit, the inspect says false; the `oom` event itself is still emitted. So an
         exited container that had one is OOM-killed, as containerd's CRI reports it (it sets
         the reason on its OOM event, whenever it comes). The pod's uid if the view changed."""
-        with self._lock:
-            self._oom[container_id] = None
-            if len(self._oom) > _GONE_REMEMBERED:
-                del self._oom[next(iter(self._oom))]
-            current = self._by_id.get(container_id)
+        self._oom.put(container_id, True)
+        current = self.get(container_id)
         if current is None or current.state is not cri.ContainerState.EXITED:
             return None  # its die event's inspect comes next and takes the mark
         return current.pod.uid if self._upsert(current) else None
@@ -247,18 +245,21 @@ class ContainerWatcher:
             self._by_id[observed.id] = observed
             if current is not None and current.pod.uid != observed.pod.uid:
                 self._unindex(current)
-            self._by_pod.setdefault(observed.pod.uid, {})[observed.id] = observed
+            self._index(observed)
             return True
 
     def _remove(self, container_id: str) -> str | None:
+        self._gone.put(container_id, True)
+        self._oom.pop(container_id)
         with self._lock:
-            self._gone[container_id] = None
-            if len(self._gone) > _GONE_REMEMBERED:
-                del self._gone[next(iter(self._gone))]
             removed = self._by_id.pop(container_id, None)
             if removed is not None:
                 self._unindex(removed)
         return removed.pod.uid if removed else None
+
+    def _index(self, observed: cri.ObservedContainer) -> None:
+        """Into the by-pod index (the caller holds the lock)."""
+        self._by_pod.setdefault(observed.pod.uid, {})[observed.id] = observed
 
     def _unindex(self, observed: cri.ObservedContainer) -> None:
         """Drop from the by-pod index (the caller holds the lock)."""
