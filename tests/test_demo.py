@@ -109,7 +109,11 @@ class DemoProcess:
             code = self.proc.wait(timeout * deadline_scale())
         except subprocess.TimeoutExpired:
             self.proc.kill()
-            pytest.fail(f"the demo did not stop within {timeout}s of {sig.name}")
+            self._reader.join(5)  # what it printed says which step of the cleanup it reached
+            pytest.fail(
+                f"the demo did not stop within {timeout}s of {sig.name}; its last lines:\n"
+                + "\n".join(self.lines[-15:])
+            )
         self._reader.join(5)
         return code
 
