@@ -191,7 +191,7 @@ class ContainerStarter:
                 view,
                 container,
                 node=self.settings.node_name,
-                attempt=self._next_attempt(view, container, latest),
+                attempt=self._next_attempt(view, container, latest, state),
                 host_ip=self.settings.node_ip,
                 pod_ip=sandbox.ip,
                 lookup=self.lookup,
@@ -324,11 +324,18 @@ class ContainerStarter:
         return max(0.05, self.crash_backoff.remaining(key, event_time, now))
 
     def _next_attempt(
-        self, view: PodView, container: ContainerView, latest: cri.ObservedContainer | None
+        self,
+        view: PodView,
+        container: ContainerView,
+        latest: cri.ObservedContainer | None,
+        state: PodState,
     ) -> int:
-        """One more than the last attempt; if Docker lost it, one more than the API's count."""
+        """One more than the last attempt; if Docker lost it, one more than the last this node
+        saw (the kubelet counts the container's log files), or than the API's count."""
         if latest is not None:
             return latest.attempt + 1
+        if container.name in state.last_attempt:
+            return state.last_attempt[container.name] + 1
         for key in ("containerStatuses", "initContainerStatuses"):
             for st in self.status.base(view.raw).get(key) or []:
                 if st.get("name") == container.name and st.get("containerID"):

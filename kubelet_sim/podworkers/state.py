@@ -88,6 +88,16 @@ class PodState:
     killing: set[str] = field(default_factory=set)
     # Containers killed because their definition changed: started again once they stopped.
     replacing: set[str] = field(default_factory=set)
+    # Containers killed to be started again (a probe, a changed definition), by name, with the
+    # killed attempt's id: until the restart is tried, the kill's SyncPod has not returned in
+    # the kubelet's terms, and no status is written (the kill and restart are told together).
+    restarting: dict[str, str] = field(default_factory=dict)
+    # This SyncPod made a sandbox before its pull: the sandbox's events are owed a sync of
+    # their own once the pull's outcome is taken (the PLEG would have held them).
+    acted_before_pull: bool = False
+    # The latest attempt of each container this node has seen: a container removed behind
+    # our back is started again as the next attempt (the kubelet counts its log files).
+    last_attempt: dict[str, int] = field(default_factory=dict)
     # The final DELETE was sent; wait for the informer to drop the pod.
     finally_deleted: bool = False
     # Containers whose postStart hook failed (by id, with the hook's message): killed next sync.

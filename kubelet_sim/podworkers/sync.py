@@ -55,9 +55,11 @@ from kubelet_sim.volumes import VolumeSetup
 __all__ = ["PodSyncer", "SyncSettings"]
 
 DEADLINE_MESSAGE = "Pod was active on the node longer than the specified deadline"
-# When the kubelet's next sync tells what a sync learned (a waiting reason): its PLEG relists
-# every second, and the container removed or the sandbox started in that sync wakes the pod.
-NEXT_SYNC = 1.0
+# A container observed running that started this recently is looked at again at the start of a
+# sync: Docker's events may lag its death, and the kubelet's relist reads the runtime itself.
+YOUNG_CONTAINER = 10.0
+# When a runtime change made by a SyncPod that pulled is looked at: the PLEG's next relist.
+NEXT_RELIST = 1.0
 
 
 class PodSyncer:
@@ -218,21 +220,31 @@ class PodSyncer:
     def sync_pod(
         self, pod: Json, view: PodView, state: PodState, deadline: float | None
     ) -> float | None:
-        """SyncPod: bring a pod that should run closer to its spec."""
+        """SyncPod: bring a pod that should run closer to its spec.
+
+        As the kubelet's, a sync writes the status of the runtime state it started from (its
+        `podStatus`) before it acts, and only then creates, kills and starts: what its actions
+        did is told by the next sync, which what they changed wakes (Docker's events, as the
+        PLEG's relist). So a container that dies as it starts is never told running, and a
+        kill and the restart that follows it are told in one write."""
         refs = referenced_objects(pod)
         if refs and not all(self.objects.is_synced(ref) for ref in refs):
             return None  # the first list's end queues the pod again (ReferencedObjectWatches)
+        observed = self._observe(view.uid)
+        for c in observed:
+            if not c.is_sandbox and c.attempt >= state.last_attempt.get(c.name, -1):
+                state.last_attempt[c.name] = c.attempt
         if not self.status.has_written(view.uid):
-            self._write(pod, view, state)  # the kubelet's first word: Pending, ContainerCreating
-        # The kubelet's syncPod writes the status it generated before its runtime acts, with
-        # the reasons the sync before left (reasonCache): a container that just died is first
-        # told `terminated`. A pull in flight is a SyncPod that has not returned: nothing new
-        # is told until it has (never a ContainerCreating with the new sandbox's IP).
+            self._write(pod, view, state, observed)  # the first word: Pending, ContainerCreating
+        # The write goes with the reasons the sync before left (the reasonCache). A sync that
+        # continues one which has not returned in the kubelet's terms writes nothing first: a
+        # pull in flight, or a kill whose restart follows (killContainer blocks its SyncPod).
         reasons = dict(state.waiting)
         images = [c.image for c in (*view.init_containers, *view.containers)]
-        if not self.starter.puller.pulling(view.uid, images):
-            self._write(pod, view, state)
-        observed = self.watcher.pod_containers(view.uid)
+        restarting = self._restarts_pending(observed, state)
+        continues_pull = self.starter.puller.pulling(view.uid, images)
+        if not continues_pull and not restarting:
+            self._write(pod, view, state, observed)
         sandbox = latest_sandbox(observed)
         address = pod_address(view.host_network, observed, self.settings.node_ip)
         starting = _starting(state, observed)  # not probed until started, as the kubelet's
@@ -246,31 +258,66 @@ class PodSyncer:
         if not volumes.ok and wants_to_start and not (actions.kill_pod or state.killing_pod):
             return self.mount_backoff.get(view.uid)
         if state.killing_pod or (actions.kill_pod and not actions.create_sandbox):
-            return self._kill_pod(pod, view, state, observed, deadline)
+            return self._kill_pod(view, state, observed, deadline)
         if actions.create_sandbox:
-            sandbox, wait = self._new_sandbox(pod, view, state, observed, actions, deadline)
+            sandbox, wait = self._new_sandbox(view, state, observed, actions, deadline)
             if sandbox is None:
                 return wait
+            state.acted_before_pull = True
         assert sandbox is not None
         self._kill_failed_post_starts(view, observed, state)
         retry.extend(self._kill_containers(view, state, actions))
         if state.post_start_running:  # SyncPod starts containers one after the other, each
-            self._write(pod, view, state)  # with its hook: the hook's end brings the pod back
-            return _soonest(*retry)
+            return _soonest(*retry)  # with its hook: the hook's end brings the pod back
         retry.extend(self._start_containers(view, observed, state, actions, sandbox, volumes))
+        for name, killed_id in list(state.restarting.items()):  # its start was tried: told next
+            killed = next((c for c in observed if c.id == killed_id), None)
+            if killed is None or killed.state is cri.ContainerState.EXITED:
+                del state.restarting[name]
         if self.starter.puller.pulling(view.uid, images):
             return _soonest(*retry)  # the pull's end wakes the pod
-        if any(state.waiting.get(name) != reasons.get(name) for name in state.waiting):
-            # What this sync learned (CrashLoopBackOff, ErrImagePull, a config error) is told
-            # by the next sync, as the reasonCache is: soon, as the kubelet's PLEG relist.
-            retry.append(NEXT_SYNC)
-        else:
-            self._write(pod, view, state)
+        acted, state.acted_before_pull = state.acted_before_pull, False
+        if continues_pull and acted:
+            # This sync ends a SyncPod that made a sandbox and then pulled: the sandbox's
+            # events were taken by this sync, where the kubelet's PLEG holds them for a sync
+            # of their own after the SyncPod returned (which tells the pull's outcome).
+            retry.append(NEXT_RELIST)
+        elif any(state.waiting.get(name) != reasons.get(name) for name in state.waiting):
+            # A start failed (SyncPod returned an error): the pod worker's backoff brings the
+            # pod back, unless a change in the runtime does first, and that sync tells it.
+            retry.append(ERROR_RETRY)
         return _soonest(*retry)
+
+    def _observe(self, uid: str) -> list[cri.ObservedContainer]:
+        """The pod's containers as this sync starts from (the kubelet's pod cache entry): the
+        view, with a young running container looked at again, since its death may not have
+        reached the view yet (the kubelet's relist reads the runtime, not a stream)."""
+        observed = self.watcher.pod_containers(uid)
+        now = self.clock.now()
+        fresh = False
+        for c in observed:
+            if c.state is not cri.ContainerState.RUNNING or c.is_sandbox or c.started_at is None:
+                continue
+            if (now - c.started_at).total_seconds() > YOUNG_CONTAINER:
+                continue
+            seen = self.runtime.inspect(c.id)
+            if seen is not None and seen != c:
+                self.watcher.record(seen)
+                fresh = True
+        return self.watcher.pod_containers(uid) if fresh else observed
+
+    def _restarts_pending(self, observed: Sequence[cri.ObservedContainer], state: PodState) -> bool:
+        """Whether a container this node killed to restart it (a failed liveness or startup
+        probe, a changed definition) has not been started again yet. Forgotten once its kill
+        has ended and a newer attempt exists, or it is no longer the latest."""
+        for name, killed_id in list(state.restarting.items()):
+            latest = latest_attempt(observed, name)
+            if latest is None or latest.id != killed_id:
+                del state.restarting[name]
+        return bool(state.restarting)
 
     def _kill_pod(
         self,
-        pod: Json,
         view: PodView,
         state: PodState,
         observed: Sequence[cri.ObservedContainer],
@@ -281,12 +328,10 @@ class PodSyncer:
         state.killing_pod = True
         stopping = self.stopper.stop_all(view, observed, state, grace=view.termination_grace_period)
         state.killing_pod = stopping is not None
-        self._write(pod, view, state)
         return _soonest(deadline, stopping)
 
     def _new_sandbox(
         self,
-        pod: Json,
         view: PodView,
         state: PodState,
         observed: Sequence[cri.ObservedContainer],
@@ -297,11 +342,9 @@ class PodSyncer:
         to come back."""
         stopping = self.stopper.stop_all(view, observed, state, grace=view.termination_grace_period)
         if stopping is not None:
-            self._write(pod, view, state)
             return None, _soonest(deadline, stopping)
         sandbox = self.starter.create_sandbox(view, actions.sandbox_attempt)
         if sandbox is None:
-            self._write(pod, view, state)
             return None, ERROR_RETRY
         return sandbox, None
 
@@ -315,8 +358,11 @@ class PodSyncer:
             if victim.id in actions.probe_kills:
                 probe_grace = actions.probe_kills[victim.id]
                 grace = grace if probe_grace is None else probe_grace
+                if view.restart_policy != "Never":  # computePodActions restarts it
+                    state.restarting[victim.name] = victim.id
             else:  # a changed definition: started again whatever the policy
                 state.replacing.add(victim.name)
+                state.restarting[victim.name] = victim.id
             self.stopper.stop(view, victim, state, grace, message)
             retry.append(self.stopper.recheck_in([victim.id]))
         return retry
@@ -410,17 +456,21 @@ class PodSyncer:
 
     def sync_terminating_pod(self, pod: Json, view: PodView, state: PodState) -> float | None:
         """SyncTerminatingPod: stop everything (a deletion's grace period if shorter); once
-        nothing runs the pod is terminated."""
+        nothing runs the pod is terminated. Its status is written once, from the state it
+        starts from, before the kill: the kubelet's killPod blocks until every container has
+        stopped, so nothing is told in between (the terminated sync tells the end)."""
         grace = view.termination_grace_period
         if view.being_deleted and view.deletion_grace_period is not None:
             grace = view.deletion_grace_period
-        observed = self.watcher.pod_containers(view.uid)
+        observed = self._observe(view.uid)
         self.prober.forget_pod(view.uid)  # the kubelet stops probing a terminating pod
+        state.restarting.clear()
+        if "terminating" not in state.journaled:
+            self._write(pod, view, state, observed, evicted=state.evicted)
         self._journal_once(state, view.uid, "terminating", grace=grace)
         stopping = self.stopper.stop_all(view, observed, state, grace)
         if stopping is not None:  # phase stays as it is until the containers have stopped
             self._journal_once(state, view.uid, "stop-signalled")
-            self._write(pod, view, state, evicted=state.evicted)
             return stopping
         self._journal_once(state, view.uid, "containers-stopped")
         state.lifecycle = PodLifecycle.TERMINATED
@@ -430,7 +480,10 @@ class PodSyncer:
         """SyncTerminatedPod: the terminal status (written again until it is), then, for a
         deleted pod, the final DELETE. A rejected pod never ran: its status is its rejection."""
         finished = state.rejection is None
-        self._write(pod, view, state, is_terminal=True, evicted=state.evicted, finished=finished)
+        observed = self._observe(view.uid)
+        self._write(
+            pod, view, state, observed, is_terminal=True, evicted=state.evicted, finished=finished
+        )
         self._journal_once(state, view.uid, "terminal-status-written")
         return self._finish_if_deleted(view, state)
 
@@ -480,12 +533,13 @@ class PodSyncer:
         pod: Json,
         view: PodView,
         state: PodState,
+        observed: Sequence[cri.ObservedContainer],
         *,
         is_terminal: bool = False,
         evicted: WaitingReason | None = None,
         finished: bool = False,
     ) -> None:
-        observed = self.watcher.pod_containers(view.uid)
+        """Write the status of `observed`, the runtime state the sync started from."""
         self._read_messages(view, observed, state)
         if state.rejection is not None:
             evicted = WaitingReason(state.rejection.reason, state.rejection.message)

@@ -19,6 +19,13 @@ from kubelet_sim.supervise import Supervisor
 from kubelet_sim.workqueue import ShutDown, WorkQueue
 
 RESYNC_SECONDS = 60.0  # the kubelet's syncFrequency
+# The least time between the end of a pod's sync and the start of its next: the kubelet's pod
+# worker waits for a pod cache entry newer than its last sync (podCache.GetNewerThan), which
+# the PLEG's next relist gives (every second). So a sync never reads the runtime straight
+# after the previous one acted on it: a container that dies as it starts is seen dead. Ours
+# is shorter than a relist, as Docker's events need no period; it is what the kubelet's
+# fastest relist would give.
+OBSERVE_AFTER = 0.3
 
 
 def waker(queue: WorkQueue[str]) -> Wake:
@@ -53,6 +60,7 @@ class PodWorkers:
         self.syncs = 0
         self.duration = Histogram(WORKER_BUCKETS)  # kubelet_pod_worker_duration_seconds
         self.started = threading.Event()
+        self._ended: dict[str, float] = {}  # uid → the clock's monotonic time its sync ended
         self._halt = threading.Event()
         self._workers = supervisor.on_demand("pod-worker", self._work, self._halt, limit=workers)
         queue.serve(self._workers.wake)
@@ -87,14 +95,29 @@ class PodWorkers:
                 return
             if uid is None:
                 return
+            too_soon = self._too_soon(uid)
+            if too_soon > 0:  # its next observation is not in yet: it comes back then
+                self.queue.done(uid)
+                self.queue.add_after(uid, too_soon)
+                continue
             try:
                 delay = self._sync(uid)
             finally:
+                self._ended[uid] = self.clock.monotonic()
                 self.queue.done(uid)
             if delay is not None:
                 self.queue.add_after(uid, delay)
             else:  # the pod is gone and cleaned up: no resync of it is left waiting
                 self.queue.cancel_delayed(uid)
+                if self.syncer.pod_of(uid) is None:
+                    self._ended.pop(uid, None)
+
+    def _too_soon(self, uid: str) -> float:
+        """How long before the pod may sync again (see OBSERVE_AFTER); 0: now."""
+        ended = self._ended.get(uid)
+        if ended is None:
+            return 0.0
+        return max(0.0, ended + OBSERVE_AFTER - self.clock.monotonic())
 
     def _sync(self, uid: str) -> float | None:
         self.syncs += 1

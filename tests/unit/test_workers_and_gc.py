@@ -128,3 +128,40 @@ def test_the_gc_removes_dead_attempts_and_forgets_old_backoffs(node: Node) -> No
     assert len(node.syncer.starter.crash_backoff) == 0  # idle past twice its maximum
     gc.start()
     gc.stop(2)
+
+
+def test_a_pod_syncs_again_only_once_its_next_observation_can_be_in(node: Node) -> None:
+    """The kubelet's pod worker waits for a pod cache entry newer than its last sync: wakes
+    that come sooner (our own status write's echo, Docker's events of what the sync did) are
+    held until OBSERVE_AFTER has passed since the sync ended, and then run as one sync."""
+    import itertools
+    import time
+
+    from kubelet_sim.podworkers.workers import OBSERVE_AFTER
+
+    workers = _workers(node)
+    spans: list[tuple[float, float]] = []
+    sync = node.syncer.sync
+
+    def timed(uid: str) -> float | None:
+        began = time.monotonic()
+        try:
+            return sync(uid)
+        finally:
+            spans.append((began, time.monotonic()))
+
+    node.syncer.sync = timed  # type: ignore[method-assign]
+    workers.start()
+    try:
+        uid = node.add(pod_body())
+        workers.enqueue(uid)
+        wait_for(lambda: len(spans) >= 1, 10, "the first sync")
+        for _ in range(20):  # a burst of wakes right after it
+            workers.enqueue(uid)
+            time.sleep(0.01)
+        wait_for(lambda: node.condition(uid, "Ready") == "True", 10, "Ready")
+        assert 2 <= len(spans) <= 4  # the burst ran as a few syncs, not twenty
+        for (_, ended), (began, _) in itertools.pairwise(spans):
+            assert began - ended >= OBSERVE_AFTER * 0.99
+    finally:
+        workers.stop(2)
