@@ -230,10 +230,7 @@ class PodSyncer:
         refs = referenced_objects(pod)
         if refs and not all(self.objects.is_synced(ref) for ref in refs):
             return None  # the first list's end queues the pod again (ReferencedObjectWatches)
-        observed = self._observe(view.uid)
-        for c in observed:
-            if not c.is_sandbox and c.attempt >= state.last_attempt.get(c.name, -1):
-                state.last_attempt[c.name] = c.attempt
+        observed = self._observe(view.uid, state)
         if not self.status.has_written(view.uid):
             self._write(pod, view, state, observed)  # the first word: Pending, ContainerCreating
         # The write goes with the reasons the sync before left (the reasonCache). A sync that
@@ -276,22 +273,19 @@ class PodSyncer:
                 del state.restarting[name]
         if self.starter.puller.pulling(view.uid, images):
             return _soonest(*retry)  # the pull's end wakes the pod
-        acted, state.acted_before_pull = state.acted_before_pull, False
-        if continues_pull and acted:
-            # This sync ends a SyncPod that made a sandbox and then pulled: the sandbox's
-            # events were taken by this sync, where the kubelet's PLEG holds them for a sync
-            # of their own after the SyncPod returned (which tells the pull's outcome).
-            retry.append(NEXT_RELIST)
-        elif any(state.waiting.get(name) != reasons.get(name) for name in state.waiting):
-            # A start failed (SyncPod returned an error): the pod worker's backoff brings the
-            # pod back, unless a change in the runtime does first, and that sync tells it.
-            retry.append(ERROR_RETRY)
-        return _soonest(*retry)
+        return _soonest(*retry, _next_sync(state, reasons, continues_pull))
 
-    def _observe(self, uid: str) -> list[cri.ObservedContainer]:
+    def _observe(self, uid: str, state: PodState) -> list[cri.ObservedContainer]:
         """The pod's containers as this sync starts from (the kubelet's pod cache entry): the
         view, with a young running container looked at again, since its death may not have
         reached the view yet (the kubelet's relist reads the runtime, not a stream)."""
+        observed = self._look_again(uid)
+        for c in observed:
+            if not c.is_sandbox and c.attempt >= state.last_attempt.get(c.name, -1):
+                state.last_attempt[c.name] = c.attempt
+        return observed
+
+    def _look_again(self, uid: str) -> list[cri.ObservedContainer]:
         observed = self.watcher.pod_containers(uid)
         now = self.clock.now()
         fresh = False
@@ -462,7 +456,7 @@ class PodSyncer:
         grace = view.termination_grace_period
         if view.being_deleted and view.deletion_grace_period is not None:
             grace = view.deletion_grace_period
-        observed = self._observe(view.uid)
+        observed = self._observe(view.uid, state)
         self.prober.forget_pod(view.uid)  # the kubelet stops probing a terminating pod
         state.restarting.clear()
         if "terminating" not in state.journaled:
@@ -480,7 +474,7 @@ class PodSyncer:
         """SyncTerminatedPod: the terminal status (written again until it is), then, for a
         deleted pod, the final DELETE. A rejected pod never ran: its status is its rejection."""
         finished = state.rejection is None
-        observed = self._observe(view.uid)
+        observed = self._observe(view.uid, state)
         self._write(
             pod, view, state, observed, is_terminal=True, evicted=state.evicted, finished=finished
         )
@@ -653,6 +647,23 @@ class PodSyncer:
 
     def _lookup(self, kind: str, namespace: str, name: str) -> Json | None:
         return self.objects.get((kind, namespace, name))
+
+
+def _next_sync(
+    state: PodState, reasons: dict[str, WaitingReason], continues_pull: bool
+) -> float | None:
+    """When a SyncPod that ended here wants the pod back, besides what it waits for."""
+    acted, state.acted_before_pull = state.acted_before_pull, False
+    if continues_pull and acted:
+        # It made a sandbox and then pulled: the sandbox's events were taken by this sync,
+        # where the kubelet's PLEG holds them for a sync of their own after the SyncPod
+        # returned (which tells the pull's outcome).
+        return NEXT_RELIST
+    if any(state.waiting.get(name) != reasons.get(name) for name in state.waiting):
+        # A start failed (SyncPod returned an error): the pod worker's backoff brings the pod
+        # back, unless a change in the runtime does first, and that sync tells it.
+        return ERROR_RETRY
+    return None
 
 
 def _soonest(*delays: float | None) -> float | None:
