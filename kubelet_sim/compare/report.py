@@ -9,6 +9,8 @@ from typing import Any
 from kubelet_sim.compare.states import PodRecord, PodState
 from kubelet_sim.compare.verdict import Verdict
 
+MAX_FOREIGN_LINES = 5  # per scenario in the table; the JSON has them all
+
 
 def _state(state: PodState | None) -> dict[str, str] | None:
     return None if state is None else state.as_dict()
@@ -103,7 +105,11 @@ def table(verdicts: Sequence[Verdict], *, runs: int = 1) -> str:
         lines.append(indent + ("(same)" if reference == ours else reference))
         if verdict.ours and runs > 1 and not verdict.agrees:
             lines.append(f"{indent}ours agrees in {verdict.ours_agreeing}/{len(verdict.ours)} runs")
-        lines += [f"{indent}foreign: {foreign.short()}" for foreign in verdict.foreign]
+        foreign = Counter(foreign.short() for foreign in verdict.foreign)
+        shown = [text + (f" (x{n})" if n > 1 else "") for text, n in foreign.items()]
+        lines += [f"{indent}foreign: {text}" for text in shown[:MAX_FOREIGN_LINES]]
+        if len(shown) > MAX_FOREIGN_LINES:
+            lines.append(f"{indent}… {len(shown) - MAX_FOREIGN_LINES} more (--output json)")
     agree = sum(verdict.agrees for verdict in verdicts)
     lines.append(f"{agree}/{len(verdicts)} scenarios agree")
     return "\n".join(lines)
