@@ -151,9 +151,11 @@ def test_two_kubelet_sim_nodes_agree_and_the_namespace_is_removed(
         "--node", two_nodes.ours, "--reference-node", two_nodes.reference,
         "--kubeconfig", cluster.kubeconfig, "--output", "json",
         "--scenario", "exit-0-never", "--scenario", "plain-delete", "--scenario", str(mine),
-        "--observe", "10",
+        # Long enough for the deletion to finish on a slow machine (CI's is several times
+        # slower than a developer's), no longer: observation is time spent, not a deadline.
+        "--observe", str(12 * min(deadline_scale(), 3.0)),
     )  # fmt: skip
-    code, out = command.finish(90)
+    code, out = command.finish(120)
     assert code == 0, "".join(command.err)
     report: dict[str, Any] = json.loads(out)
     assert report["total"] == 3
@@ -169,7 +171,11 @@ def test_two_kubelet_sim_nodes_agree_and_the_namespace_is_removed(
     assert by_name["plain-delete"]["settled"] == [{"gone": "true"}], why
     assert "Normal Killing" in by_name["plain-delete"]["events"]["ours"][0], why
     for entry in report["scenarios"]:  # the same agent on both sides ends alike
-        assert entry["reference_settled"] == entry["settled"], why
+        ends = [
+            {k: state.get(k) for k in ("phase", "gone", "c.main", "c.main.restarts")}
+            for state in (entry["settled"][0], entry["reference_settled"][0])
+        ]
+        assert ends[0] == ends[1], why
         assert entry["sequences"]["ours"][0], why
     namespace = command.namespace
     wait_for(lambda: _namespace_gone_or_going(cluster, namespace), 10, "the namespace deleted")

@@ -432,3 +432,73 @@ def test_resolve_names_shipped_scenarios_and_refuses_unknown_ones_and_twins() ->
         resolve(["nope"])
     with pytest.raises(ScenarioError, match="two scenarios named exit-0-never"):
         resolve(["exit-0-never", "exit-0-never"])
+
+
+# -- the recorder (the informers' handlers), on a clock moved by hand ------------------------
+
+
+def _watched(clock: Any, scenario_text: str, observe: float = 10.0) -> Any:
+    from kubelet_sim.compare.runner import _Watched
+
+    scenario = parse_scenario(scenario_text, "s.yaml")
+    start = clock.monotonic()
+    after = scenario.delete_after
+    return _Watched(
+        PodRecord(scenario.name, OURS, 1, f"{scenario.name}-ours-1"),
+        scenario,
+        deadline=start + observe,
+        delete_at=start + after if isinstance(after, float) else None,
+    )
+
+
+POD_TEXT = "metadata: {{name: s, annotations: {{{a}}}}}\nspec: {{containers: [{{name: main}}]}}"
+
+
+def test_the_recorder_keeps_each_new_state_and_event_until_the_observation_ends() -> None:
+    from kubelet_sim.compare.runner import _Recorder
+    from tests.fakeruntime.clock import FakeClock
+
+    clock = FakeClock()
+    recorder = _Recorder(clock)
+    watched = _watched(clock, POD_TEXT.format(a=""))
+    recorder.watch(watched)
+    pod = {**_pod("Pending"), "metadata": {"name": "s-ours-1"}}
+    recorder.on_pod("ADDED", pod)
+    recorder.on_pod("MODIFIED", pod)  # the same state again: one entry
+    recorder.on_pod("MODIFIED", {**_pod(), "metadata": {"name": "other-ours-1"}})  # not ours
+    event = {
+        "metadata": {"name": "s-ours-1.1"},
+        "involvedObject": {"kind": "Pod", "name": "s-ours-1"},
+        "type": "Warning",
+        "reason": "BackOff",
+        "count": 1,
+    }
+    recorder.on_event("ADDED", event)
+    recorder.on_event("MODIFIED", {**event, "count": 3})
+    clock.advance(5)
+    recorder.on_pod("DELETED", pod)
+    clock.advance(6)  # past the observation: nothing more is recorded
+    recorder.on_pod("ADDED", {**_pod(), "metadata": {"name": "s-ours-1"}})
+    recorder.on_event("MODIFIED", {**event, "count": 9})
+    assert watched.record.states == [normalise(pod), GONE]
+    assert dict(watched.record.event_counts()) == {("Warning", "BackOff"): 3}
+
+
+def test_a_delete_comes_due_after_its_seconds_or_once_running() -> None:
+    from tests.fakeruntime.clock import FakeClock
+
+    clock = FakeClock()
+    timed = _watched(clock, POD_TEXT.format(a="compare.kubelet-sim.io/delete-after: '4'"))
+    running = _watched(clock, POD_TEXT.format(a="compare.kubelet-sim.io/delete-after: Running"))
+    never = _watched(clock, POD_TEXT.format(a=""))
+    now = clock.monotonic()
+    assert not timed.delete_due(now + 3.9)
+    assert timed.delete_due(now + 4)
+    assert not running.delete_due(now + 100)
+    running.record.add(normalise(_pod("Pending")))
+    running.record.add(normalise(_pod("Running")))
+    running.record.add(normalise(_pod("Succeeded")))
+    assert running.delete_due(now)  # Running once is enough
+    running.deleted = True
+    assert not running.delete_due(now)  # and once only
+    assert not never.delete_due(now + 1000)
