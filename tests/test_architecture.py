@@ -45,13 +45,14 @@ ALLOWED: dict[str, set[str]] = {
     "tools": SHARED | {"kube", "runtime", "pod"},
     "ui": SHARED | {"kube", "runtime", "tools"},
     "controlplane": SHARED,
+    "compare": SHARED | {"kube"},
     "nodeset": SHARED | {"agent", "kube", "runtime", "node", "server"},
     "demo": SHARED
     | {"controlplane", "nodeset", "agent", "tools", "kube", "runtime", "node", "server", "pod"}
     | {"volumes"},
     "cli": SHARED
     | {"kube", "runtime", "node", "agent", "tools", "server", "nodeset", "demo", "controlplane"}
-    | {"ui"},
+    | {"ui", "compare"},
     "__main__": {"cli"},
 }
 THIRD_PARTY_OWNER = {"kubernetes": "kube", "docker": "runtime"}

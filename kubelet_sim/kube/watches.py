@@ -55,6 +55,11 @@ def events_with_reason(
     )
 
 
+def events_in_namespace(api: client.ApiClient, namespace: str) -> ListWatchSource:
+    """Every Event of one namespace (`kubelet-sim compare` counts each pod's reasons)."""
+    return ListWatchSource(f"events in {namespace}", Collection(api, paths.EVENTS_IN), (namespace,))
+
+
 def all_endpoint_slices(api: client.ApiClient) -> ListWatchSource:
     """Every EndpointSlice, for the service proxy (kube-proxy's rights: system:node-proxier;
     node credentials alone may not list them)."""
