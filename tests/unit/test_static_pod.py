@@ -4,6 +4,7 @@ reading a manifest directory; then the status sink that writes to the mirror."""
 from __future__ import annotations
 
 import json
+from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
@@ -29,7 +30,9 @@ from kubelet_sim.pod.static import (
     validate_manifest,
 )
 from kubelet_sim.staticpods.manifests import ManifestReader
+from kubelet_sim.staticpods.source import StaticPods
 from kubelet_sim.staticpods.status import MirrorStatus
+from kubelet_sim.supervise import Supervisor
 
 SEEN = "2026-11-02T10:00:00.5Z"
 
@@ -221,3 +224,113 @@ def test_a_static_pods_status_goes_to_its_mirror() -> None:
     api_pod = {"metadata": {"uid": "api-1"}, "status": {"phase": "Running"}}
     sink.write(api_pod, {"phase": "Succeeded"})
     assert writer.sent == [("api-1", {"phase": "Succeeded"})]
+
+
+class _MirrorApi:
+    """The API's pods as a node's mirror client sees them, in memory."""
+
+    def __init__(self) -> None:
+        self.pods: dict[tuple[str, str], dict[str, Any]] = {}
+        self.calls: list[str] = []
+        self._next = 0
+
+    def create(self, pod: dict[str, Any]) -> dict[str, Any]:
+        self._next += 1
+        created = json.loads(json.dumps(pod))
+        created["metadata"].update(uid=f"mirror-{self._next}", resourceVersion=str(self._next))
+        self.pods[full_name(created)] = created
+        self.calls.append(f"create {created['metadata']['uid']}")
+        return created
+
+    def delete(self, namespace: str, name: str, uid: str) -> None:
+        held = self.pods.get((namespace, name))
+        if held is not None and held["metadata"]["uid"] == uid:
+            del self.pods[(namespace, name)]
+        self.calls.append(f"delete {uid}")
+
+
+@dataclass
+class _Source:
+    source: StaticPods
+    api: _MirrorApi
+    index: dict[str, dict[str, Any]] = field(default_factory=dict)
+    told: list[tuple[str, bool]] = field(default_factory=list)
+
+    def on_pod(self, uid: str, pod: dict[str, Any] | None) -> None:
+        self.told.append((uid, pod is not None))
+        if pod is None:
+            self.index.pop(uid, None)
+        else:
+            self.index[uid] = pod
+
+
+def _source(directory: Path) -> _Source:
+    node = {"metadata": {"name": "n1", "uid": "node-uid"}}
+    made = _Source(None, _MirrorApi())  # type: ignore[arg-type]
+    made.source = StaticPods(
+        directory,
+        "n1",
+        made.api,  # type: ignore[arg-type]
+        on_pod=made.on_pod,
+        wake=lambda _uid: None,
+        node=lambda: node,
+        known=lambda _uid: False,
+        supervisor=Supervisor(),
+    )
+    return made
+
+
+def test_the_source_replaces_a_changed_pod_once_the_old_one_ended(tmp_path: Path) -> None:
+    s = _source(tmp_path)
+    source, api, index = s.source, s.api, s.index
+    (tmp_path / "web.json").write_text(json.dumps(manifest()))
+    source.run_once()
+    (old,) = index
+    assert source.owns(old)
+    mirror = api.pods[("default", "web-n1")]
+    assert mirror["metadata"]["annotations"][CONFIG_MIRROR] == old
+    assert source.mirror_of(old) == mirror
+    seen = index[old]["metadata"]["annotations"][CONFIG_SEEN]
+    source.run_once()  # nothing changed: nothing done, the first read's time kept
+    assert s.told == [(old, True)]
+    assert api.calls == ["create mirror-1"]
+    assert index[old]["metadata"]["annotations"][CONFIG_SEEN] == seen
+
+    (tmp_path / "web.json").write_text(json.dumps(manifest(restartPolicy="Never")))
+    source.run_once()
+    assert list(index) == [old]  # the new version waits for the old one's end
+    assert index[old]["metadata"]["deletionTimestamp"]
+    assert index[old]["metadata"]["deletionGracePeriodSeconds"] == 30
+    assert api.calls == ["create mirror-1"]  # the old one's mirror stays while it stops
+    source.finished(old)
+    source.run_once()
+    (new,) = index
+    assert new != old
+    assert not source.owns(old)
+    assert api.calls == ["create mirror-1", "delete mirror-1", "create mirror-2"]
+    assert source.mirror_of(new) == api.pods[("default", "web-n1")]
+
+
+def test_the_source_makes_a_deleted_mirror_again_and_ends_a_removed_pod(tmp_path: Path) -> None:
+    s = _source(tmp_path)
+    source, api, index = s.source, s.api, s.index
+    (tmp_path / "web.json").write_text(json.dumps(manifest()))
+    source.run_once()
+    (uid,) = index
+    # A user deletes the mirror: the watch tells it being deleted; it is made again.
+    deleting = json.loads(json.dumps(api.pods[("default", "web-n1")]))
+    deleting["metadata"].update(deletionTimestamp="2026-01-01T00:00:00Z", resourceVersion="9")
+    source.mirror_event("MODIFIED", deleting)
+    source.run_once()
+    assert api.calls == ["create mirror-1", "delete mirror-1", "create mirror-2"]
+    assert s.told == [(uid, True)]
+
+    (tmp_path / "web.json").unlink()
+    source.run_once()
+    assert index[uid]["metadata"]["deletionTimestamp"]
+    assert api.calls[-1] == "create mirror-2"  # kept until the pod has stopped
+    source.finished(uid)
+    source.run_once()
+    assert index == {}
+    assert api.calls[-1] == "delete mirror-2"
+    assert api.pods == {}
