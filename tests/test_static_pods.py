@@ -213,3 +213,69 @@ def test_a_node_creates_only_mirror_pods_owned_by_itself(static_node: StaticNode
     created = api.create(body("mirror", {MIRROR: "x"}, node_uid))
     assert created["metadata"]["annotations"][MIRROR] == "x"
     assert not created["spec"].get("serviceAccountName")  # no account for a mirror pod
+
+
+def test_nodes_of_one_process_run_the_manifests_and_a_restart_adopts_them(
+    cluster: Cluster, docker_env: DockerEnv, tmp_path: Path
+) -> None:
+    """`--pod-manifest-path` from the command line, for two nodes of one process (the static
+    pods' poller on the set's shared timers); a restarted process finds the same UIDs (the
+    hash), adopts the running containers and keeps the mirrors."""
+    import contextlib
+
+    from kubelet_sim.runtime.local_images import PAUSE_IMAGE
+    from tests.agent_process import AgentProcess
+
+    manifests = tmp_path / "manifests"
+    manifests.mkdir()
+    names = [f"{cluster.node_name}-a", f"{cluster.node_name}-b"]
+    body = {
+        "apiVersion": "v1",
+        "kind": "Pod",
+        "metadata": {"name": "web", "namespace": cluster.namespace},
+        "spec": {"terminationGracePeriodSeconds": 5, "containers": [container()]},
+    }
+    (manifests / "web.yaml").write_text(json.dumps(body))
+    args = [
+        *[arg for name in names for arg in ("--node-name", name)],
+        *("--kubeconfig", cluster.kubeconfig, "--log-format", "json"),
+        *("--pod-infra-image", PAUSE_IMAGE, "--sandbox-pool-size", "0"),
+        *("--pod-manifest-path", str(manifests), "--root-dir", str(tmp_path / "root")),
+    ]
+
+    def mirrors() -> dict[str, dict[str, Any]] | None:
+        found = {name: get_pod(cluster, f"web-{name}") for name in names}
+        if all(p and running_ready(p.get("status") or {}) for p in found.values()):
+            return {name: pod for name, pod in found.items() if pod is not None}
+        return None
+
+    def running_ids() -> set[str]:
+        return {c.id for name in names for c in docker_env.containers_of_node(name)}
+
+    try:
+        for _ in range(2):
+            agent = AgentProcess(args)
+            try:
+                wait_for(
+                    lambda a=agent: sum(r.get("event") == "running" for r in a.records()) == 2,
+                    60,
+                    "both nodes running",
+                )
+                seen = wait_for(mirrors, 60, "both mirror pods Running and Ready")
+                ids = running_ids()
+                if _ == 0:
+                    first, before = seen, ids
+            finally:
+                if agent.proc.poll() is None:
+                    assert agent.terminate() == 0, "\n".join(agent.lines[-10:])
+        assert len(before) == 4  # a sandbox and a container per node
+        assert ids == before, "the restarted process adopted the static pods' containers"
+        for name in names:
+            hash_ = first[name]["metadata"]["annotations"][HASH]
+            assert seen[name]["metadata"]["annotations"][MIRROR] == hash_
+            assert seen[name]["metadata"]["uid"] == first[name]["metadata"]["uid"]
+    finally:
+        for name in names:
+            docker_env.remove_labelled(f"{cri.LABEL_NODE}={name}")
+            with contextlib.suppress(Exception):
+                cluster.core.delete_node(name)
