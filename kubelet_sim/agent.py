@@ -7,7 +7,7 @@ import functools
 import ipaddress
 import threading
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Protocol
@@ -20,7 +20,7 @@ from kubelet_sim.kube.events import EventRecorder
 from kubelet_sim.kube.informer import DELETED, Informer
 from kubelet_sim.kube.node_api import NodeApi
 from kubelet_sim.kube.object_watches import Ref, ReferencedObjectWatches
-from kubelet_sim.kube.pod_api import PodStatusWriter, delete_pod_finally
+from kubelet_sim.kube.pod_api import MirrorPodApi, PodStatusWriter, delete_pod_finally
 from kubelet_sim.kube.reviews import Reviews
 from kubelet_sim.kube.schema import ServerSchema
 from kubelet_sim.kube.shared_watches import Feed, NodeHandlers, SharedFeed, SharedWatches
@@ -34,6 +34,7 @@ from kubelet_sim.node.settings import NodeSettings
 from kubelet_sim.pod.admission import Allocatable
 from kubelet_sim.pod.dns import NodeDNS, ResolvConf, parse_resolv_conf
 from kubelet_sim.pod.references import referenced_objects
+from kubelet_sim.pod.static import is_mirror_pod
 from kubelet_sim.podworkers.gc import ContainerGC
 from kubelet_sim.podworkers.pool import SandboxPool
 from kubelet_sim.podworkers.sync import PodSyncer, SyncSettings
@@ -48,6 +49,8 @@ from kubelet_sim.server.listener import Listener
 from kubelet_sim.server.metrics import Family, Sample, histogram_family, render
 from kubelet_sim.server.settings import ServerSettings
 from kubelet_sim.server.usage import NodeUsage, PodUsage
+from kubelet_sim.staticpods.source import StaticPods
+from kubelet_sim.staticpods.status import MirrorStatus
 from kubelet_sim.supervise import LoopFailed, LoopHealth, Supervisor
 from kubelet_sim.timers import Timers
 from kubelet_sim.volumes import VolumeManager
@@ -74,6 +77,7 @@ class PodSettings:
     dns: NodeDNS = dataclasses.field(default_factory=NodeDNS)  # resolvers and hosts files
     allowed_unsafe_sysctls: tuple[str, ...] = ()
     sandbox_pool_size: int = 0  # warm sandboxes kept ready (podworkers/pool.py); 0: none
+    pod_manifest_path: Path | None = None  # static pods' manifests (staticpods/); None: none
 
 
 DEFAULT_RESOLV_CONF = "/etc/resolv.conf"
@@ -133,6 +137,9 @@ class Agent:
     Every thread runs under `supervisor`: a loop that raised is restarted; one that keeps
     failing stops the agent, and `run` raises `LoopFailed` (the command exits 1).
     """
+
+    _node: Json | None = None  # our Node as the informer last told (the mirror pods' owner)
+    static: StaticPods | None = None  # the static pods' source (--pod-manifest-path)
 
     def __init__(
         self,
@@ -273,10 +280,10 @@ class Agent:
             ),
             runtime,
             watcher=self.watcher,
-            status=PodStatusWriter(kube.api, self.schema),
+            status=self._status_sink(pod_settings, wake, timers),
             events=self.events,
             objects=self.objects,
-            final_delete=lambda ns, name, uid: delete_pod_finally(kube.api, ns, name, uid),
+            final_delete=self._final_delete,
             pod_of=self.pod_of,
             active_pods=self.active_pods,
             volumes=VolumeManager(runtime.root_dir, allocatable=self._allocatable()),
@@ -311,6 +318,28 @@ class Agent:
                     self.proxy.changed if self.proxy is not None else None,
                 ),
             )
+
+    def _status_sink(
+        self, pods: PodSettings, wake: Callable[[str], None], timers: Timers | None
+    ) -> PodStatusWriter | MirrorStatus:
+        """The pod workers' status sink; with static pods, their source (`self.static`, a
+        second beside the API's, into the same index) and a sink that writes their status to
+        their mirror pods."""
+        writer = PodStatusWriter(self.kube.api, self.schema)
+        if pods.pod_manifest_path is None:
+            return writer
+        self.static = static = StaticPods(
+            pods.pod_manifest_path,
+            self.node_name,
+            MirrorPodApi(self.kube.api),
+            on_pod=self._on_static_pod,
+            wake=wake,
+            node=lambda: self._node,
+            known=lambda uid: uid in self.syncer.states,
+            supervisor=self.supervisor,
+            timers=timers,
+        )
+        return MirrorStatus(writer, static.mirror_of, static.owns)
 
     def health(self) -> dict[str, LoopHealth]:
         """Each supervised loop's state and restarts, for a `/healthz`."""
@@ -379,6 +408,8 @@ class Agent:
         self.service_informer.synced.wait(SERVICES_GRACE)
         if stop.is_set():
             return False
+        if self.static is not None:  # its pods in the index before the workers look for orphans
+            self.static.start()
         self.workers.start()
         self.gc.start()
         self.pool.start()
@@ -407,6 +438,7 @@ class Agent:
             self.shared.unregister(self.node_name)
         deadline = time.monotonic() + SHUTDOWN_SECONDS
         parts: list[Stoppable] = [
+            *([self.static] if self.static is not None else []),
             self.pod_informer,
             self.node_informer,
             self.service_informer,
@@ -503,6 +535,7 @@ class Agent:
     # -- handlers (run on informer and watcher threads: quick, they only enqueue) ----------
 
     def _on_node_event(self, kind: str, node: Json) -> None:
+        self._node = None if kind == DELETED else node
         if kind == DELETED:
             self.log.warning("own Node deleted; registering it again")
             self.lifecycle.node_deleted()
@@ -510,6 +543,10 @@ class Agent:
             self.lifecycle.node_changed(node)
 
     def _on_pod_event(self, kind: str, pod: Json) -> None:
+        if is_mirror_pod(pod):  # the API's copy of a static pod: never run for itself
+            if self.static is not None:
+                self.static.mirror_event(kind, pod)
+            return
         meta = pod.get("metadata") or {}
         uid = str(meta.get("uid", ""))
         log = self.log.bind(pod=f"{meta.get('namespace')}/{meta.get('name')}", uid=uid)
@@ -533,6 +570,35 @@ class Agent:
                     resourceVersion=meta.get("resourceVersion"),
                 )
         (self.workers.enqueue_gone if kind == DELETED else self.workers.enqueue)(uid)
+
+    def _on_static_pod(self, uid: str, pod: Json | None) -> None:
+        """A static pod read from its file (None: gone and terminated), into the index."""
+        with self._pods_lock:
+            new = uid not in self._pods
+            if pod is None:
+                self._pods.pop(uid, None)
+            else:
+                self._pods[uid] = pod
+        if pod is None:
+            self.objects.forget_pod(uid)
+            self.workers.enqueue_gone(uid)
+            return
+        self.objects.set_pod_references(uid, referenced_objects(pod))
+        if new:
+            meta = pod["metadata"]
+            self.log.info(
+                "static pod from a file", pod=f"{meta['namespace']}/{meta['name']}", uid=uid
+            )
+            self.syncer.journal(uid, "seen", event="ADDED", via="file")
+        self.workers.enqueue(uid)
+
+    def _final_delete(self, namespace: str, name: str, uid: str) -> None:
+        """The pod workers' last word on a deleted pod: the API's DELETE, or for a static pod
+        gone from its file, its end (it leaves the index, its mirror is deleted)."""
+        if self.static is not None and self.static.owns(uid):
+            self.static.finished(uid)
+            return
+        delete_pod_finally(self.kube.api, namespace, name, uid)
 
     def _on_object_change(self, ref: Ref) -> None:
         for uid in self.objects.users_of(ref):

@@ -40,8 +40,10 @@ ALLOWED: dict[str, set[str]] = {
     "podworkers": SHARED | {"kube", "pod", "volumes", "prober"},
     "server": SHARED | {"kube", "pod"},
     "proxy": SHARED | {"kube"},
+    "staticpods": SHARED | {"kube", "pod"},
     "agent": SHARED
-    | {"kube", "runtime", "pod", "node", "podworkers", "volumes", "server", "proxy"},
+    | {"kube", "runtime", "pod", "node", "podworkers", "volumes", "server", "proxy"}
+    | {"staticpods"},
     "tools": SHARED | {"kube", "runtime", "pod"},
     "ui": SHARED | {"kube", "runtime", "tools"},
     "controlplane": SHARED,

@@ -187,6 +187,15 @@ class NodeOptions:
             min=0,
         ),
     ] = 0
+    pod_manifest_path: Annotated[
+        Path | None,
+        _opt(
+            "POD_MANIFEST_PATH",
+            "Directory (or one file) of static pod manifests, YAML or JSON, one pod per file"
+            " (dotfiles ignored): each runs as `<name>-<node>` with a mirror pod in the API,"
+            " and files added, changed or removed are followed (read every second).",
+        ),
+    ] = None
     container_log_max_size: Annotated[
         str,
         _opt(
@@ -242,6 +251,7 @@ class NodeOptions:
                 s.strip() for s in self.allowed_unsafe_sysctls.split(",") if s.strip()
             ),
             sandbox_pool_size=pool,
+            pod_manifest_path=self.pod_manifest_path,
         )
 
     def log_rotation(self) -> LogRotation:

@@ -74,6 +74,24 @@ class PodStatusWriter:
             self._written.pop(uid, None)
 
 
+class MirrorPodApi:
+    """A node's writes of its mirror pods (the kubelet's mirror client): NodeRestriction lets a
+    node create a pod only as a mirror pod bound to itself and owned by its Node."""
+
+    def __init__(self, api: client.ApiClient) -> None:
+        self._api = api
+
+    def create(self, pod: Json) -> Json:
+        """POST the mirror pod; the created pod. ApiError `already_exists` when one of that
+        name is there."""
+        namespace = pod["metadata"]["namespace"]
+        return request_json(self._api, "POST", f"/api/v1/namespaces/{namespace}/pods", pod)
+
+    def delete(self, namespace: str, name: str, uid: str) -> None:
+        """DeleteMirrorPod: grace 0, with the mirror's UID as precondition."""
+        delete_pod_finally(self._api, namespace, name, uid)
+
+
 def delete_pod_finally(api: client.ApiClient, namespace: str, name: str, uid: str) -> None:
     """The kubelet's last word on a deleted pod: DELETE with grace 0 and a uid precondition.
 

@@ -19,6 +19,7 @@ Obj = dict[str, Any]
 
 NODE_USER = "system:node:"
 NODE_LEASE_NAMESPACE = "kube-node-lease"
+MIRROR_ANNOTATION = "kubernetes.io/config.mirror"
 
 # NodeRules (plugin/pkg/auth/authorizer/node/node_authorizer.go → bootstrappolicy.NodeRules),
 # for the resources the fake serves: (resource, subresource) → verbs.
@@ -61,6 +62,8 @@ def check(user: str | None, route: Route, params: dict[str, str], body: Any, sto
         raise _forbidden(user, route)
     if isinstance(body, dict) and route.verb == "create" and route.name is None:
         name = ((body.get("metadata") or {}).get("name")) or None
+    if res == "pods" and verb == "create" and not sub:
+        _admit_pod_create(node, route, body, store)
     _restrict(node, route, name, store)
 
 
@@ -81,6 +84,49 @@ def _restrict(node: str, route: Route, name: str | None, store: Store) -> None:
             action = "update pod status for pods" if route.sub == "status" else f"{verb} pods"
             why = f'node "{node}" can only {action} with spec.nodeName set to itself'
             raise _refused(route, name, why)
+
+
+def _admit_pod_create(node: str, route: Route, body: Any, store: Store) -> None:
+    """NodeRestriction's admitPodCreate: a node creates only mirror pods, bound to itself,
+    owned by its Node (one controller reference with its UID), referring to no other object."""
+    pod = body if isinstance(body, dict) else {}
+    meta, spec = pod.get("metadata") or {}, pod.get("spec") or {}
+    name = meta.get("name") or None
+    if MIRROR_ANNOTATION not in (meta.get("annotations") or {}):
+        why = f'pod does not have "{MIRROR_ANNOTATION}" annotation, node "{node}" can only'
+        raise _refused(route, name, f"{why} create mirror pods")
+    if spec.get("nodeName") != node:
+        why = f'node "{node}" can only create pods with spec.nodeName set to itself'
+        raise _refused(route, name, why)
+    owners = meta.get("ownerReferences") or []
+    if len(owners) > 1:
+        why = f'node "{node}" can only create pods with a single owner reference set to itself'
+        raise _refused(route, name, why)
+    if owners:
+        owner = owners[0]
+        if (owner.get("apiVersion"), owner.get("kind"), owner.get("name")) != ("v1", "Node", node):
+            why = f'node "{node}" can only create pods with an owner reference set to itself'
+            raise _refused(route, name, why)
+        if not owner.get("controller"):
+            why = f'node "{node}" can only create pods with a controller owner reference set to'
+            raise _refused(route, name, f"{why} itself")
+        if owner.get("blockOwnerDeletion"):
+            why = f'node "{node}" must not set blockOwnerDeletion on an owner reference'
+            raise _refused(route, name, why)
+        node_uid = ((store.get("nodes", "", node) or {}).get("metadata") or {}).get("uid")
+        if owner.get("uid") != node_uid:
+            why = f"node {node} UID mismatch: expected {owner.get('uid')} got {node_uid}"
+            raise _refused(route, name, why)
+    if spec.get("serviceAccountName"):
+        why = f'node "{node}" can not create pods that reference a service account'
+        raise _refused(route, name, why)
+    for kind, what in (("secret", "secrets"), ("configMap", "configmaps")):
+        if _references(pod, kind):
+            why = f'node "{node}" can not create pods that reference {what}'
+            raise _refused(route, name, why)
+    if any("persistentVolumeClaim" in v for v in spec.get("volumes") or []):
+        why = f'node "{node}" can not create pods that reference persistentvolumeclaims'
+        raise _refused(route, name, why)
 
 
 def _refused(route: Route, name: str | None, why: str) -> ApiError:

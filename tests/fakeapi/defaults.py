@@ -233,11 +233,19 @@ def _admit_tolerations(spec: Obj) -> None:
             tolerations.append(dict(default))
 
 
+MIRROR_ANNOTATION = "kubernetes.io/config.mirror"
+
+
+def is_mirror_pod(pod: Obj) -> bool:
+    return MIRROR_ANNOTATION in ((pod.get("metadata") or {}).get("annotations") or {})
+
+
 def admit_new_pod(pod: Obj) -> None:
     """Create-time defaulting + mutating admission, and the status the server resets to."""
     spec = pod.setdefault("spec", {})
     default_pod_spec(spec)
-    _admit_service_account(spec)
+    if not is_mirror_pod(pod):  # the ServiceAccount plugin leaves a mirror pod's spec alone
+        _admit_service_account(spec)
     spec.setdefault("priority", 0)
     spec.setdefault("preemptionPolicy", "PreemptLowerPriority")
     _admit_tolerations(spec)

@@ -161,6 +161,15 @@ class Registry:
     def _admit_service_account(self, pod: Obj) -> None:
         """ServiceAccount admission: the pod's service account must exist."""
         meta, spec = pod["metadata"], pod.get("spec") or {}
+        if defaults.is_mirror_pod(pod):  # no account: plugin/pkg/admission/serviceaccount
+            if spec.get("serviceAccountName") or spec.get("serviceAccount"):
+                raise ApiError(
+                    403,
+                    f'pods "{meta.get("name") or ""}" is forbidden: a mirror pod may not'
+                    " reference service accounts",
+                    "Forbidden",
+                )
+            return
         account = spec.get("serviceAccountName") or spec.get("serviceAccount") or "default"
         namespace = meta.get("namespace") or ""
         if self.store.get("serviceaccounts", namespace, account) is None:
