@@ -51,6 +51,10 @@ CNI_PLUGINS = ("bridge", "host-local", "loopback", "portmap", "firewall")
 CNI_CACHE = Path("/var/lib/cni/results")
 POD_LOGS = Path("/var/log/pods")
 CONTAINER_LOGS = Path("/var/log/containers")
+NETNS = Path("/run/netns")
+# Host directories the kubelet, containerd or libcni make when missing: removed at stop if
+# they did not exist at start and are empty by then.
+HOST_DIRS = (CNI_CACHE, CNI_CACHE.parent, CONTAINER_LOGS, POD_LOGS, NETNS)
 # Where pod bridges go: one /24 of this range per node, one not routed here already.
 POD_RANGE = ipaddress.ip_network("10.201.0.0/16")
 CGROUP_ROOT = Path("/sys/fs/cgroup")
@@ -67,6 +71,10 @@ STOP_GRACE = 5.0
 SOCKET_PATH_MAX = 100  # sun_path is 108 bytes; containerd adds ".ttrpc"
 
 CRI = "/runtime.v1.RuntimeService/"
+# Without it (a sandboxed root, as on this project's machines) runc cannot give a pod's sandbox
+# the oom_score_adj -998 the kubelet asks: containerd is then told to keep scores no lower
+# than its own (restrict_oom_score_adj, as for rootless).
+CAP_SYS_RESOURCE = 24
 
 
 class ReferenceNodeError(RuntimeError):
@@ -140,7 +148,8 @@ class ReferenceNode:
     serves on and reports (the default route's; the kubelet refuses a loopback one): the API
     server dials it when its --kubelet-preferred-address-types puts InternalIP before Hostname
     (the tests' and the demo's control planes do; the node's name resolves nowhere).
-    `subnet` is the pods' bridge subnet (chosen free when None)."""
+    `subnet` is the pods' bridge subnet (chosen free when None). `taints` ("key=value:Effect")
+    and `labels` are the kubelet's --register-with-taints and --node-labels."""
 
     control_plane: ControlPlane
     name: str
@@ -152,6 +161,8 @@ class ReferenceNode:
     subnet: ipaddress.IPv4Network | None = None
     cluster_dns: Sequence[str] = ()
     cluster_domain: str = "cluster.local"
+    taints: Sequence[str] = ()
+    labels: dict[str, str] = field(default_factory=dict)
     kubelet: Path | None = None
     verbosity: int = 2
     on_step: Callable[[str, float], None] | None = None
@@ -165,6 +176,7 @@ class ReferenceNode:
     _cgroups: list[Path] = field(default_factory=list)
     _tunables: dict[str, str] = field(default_factory=dict)
     _chains_before: set[tuple[str, str]] = field(default_factory=set)
+    _host_dirs_made: list[Path] = field(default_factory=list)
     _pod_uids: set[str] = field(default_factory=set)
     _container_ids: set[str] = field(default_factory=set)
     _reader: tuple[Path, Path] | None = None
@@ -230,6 +242,7 @@ class ReferenceNode:
             self.workdir.mkdir(mode=0o700, parents=True, exist_ok=True)
             self.node_ip = self.node_ip or default_route_ip()
             self._chains_before = _iptables_chains()
+            self._host_dirs_made = [d for d in HOST_DIRS if not d.exists()]
             self._network()
             self._step("network")
             self._start_containerd(timeout)
@@ -257,20 +270,47 @@ class ReferenceNode:
             self._remove_pods()
         self._end("containerd")
         for point in _mount_points_under([self.workdir, *self._extra_dirs()]):
-            subprocess.run(["umount", "-l", str(point)], capture_output=True, check=False)
+            _quiet(["umount", "-l", str(point)])
         if self.bridge:
-            subprocess.run(["ip", "link", "del", self.bridge], capture_output=True, check=False)
+            _quiet(["ip", "link", "del", self.bridge])
         self._remove_chains()
         self._remove_cgroups()
         self._restore_tunables()
-        self._remove_logs()
         for path in CNI_CACHE.glob(f"{self._network_name}-*"):
             path.unlink(missing_ok=True)
+        self._remove_logs()
         for d in self._extra_dirs():
             shutil.rmtree(d, ignore_errors=True)
         self._socket_dir = None
         if not _mount_points_under([self.workdir]):  # never remove files through a mount
             shutil.rmtree(self.workdir, ignore_errors=True)
+
+    def leftovers(self) -> list[str]:
+        """What of this node is still on the host, one line each (empty after `stop()`):
+        processes naming its directories (kubelet, containerd, shims), mounts under them, its
+        bridge, cgroups, CNI chains made since start, the work directory."""
+        found = []
+        dirs = [str(self.workdir), *map(str, self._extra_dirs())]
+        for proc in Path("/proc").iterdir():
+            if not proc.name.isdigit() or int(proc.name) == os.getpid():
+                continue
+            with contextlib.suppress(OSError):
+                argv = (proc / "cmdline").read_bytes().decode(errors="replace").split("\0")
+                if any(d in arg for arg in argv for d in dirs):
+                    found.append(f"process {proc.name}: {' '.join(argv)[:120]}")
+        found += [f"mount {p}" for p in _mount_points_under([self.workdir, *self._extra_dirs()])]
+        if self.bridge and Path("/sys/class/net", self.bridge).exists():
+            found.append(f"bridge {self.bridge}")
+        found += [f"cgroup {p}" for p in self._own_cgroups()]
+        found += [
+            f"iptables -t {t} chain {c}"
+            for t, c in sorted(_iptables_chains() - self._chains_before)
+            if c.startswith("CNI-")
+        ]
+        found += [f"file {p}" for p in CNI_CACHE.glob(f"{self._network_name}-*")]
+        if self.workdir.exists():
+            found.append(f"directory {self.workdir}")
+        return found
 
     def log(self, name: str = "kubelet") -> str:
         """A process's log so far (`kubelet` or `containerd`)."""
@@ -322,12 +362,20 @@ class ReferenceNode:
     def containers(self) -> list[dict[str, Any]]:
         """containerd's containers in k8s.io (id and labels: io.kubernetes.pod.uid, ...)."""
         out = subprocess.run(
-            [*self._ctr(), "containers", "ls", "-q"], capture_output=True, text=True, check=True
+            [*self._ctr(), "containers", "ls", "-q"],
+            capture_output=True,
+            text=True,
+            check=True,
+            timeout=30,
         ).stdout.split()
         found = []
         for cid in out:
             info = subprocess.run(
-                [*self._ctr(), "containers", "info", cid], capture_output=True, text=True
+                [*self._ctr(), "containers", "info", cid],
+                capture_output=True,
+                text=True,
+                timeout=30,
+                check=False,
             )
             if info.returncode == 0:
                 data = json.loads(info.stdout)
@@ -449,6 +497,7 @@ disabled_plugins = [
   stream_server_address = "127.0.0.1"
   stream_server_port = "0"
   enable_selinux = false
+  restrict_oom_score_adj = {str(not _has_capability(CAP_SYS_RESOURCE)).lower()}
 
 [plugins."io.containerd.grpc.v1.cri".containerd]
   snapshotter = "overlayfs"
@@ -567,6 +616,9 @@ disabled_plugins = [
                 "--pod-infra-container-image", self.pause_image,
                 "--root-dir", str(root / "root"),
                 "--cert-dir", str(root / "pki"),
+                *(["--register-with-taints", ",".join(self.taints)] if self.taints else []),
+                *(["--node-labels", ",".join(f"{k}={v}" for k, v in self.labels.items())]
+                  if self.labels else []),
                 f"--v={self.verbosity}",
             ],
         )  # fmt: skip
@@ -624,7 +676,10 @@ disabled_plugins = [
     # --- cleanup -----------------------------------------------------------------------------
 
     def _record_pods(self) -> None:
-        """The pod uids and container ids this node has (their log files go at stop)."""
+        """The pod uids (the kubelet's pod directories) and container ids this node has:
+        their log files go at stop."""
+        with contextlib.suppress(OSError):
+            self._pod_uids |= {p.name for p in (self.workdir / "kubelet/root/pods").iterdir()}
         if "containerd" not in self._procs:
             return
         for container in self.containers():
@@ -647,14 +702,11 @@ disabled_plugins = [
             finally:
                 cri.close()
         ctr = self._ctr()
-        tasks = subprocess.run([*ctr, "tasks", "ls", "-q"], capture_output=True, text=True)
-        for task in tasks.stdout.split():
-            subprocess.run([*ctr, "tasks", "kill", "-s", "SIGKILL", task], capture_output=True)
-        for task in tasks.stdout.split():
-            subprocess.run([*ctr, "tasks", "rm", "-f", task], capture_output=True)
-        left = subprocess.run([*ctr, "containers", "ls", "-q"], capture_output=True, text=True)
-        for container in left.stdout.split():
-            subprocess.run([*ctr, "containers", "rm", container], capture_output=True)
+        for task in _quiet([*ctr, "tasks", "ls", "-q"]).split():
+            _quiet([*ctr, "tasks", "kill", "-s", "SIGKILL", task])
+            _quiet([*ctr, "tasks", "rm", "-f", task])
+        for container in _quiet([*ctr, "containers", "ls", "-q"]).split():
+            _quiet([*ctr, "containers", "rm", container])
 
     def _remove_chains(self) -> None:
         """The CNI plugins' chains made since start, if only this node's pods used them."""
@@ -675,16 +727,22 @@ disabled_plugins = [
                 _iptables(table, "-F", chain)
                 _iptables(table, "-X", chain)
 
+    def _own_cgroups(self) -> list[Path]:
+        """Its cgroup root in every hierarchy: those made at start and those runc made (a
+        hybrid host's unified hierarchy)."""
+        with contextlib.suppress(OSError):
+            found = [m / f"ksref-{self._id}" for m, _ in _cgroup_mounts()]
+            return [p for p in dict.fromkeys([*self._cgroups, *found]) if p.is_dir()]
+        return [p for p in self._cgroups if p.is_dir()]
+
     def _remove_cgroups(self) -> None:
-        for path in self._cgroups:
-            if path.is_dir():
-                for sub in sorted(path.rglob("*"), key=lambda p: len(p.parts), reverse=True):
-                    if sub.is_dir():
-                        with contextlib.suppress(OSError):
-                            sub.rmdir()
-                with contextlib.suppress(OSError):
-                    path.rmdir()
-        self._cgroups = [p for p in self._cgroups if p.exists()]
+        for path in self._own_cgroups():
+            for sub in sorted(path.rglob("*"), key=lambda p: len(p.parts), reverse=True):
+                if sub.is_dir():
+                    with contextlib.suppress(OSError):
+                        sub.rmdir()
+            with contextlib.suppress(OSError):
+                path.rmdir()
 
     def _remove_logs(self) -> None:
         for uid in self._pod_uids:
@@ -693,12 +751,29 @@ disabled_plugins = [
         for cid in self._container_ids:
             for link in CONTAINER_LOGS.glob(f"*-{cid}.log"):
                 link.unlink(missing_ok=True)
-        for directory in (CONTAINER_LOGS, POD_LOGS):
+        for directory in self._host_dirs_made:
             with contextlib.suppress(OSError):
-                directory.rmdir()  # only if empty: the kubelet made it, nothing else uses it
+                directory.rmdir()  # only if empty: another node's files stay
 
 
 # --- helpers --------------------------------------------------------------------------------
+
+
+def _quiet(args: list[str], timeout: float = 30.0) -> str:
+    """A cleanup command's output; its failure (or a hang past `timeout`) is not ours to stop."""
+    try:
+        done = subprocess.run(args, capture_output=True, text=True, timeout=timeout, check=False)
+    except (subprocess.TimeoutExpired, OSError):
+        return ""
+    return done.stdout if done.returncode == 0 else ""
+
+
+def _has_capability(bit: int) -> bool:
+    """Whether this process holds the capability (an effective set from /proc/self/status)."""
+    for line in Path("/proc/self/status").read_text().splitlines():
+        if line.startswith("CapEff:"):
+            return bool(int(line.split()[1], 16) >> bit & 1)
+    return False
 
 
 def _run(args: list[str]) -> str:
