@@ -21,9 +21,11 @@ from __future__ import annotations
 
 import contextlib
 import ipaddress
+import itertools
 import json
 import os
 import secrets
+import shlex
 import shutil
 import signal
 import socket
@@ -56,7 +58,7 @@ NETNS = Path("/run/netns")
 # they did not exist at start and are empty by then.
 HOST_DIRS = (CNI_CACHE, CNI_CACHE.parent, CONTAINER_LOGS, POD_LOGS, NETNS)
 # Where pod bridges go: one /24 of this range per node, one not routed here already.
-POD_RANGE = ipaddress.ip_network("10.201.0.0/16")
+POD_RANGE = ipaddress.IPv4Network("10.201.0.0/16")
 CGROUP_ROOT = Path("/sys/fs/cgroup")
 # What the kubelet sets at start (setupKernelTunables, protectKernelDefaults off).
 KERNEL_TUNABLES = (
@@ -151,7 +153,7 @@ class ReferenceNode:
     `subnet` is the pods' bridge subnet (chosen free when None). `taints` ("key=value:Effect")
     and `labels` are the kubelet's --register-with-taints and --node-labels."""
 
-    control_plane: ControlPlane
+    control_plane: ControlPlane = field(repr=False)
     name: str
     workdir: Path
     images: Sequence[str] = ()
@@ -165,22 +167,22 @@ class ReferenceNode:
     labels: dict[str, str] = field(default_factory=dict)
     kubelet: Path | None = None
     verbosity: int = 2
-    on_step: Callable[[str, float], None] | None = None
+    on_step: Callable[[str, float], None] | None = field(default=None, repr=False)
     # Set by start(): what the node is and where its pieces are.
     port: int = 0
     healthz_port: int = 0
     bridge: str = ""
-    _id: str = field(default_factory=lambda: secrets.token_hex(4))
-    _procs: dict[str, subprocess.Popen[bytes]] = field(default_factory=dict)
-    _socket_dir: Path | None = None
-    _cgroups: list[Path] = field(default_factory=list)
-    _tunables: dict[str, str] = field(default_factory=dict)
-    _chains_before: set[tuple[str, str]] = field(default_factory=set)
-    _host_dirs_made: list[Path] = field(default_factory=list)
-    _pod_uids: set[str] = field(default_factory=set)
-    _container_ids: set[str] = field(default_factory=set)
-    _reader: tuple[Path, Path] | None = None
-    _started: float = 0.0
+    _id: str = field(repr=False, default_factory=lambda: secrets.token_hex(4))
+    _procs: dict[str, subprocess.Popen[bytes]] = field(repr=False, default_factory=dict)
+    _socket_dir: Path | None = field(default=None, repr=False)
+    _cgroups: list[Path] = field(repr=False, default_factory=list)
+    _tunables: dict[str, str] = field(repr=False, default_factory=dict)
+    _chains_before: set[tuple[str, str]] = field(repr=False, default_factory=set)
+    _host_dirs_made: list[Path] = field(repr=False, default_factory=list)
+    _pod_uids: set[str] = field(repr=False, default_factory=set)
+    _container_ids: set[str] = field(repr=False, default_factory=set)
+    _reader: tuple[Path, Path] | None = field(default=None, repr=False)
+    _started: float = field(default=0.0, repr=False)
 
     # --- what it needs ---------------------------------------------------------------------
 
@@ -543,9 +545,7 @@ disabled_plugins = [
             if fstype == "cgroup2":
                 wanted = (mount / "cgroup.subtree_control").read_text().split()
                 with contextlib.suppress(OSError):
-                    (path / "cgroup.subtree_control").write_text(
-                        " ".join(f"+{c}" for c in wanted)
-                    )
+                    (path / "cgroup.subtree_control").write_text(" ".join(f"+{c}" for c in wanted))
 
     def _save_tunables(self) -> None:
         for name in KERNEL_TUNABLES:
@@ -721,7 +721,7 @@ disabled_plugins = [
             for line in _iptables(table, "-S").splitlines():
                 parts = line.split()
                 if parts[:1] == ["-A"] and parts[-2:] == ["-j", chain]:
-                    _iptables(table, "-D", *parts[1:], quoted=line)
+                    _iptables(table, "-D", *shlex.split(line)[1:])
         for table, chain in sorted(_iptables_chains() - self._chains_before):
             if chain.startswith("CNI-"):
                 _iptables(table, "-F", chain)
@@ -826,13 +826,8 @@ def free_subnet() -> ipaddress.IPv4Network:
     raise ReferenceNodeError(f"no free /24 in {POD_RANGE} for the pods' bridge")
 
 
-def _iptables(table: str, *args: str, quoted: str = "") -> str:
-    if quoted:  # a rule as -S printed it, comments quoted: let the shell split it back
-        cmd = f"iptables -t {table} -D {quoted.split(None, 1)[1]}"
-        done = subprocess.run(["sh", "-c", cmd], capture_output=True, text=True)
-    else:
-        done = subprocess.run(["iptables", "-t", table, *args], capture_output=True, text=True)
-    return done.stdout
+def _iptables(table: str, *args: str) -> str:
+    return _quiet(["iptables", "-w", "5", "-t", table, *args])
 
 
 def _iptables_chains() -> set[tuple[str, str]]:
@@ -848,7 +843,7 @@ def _iptables_chains() -> set[tuple[str, str]]:
 def _only_in(rule: str, subnet: ipaddress.IPv4Network) -> bool:
     """Whether every address a rule names (-s/-d) is in `subnet`."""
     parts = rule.split()
-    for flag, value in zip(parts, parts[1:], strict=False):
+    for flag, value in itertools.pairwise(parts):
         if flag in ("-s", "-d", "--source", "--destination"):
             try:
                 if not ipaddress.ip_network(value, strict=False).subnet_of(subnet):  # type: ignore[arg-type]
