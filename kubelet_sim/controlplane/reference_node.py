@@ -283,7 +283,6 @@ class ReferenceNode:
         self._remove_logs()
         for d in self._extra_dirs():
             shutil.rmtree(d, ignore_errors=True)
-        self._socket_dir = None
         if not _mount_points_under([self.workdir]):  # never remove files through a mount
             shutil.rmtree(self.workdir, ignore_errors=True)
 
