@@ -12,6 +12,7 @@ from tests.docker_env import *  # noqa: F403
 from tests.kindlike import kindlike  # noqa: F401 (a fixture: the API server in a container)
 from tests.mounts import unmount_all_under
 from tests.networks import network  # noqa: F401 (a fixture: a Docker network of the test's own)
+from tests.reference import reference_node  # noqa: F401 (a fixture: the upstream kubelet's node)
 
 # Many agents run at once (both passes, subprocess agents among them): each one's kubelet API
 # takes a free port (advertised in its Node) rather than all asking for 10250.

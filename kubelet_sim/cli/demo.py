@@ -48,6 +48,15 @@ def demo(
     no_sample: Annotated[
         bool, typer.Option("--no-sample", help="Apply no sample; just the cluster.")
     ] = False,
+    reference_node: Annotated[
+        bool,
+        typer.Option(
+            "--reference-node",
+            help="Also run node kubelet-ref: the upstream kubelet (binary in the download cache"
+            " or KUBELET_SIM_KUBELET) on a containerd of its own, beside the virtual nodes."
+            " Needs root, containerd and the CNI plugins.",
+        ),
+    ] = False,
     keep: Annotated[
         bool, typer.Option("--keep", help="Keep the control plane's data and logs on exit.")
     ] = False,
@@ -83,6 +92,7 @@ def demo(
     # The control plane's certificates need `cryptography`: imported by the demo alone, so
     # that a node (`kubelet-sim --node-name`) does not hold it until its first client comes.
     from kubelet_sim.controlplane.cluster import ControlPlaneError  # noqa: PLC0415
+    from kubelet_sim.controlplane.reference_node import ReferenceNodeError  # noqa: PLC0415
     from kubelet_sim.demo.run import NODE_IP, Demo, DemoError, DemoSettings  # noqa: PLC0415
 
     state = DemoState(state_dir or default_state_dir())
@@ -121,6 +131,7 @@ def demo(
             replicas=replicas,
             sample=not no_sample,
             keep=keep,
+            reference_node=reference_node,
             on_nodes_ready=lambda kubeconfig, runtimes: ui.serve_until(
                 stop, str(kubeconfig), runtimes, _say
             ),
@@ -140,6 +151,7 @@ def demo(
         RuntimeUnavailable,
         ServerError,
         ApiError,
+        ReferenceNodeError,
     ) as exc:
         typer.echo(f"kubelet-sim: error: {exc}", err=True)
         exit_past_calls_in_flight(1)

@@ -17,6 +17,7 @@ from pathlib import Path
 
 from kubelet_sim.controlplane.binaries import Binaries
 from kubelet_sim.controlplane.cluster import ControlPlane
+from kubelet_sim.controlplane.reference_node import ReferenceNode
 from kubelet_sim.demo import sample
 from kubelet_sim.demo.images import ensure_images
 from kubelet_sim.demo.state import DemoState
@@ -27,6 +28,7 @@ from kubelet_sim.runtime.docker_runtime import DockerRuntime
 from kubelet_sim.tools import handoff
 
 NODE_IP = "127.0.0.1"  # one machine: the API server reaches its kubelets on loopback
+REFERENCE_NODE = "kubelet-ref"  # --reference-node: the upstream kubelet's node
 READY_TIMEOUT = 60.0
 
 
@@ -43,6 +45,8 @@ class DemoSettings:
     replicas: int = 3
     sample: bool = True
     keep: bool = False
+    # --reference-node: the upstream kubelet on a containerd of its own, as node REFERENCE_NODE
+    reference_node: bool = False
     # Called once the nodes are Ready, with the admin kubeconfig and the nodes' runtimes (`--ui`).
     on_nodes_ready: Callable[[Path, Mapping[str, DockerRuntime]], None] | None = None
 
@@ -78,6 +82,7 @@ class Demo:
         self.plane: ControlPlane | None = None
         self.nodes: NodeSet | None = None
         self.engine: DockerRuntime | None = None
+        self.reference: ReferenceNode | None = None
 
     def say(self, message: str) -> None:
         self._say(f"[{time.monotonic() - self._began:6.1f}s] {message}")
@@ -96,6 +101,8 @@ class Demo:
 
     def _start(self, stop: threading.Event) -> None:
         s = self.settings
+        if s.reference_node and (why := ReferenceNode.unavailable()):
+            raise DemoError(f"--reference-node: {why}")
         leftovers = s.state.claim()
         self.engine = engine = DockerRuntime.connect(network=s.nodes.docker_network)
         engine.pull_progress_deadline = s.nodes.image_pull_progress_deadline
@@ -143,6 +150,8 @@ class Demo:
         )
         self.nodes.start(stop)
         self._wait_nodes_ready(admin, stop)
+        if s.reference_node and not stop.is_set():
+            self._start_reference(plane, image, pause)
         shutil.copyfile(plane.admin_kubeconfig, s.state.kubeconfig)
         s.state.kubeconfig.chmod(0o600)
         if s.on_nodes_ready is not None and not stop.is_set():
@@ -150,6 +159,20 @@ class Demo:
         self._tell_what_next()
         if s.sample and not stop.is_set():
             self._sample(admin, image, stop)
+
+    def _start_reference(self, plane: ControlPlane, image: str, pause: str) -> None:
+        """The upstream kubelet beside the virtual nodes, on the same control plane: the
+        scheduler places the sample's pods on it too (its images copied from Docker)."""
+        self.say(f"starting {REFERENCE_NODE}: the upstream kubelet on a containerd of its own")
+        self.reference = ReferenceNode(
+            plane,
+            REFERENCE_NODE,
+            self.settings.state.data / "reference-node",
+            pause_image=pause,
+            busybox_image=image,
+        )
+        self.reference.start(READY_TIMEOUT)
+        self.say(f"{REFERENCE_NODE} Ready (pods on {self.reference.subnet})")
 
     def _wait_nodes_ready(self, admin: KubeConnection, stop: threading.Event) -> None:
         waiting = set(self.settings.node_names)
@@ -228,6 +251,9 @@ class Demo:
             containers, _ = self.engine.remove_owned(self.settings.state.owner_labels)
             self.say(f"removed {containers} containers")
             self.engine.close()
+        if self.reference is not None:
+            self.reference.stop()
+            self.say(f"{REFERENCE_NODE} stopped")
         if self.plane is not None:
             self.plane.stop(remove=not self.settings.keep)
             self.say("control plane stopped")

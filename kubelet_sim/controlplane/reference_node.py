@@ -1,0 +1,944 @@
+"""A real upstream kubelet beside the virtual nodes: the reference a comparison is made with.
+
+`ReferenceNode` runs, under one work directory of its own, a containerd (its own root, state
+and socket, CRI plugin on a bridge CNI network of its own) and the upstream `kubelet` on it,
+registered to a started `ControlPlane` with node credentials (`system:node:<name>`). Images come
+from the Docker engine (`docker save | ctr import`): the machines this runs on reach no registry.
+
+What it changes on the host, and `stop()` undoes: a bridge and its route, a cgroup root of its
+own in each hierarchy (`/ksref-<id>`), the CNI firewall plugin's iptables chains if it made
+them, the kernel settings the kubelet sets at start (it sets `vm.overcommit_memory` and others;
+restored), the pod log directories under /var/log/pods and /var/log/containers, libcni's result
+cache for its network. A killed parent takes the kubelet and containerd with it (setpriv
+--pdeathsig); running containers' shims then outlive them (containerd's design), which only
+`stop()` prevents.
+
+Speaks to its processes only through subprocess (`ctr`, `ip`, `iptables`, `docker`), the CRI
+over gRPC (four calls, messages encoded by hand) and HTTPS to the API server (stdlib).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import ipaddress
+import itertools
+import json
+import os
+import secrets
+import shlex
+import shutil
+import signal
+import socket
+import ssl
+import subprocess
+import tempfile
+import time
+import urllib.error
+import urllib.request
+from collections.abc import Callable, Iterator, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from kubelet_sim.controlplane import binaries
+from kubelet_sim.controlplane.cluster import _DIE_WITH_PARENT, ControlPlane
+
+# The project's local images (kubelet_sim.runtime.local_images, which this layer may not
+# import: tests/test_reference_node.py checks they are the same names).
+PAUSE_IMAGE = "kubelet-sim.local/pause:test"
+BUSYBOX_IMAGE = "kubelet-sim.local/busybox:test"
+
+CNI_BIN_DIR = Path("/usr/lib/cni")
+CNI_PLUGINS = ("bridge", "host-local", "loopback", "portmap", "firewall")
+CNI_CACHE = Path("/var/lib/cni/results")
+POD_LOGS = Path("/var/log/pods")
+CONTAINER_LOGS = Path("/var/log/containers")
+NETNS = Path("/run/netns")
+# Host directories the kubelet, containerd or libcni make when missing: removed at stop if
+# they did not exist at start and are empty by then.
+HOST_DIRS = (CNI_CACHE, CNI_CACHE.parent, CONTAINER_LOGS, POD_LOGS, NETNS)
+# Where pod bridges go: one /24 of this range per node, one not routed here already.
+POD_RANGE = ipaddress.IPv4Network("10.201.0.0/16")
+CGROUP_ROOT = Path("/sys/fs/cgroup")
+# What the kubelet sets at start (setupKernelTunables, protectKernelDefaults off).
+KERNEL_TUNABLES = (
+    "vm/overcommit_memory",
+    "vm/panic_on_oom",
+    "kernel/panic",
+    "kernel/panic_on_oops",
+    "kernel/keys/root_maxkeys",
+    "kernel/keys/root_maxbytes",
+)
+STOP_GRACE = 5.0
+SOCKET_PATH_MAX = 100  # sun_path is 108 bytes; containerd adds ".ttrpc"
+
+CRI = "/runtime.v1.RuntimeService/"
+# Without it (a sandboxed root, as on this project's machines) runc cannot give a pod's sandbox
+# the oom_score_adj -998 the kubelet asks: containerd is then told to keep scores no lower
+# than its own (restrict_oom_score_adj, as for rootless).
+CAP_SYS_RESOURCE = 24
+
+
+class ReferenceNodeError(RuntimeError):
+    """The reference node could not start; the message says why (with a log's tail)."""
+
+
+# --- what is needed -------------------------------------------------------------------------
+
+
+def find_kubelet(env: dict[str, str] | None = None) -> Path | None:
+    """The upstream kubelet: $KUBELET_SIM_KUBELET, then where the control plane's binaries are
+    looked for ($KUBEBUILDER_ASSETS, $KUBELET_SIM_KUBE_BIN, the download cache), then PATH."""
+    env = dict(os.environ) if env is None else env
+    if env.get("KUBELET_SIM_KUBELET"):
+        given = Path(env["KUBELET_SIM_KUBELET"])
+        return given if given.is_file() else None
+    dirs = [Path(env[v]) for v in ("KUBEBUILDER_ASSETS", "KUBELET_SIM_KUBE_BIN") if env.get(v)]
+    cache = binaries.cache_dir(env)
+    with contextlib.suppress(OSError):
+        dirs += sorted((d for d in cache.iterdir() if d.is_dir()), reverse=True)
+    for d in dirs:
+        if (d / "kubelet").is_file() and os.access(d / "kubelet", os.X_OK):
+            return d / "kubelet"
+    found = shutil.which("kubelet", path=env.get("PATH", os.defpath))
+    return Path(found) if found else None
+
+
+def _cgroup_mounts() -> list[tuple[Path, str]]:
+    """(mount point, fstype) of each cgroup hierarchy mounted on this host."""
+    found = []
+    for line in Path("/proc/self/mountinfo").read_text().splitlines():
+        left, _, right = line.partition(" - ")
+        fstype = right.split()[0] if right else ""
+        if fstype in ("cgroup", "cgroup2"):
+            found.append((Path(_unescape(left.split()[4])), fstype))
+    return found
+
+
+def _unescape(text: str) -> str:
+    return text.replace("\\040", " ").replace("\\011", "\t").replace("\\012", "\n")
+
+
+def _cgroup_problem() -> str | None:
+    mounts = _cgroup_mounts()
+    v1 = [p for p, t in mounts if t == "cgroup"]
+    if v1:
+        names = {n for p in v1 for n in p.name.split(",")}
+        lacking = {"cpu", "cpuacct", "memory", "pids", "cpuset"} - names
+        if lacking:
+            return f"cgroup v1 without the {', '.join(sorted(lacking))} hierarchy"
+        return None
+    if not any(p == CGROUP_ROOT for p, t in mounts if t == "cgroup2"):
+        return f"no cgroup hierarchy mounted at {CGROUP_ROOT}"
+    controllers = (CGROUP_ROOT / "cgroup.subtree_control").read_text().split()
+    lacking = {"cpu", "memory", "pids"} - set(controllers)
+    if lacking:
+        return f"cgroup v2 root delegates no {', '.join(sorted(lacking))} controller"
+    return None
+
+
+# --- the node -------------------------------------------------------------------------------
+
+
+@dataclass
+class ReferenceNode:
+    """The upstream kubelet on a containerd of its own, as node `name` of `control_plane`.
+
+    `start(timeout)` returns once the Node is Ready; `stop()` (or leaving a `with` block)
+    removes everything it made. `images` are loaded from Docker besides the pause and busybox
+    images; `load_image(name)` loads one more at any time. `node_ip` is the address the kubelet
+    serves on and reports (the default route's; the kubelet refuses a loopback one): the API
+    server dials it when its --kubelet-preferred-address-types puts InternalIP before Hostname
+    (the tests' and the demo's control planes do; the node's name resolves nowhere).
+    `subnet` is the pods' bridge subnet (chosen free when None). `taints` ("key=value:Effect")
+    and `labels` are the kubelet's --register-with-taints and --node-labels."""
+
+    control_plane: ControlPlane = field(repr=False)
+    name: str
+    workdir: Path
+    images: Sequence[str] = ()
+    pause_image: str = PAUSE_IMAGE
+    busybox_image: str = BUSYBOX_IMAGE
+    node_ip: str | None = None
+    subnet: ipaddress.IPv4Network | None = None
+    cluster_dns: Sequence[str] = ()
+    cluster_domain: str = "cluster.local"
+    taints: Sequence[str] = ()
+    labels: dict[str, str] = field(default_factory=dict)
+    kubelet: Path | None = None
+    verbosity: int = 2
+    on_step: Callable[[str, float], None] | None = field(default=None, repr=False)
+    # Set by start(): what the node is and where its pieces are.
+    port: int = 0
+    healthz_port: int = 0
+    bridge: str = ""
+    _id: str = field(repr=False, default_factory=lambda: secrets.token_hex(4))
+    _procs: dict[str, subprocess.Popen[bytes]] = field(repr=False, default_factory=dict)
+    _socket_dir: Path | None = field(default=None, repr=False)
+    _cgroups: list[Path] = field(repr=False, default_factory=list)
+    _tunables: dict[str, str] = field(repr=False, default_factory=dict)
+    _chains_before: set[tuple[str, str]] = field(repr=False, default_factory=set)
+    _host_dirs_made: list[Path] = field(repr=False, default_factory=list)
+    _pod_uids: set[str] = field(repr=False, default_factory=set)
+    _container_ids: set[str] = field(repr=False, default_factory=set)
+    _reader: tuple[Path, Path] | None = field(default=None, repr=False)
+    _started: float = field(default=0.0, repr=False)
+
+    # --- what it needs ---------------------------------------------------------------------
+
+    @staticmethod
+    def unavailable(kubelet: Path | None = None) -> str | None:
+        """Why no reference node can run here (one line), or None."""
+        if os.geteuid() != 0:
+            return "the reference node needs root (containerd, mounts, a bridge, cgroups)"
+        if (kubelet or find_kubelet()) is None:
+            return (
+                "no upstream kubelet binary (KUBELET_SIM_KUBELET, KUBELET_SIM_KUBE_BIN or the"
+                f" cache {binaries.cache_dir()}/<version>/kubelet; scripts/provision unpacks one)"
+            )
+        for tool, package in (
+            ("containerd", "containerd"),
+            ("ctr", "containerd"),
+            ("containerd-shim-runc-v2", "containerd"),
+            ("runc", "runc"),
+            ("docker", "docker.io"),
+            ("ip", "iproute2"),
+            ("iptables", "iptables"),
+        ):
+            if shutil.which(tool) is None:
+                return f"no {tool} on PATH (apt-get install {package})"
+        lacking = [p for p in CNI_PLUGINS if not (CNI_BIN_DIR / p).is_file()]
+        if lacking:
+            return (
+                f"no CNI plugin {', '.join(lacking)} in {CNI_BIN_DIR}"
+                " (apt-get install containernetworking-plugins)"
+            )
+        if not _DIE_WITH_PARENT:
+            return "no setpriv (util-linux): a killed test would leave the kubelet running"
+        try:
+            problem = _cgroup_problem()
+        except OSError as exc:
+            return f"cannot read the cgroup hierarchies: {exc}"
+        if problem:
+            return problem
+        try:
+            subprocess.run(["docker", "version"], capture_output=True, check=True, timeout=20)
+        except (subprocess.SubprocessError, OSError):
+            return "no Docker engine answers (the reference node's images come from it)"
+        return None
+
+    # --- lifecycle ---------------------------------------------------------------------------
+
+    def __enter__(self) -> ReferenceNode:
+        return self.start()
+
+    def __exit__(self, *exc: object) -> None:
+        self.stop()
+
+    def start(self, timeout: float = 60.0) -> ReferenceNode:
+        why = self.unavailable(self.kubelet)
+        if why:
+            raise ReferenceNodeError(why)
+        self._started = time.monotonic()
+        try:
+            self.workdir.mkdir(mode=0o700, parents=True, exist_ok=True)
+            self.node_ip = self.node_ip or default_route_ip()
+            self._chains_before = _iptables_chains()
+            self._host_dirs_made = [d for d in HOST_DIRS if not d.exists()]
+            self._network()
+            self._step("network")
+            self._start_containerd(timeout)
+            self._step("containerd")
+            for image in dict.fromkeys([self.pause_image, self.busybox_image, *self.images]):
+                self.load_image(image)
+            self._step("images")
+            self._cgroup_root()
+            self._save_tunables()
+            self._start_kubelet()
+            self._wait_ready(timeout)
+            self._step("kubelet Ready")
+        except BaseException:
+            self.stop()
+            raise
+        return self
+
+    def stop(self) -> None:
+        """Stop the kubelet, remove every pod sandbox and container, stop containerd, and
+        remove what they left: mounts, bridge, chains, cgroups, logs, the work directory."""
+        with contextlib.suppress(Exception):
+            self._record_pods()
+        self._end("kubelet")
+        if "containerd" in self._procs:
+            self._remove_pods()
+        self._end("containerd")
+        for point in _mount_points_under([self.workdir, *self._extra_dirs()]):
+            _quiet(["umount", "-l", str(point)])
+        if self.bridge:
+            _quiet(["ip", "link", "del", self.bridge])
+        self._remove_chains()
+        self._remove_cgroups()
+        self._restore_tunables()
+        for path in CNI_CACHE.glob(f"{self._network_name}-*"):
+            path.unlink(missing_ok=True)
+        self._remove_logs()
+        for d in self._extra_dirs():
+            shutil.rmtree(d, ignore_errors=True)
+        if not _mount_points_under([self.workdir]):  # never remove files through a mount
+            shutil.rmtree(self.workdir, ignore_errors=True)
+
+    def leftovers(self) -> list[str]:
+        """What of this node is still on the host, one line each (empty after `stop()`):
+        processes naming its directories (kubelet, containerd, shims), mounts under them, its
+        bridge, cgroups, CNI chains made since start, the work directory."""
+        found = []
+        dirs = [str(self.workdir), *map(str, self._extra_dirs())]
+        for proc in Path("/proc").iterdir():
+            if not proc.name.isdigit() or int(proc.name) == os.getpid():
+                continue
+            with contextlib.suppress(OSError):
+                argv = (proc / "cmdline").read_bytes().decode(errors="replace").split("\0")
+                if any(d in arg for arg in argv for d in dirs):
+                    found.append(f"process {proc.name}: {' '.join(argv)[:120]}")
+        found += [f"mount {p}" for p in _mount_points_under([self.workdir, *self._extra_dirs()])]
+        if self.bridge and Path("/sys/class/net", self.bridge).exists():
+            found.append(f"bridge {self.bridge}")
+        found += [f"cgroup {p}" for p in self._own_cgroups()]
+        found += [
+            f"iptables -t {t} chain {c}"
+            for t, c in sorted(_iptables_chains() - self._chains_before)
+            if c.startswith("CNI-")
+        ]
+        found += [f"file {p}" for p in CNI_CACHE.glob(f"{self._network_name}-*")]
+        if self.workdir.exists():
+            found.append(f"directory {self.workdir}")
+        return found
+
+    def log(self, name: str = "kubelet") -> str:
+        """A process's log so far (`kubelet` or `containerd`)."""
+        path = self.workdir / f"{name}.log"
+        return path.read_text(errors="replace") if path.exists() else ""
+
+    @property
+    def processes(self) -> list[tuple[str, int]]:
+        return [(name, proc.pid) for name, proc in self._procs.items() if proc.poll() is None]
+
+    @property
+    def socket(self) -> Path:
+        """containerd's gRPC socket (the CRI endpoint is unix://<this>)."""
+        base = self._socket_dir or self.workdir / "containerd"
+        return base / "containerd.sock"
+
+    @property
+    def kubelet_url(self) -> str:
+        return f"https://{self.node_ip}:{self.port}"
+
+    # --- images ------------------------------------------------------------------------------
+
+    def load_image(self, image: str) -> None:
+        """Copy `image` from the Docker engine into containerd's k8s.io namespace."""
+        save = subprocess.Popen(
+            ["docker", "save", image], stdout=subprocess.PIPE, stderr=subprocess.PIPE
+        )
+        assert save.stdout is not None
+        try:
+            load = subprocess.run(
+                [*self._ctr(), "images", "import", "--snapshotter", "overlayfs", "-"],
+                stdin=save.stdout,
+                capture_output=True,
+                check=False,
+                timeout=300,
+            )
+        finally:
+            save.stdout.close()
+            _, saved_err = save.communicate(timeout=60)
+        if save.returncode != 0:
+            raise ReferenceNodeError(
+                f"docker save {image} failed: {saved_err.decode(errors='replace').strip()}"
+            )
+        if load.returncode != 0:
+            raise ReferenceNodeError(
+                f"ctr images import of {image} failed: {load.stderr.decode(errors='replace')}"
+            )
+
+    def containers(self) -> list[dict[str, Any]]:
+        """containerd's containers in k8s.io (id and labels: io.kubernetes.pod.uid, ...)."""
+        out = subprocess.run(
+            [*self._ctr(), "containers", "ls", "-q"],
+            capture_output=True,
+            text=True,
+            check=True,
+            timeout=30,
+        ).stdout.split()
+        found = []
+        for cid in out:
+            info = subprocess.run(
+                [*self._ctr(), "containers", "info", cid],
+                capture_output=True,
+                text=True,
+                timeout=30,
+                check=False,
+            )
+            if info.returncode == 0:
+                data = json.loads(info.stdout)
+                found.append({"id": cid, "labels": data.get("Labels") or {}})
+        return found
+
+    # --- pieces ------------------------------------------------------------------------------
+
+    @property
+    def _network_name(self) -> str:
+        return f"ksref-{self._id}"
+
+    def _extra_dirs(self) -> list[Path]:
+        return [self._socket_dir] if self._socket_dir else []
+
+    def _step(self, what: str) -> None:
+        if self.on_step is not None:
+            self.on_step(what, time.monotonic() - self._started)
+
+    def _ctr(self) -> list[str]:
+        return ["ctr", "-a", str(self.socket), "-n", "k8s.io"]
+
+    def _spawn(self, name: str, args: list[str]) -> subprocess.Popen[bytes]:
+        with (self.workdir / f"{name}.log").open("ab") as log:
+            proc = subprocess.Popen(
+                [*_DIE_WITH_PARENT, *args],
+                stdout=log,
+                stderr=subprocess.STDOUT,
+                stdin=subprocess.DEVNULL,
+                cwd=self.workdir,
+                start_new_session=True,
+            )
+        self._procs[name] = proc
+        return proc
+
+    def _end(self, name: str) -> None:
+        proc = self._procs.pop(name, None)
+        if proc is None:
+            return
+        if proc.poll() is None:
+            proc.send_signal(signal.SIGTERM)
+            try:
+                proc.wait(STOP_GRACE)
+            except subprocess.TimeoutExpired:
+                proc.kill()
+                proc.wait(10)
+
+    def _tail(self, name: str, lines: int = 25) -> str:
+        return "\n".join(self.log(name).splitlines()[-lines:])
+
+    def _network(self) -> None:
+        """A bridge of the node's own with the gateway address (so the subnet is taken at once,
+        before the first pod), and a conflist for containerd's CNI."""
+        self.subnet = self.subnet or free_subnet()
+        self.bridge = f"ksr{self._id}"
+        gateway = self.subnet[1]
+        for args in (
+            ["link", "add", self.bridge, "type", "bridge"],
+            ["addr", "add", f"{gateway}/{self.subnet.prefixlen}", "dev", self.bridge],
+            ["link", "set", self.bridge, "up"],
+        ):
+            _run(["ip", *args])
+        conf = self.workdir / "cni"
+        conf.mkdir(exist_ok=True)
+        conflist = {
+            "cniVersion": "0.4.0",
+            "name": self._network_name,
+            "plugins": [
+                {
+                    "type": "bridge",
+                    "bridge": self.bridge,
+                    "isGateway": True,
+                    "ipMasq": False,
+                    "hairpinMode": True,
+                    "ipam": {
+                        "type": "host-local",
+                        "ranges": [[{"subnet": str(self.subnet), "gateway": str(gateway)}]],
+                        "routes": [{"dst": "0.0.0.0/0"}],
+                        "dataDir": str(self.workdir / "ipam"),
+                    },
+                },
+                {"type": "portmap", "capabilities": {"portMappings": True}},
+                {"type": "firewall"},
+            ],
+        }
+        (conf / "10-ksref.conflist").write_text(json.dumps(conflist, indent=2))
+
+    def _start_containerd(self, timeout: float) -> None:
+        base = self.workdir / "containerd"
+        base.mkdir(exist_ok=True)
+        if len(str(base / "containerd.sock.ttrpc")) > SOCKET_PATH_MAX:
+            self._socket_dir = Path(tempfile.mkdtemp(prefix="ksref-", dir="/run"))
+        config = f"""version = 2
+root = {json.dumps(str(base / "root"))}
+state = {json.dumps(str(base / "state"))}
+disabled_plugins = [
+  "io.containerd.snapshotter.v1.aufs", "io.containerd.snapshotter.v1.btrfs",
+  "io.containerd.snapshotter.v1.zfs", "io.containerd.snapshotter.v1.devmapper",
+]
+
+[grpc]
+  address = {json.dumps(str(self.socket))}
+
+[ttrpc]
+  address = {json.dumps(str(self.socket) + ".ttrpc")}
+
+[debug]
+  address = ""
+
+[metrics]
+  address = ""
+
+[plugins."io.containerd.internal.v1.opt"]
+  path = {json.dumps(str(base / "opt"))}
+
+[plugins."io.containerd.grpc.v1.cri"]
+  sandbox_image = {json.dumps(self.pause_image)}
+  disable_apparmor = true
+  stream_server_address = "127.0.0.1"
+  stream_server_port = "0"
+  enable_selinux = false
+  restrict_oom_score_adj = {str(not _has_capability(CAP_SYS_RESOURCE)).lower()}
+
+[plugins."io.containerd.grpc.v1.cri".containerd]
+  snapshotter = "overlayfs"
+  default_runtime_name = "runc"
+
+[plugins."io.containerd.grpc.v1.cri".containerd.runtimes.runc]
+  runtime_type = "io.containerd.runc.v2"
+
+[plugins."io.containerd.grpc.v1.cri".containerd.runtimes.runc.options]
+  SystemdCgroup = false
+  Root = {json.dumps(str(base / "runc"))}
+
+[plugins."io.containerd.grpc.v1.cri".cni]
+  bin_dir = {json.dumps(str(CNI_BIN_DIR))}
+  conf_dir = {json.dumps(str(self.workdir / "cni"))}
+  max_conf_num = 1
+"""
+        (base / "config.toml").write_text(config)
+        proc = self._spawn("containerd", ["containerd", "--config", str(base / "config.toml")])
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline and proc.poll() is None:
+            ready = subprocess.run(
+                [*self._ctr(), "version"], capture_output=True, check=False, timeout=10
+            )
+            if ready.returncode == 0 and "io.containerd.grpc.v1.cri" in self.log("containerd"):
+                return
+            time.sleep(0.1)
+        why = f"exited with {proc.returncode}" if proc.poll() is not None else "not ready"
+        raise ReferenceNodeError(f"containerd {why}; its log ends:\n{self._tail('containerd')}")
+
+    def _cgroup_root(self) -> None:
+        """`/ksref-<id>` in every hierarchy: the kubelet's --cgroup-root (it must exist), so
+        its kubepods tree is its own and goes with it."""
+        for mount, fstype in _cgroup_mounts():
+            if fstype == "cgroup2" and mount != CGROUP_ROOT:
+                continue  # a hybrid host's unified hierarchy: libcontainer's v1 mode skips it
+            path = mount / f"ksref-{self._id}"
+            path.mkdir(exist_ok=True)
+            self._cgroups.append(path)
+            if "cpuset" in mount.name.split(","):
+                for knob in ("cpuset.cpus", "cpuset.mems"):
+                    (path / knob).write_text((mount / knob).read_text())
+            if fstype == "cgroup2":
+                wanted = (mount / "cgroup.subtree_control").read_text().split()
+                with contextlib.suppress(OSError):
+                    (path / "cgroup.subtree_control").write_text(" ".join(f"+{c}" for c in wanted))
+
+    def _save_tunables(self) -> None:
+        for name in KERNEL_TUNABLES:
+            with contextlib.suppress(OSError):
+                self._tunables[name] = (Path("/proc/sys") / name).read_text().strip()
+
+    def _restore_tunables(self) -> None:
+        for name, value in self._tunables.items():
+            path = Path("/proc/sys") / name
+            with contextlib.suppress(OSError):
+                if path.read_text().strip() != value:
+                    path.write_text(value)
+        self._tunables.clear()
+
+    def _start_kubelet(self) -> None:
+        assert self.node_ip is not None
+        cp = self.control_plane
+        kubelet = self.kubelet or find_kubelet()
+        assert kubelet is not None
+        creds = cp.node_credentials(self.name, (self.node_ip,))
+        self.port, self.healthz_port = free_port(self.node_ip), free_port("127.0.0.1")
+        root = self.workdir / "kubelet"
+        root.mkdir(exist_ok=True)
+        config: dict[str, Any] = {
+            "apiVersion": "kubelet.config.k8s.io/v1beta1",
+            "kind": "KubeletConfiguration",
+            "address": self.node_ip,
+            "port": self.port,
+            "readOnlyPort": 0,
+            "healthzBindAddress": "127.0.0.1",
+            "healthzPort": self.healthz_port,
+            "tlsCertFile": str(creds.serving.cert),
+            "tlsPrivateKeyFile": str(creds.serving.key),
+            "authentication": {
+                "anonymous": {"enabled": False},
+                "webhook": {"enabled": True},
+                "x509": {"clientCAFile": str(cp.client_ca[0])},
+            },
+            "authorization": {"mode": "Webhook"},
+            "cgroupDriver": "cgroupfs",
+            "cgroupRoot": f"/ksref-{self._id}",
+            "failSwapOn": False,
+            "evictionHard": {},
+            "evictionSoft": {},
+            "imageGCHighThresholdPercent": 100,
+            "imageGCLowThresholdPercent": 99,
+            "syncFrequency": "10s",
+            "clusterDomain": self.cluster_domain,
+            "clusterDNS": list(self.cluster_dns),
+            "makeIPTablesUtilChains": False,
+            "volumePluginDir": str(root / "volume-plugins"),
+            "serializeImagePulls": False,
+            "registerNode": True,
+        }
+        (root / "config.yaml").write_text(json.dumps(config, indent=2))  # JSON is YAML
+        endpoint = f"unix://{self.socket}"
+        self._spawn(
+            "kubelet",
+            [
+                str(kubelet),
+                "--config", str(root / "config.yaml"),
+                "--kubeconfig", str(creds.kubeconfig),
+                "--hostname-override", self.name,
+                "--node-ip", self.node_ip,
+                "--container-runtime", "remote",
+                "--container-runtime-endpoint", endpoint,
+                "--image-service-endpoint", endpoint,
+                "--pod-infra-container-image", self.pause_image,
+                "--root-dir", str(root / "root"),
+                "--cert-dir", str(root / "pki"),
+                *(["--register-with-taints", ",".join(self.taints)] if self.taints else []),
+                *(["--node-labels", ",".join(f"{k}={v}" for k, v in self.labels.items())]
+                  if self.labels else []),
+                f"--v={self.verbosity}",
+            ],
+        )  # fmt: skip
+
+    # --- the API server ----------------------------------------------------------------------
+
+    def api(self, method: str, path: str, body: Any = None) -> Any:
+        """A request to the control plane as an admin (the node's own reads and cleanup)."""
+        cp = self.control_plane
+        if self._reader is None:
+            pair = cp.ca.issue(f"ksref-{self._id}-admin", "kubelet-sim:reference-node",
+                               groups=("system:masters",), directory=self.workdir)  # fmt: skip
+            self._reader = (pair.cert, pair.key)
+        context = ssl.create_default_context(cafile=str(cp.ca.pair.cert))
+        context.check_hostname = False
+        context.load_cert_chain(str(self._reader[0]), str(self._reader[1]))
+        data = None if body is None else json.dumps(body).encode()
+        request = urllib.request.Request(
+            cp.url + path, data=data, method=method, headers={"Content-Type": "application/json"}
+        )
+        with urllib.request.urlopen(request, context=context, timeout=10) as answer:
+            return json.loads(answer.read() or b"null")
+
+    def node(self) -> dict[str, Any] | None:
+        """The Node object, or None while it is not registered."""
+        try:
+            found: dict[str, Any] = self.api("GET", f"/api/v1/nodes/{self.name}")
+        except urllib.error.HTTPError as exc:
+            if exc.code == 404:
+                return None
+            raise
+        return found
+
+    def ready(self) -> bool:
+        node = self.node()
+        conditions = (node or {}).get("status", {}).get("conditions") or []
+        return any(c.get("type") == "Ready" and c.get("status") == "True" for c in conditions)
+
+    def _wait_ready(self, timeout: float) -> None:
+        deadline = time.monotonic() + timeout
+        kubelet = self._procs["kubelet"]
+        pause = 0.1
+        while time.monotonic() < deadline and kubelet.poll() is None:
+            with contextlib.suppress(OSError, urllib.error.URLError):
+                if self.ready():
+                    return
+            time.sleep(pause)
+            pause = min(pause * 1.5, 0.5)
+        why = f"exited with {kubelet.returncode}" if kubelet.poll() is not None else "not Ready"
+        raise ReferenceNodeError(
+            f"kubelet of node {self.name} {why} after {timeout:.0f} s; its log ends:\n"
+            f"{self._tail('kubelet')}"
+        )
+
+    # --- cleanup -----------------------------------------------------------------------------
+
+    def _record_pods(self) -> None:
+        """The pod uids (the kubelet's pod directories) and container ids this node has:
+        their log files go at stop."""
+        with contextlib.suppress(OSError):
+            self._pod_uids |= {p.name for p in (self.workdir / "kubelet/root/pods").iterdir()}
+        if "containerd" not in self._procs:
+            return
+        for container in self.containers():
+            self._container_ids.add(container["id"])
+            uid = container["labels"].get("io.kubernetes.pod.uid")
+            if uid:
+                self._pod_uids.add(uid)
+
+    def _remove_pods(self) -> None:
+        """Every sandbox stopped (CNI DEL: addresses, firewall rules, the netns) and removed
+        through the CRI, then whatever containerd still holds, through ctr."""
+        with contextlib.suppress(Exception):
+            cri = CriClient(self.socket)
+            try:
+                for sandbox in cri.sandboxes():
+                    with contextlib.suppress(Exception):
+                        cri.stop_sandbox(sandbox)
+                    with contextlib.suppress(Exception):
+                        cri.remove_sandbox(sandbox)
+            finally:
+                cri.close()
+        ctr = self._ctr()
+        for task in _quiet([*ctr, "tasks", "ls", "-q"]).split():
+            _quiet([*ctr, "tasks", "kill", "-s", "SIGKILL", task])
+            _quiet([*ctr, "tasks", "rm", "-f", task])
+        for container in _quiet([*ctr, "containers", "ls", "-q"]).split():
+            _quiet([*ctr, "containers", "rm", container])
+
+    def _remove_chains(self) -> None:
+        """The CNI plugins' chains made since start, if only this node's pods used them."""
+        if self.subnet is None:
+            return
+        for table, chain in sorted(_iptables_chains() - self._chains_before):
+            if not chain.startswith("CNI-"):
+                continue
+            rules = _iptables(table, "-S", chain).splitlines()[1:]
+            if any(not _only_in(rule, self.subnet) for rule in rules):
+                continue  # another node's pod is behind it
+            for line in _iptables(table, "-S").splitlines():
+                parts = line.split()
+                if parts[:1] == ["-A"] and parts[-2:] == ["-j", chain]:
+                    _iptables(table, "-D", *shlex.split(line)[1:])
+        for table, chain in sorted(_iptables_chains() - self._chains_before):
+            if chain.startswith("CNI-"):
+                _iptables(table, "-F", chain)
+                _iptables(table, "-X", chain)
+
+    def _own_cgroups(self) -> list[Path]:
+        """Its cgroup root in every hierarchy: those made at start and those runc made (a
+        hybrid host's unified hierarchy)."""
+        with contextlib.suppress(OSError):
+            found = [m / f"ksref-{self._id}" for m, _ in _cgroup_mounts()]
+            return [p for p in dict.fromkeys([*self._cgroups, *found]) if p.is_dir()]
+        return [p for p in self._cgroups if p.is_dir()]
+
+    def _remove_cgroups(self) -> None:
+        for path in self._own_cgroups():
+            for sub in sorted(path.rglob("*"), key=lambda p: len(p.parts), reverse=True):
+                if sub.is_dir():
+                    with contextlib.suppress(OSError):
+                        sub.rmdir()
+            with contextlib.suppress(OSError):
+                path.rmdir()
+
+    def _remove_logs(self) -> None:
+        for uid in self._pod_uids:
+            for directory in POD_LOGS.glob(f"*_{uid}"):
+                shutil.rmtree(directory, ignore_errors=True)
+        for cid in self._container_ids:
+            for link in CONTAINER_LOGS.glob(f"*-{cid}.log"):
+                link.unlink(missing_ok=True)
+        for directory in self._host_dirs_made:
+            with contextlib.suppress(OSError):
+                directory.rmdir()  # only if empty: another node's files stay
+
+
+# --- helpers --------------------------------------------------------------------------------
+
+
+def _quiet(args: list[str], timeout: float = 30.0) -> str:
+    """A cleanup command's output; its failure (or a hang past `timeout`) is not ours to stop."""
+    try:
+        done = subprocess.run(args, capture_output=True, text=True, timeout=timeout, check=False)
+    except (subprocess.TimeoutExpired, OSError):
+        return ""
+    return done.stdout if done.returncode == 0 else ""
+
+
+def _has_capability(bit: int) -> bool:
+    """Whether this process holds the capability (an effective set from /proc/self/status)."""
+    for line in Path("/proc/self/status").read_text().splitlines():
+        if line.startswith("CapEff:"):
+            return bool(int(line.split()[1], 16) >> bit & 1)
+    return False
+
+
+def _run(args: list[str]) -> str:
+    done = subprocess.run(args, capture_output=True, text=True, check=False)
+    if done.returncode != 0:
+        raise ReferenceNodeError(f"{' '.join(args)} failed: {done.stderr.strip()}")
+    return done.stdout
+
+
+def free_port(address: str) -> int:
+    with socket.socket() as s:
+        s.bind((address, 0))
+        return int(s.getsockname()[1])
+
+
+def default_route_ip() -> str:
+    """This host's address on its default route (the kubelet's --node-ip may not be loopback)."""
+    routes = json.loads(_run(["ip", "-j", "-4", "route", "show", "default"]) or "[]")
+    for route in routes:
+        dev = route.get("dev")
+        prefsrc = route.get("prefsrc")
+        if prefsrc:
+            return str(prefsrc)
+        addrs = json.loads(_run(["ip", "-j", "-4", "addr", "show", "dev", dev]) or "[]")
+        for link in addrs:
+            for info in link.get("addr_info", []):
+                if info.get("local"):
+                    return str(info["local"])
+    raise ReferenceNodeError("no IPv4 default route: no address for the kubelet's --node-ip")
+
+
+def _routed() -> list[ipaddress.IPv4Network]:
+    taken = []
+    for route in json.loads(_run(["ip", "-j", "-4", "route", "show", "table", "all"]) or "[]"):
+        dst = route.get("dst", "")
+        if dst and dst != "default":
+            with contextlib.suppress(ValueError):
+                taken.append(ipaddress.ip_network(dst, strict=False))
+    return [n for n in taken if isinstance(n, ipaddress.IPv4Network)]
+
+
+def free_subnet() -> ipaddress.IPv4Network:
+    """A /24 of POD_RANGE no route here covers (Docker's bridges, another reference node)."""
+    taken = _routed()
+    candidates = list(POD_RANGE.subnets(new_prefix=24))
+    start = secrets.randbelow(len(candidates))
+    for subnet in candidates[start:] + candidates[:start]:
+        if not any(subnet.overlaps(t) for t in taken):
+            return subnet
+    raise ReferenceNodeError(f"no free /24 in {POD_RANGE} for the pods' bridge")
+
+
+def _iptables(table: str, *args: str) -> str:
+    return _quiet(["iptables", "-w", "5", "-t", table, *args])
+
+
+def _iptables_chains() -> set[tuple[str, str]]:
+    found = set()
+    for table in ("filter", "nat"):
+        for line in _iptables(table, "-S").splitlines():
+            parts = line.split()
+            if parts[:1] == ["-N"] and len(parts) > 1:
+                found.add((table, parts[1]))
+    return found
+
+
+def _only_in(rule: str, subnet: ipaddress.IPv4Network) -> bool:
+    """Whether every address a rule names (-s/-d) is in `subnet`."""
+    parts = rule.split()
+    for flag, value in itertools.pairwise(parts):
+        if flag in ("-s", "-d", "--source", "--destination"):
+            try:
+                if not ipaddress.ip_network(value, strict=False).subnet_of(subnet):  # type: ignore[arg-type]
+                    return False
+            except (ValueError, TypeError):
+                return False
+    return True
+
+
+def _mount_points_under(directories: Sequence[Path]) -> list[Path]:
+    """Mount points under any of `directories`, deepest first."""
+    roots = [str(d.resolve()) for d in directories]
+    points = []
+    for line in Path("/proc/self/mountinfo").read_text().splitlines():
+        point = _unescape(line.split()[4])
+        if any(point == r or point.startswith(r + "/") for r in roots):
+            points.append(Path(point))
+    return sorted(set(points), key=lambda p: len(p.parts), reverse=True)
+
+
+# --- the CRI, four calls --------------------------------------------------------------------
+
+
+def _varint(n: int) -> bytes:
+    out = bytearray()
+    while True:
+        byte = n & 0x7F
+        n >>= 7
+        out.append(byte | (0x80 if n else 0))
+        if not n:
+            return bytes(out)
+
+
+def _string_field(number: int, text: str) -> bytes:
+    data = text.encode()
+    return _varint(number << 3 | 2) + _varint(len(data)) + data
+
+
+def _fields(data: bytes) -> Iterator[tuple[int, int | bytes]]:
+    """(field number, value) of a protobuf message: varints as int, the rest as bytes."""
+    i = 0
+    while i < len(data):
+        key, i = _read_varint(data, i)
+        number, wire = key >> 3, key & 7
+        if wire == 0:
+            value, i = _read_varint(data, i)
+            yield number, value
+        elif wire == 2:
+            size, i = _read_varint(data, i)
+            yield number, data[i : i + size]
+            i += size
+        elif wire == 1:
+            yield number, data[i : i + 8]
+            i += 8
+        elif wire == 5:
+            yield number, data[i : i + 4]
+            i += 4
+        else:
+            raise ValueError(f"protobuf wire type {wire}")
+
+
+def _read_varint(data: bytes, i: int) -> tuple[int, int]:
+    shift = value = 0
+    while True:
+        byte = data[i]
+        i += 1
+        value |= (byte & 0x7F) << shift
+        shift += 7
+        if not byte & 0x80:
+            return value, i
+
+
+class CriClient:
+    """ListPodSandbox, StopPodSandbox, RemovePodSandbox on containerd's CRI (runtime.v1)."""
+
+    def __init__(self, sock: Path) -> None:
+        import grpc  # noqa: PLC0415 (only a reference node's stop needs it)
+
+        self._channel = grpc.insecure_channel(f"unix://{sock}")
+
+    def _call(self, method: str, request: bytes) -> bytes:
+        answer: bytes = self._channel.unary_unary(CRI + method)(request, timeout=30)
+        return answer
+
+    def sandboxes(self) -> list[str]:
+        ids = []
+        for number, item in _fields(self._call("ListPodSandbox", b"")):
+            if number == 1 and isinstance(item, bytes):
+                ids += [v.decode() for n, v in _fields(item) if n == 1 and isinstance(v, bytes)]
+        return ids
+
+    def stop_sandbox(self, sandbox: str) -> None:
+        self._call("StopPodSandbox", _string_field(1, sandbox))
+
+    def remove_sandbox(self, sandbox: str) -> None:
+        self._call("RemovePodSandbox", _string_field(1, sandbox))
+
+    def close(self) -> None:
+        self._channel.close()
