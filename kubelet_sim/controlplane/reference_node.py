@@ -147,7 +147,8 @@ class ReferenceNode:
     `start(timeout)` returns once the Node is Ready; `stop()` (or leaving a `with` block)
     removes everything it made. `images` are loaded from Docker besides the pause and busybox
     images; `load_image(name)` loads one more at any time. `node_ip` is the address the kubelet
-    serves on and reports (the default route's; the kubelet refuses a loopback one): the API
+    serves on and reports (its own bridge's gateway, so nothing reaches this host's outside
+    addresses; the kubelet refuses a loopback one): the API
     server dials it when its --kubelet-preferred-address-types puts InternalIP before Hostname
     (the tests' and the demo's control planes do; the node's name resolves nowhere).
     `subnet` is the pods' bridge subnet (chosen free when None). `taints` ("key=value:Effect")
@@ -242,10 +243,13 @@ class ReferenceNode:
         self._started = time.monotonic()
         try:
             self.workdir.mkdir(mode=0o700, parents=True, exist_ok=True)
-            self.node_ip = self.node_ip or default_route_ip()
             self._chains_before = _iptables_chains()
             self._host_dirs_made = [d for d in HOST_DIRS if not d.exists()]
             self._network()
+            # The node's address is its own bridge's (the kubelet refuses a loopback one): the
+            # API server dials it there, and nothing talks to this host's outside addresses.
+            assert self.subnet is not None
+            self.node_ip = self.node_ip or str(self.subnet[1])
             self._step("network")
             self._start_containerd(timeout)
             self._step("containerd")
@@ -786,22 +790,6 @@ def free_port(address: str) -> int:
     with socket.socket() as s:
         s.bind((address, 0))
         return int(s.getsockname()[1])
-
-
-def default_route_ip() -> str:
-    """This host's address on its default route (the kubelet's --node-ip may not be loopback)."""
-    routes = json.loads(_run(["ip", "-j", "-4", "route", "show", "default"]) or "[]")
-    for route in routes:
-        dev = route.get("dev")
-        prefsrc = route.get("prefsrc")
-        if prefsrc:
-            return str(prefsrc)
-        addrs = json.loads(_run(["ip", "-j", "-4", "addr", "show", "dev", dev]) or "[]")
-        for link in addrs:
-            for info in link.get("addr_info", []):
-                if info.get("local"):
-                    return str(info["local"])
-    raise ReferenceNodeError("no IPv4 default route: no address for the kubelet's --node-ip")
 
 
 def _routed() -> list[ipaddress.IPv4Network]:
