@@ -33,6 +33,7 @@ from kubelet_sim.node.node_object import resources
 from kubelet_sim.node.settings import NodeSettings
 from kubelet_sim.pod.admission import Allocatable
 from kubelet_sim.pod.dns import NodeDNS, ResolvConf, parse_resolv_conf
+from kubelet_sim.pod.generation import KubeletGeneration, generation_of
 from kubelet_sim.pod.references import referenced_objects
 from kubelet_sim.pod.static import is_mirror_pod
 from kubelet_sim.podworkers.gc import ContainerGC
@@ -140,6 +141,7 @@ class Agent:
 
     _node: Json | None = None  # our Node as the informer last told (the mirror pods' owner)
     static: StaticPods | None = None  # the static pods' source (--pod-manifest-path)
+    _kubelet_generation: KubeletGeneration | None = None  # see _generation
 
     def __init__(
         self,
@@ -293,6 +295,7 @@ class Agent:
             supervisor=supervisor,
             network=self.proxy.setup if self.proxy is not None else None,
             pool=self.pool if pod_settings.sandbox_pool_size > 0 else None,
+            generation=self._generation,
         )
         self.workers = PodWorkers(
             self.syncer, queue, workers=pod_settings.workers, supervisor=supervisor
@@ -502,6 +505,14 @@ class Agent:
         )
 
     # -- the pod index (by uid) for the workers --------------------------------------------
+
+    def _generation(self) -> KubeletGeneration:
+        """The kubelet whose status rules apply: the API server's version's (read once)."""
+        if self._kubelet_generation is None:
+            version, known = self.schema.version(), self.schema.properties()
+            self._kubelet_generation = generation_of(version, known)
+            self.log.info("status rules", kubelet_minor=self._kubelet_generation.minor)
+        return self._kubelet_generation
 
     def pod_of(self, uid: str) -> Json | None:
         with self._pods_lock:

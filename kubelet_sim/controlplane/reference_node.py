@@ -595,7 +595,15 @@ disabled_plugins = [
             "evictionSoft": {},
             "imageGCHighThresholdPercent": 100,
             "imageGCLowThresholdPercent": 99,
-            "syncFrequency": "10s",
+            # The kubelet's own defaults where they shape what a pod's status shows, and
+            # today's client limits (v1.27 raised them from 5/10): with v1.24's, the
+            # scenarios `compare` runs at once queued its status writes and events for
+            # seconds, and a queued write is skipped (each pod alone would not see that).
+            "syncFrequency": "1m",
+            "kubeAPIQPS": 50,
+            "kubeAPIBurst": 100,
+            "eventRecordQPS": 50,
+            "eventBurst": 100,
             "clusterDomain": self.cluster_domain,
             "clusterDNS": list(self.cluster_dns),
             "makeIPTablesUtilChains": False,

@@ -17,7 +17,7 @@ from typing import Any
 from kubernetes import client
 
 from kubelet_sim.jsontypes import Json
-from kubelet_sim.kube.rest import request_bytes
+from kubelet_sim.kube.rest import request_bytes, request_json
 from kubelet_sim.logs import get_logger
 
 POD_STATUS = "io.k8s.api.core.v1.PodStatus"
@@ -44,13 +44,39 @@ class ServerSchema:
         self._source = source if definitions is None else None
         self._roots = tuple(roots)
         self._lock = threading.Lock()
+        self._version: str | None = None
+        self._version_source: Callable[[], str | None] | None = None
 
     @classmethod
     def of_server(cls, api: client.ApiClient) -> ServerSchema:
         def read() -> Json:
             return definitions_of(request_bytes(api, "/openapi/v2", timeout=(5.0, 60.0)))
 
-        return cls(source=read)
+        def version() -> str | None:
+            return str(request_json(api, "GET", "/version", timeout=(5, 10)).get("gitVersion"))
+
+        schema = cls(source=read)
+        schema._version_source = version
+        return schema
+
+    def version(self) -> str | None:
+        """The server's gitVersion, read once (None if it could not be read)."""
+        with self._lock:
+            source, self._version_source = self._version_source, None
+            if source is not None:
+                try:
+                    self._version = source()
+                except Exception as exc:  # as for the schema: say so, assume a current server
+                    get_logger(__name__).warning("cannot read the server's version", error=str(exc))
+            return self._version
+
+    def properties(self) -> set[str]:
+        """ "Definition.property" for every property of the kept definitions."""
+        return {
+            f"{name}.{prop}"
+            for name, schema in self._read().items()
+            for prop in (schema.get("properties") or {})
+        }
 
     def _read(self) -> dict[str, Json]:
         """The server's schema, read once; on failure prune nothing (a newer server knows more)."""

@@ -15,6 +15,7 @@ from datetime import UTC, datetime
 from kubelet_sim.cri import ContainerState, ObservedContainer
 from kubelet_sim.jsontypes import Json
 from kubelet_sim.pod.attempts import attempts_of, latest_attempt, latest_sandbox
+from kubelet_sim.pod.generation import CURRENT, KubeletGeneration
 from kubelet_sim.pod.probes import ProbeResults, Result
 from kubelet_sim.pod.spec import ContainerView, PodView
 
@@ -55,6 +56,8 @@ class StatusInput:
     # its status says waiting (ContainerCreating, or PodInitializing in a pod with init
     # containers) until the hook ends.
     starting: frozenset[str] = frozenset()
+    # Whose rules: the kubelet of the API server's version (pod/generation.py).
+    generation: KubeletGeneration = CURRENT
 
 
 def format_time(ts: datetime | None) -> str | None:
@@ -92,7 +95,7 @@ def generate_status(inp: StatusInput) -> Json:
             inp, pod.ephemeral_containers, old, has_init, False, EPHEMERAL_KEY, starting
         )
     if inp.finished:
-        default_unknown_states(pod, status)
+        default_unknown_states(pod, status, inp.generation)
     _update_probe_results(inp, status)  # a sidecar's `started` decides the phase
     status["phase"] = _phase_with_reason(inp, status, old)
     status["conditions"] = _conditions(inp, status, old, sandbox)
@@ -120,8 +123,10 @@ def _phase_with_reason(inp: StatusInput, status: Json, old: Json) -> str:
     with the reason and message it keeps (or an eviction's) written into `status`."""
     pod = inp.pod
     all_statuses = status["containerStatuses"] + status.get("initContainerStatuses", [])
-    phase = get_phase(pod, all_statuses, inp.is_terminal, _active_app_started(pod, inp.containers))
-    if inp.finished and phase in ("Pending", "Running"):
+    terminal = inp.generation.terminal_phase  # before v1.27 a deleted pod kept its phase
+    started = _active_app_started(pod, inp.containers)
+    phase = get_phase(pod, all_statuses, inp.is_terminal and terminal, started)
+    if inp.finished and terminal and phase in ("Pending", "Running"):
         phase = "Failed"  # TerminatePod: every pod the node finished with ends terminal
     api_phase = pod.api_phase
     if phase not in TERMINAL_PHASES:
@@ -167,12 +172,21 @@ UNKNOWN_STATE = {
 }
 
 
-def default_unknown_states(pod: PodView, status: Json) -> None:
+def default_unknown_states(
+    pod: PodView, status: Json, generation: KubeletGeneration = CURRENT
+) -> None:
     """status_manager.TerminatePod: a container that never reported an end gets one, so that a
     pod is never described as successful by what it did not run. Before the pod initialized,
-    only init containers up to the last one that ended (at least the first) are defaulted."""
+    only init containers up to the last one that ended (at least the first) are defaulted
+    (before v1.27, every container was)."""
     inits = status.get("initContainerStatuses") or []
     apps = status.get("containerStatuses") or []
+    if not generation.terminal_phase:
+        for st in [*apps, *inits]:
+            if "terminated" not in (st.get("state") or {}):
+                st["state"] = copy.deepcopy(UNKNOWN_STATE)
+                st["ready"] = False
+        return
     regular = [
         s for s, c in zip(inits, pod.init_containers, strict=False) if c.restart_policy != "Always"
     ]
@@ -540,6 +554,8 @@ def _update_probe_results(inp: StatusInput, status: Json) -> None:
             continue
         terminated = st["state"].get("terminated") or {}
         st["started"] = "running" in st["state"]
+        if not inp.generation.init_started:
+            del st["started"]
         st["ready"] = bool(terminated) and terminated.get("exitCode") == 0
     for st in status.get(EPHEMERAL_KEY, []):  # never ready: they take no traffic
         st["started"] = "running" in st["state"]
@@ -567,11 +583,11 @@ def _conditions(
     pod, phase = inp.pod, status["phase"]
     kept = [c for c in pod.status.get("conditions") or [] if c.get("type") not in OWNED_CONDITIONS]
     sandbox_ready = sandbox is not None and sandbox.state is ContainerState.RUNNING
-    generated = [
-        {"type": "PodReadyToStartContainers", "status": "True" if sandbox_ready else "False"},
-        _initialized(pod, status, phase),
-    ]
-    containers_ready = _containers_ready(pod, status, phase)
+    generated = [_initialized(pod, status, phase)]
+    if inp.generation.ready_to_start_condition:
+        state = "True" if sandbox_ready else "False"
+        generated.insert(0, {"type": "PodReadyToStartContainers", "status": state})
+    containers_ready = _containers_ready(pod, status, phase, inp.generation)
     ready = _ready(pod, containers_ready, kept)
     generated += [ready, containers_ready, {"type": "PodScheduled", "status": "True"}]
     old_conditions = {c.get("type"): c for c in old.get("conditions") or []}
@@ -633,7 +649,9 @@ def _initialized(pod: PodView, status: Json, phase: str) -> Json:
     return _not_ready("Initialized", "ContainersNotInitialized", unknown, incomplete, "incomplete")
 
 
-def _containers_ready(pod: PodView, status: Json, phase: str) -> Json:
+def _containers_ready(
+    pod: PodView, status: Json, phase: str, generation: KubeletGeneration
+) -> Json:
     by_name = {s["name"]: s for s in status["containerStatuses"]}
     by_name.update((s["name"], s) for s in status.get("initContainerStatuses", []))
     containers = [*pod.sidecars, *pod.containers]  # sidecars count for readiness, first
@@ -641,7 +659,7 @@ def _containers_ready(pod: PodView, status: Json, phase: str) -> Json:
     unready = [c.name for c in containers if c.name in by_name and not by_name[c.name]["ready"]]
     if phase == "Succeeded" and not unknown:
         return {"type": "ContainersReady", "status": "False", "reason": "PodCompleted"}
-    if phase == "Failed":
+    if phase == "Failed" and generation.terminal_phase:
         return {"type": "ContainersReady", "status": "False", "reason": "PodFailed"}
     return _not_ready("ContainersReady", "ContainersNotReady", unknown, unready, "unready")
 

@@ -21,6 +21,7 @@ from kubelet_sim.logs import get_logger
 from kubelet_sim.pod.actions import PodActions, compute_actions
 from kubelet_sim.pod.attempts import latest_attempt, latest_sandbox, pod_address
 from kubelet_sim.pod.container_config import spec_hash
+from kubelet_sim.pod.generation import CURRENT, KubeletGeneration
 from kubelet_sim.pod.references import referenced_objects
 from kubelet_sim.pod.restart_backoff import KeyedBackoff
 from kubelet_sim.pod.spec import ContainerView, PodView
@@ -89,8 +90,10 @@ class PodSyncer:
         supervisor: Supervisor | None = None,
         network: Callable[[cri.ObservedContainer], None] | None = None,
         pool: SandboxPool | None = None,
+        generation: Callable[[], KubeletGeneration] = lambda: CURRENT,
     ) -> None:
         self.settings = settings
+        self.generation = generation  # whose status rules: the server's version's kubelet
         self.clock = clock
         self.runtime = runtime
         self.watcher = watcher
@@ -551,6 +554,7 @@ class PodSyncer:
                 finished=finished,
                 probes=self.prober.results(view.uid),
                 starting=_starting(state, observed),
+                generation=self.generation(),
             )
         )
         failure = state.status_failure
