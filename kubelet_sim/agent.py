@@ -39,7 +39,7 @@ from kubelet_sim.pod.static import is_mirror_pod
 from kubelet_sim.podworkers.gc import ContainerGC
 from kubelet_sim.podworkers.pool import SandboxPool
 from kubelet_sim.podworkers.sync import PodSyncer, SyncSettings
-from kubelet_sim.podworkers.workers import PodWorkers, waker
+from kubelet_sim.podworkers.workers import RELIST_LAG, PodWorkers, waker
 from kubelet_sim.proxy.proxy import ProxySettings, ServiceProxy
 from kubelet_sim.quantity import milli_value, value
 from kubelet_sim.runtime.docker_runtime import DockerRuntime
@@ -256,7 +256,7 @@ class Agent:
         wake = waker(queue)
         self.watcher = ContainerWatcher(
             runtime,
-            wake,
+            waker(queue, after=RELIST_LAG),
             node_name=self.node_name,
             supervisor=supervisor,
             events=container_events,

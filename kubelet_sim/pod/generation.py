@@ -31,8 +31,9 @@ class KubeletGeneration:
         return self.minor >= 27
 
     @property
-    def init_started(self) -> bool:
-        """`started` on init container statuses (v1.28, with sidecars)."""
+    def sidecars(self) -> bool:
+        """v1.28 (sidecar containers): `started` on init container statuses, and a pod whose
+        regular containers have run is Initialized whatever its init containers say."""
         return self.minor >= 28
 
 

@@ -554,7 +554,7 @@ def _update_probe_results(inp: StatusInput, status: Json) -> None:
             continue
         terminated = st["state"].get("terminated") or {}
         st["started"] = "running" in st["state"]
-        if not inp.generation.init_started:
+        if not inp.generation.sidecars:
             del st["started"]
         st["ready"] = bool(terminated) and terminated.get("exitCode") == 0
     for st in status.get(EPHEMERAL_KEY, []):  # never ready: they take no traffic
@@ -583,7 +583,7 @@ def _conditions(
     pod, phase = inp.pod, status["phase"]
     kept = [c for c in pod.status.get("conditions") or [] if c.get("type") not in OWNED_CONDITIONS]
     sandbox_ready = sandbox is not None and sandbox.state is ContainerState.RUNNING
-    generated = [_initialized(pod, status, phase)]
+    generated = [_initialized(pod, status, phase, inp.generation)]
     if inp.generation.ready_to_start_condition:
         state = "True" if sandbox_ready else "False"
         generated.insert(0, {"type": "PodReadyToStartContainers", "status": state})
@@ -628,7 +628,7 @@ def _ready(pod: PodView, containers_ready: Json, others: Sequence[Json]) -> Json
     return {"type": "Ready", "status": "True"}
 
 
-def _initialized(pod: PodView, status: Json, phase: str) -> Json:
+def _initialized(pod: PodView, status: Json, phase: str, generation: KubeletGeneration) -> Json:
     """GeneratePodInitializedCondition: with or without init containers, a Succeeded pod is
     Initialized with reason PodCompleted."""
     by_name = {s["name"]: s for s in status.get("initContainerStatuses", [])}
@@ -642,7 +642,7 @@ def _initialized(pod: PodView, status: Json, phase: str) -> Json:
     if phase == "Succeeded" and not unknown:
         return {"type": "Initialized", "status": "True", "reason": "PodCompleted"}
     # HasAnyRegularContainerStarted: a pod whose app containers ran was initialized before.
-    if any(
+    if generation.sidecars and any(
         "running" in s["state"] or "terminated" in s["state"] for s in status["containerStatuses"]
     ):
         return {"type": "Initialized", "status": "True"}

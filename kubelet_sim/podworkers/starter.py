@@ -168,9 +168,11 @@ class ContainerStarter:
         )
         if refused is not None:  # before anything else: not even its image is pulled
             return self._failed(state, container, ref, "CreateContainerConfigError", refused)
-        latest = latest_attempt(self.watcher.pod_containers(view.uid), container.name)
-        if latest is not None and latest.state is cri.ContainerState.EXITED:
-            waiting = self._crash_loop_wait(view, container, latest, state, ref)
+        observed = self.watcher.pod_containers(view.uid)
+        latest = latest_attempt(observed, container.name)
+        basis = _backoff_basis(observed, container.name, latest, state)
+        if basis is not None:
+            waiting = self._crash_loop_wait(view, container, basis, state, ref)
             if waiting is not None:
                 return waiting
         auths = auths_for(container.image, self._pull_secrets(view))
@@ -353,3 +355,25 @@ class ContainerStarter:
         names = [s.get("name", "") for s in view.spec.get("imagePullSecrets") or []]
         found = [self.lookup("Secret", view.namespace, n) for n in names if n]
         return [s for s in found if s is not None]
+
+
+def _backoff_basis(
+    observed: list[cri.ObservedContainer],
+    name: str,
+    latest: cri.ObservedContainer | None,
+    state: PodState,
+) -> cri.ObservedContainer | None:
+    """The ended attempt whose end the crash-loop backoff is counted from (doBackOff). A
+    container this node killed to restart it is restarted by the SyncPod that killed it, which
+    judged from the state it started from, where that attempt still ran: its backoff counts from
+    the attempt that ended before it, if the node still has it."""
+    if latest is None or latest.state is not cri.ContainerState.EXITED:
+        return None
+    if state.restarting.get(name) != latest.id:
+        return latest
+    earlier = [
+        c
+        for c in observed
+        if c.name == name and c.attempt < latest.attempt and c.state is cri.ContainerState.EXITED
+    ]
+    return max(earlier, key=lambda c: c.attempt, default=None)

@@ -12,6 +12,7 @@ from datetime import datetime
 from typing import Any
 
 from kubelet_sim import cri
+from kubelet_sim.backoff import Backoff
 from kubelet_sim.clock import SYSTEM_CLOCK, Clock
 from kubelet_sim.histogram import POD_START_BUCKETS, Histogram
 from kubelet_sim.jsontypes import Json
@@ -105,6 +106,9 @@ class PodSyncer:
         self.active_pods = active_pods
         self.volumes = volumes
         self.tokens = tokens
+        # The pod worker's requeue after a failed sync: 10 s with up to half again of jitter
+        # (pod_workers.go: wait.Jitter(backOffPeriod, 0.5)).
+        self.error_retry = Backoff(initial=ERROR_RETRY, cap=ERROR_RETRY, factor=1.0, jitter=0.5)
         # The volume manager's retry: 2 s doubling to about 2 minutes per pod.
         self.mount_backoff = KeyedBackoff(initial=2.0, maximum=122.0)
         self.states: dict[str, PodState] = {}
@@ -276,7 +280,8 @@ class PodSyncer:
                 del state.restarting[name]
         if self.starter.puller.pulling(view.uid, images):
             return _soonest(*retry)  # the pull's end wakes the pod
-        return _soonest(*retry, _next_sync(state, reasons, continues_pull))
+        error_retry = self.error_retry.next_delay()
+        return _soonest(*retry, _next_sync(state, reasons, continues_pull, error_retry))
 
     def _observe(self, uid: str, state: PodState) -> list[cri.ObservedContainer]:
         """The pod's containers as this sync starts from (the kubelet's pod cache entry): the
@@ -654,7 +659,7 @@ class PodSyncer:
 
 
 def _next_sync(
-    state: PodState, reasons: dict[str, WaitingReason], continues_pull: bool
+    state: PodState, reasons: dict[str, WaitingReason], continues_pull: bool, error_retry: float
 ) -> float | None:
     """When a SyncPod that ended here wants the pod back, besides what it waits for."""
     acted, state.acted_before_pull = state.acted_before_pull, False
@@ -666,7 +671,7 @@ def _next_sync(
     if any(state.waiting.get(name) != reasons.get(name) for name in state.waiting):
         # A start failed (SyncPod returned an error): the pod worker's backoff brings the pod
         # back, unless a change in the runtime does first, and that sync tells it.
-        return ERROR_RETRY
+        return error_retry
     return None
 
 

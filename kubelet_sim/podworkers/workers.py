@@ -28,13 +28,23 @@ RESYNC_SECONDS = 60.0  # the kubelet's syncFrequency
 OBSERVE_AFTER = 0.3
 
 
-def waker(queue: WorkQueue[str]) -> Wake:
-    """What brings a pod back to its worker: made before the syncer (which is given it), so
-    that nothing is wired after construction."""
+# How long after a change in Docker the pod's sync looks at it: the kubelet sees a change
+# at its PLEG's next relist (up to a second later), by when what follows it in the runtime is
+# in too. Docker tells of an OOM kill after the container's death, so a sync at the death
+# itself would tell `Error` first where the kubelet's tells `OOMKilled`.
+RELIST_LAG = 0.25
+
+
+def waker(queue: WorkQueue[str], after: float = 0.0) -> Wake:
+    """What brings a pod back to its worker (`after` seconds from now): made before the
+    syncer (which is given it), so that nothing is wired after construction."""
 
     def wake(uid: str) -> None:
         if uid:
-            queue.add(uid)
+            if after > 0:
+                queue.add_after(uid, after)
+            else:
+                queue.add(uid)
 
     return wake
 

@@ -17,6 +17,7 @@ from pathlib import Path
 from typing import Any
 
 from kubelet_sim import cri
+from kubelet_sim.backoff import Backoff
 from kubelet_sim.jsontypes import Json
 from kubelet_sim.kube.events import EventRef
 from kubelet_sim.kube.rest import ApiError
@@ -241,6 +242,8 @@ class Node:
             supervisor=self.supervisor,
             pool=self.pool if pool_size else None,
         )
+        # The pod worker's requeue without its jitter: the clock is moved by what syncs ask.
+        self.syncer.error_retry = Backoff(initial=10.0, cap=10.0, factor=1.0, jitter=0.0)
 
     # -- driving ---------------------------------------------------------------------------
 

@@ -22,10 +22,10 @@ def test_the_generation_comes_from_the_version_or_the_schema() -> None:
     assert generation_of(None, set()) == CURRENT  # nothing known: today's rules
     assert not V124.ready_to_start_condition
     assert not V124.terminal_phase
-    assert not V124.init_started
+    assert not V124.sidecars
     assert CURRENT.ready_to_start_condition
     assert CURRENT.terminal_phase
-    assert CURRENT.init_started
+    assert CURRENT.sidecars
 
 
 def _on(node: Node, minor: int) -> None:
