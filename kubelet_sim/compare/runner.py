@@ -52,6 +52,11 @@ class CompareError(Exception):
     """The comparison could not run (a node missing, a pod refused, no rights)."""
 
 
+# How much longer than ours the reference's pod is watched: our node may get somewhere faster
+# than the kubelet (a Docker event instead of a relist each second), never somewhere else.
+REFERENCE_SLACK = 1.5
+
+
 @dataclass
 class Comparison:
     """What a compare run recorded; `verdicts()` judges it."""
@@ -75,6 +80,10 @@ class _Watched:
     deadline: float  # monotonic: the end of its observation
     delete_at: float | None  # monotonic, for a delete after N seconds
     deleted: bool = False
+    start: float = 0.0  # monotonic: its creation
+
+    def since_start(self, now: float) -> float:
+        return now - self.start
 
     @property
     def seen_running(self) -> bool:
@@ -111,7 +120,8 @@ class _Recorder:
         with self.changed:
             watched = self._open(name)
             if watched is not None and watched.record.add(
-                GONE if kind == DELETED else normalise(pod)
+                GONE if kind == DELETED else normalise(pod),
+                watched.since_start(self.clock.monotonic()),
             ):
                 self.changed.notify_all()
 
@@ -127,6 +137,7 @@ class _Recorder:
                     str(event.get("type") or ""),
                     str(event.get("reason") or ""),
                     int(event.get("count") or (event.get("series") or {}).get("count") or 1),
+                    watched.since_start(self.clock.monotonic()),
                 )
 
 
@@ -311,11 +322,14 @@ def _start_run(
             )  # fmt: skip
             start = clock.monotonic()
             after = scenario.delete_after
+            window = scenario.observe if observe is None else observe
+            slack = REFERENCE_SLACK if side == REFERENCE else 1.0
             watched = _Watched(
-                PodRecord(scenario.name, side, run, name),
+                PodRecord(scenario.name, side, run, name, window=window),
                 scenario,
-                deadline=start + (scenario.observe if observe is None else observe),
+                deadline=start + window * slack,
                 delete_at=start + after if isinstance(after, float | int) else None,
+                start=start,
             )
             recorder.watch(watched)
             try:

@@ -17,6 +17,8 @@ finishes a deletion is part of what it does. Pure: no I/O.
 
 from __future__ import annotations
 
+import bisect
+import math
 from collections import Counter
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
@@ -164,6 +166,9 @@ class PodRecord:
 
     `side` is OURS or REFERENCE; `events` maps each Event object's name to its type,
     reason and count as last seen (an event repeated is one object with a growing count).
+    `times` and `event_times` say when each state and event was first seen (seconds from the
+    pod's creation), `window` how long our node's pod is observed: the reference is watched
+    longer (REFERENCE_SLACK), since ours may be faster than the kubelet, never elsewhere.
     """
 
     scenario: str
@@ -172,21 +177,48 @@ class PodRecord:
     pod: str
     states: list[PodState] = field(default_factory=list)
     events: dict[str, tuple[str, str, int]] = field(default_factory=dict)
+    times: list[float] = field(default_factory=list)
+    event_times: dict[str, float] = field(default_factory=dict)
+    window: float = math.inf
 
-    def add(self, state: PodState) -> bool:
+    def add(self, state: PodState, at: float = 0.0) -> bool:
         """Record a state unless it repeats the last one; whether it was new."""
         if self.states and self.states[-1] == state:
             return False
         self.states.append(state)
+        self.times.append(at)
         return True
 
-    def add_event(self, name: str, kind: str, reason: str, count: int) -> None:
+    def add_event(self, name: str, kind: str, reason: str, count: int, at: float = 0.0) -> None:
         self.events[name] = (kind, reason, max(count, 1))
+        self.event_times.setdefault(name, at)
 
     @property
     def settled(self) -> PodState | None:
-        """The state at the end of observation (None: the pod was never seen)."""
-        return self.states[-1] if self.states else None
+        """The state at the end of our window (None: the pod was never seen by then)."""
+        return self.state_at(self.window)
+
+    def _index_at(self, at: float) -> int:
+        """The index of the state held at `at` (-1: none yet)."""
+        times = self.times if len(self.times) == len(self.states) else [0.0] * len(self.states)
+        return bisect.bisect_right(times, at) - 1
+
+    def state_at(self, at: float) -> PodState | None:
+        """The state held `at` seconds in (the last one for a time past the end)."""
+        index = self._index_at(at)
+        return self.states[index] if index >= 0 else None
+
+    def states_from(self, at: float) -> set[PodState]:
+        """The state held at `at` and every one after it."""
+        return set(self.states[max(self._index_at(at), 0) :])
+
+    def reasons_by(self, at: float) -> frozenset[str]:
+        """The event reasons seen by `at` seconds in."""
+        return frozenset(
+            reason
+            for name, (_, reason, _) in self.events.items()
+            if self.event_times.get(name, 0.0) <= at
+        )
 
     def event_counts(self) -> Counter[EventKey]:
         counts: Counter[EventKey] = Counter()

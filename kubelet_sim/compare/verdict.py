@@ -77,20 +77,37 @@ class RunVerdict:
 
 
 def judge_run(ours: PodRecord, reference: Sequence[PodRecord]) -> RunVerdict:
-    """One run of ours (or of the reference, against its other runs) against `reference`."""
+    """One run of ours (or of the reference, against its other runs) against `reference`.
+
+    Ours is judged over its window; the reference, watched longer, may take longer to get
+    where ours got: ours agrees when it settled in a state a reference run held at the end of
+    our window or reached after it, and its event reasons include every reason that run gave
+    within our window and none it never gave."""
+    window = ours.window
+    mine = [s for s, at in zip(ours.states, _times(ours), strict=True) if at <= window]
     seen = {state for record in reference for state in record.states}
-    foreign = tuple(dict.fromkeys(s for s in collapse(ours.states) if s not in seen))
-    settled = {record.settled for record in reference}
-    ours_reasons = ours.event_reasons()
-    reference_sets = [record.event_reasons() for record in reference]
-    closest = min(reference_sets, key=lambda s: len(s ^ ours_reasons), default=frozenset())
+    foreign = tuple(dict.fromkeys(s for s in collapse(mine) if s not in seen))
+    settled = ours.settled
+    reachable = [record.states_from(window) for record in reference]
+    ours_reasons = ours.reasons_by(window)
+    runs = [(record.reasons_by(window), record.event_reasons()) for record in reference]
+    events_agree = any(early <= ours_reasons <= every for early, every in runs)
+    closest = min(
+        (every for _, every in runs), key=lambda s: len(s ^ ours_reasons), default=frozenset()
+    )
     return RunVerdict(
         foreign=foreign,
-        settled_agrees=bool(reference) and ours.settled in settled,
-        events_agree=ours_reasons in reference_sets,
+        settled_agrees=any(settled in states for states in reachable),
+        events_agree=events_agree,
         only_ours=ours_reasons - closest,
-        only_reference=closest - ours_reasons,
+        only_reference=frozenset() if events_agree else closest - ours_reasons,
     )
+
+
+def _times(record: PodRecord) -> list[float]:
+    if len(record.times) == len(record.states):
+        return record.times
+    return [0.0] * len(record.states)
 
 
 @dataclass(frozen=True)

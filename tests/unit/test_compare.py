@@ -502,3 +502,34 @@ def test_a_delete_comes_due_after_its_seconds_or_once_running() -> None:
     running.deleted = True
     assert not running.delete_due(now)  # and once only
     assert not never.delete_due(now + 1000)
+
+
+def _timed(side: str, window: float, *steps: tuple[float, PodState], events=()) -> PodRecord:  # type: ignore[no-untyped-def]
+    record = PodRecord("crash", side, 1, f"crash-{side}-1", window=window)
+    for at, state in steps:
+        record.add(state, at)
+    for i, (at, reason) in enumerate(events):
+        record.add_event(f"e{i}", "Normal", reason, 1, at)
+    return record
+
+
+def test_ours_may_get_there_faster_than_the_reference_never_elsewhere() -> None:
+    """The reference is watched past our window: a state ours reached within it and the
+    kubelet only after it is not foreign, and ours settles where the kubelet was at the end of
+    our window or went after it. Slower is not allowed: settling where the kubelet had left
+    before our window ended disagrees."""
+    reference = _timed(
+        REFERENCE, 20, (0, PENDING), (1, TERMINATED), (25, BACKOFF),
+        events=((1, "Started"), (25, "BackOff")),
+    )  # fmt: skip
+    faster = _timed(OURS, 20, (0, PENDING), (1, TERMINATED), (15, BACKOFF),
+                    events=((1, "Started"), (15, "BackOff")))  # fmt: skip
+    assert judge("crash", [faster], [reference]).agrees
+    on_time = _timed(OURS, 20, (0, PENDING), (1, TERMINATED), events=((1, "Started"),))
+    assert judge("crash", [on_time], [reference]).agrees  # the BackOff came after our window
+    early = _timed(REFERENCE, 20, (0, PENDING), (1, TERMINATED), (5, BACKOFF),
+                   events=((1, "Started"), (5, "BackOff")))  # fmt: skip
+    slower = judge("crash", [on_time], [early])
+    assert not slower.agrees
+    assert not slower.runs[0].settled_agrees  # TERMINATED was left at 5 s
+    assert not slower.runs[0].events_agree  # and the BackOff within the window is missing
