@@ -14,6 +14,7 @@ from __future__ import annotations
 import threading
 import time
 from collections import OrderedDict, deque
+from collections.abc import Callable
 from dataclasses import dataclass
 from datetime import UTC, datetime
 
@@ -28,6 +29,32 @@ NORMAL, WARNING = "Normal", "Warning"
 QUEUE_SIZE = 1000
 _CACHE_SIZE = 4096
 _RETRIES = 3
+# client-go's EventSourceObjectSpamFilter, which every kubelet's recorder runs first: each
+# object (the pod) may have 25 events at once, then one per 5 minutes; the rest are dropped.
+SPAM_BURST = 25
+SPAM_REFILL_SECONDS = 300.0
+
+
+class SpamFilter:
+    """A token bucket per object (kind, namespace, name, uid, apiVersion), the oldest objects
+    forgotten past 4096 as client-go's LRU does."""
+
+    def __init__(self, now: Callable[[], float] = time.monotonic) -> None:
+        self._now = now
+        self._buckets: OrderedDict[tuple[str, ...], tuple[float, float]] = OrderedDict()
+        self._lock = threading.Lock()
+
+    def allow(self, ref: EventRef) -> bool:
+        key = (ref.kind, ref.namespace, ref.name, ref.uid, ref.api_version)
+        now = self._now()
+        with self._lock:
+            tokens, last = self._buckets.pop(key, (float(SPAM_BURST), now))
+            tokens = min(float(SPAM_BURST), tokens + (now - last) / SPAM_REFILL_SECONDS)
+            allowed = tokens >= 1.0
+            self._buckets[key] = (tokens - 1.0 if allowed else tokens, now)
+            if len(self._buckets) > _CACHE_SIZE:
+                self._buckets.popitem(last=False)
+        return allowed
 
 
 @dataclass(frozen=True)
@@ -75,6 +102,8 @@ class EventRecorder:
         self._writer = supervisor.on_demand("event recorder", self._run, self._stop)
         self.sent = 0
         self.dropped = 0
+        self.spam = SpamFilter()
+        self.spam_dropped = 0  # refused by the spam filter, as the kubelet's recorder does
 
     def start(self) -> EventRecorder:
         self._writer.start()
@@ -93,6 +122,9 @@ class EventRecorder:
 
     def event(self, ref: EventRef, event_type: str, reason: str, message: str) -> None:
         """Queue an event; the caller (a pod worker) never waits for the API."""
+        if not self.spam.allow(ref):
+            self.spam_dropped += 1
+            return
         timestamp = datetime.now(UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
         warn = False
         with self._cond:

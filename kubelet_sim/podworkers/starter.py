@@ -25,7 +25,7 @@ from kubelet_sim.pod.container_config import (
     pod_hostname,
     sandbox_config,
 )
-from kubelet_sim.pod.dns import hosts_file, pod_dns, sandbox_hostname
+from kubelet_sim.pod.dns import ResolvConf, hosts_file, pod_dns, sandbox_hostname
 from kubelet_sim.pod.host_access import container_refusal
 from kubelet_sim.pod.pull_secrets import auths_for
 from kubelet_sim.pod.restart_backoff import KeyedBackoff, go_duration
@@ -111,9 +111,7 @@ class ContainerStarter:
         )
         try:
             cfg = replace(cfg, hostname=sandbox_hostname(view, cfg.hostname, self._domain))
-            resolver, warnings = pod_dns(view, self.settings.dns)
-            for warning in warnings:  # GetPodDNS runs as the sandbox is made, and says so then
-                self.events.event(event_ref(view), WARNING, warning.reason, warning.message)
+            resolver = self.sandbox_config_warnings(view)  # GetPodDNS, as the sandbox is made
             userns = user_namespace_problem(view)  # generatePodSandboxLinuxConfig, after DNS
             if userns:
                 raise ValueError(userns)
@@ -132,6 +130,15 @@ class ContainerStarter:
             return None
         self.watcher.record(sandbox)
         return sandbox
+
+    def sandbox_config_warnings(self, view: PodView) -> ResolvConf:
+        """generatePodSandboxConfig's GetPodDNS, which says what it falls back to as events
+        (MissingClusterDNS, DNSConfigForming) each time it runs: as a sandbox is made, and in
+        every SyncPod that goes on to start containers (the kubelet's runs it in each)."""
+        resolver, warnings = pod_dns(view, self.settings.dns)
+        for warning in warnings:
+            self.events.event(event_ref(view), WARNING, warning.reason, warning.message)
+        return resolver
 
     def _from_pool(self, view: PodView, cfg: cri.SandboxConfig) -> cri.ObservedContainer | None:
         """A warm sandbox made the pod's, if it may have one and the pool has one; the pod's

@@ -269,6 +269,7 @@ class PodSyncer:
                 return wait
             state.acted_before_pull = True
         assert sandbox is not None
+        self.starter.sandbox_config_warnings(view)  # SyncPod's generatePodSandboxConfig
         self._kill_failed_post_starts(view, observed, state)
         retry.extend(self._kill_containers(view, state, actions))
         if state.post_start_running:  # SyncPod starts containers one after the other, each
