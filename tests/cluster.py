@@ -23,6 +23,7 @@ from typing import Any
 
 import pytest
 
+from kubelet_sim.pod.generation import KubeletGeneration
 from tests.fakeapi import FakeApiServer
 from tests.kubeenv import KubeEnv, KubeEnvError, find_binaries
 from tests.node_certs import NoNodeCredentials, kubeconfig_cluster, mint_node_kubeconfig
@@ -103,6 +104,15 @@ def server_has_field(api: Any, definition: str, field: str) -> bool:
         properties = (document.get("definitions") or {}).get(definition, {}).get("properties")
         _FIELDS_SEEN[key] = field in (properties or {})
     return _FIELDS_SEEN[key]
+
+
+def kubelet_generation(cluster: Cluster) -> KubeletGeneration:
+    """Whose status rules the node follows on this cluster's server (pod/generation.py)."""
+    from kubelet_sim.kube.schema import ServerSchema
+    from kubelet_sim.pod.generation import generation_of
+
+    schema = ServerSchema.of_server(cluster.core.api_client)
+    return generation_of(schema.version(), schema.properties())
 
 
 @dataclass

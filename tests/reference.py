@@ -48,6 +48,7 @@ def reference_node(cluster_session: _Session, docker_session: DockerEnv) -> Iter
         pause_image=docker_session.pause_image,
         busybox_image=docker_session.busybox_image,
         taints=(REFERENCE_TAINT,),
+        static_pod_path=workdir / "manifests",
     )
     try:
         node.start(timeout=60 * deadline_scale())

@@ -169,6 +169,7 @@ class ReferenceNode:
     kubelet: Path | None = None
     verbosity: int = 2
     on_step: Callable[[str, float], None] | None = field(default=None, repr=False)
+    static_pod_path: Path | None = None  # the kubelet's staticPodPath (a directory it makes)
     # Set by start(): what the node is and where its pieces are.
     port: int = 0
     healthz_port: int = 0
@@ -611,6 +612,9 @@ disabled_plugins = [
             "serializeImagePulls": False,
             "registerNode": True,
         }
+        if self.static_pod_path is not None:
+            self.static_pod_path.mkdir(parents=True, exist_ok=True)
+            config["staticPodPath"] = str(self.static_pod_path)
         (root / "config.yaml").write_text(json.dumps(config, indent=2))  # JSON is YAML
         endpoint = f"unix://{self.socket}"
         self._spawn(

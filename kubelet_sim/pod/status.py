@@ -94,10 +94,15 @@ def generate_status(inp: StatusInput) -> Json:
         status["ephemeralContainerStatuses"] = _container_statuses(
             inp, pod.ephemeral_containers, old, has_init, False, EPHEMERAL_KEY, starting
         )
-    if inp.finished:
+    # TerminatePod gives every container an end; from v1.27 the phase follows from them,
+    # before it the phase stayed what it was (a pod deleted before it started stays Pending).
+    keeps_phase = inp.finished and not inp.generation.terminal_phase
+    if inp.finished and not keeps_phase:
         default_unknown_states(pod, status, inp.generation)
     _update_probe_results(inp, status)  # a sidecar's `started` decides the phase
     status["phase"] = _phase_with_reason(inp, status, old)
+    if keeps_phase:
+        default_unknown_states(pod, status, inp.generation)
     status["conditions"] = _conditions(inp, status, old, sandbox)
     _add_observed_generation(pod, status)
     status["hostIP"] = inp.host_ip
