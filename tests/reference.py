@@ -13,6 +13,7 @@ with `spec.nodeName` (the kubelet admits NoSchedule-tainted pods bound that way)
 
 from __future__ import annotations
 
+import os
 import secrets
 import tempfile
 from collections.abc import Iterator
@@ -37,6 +38,8 @@ def reference_node(cluster_session: _Session, docker_session: DockerEnv) -> Iter
     if cluster_session.env is None:
         pytest.skip("the reference node needs the control plane the suite starts (its CA)")
     why = ReferenceNode.unavailable()
+    if why and os.environ.get("KUBELET_SIM_REQUIRE_REFERENCE_NODE") == "1":
+        pytest.fail(f"no reference node, and CI requires one: {why}", pytrace=False)
     if why:
         pytest.skip(f"no reference node: {why}")
     # Short: containerd's socket lives here (a unix socket path holds 108 bytes).
