@@ -109,3 +109,27 @@ def test_a_liveness_kill_and_its_restart_are_told_in_one_write(node: Node) -> No
         for entry in _entries(status):
             assert not ("terminated" in entry["state"] and entry["restartCount"] == 0), status
     _tick(node, 0, 1)  # the prober still answers for the new attempt
+
+
+def test_a_second_liveness_restart_backs_off_from_the_attempt_before_the_killed_one(
+    node: Node,
+) -> None:
+    """The SyncPod that kills a container for its liveness probe starts it again judging from
+    where it ran: doBackOff looks at the attempt that ended before it. Ten seconds after the
+    first restart, the second comes at once (no BackOff), as on the real kubelet."""
+    _answers(node, 1)
+    probe = {"exec": {"command": ["check"]}, "periodSeconds": 10, "failureThreshold": 1}
+    uid = node.add(pod_body(containers=[container(livenessProbe=probe)]))
+    node.syncer.start()
+    node.sync_until(uid, lambda: node.condition(uid, "Ready") == "True", "Ready")
+    for attempt in (1, 2):
+        wait_for(lambda n=attempt: _attempts(node) >= n, 10, f"probe attempt {attempt}")
+        node.wait_woken(uid)
+        node.sync_until(
+            uid, lambda n=attempt: len(node.containers(uid, "app")) == n + 1, f"restart {attempt}"
+        )
+        node.sync(uid)  # the new attempt is told, and probed from now on
+        node.clock.advance(12)
+        node.syncer.prober.recheck()
+    assert "BackOff" not in node.events.reasons(uid)
+    assert node.containers(uid, "app")[-1].state.value == "running"
