@@ -21,27 +21,26 @@ from __future__ import annotations
 
 import contextlib
 import ipaddress
-import itertools
 import json
 import os
 import secrets
 import shlex
 import shutil
 import signal
-import socket
 import ssl
 import subprocess
 import tempfile
 import time
 import urllib.error
 import urllib.request
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from kubelet_sim.controlplane import binaries
+from kubelet_sim.controlplane import binaries, host
 from kubelet_sim.controlplane.cluster import _DIE_WITH_PARENT, ControlPlane
+from kubelet_sim.controlplane.cri_client import CriClient
 
 # The project's local images (kubelet_sim.runtime.local_images, which this layer may not
 # import: tests/test_reference_node.py checks they are the same names).
@@ -57,9 +56,6 @@ NETNS = Path("/run/netns")
 # Host directories the kubelet, containerd or libcni make when missing: removed at stop if
 # they did not exist at start and are empty by then.
 HOST_DIRS = (CNI_CACHE, CNI_CACHE.parent, CONTAINER_LOGS, POD_LOGS, NETNS)
-# Where pod bridges go: one /24 of this range per node, one not routed here already.
-POD_RANGE = ipaddress.IPv4Network("10.201.0.0/16")
-CGROUP_ROOT = Path("/sys/fs/cgroup")
 # What the kubelet sets at start (setupKernelTunables, protectKernelDefaults off).
 KERNEL_TUNABLES = (
     "vm/overcommit_memory",
@@ -72,7 +68,6 @@ KERNEL_TUNABLES = (
 STOP_GRACE = 5.0
 SOCKET_PATH_MAX = 100  # sun_path is 108 bytes; containerd adds ".ttrpc"
 
-CRI = "/runtime.v1.RuntimeService/"
 # Without it (a sandboxed root, as on this project's machines) runc cannot give a pod's sandbox
 # the oom_score_adj -998 the kubelet asks: containerd is then told to keep scores no lower
 # than its own (restrict_oom_score_adj, as for rootless).
@@ -102,39 +97,6 @@ def find_kubelet(env: dict[str, str] | None = None) -> Path | None:
             return d / "kubelet"
     found = shutil.which("kubelet", path=env.get("PATH", os.defpath))
     return Path(found) if found else None
-
-
-def _cgroup_mounts() -> list[tuple[Path, str]]:
-    """(mount point, fstype) of each cgroup hierarchy mounted on this host."""
-    found = []
-    for line in Path("/proc/self/mountinfo").read_text().splitlines():
-        left, _, right = line.partition(" - ")
-        fstype = right.split()[0] if right else ""
-        if fstype in ("cgroup", "cgroup2"):
-            found.append((Path(_unescape(left.split()[4])), fstype))
-    return found
-
-
-def _unescape(text: str) -> str:
-    return text.replace("\\040", " ").replace("\\011", "\t").replace("\\012", "\n")
-
-
-def _cgroup_problem() -> str | None:
-    mounts = _cgroup_mounts()
-    v1 = [p for p, t in mounts if t == "cgroup"]
-    if v1:
-        names = {n for p in v1 for n in p.name.split(",")}
-        lacking = {"cpu", "cpuacct", "memory", "pids", "cpuset"} - names
-        if lacking:
-            return f"cgroup v1 without the {', '.join(sorted(lacking))} hierarchy"
-        return None
-    if not any(p == CGROUP_ROOT for p, t in mounts if t == "cgroup2"):
-        return f"no cgroup hierarchy mounted at {CGROUP_ROOT}"
-    controllers = (CGROUP_ROOT / "cgroup.subtree_control").read_text().split()
-    lacking = {"cpu", "memory", "pids"} - set(controllers)
-    if lacking:
-        return f"cgroup v2 root delegates no {', '.join(sorted(lacking))} controller"
-    return None
 
 
 # --- the node -------------------------------------------------------------------------------
@@ -218,7 +180,7 @@ class ReferenceNode:
         if not _DIE_WITH_PARENT:
             return "no setpriv (util-linux): a killed test would leave the kubelet running"
         try:
-            problem = _cgroup_problem()
+            problem = host.cgroup_problem()
         except OSError as exc:
             return f"cannot read the cgroup hierarchies: {exc}"
         if problem:
@@ -244,7 +206,7 @@ class ReferenceNode:
         self._started = time.monotonic()
         try:
             self.workdir.mkdir(mode=0o700, parents=True, exist_ok=True)
-            self._chains_before = _iptables_chains()
+            self._chains_before = host.iptables_chains()
             self._host_dirs_made = [d for d in HOST_DIRS if not d.exists()]
             self._network()
             # The node's address is its own bridge's (the kubelet refuses a loopback one): the
@@ -262,6 +224,9 @@ class ReferenceNode:
             self._start_kubelet()
             self._wait_ready(timeout)
             self._step("kubelet Ready")
+        except host.HostCommandError as exc:
+            self.stop()
+            raise ReferenceNodeError(str(exc)) from exc
         except BaseException:
             self.stop()
             raise
@@ -276,10 +241,10 @@ class ReferenceNode:
         if "containerd" in self._procs:
             self._remove_pods()
         self._end("containerd")
-        for point in _mount_points_under([self.workdir, *self._extra_dirs()]):
-            _quiet(["umount", "-l", str(point)])
+        for point in host.mount_points_under([self.workdir, *self._extra_dirs()]):
+            host.quiet(["umount", "-l", str(point)])
         if self.bridge:
-            _quiet(["ip", "link", "del", self.bridge])
+            host.quiet(["ip", "link", "del", self.bridge])
         self._remove_chains()
         self._remove_cgroups()
         self._restore_tunables()
@@ -288,7 +253,7 @@ class ReferenceNode:
         self._remove_logs()
         for d in self._extra_dirs():
             shutil.rmtree(d, ignore_errors=True)
-        if not _mount_points_under([self.workdir]):  # never remove files through a mount
+        if not host.mount_points_under([self.workdir]):  # never remove files through a mount
             shutil.rmtree(self.workdir, ignore_errors=True)
 
     def leftovers(self) -> list[str]:
@@ -304,13 +269,15 @@ class ReferenceNode:
                 argv = (proc / "cmdline").read_bytes().decode(errors="replace").split("\0")
                 if any(d in arg for arg in argv for d in dirs):
                     found.append(f"process {proc.name}: {' '.join(argv)[:120]}")
-        found += [f"mount {p}" for p in _mount_points_under([self.workdir, *self._extra_dirs()])]
+        found += [
+            f"mount {p}" for p in host.mount_points_under([self.workdir, *self._extra_dirs()])
+        ]
         if self.bridge and Path("/sys/class/net", self.bridge).exists():
             found.append(f"bridge {self.bridge}")
         found += [f"cgroup {p}" for p in self._own_cgroups()]
         found += [
             f"iptables -t {t} chain {c}"
-            for t, c in sorted(_iptables_chains() - self._chains_before)
+            for t, c in sorted(host.iptables_chains() - self._chains_before)
             if c.startswith("CNI-")
         ]
         found += [f"file {p}" for p in CNI_CACHE.glob(f"{self._network_name}-*")]
@@ -435,7 +402,9 @@ class ReferenceNode:
     def _network(self) -> None:
         """A bridge of the node's own with the gateway address (so the subnet is taken at once,
         before the first pod), and a conflist for containerd's CNI."""
-        self.subnet = self.subnet or free_subnet()
+        self.subnet = self.subnet or host.free_subnet()
+        if self.subnet is None:
+            raise ReferenceNodeError(f"no free /24 in {host.POD_RANGE} for the pods' bridge")
         self.bridge = f"ksr{self._id}"
         gateway = self.subnet[1]
         for args in (
@@ -443,7 +412,7 @@ class ReferenceNode:
             ["addr", "add", f"{gateway}/{self.subnet.prefixlen}", "dev", self.bridge],
             ["link", "set", self.bridge, "up"],
         ):
-            _run(["ip", *args])
+            host.run(["ip", *args])
         conf = self.workdir / "cni"
         conf.mkdir(exist_ok=True)
         conflist = {
@@ -503,7 +472,7 @@ disabled_plugins = [
   stream_server_address = "127.0.0.1"
   stream_server_port = "0"
   enable_selinux = false
-  restrict_oom_score_adj = {str(not _has_capability(CAP_SYS_RESOURCE)).lower()}
+  restrict_oom_score_adj = {str(not host.has_capability(CAP_SYS_RESOURCE)).lower()}
 
 [plugins."io.containerd.grpc.v1.cri".containerd]
   snapshotter = "overlayfs"
@@ -537,8 +506,8 @@ disabled_plugins = [
     def _cgroup_root(self) -> None:
         """`/ksref-<id>` in every hierarchy: the kubelet's --cgroup-root (it must exist), so
         its kubepods tree is its own and goes with it."""
-        for mount, fstype in _cgroup_mounts():
-            if fstype == "cgroup2" and mount != CGROUP_ROOT:
+        for mount, fstype in host.cgroup_mounts():
+            if fstype == "cgroup2" and mount != host.CGROUP_ROOT:
                 continue  # a hybrid host's unified hierarchy: libcontainer's v1 mode skips it
             path = mount / f"ksref-{self._id}"
             path.mkdir(exist_ok=True)
@@ -570,7 +539,7 @@ disabled_plugins = [
         kubelet = self.kubelet or find_kubelet()
         assert kubelet is not None
         creds = cp.node_credentials(self.name, (self.node_ip,))
-        self.port, self.healthz_port = free_port(self.node_ip), free_port("127.0.0.1")
+        self.port, self.healthz_port = host.free_port(self.node_ip), host.free_port("127.0.0.1")
         root = self.workdir / "kubelet"
         root.mkdir(exist_ok=True)
         config: dict[str, Any] = {
@@ -717,36 +686,36 @@ disabled_plugins = [
             finally:
                 cri.close()
         ctr = self._ctr()
-        for task in _quiet([*ctr, "tasks", "ls", "-q"]).split():
-            _quiet([*ctr, "tasks", "kill", "-s", "SIGKILL", task])
-            _quiet([*ctr, "tasks", "rm", "-f", task])
-        for container in _quiet([*ctr, "containers", "ls", "-q"]).split():
-            _quiet([*ctr, "containers", "rm", container])
+        for task in host.quiet([*ctr, "tasks", "ls", "-q"]).split():
+            host.quiet([*ctr, "tasks", "kill", "-s", "SIGKILL", task])
+            host.quiet([*ctr, "tasks", "rm", "-f", task])
+        for container in host.quiet([*ctr, "containers", "ls", "-q"]).split():
+            host.quiet([*ctr, "containers", "rm", container])
 
     def _remove_chains(self) -> None:
         """The CNI plugins' chains made since start, if only this node's pods used them."""
         if self.subnet is None:
             return
-        for table, chain in sorted(_iptables_chains() - self._chains_before):
+        for table, chain in sorted(host.iptables_chains() - self._chains_before):
             if not chain.startswith("CNI-"):
                 continue
-            rules = _iptables(table, "-S", chain).splitlines()[1:]
-            if any(not _only_in(rule, self.subnet) for rule in rules):
+            rules = host.iptables(table, "-S", chain).splitlines()[1:]
+            if any(not host.only_in(rule, self.subnet) for rule in rules):
                 continue  # another node's pod is behind it
-            for line in _iptables(table, "-S").splitlines():
+            for line in host.iptables(table, "-S").splitlines():
                 parts = line.split()
                 if parts[:1] == ["-A"] and parts[-2:] == ["-j", chain]:
-                    _iptables(table, "-D", *shlex.split(line)[1:])
-        for table, chain in sorted(_iptables_chains() - self._chains_before):
+                    host.iptables(table, "-D", *shlex.split(line)[1:])
+        for table, chain in sorted(host.iptables_chains() - self._chains_before):
             if chain.startswith("CNI-"):
-                _iptables(table, "-F", chain)
-                _iptables(table, "-X", chain)
+                host.iptables(table, "-F", chain)
+                host.iptables(table, "-X", chain)
 
     def _own_cgroups(self) -> list[Path]:
         """Its cgroup root in every hierarchy: those made at start and those runc made (a
         hybrid host's unified hierarchy)."""
         with contextlib.suppress(OSError):
-            found = [m / f"ksref-{self._id}" for m, _ in _cgroup_mounts()]
+            found = [m / f"ksref-{self._id}" for m, _ in host.cgroup_mounts()]
             return [p for p in dict.fromkeys([*self._cgroups, *found]) if p.is_dir()]
         return [p for p in self._cgroups if p.is_dir()]
 
@@ -772,173 +741,3 @@ disabled_plugins = [
 
 
 # --- helpers --------------------------------------------------------------------------------
-
-
-def _quiet(args: list[str], timeout: float = 30.0) -> str:
-    """A cleanup command's output; its failure (or a hang past `timeout`) is not ours to stop."""
-    try:
-        done = subprocess.run(args, capture_output=True, text=True, timeout=timeout, check=False)
-    except (subprocess.TimeoutExpired, OSError):
-        return ""
-    return done.stdout if done.returncode == 0 else ""
-
-
-def _has_capability(bit: int) -> bool:
-    """Whether this process holds the capability (an effective set from /proc/self/status)."""
-    for line in Path("/proc/self/status").read_text().splitlines():
-        if line.startswith("CapEff:"):
-            return bool(int(line.split()[1], 16) >> bit & 1)
-    return False
-
-
-def _run(args: list[str]) -> str:
-    done = subprocess.run(args, capture_output=True, text=True, check=False)
-    if done.returncode != 0:
-        raise ReferenceNodeError(f"{' '.join(args)} failed: {done.stderr.strip()}")
-    return done.stdout
-
-
-def free_port(address: str) -> int:
-    with socket.socket() as s:
-        s.bind((address, 0))
-        return int(s.getsockname()[1])
-
-
-def _routed() -> list[ipaddress.IPv4Network]:
-    taken = []
-    for route in json.loads(_run(["ip", "-j", "-4", "route", "show", "table", "all"]) or "[]"):
-        dst = route.get("dst", "")
-        if dst and dst != "default":
-            with contextlib.suppress(ValueError):
-                taken.append(ipaddress.ip_network(dst, strict=False))
-    return [n for n in taken if isinstance(n, ipaddress.IPv4Network)]
-
-
-def free_subnet() -> ipaddress.IPv4Network:
-    """A /24 of POD_RANGE no route here covers (Docker's bridges, another reference node)."""
-    taken = _routed()
-    candidates = list(POD_RANGE.subnets(new_prefix=24))
-    start = secrets.randbelow(len(candidates))
-    for subnet in candidates[start:] + candidates[:start]:
-        if not any(subnet.overlaps(t) for t in taken):
-            return subnet
-    raise ReferenceNodeError(f"no free /24 in {POD_RANGE} for the pods' bridge")
-
-
-def _iptables(table: str, *args: str) -> str:
-    return _quiet(["iptables", "-w", "5", "-t", table, *args])
-
-
-def _iptables_chains() -> set[tuple[str, str]]:
-    found = set()
-    for table in ("filter", "nat"):
-        for line in _iptables(table, "-S").splitlines():
-            parts = line.split()
-            if parts[:1] == ["-N"] and len(parts) > 1:
-                found.add((table, parts[1]))
-    return found
-
-
-def _only_in(rule: str, subnet: ipaddress.IPv4Network) -> bool:
-    """Whether every address a rule names (-s/-d) is in `subnet`."""
-    parts = rule.split()
-    for flag, value in itertools.pairwise(parts):
-        if flag in ("-s", "-d", "--source", "--destination"):
-            try:
-                if not ipaddress.ip_network(value, strict=False).subnet_of(subnet):  # type: ignore[arg-type]
-                    return False
-            except (ValueError, TypeError):
-                return False
-    return True
-
-
-def _mount_points_under(directories: Sequence[Path]) -> list[Path]:
-    """Mount points under any of `directories`, deepest first."""
-    roots = [str(d.resolve()) for d in directories]
-    points = []
-    for line in Path("/proc/self/mountinfo").read_text().splitlines():
-        point = _unescape(line.split()[4])
-        if any(point == r or point.startswith(r + "/") for r in roots):
-            points.append(Path(point))
-    return sorted(set(points), key=lambda p: len(p.parts), reverse=True)
-
-
-# --- the CRI, four calls --------------------------------------------------------------------
-
-
-def _varint(n: int) -> bytes:
-    out = bytearray()
-    while True:
-        byte = n & 0x7F
-        n >>= 7
-        out.append(byte | (0x80 if n else 0))
-        if not n:
-            return bytes(out)
-
-
-def _string_field(number: int, text: str) -> bytes:
-    data = text.encode()
-    return _varint(number << 3 | 2) + _varint(len(data)) + data
-
-
-def _fields(data: bytes) -> Iterator[tuple[int, int | bytes]]:
-    """(field number, value) of a protobuf message: varints as int, the rest as bytes."""
-    i = 0
-    while i < len(data):
-        key, i = _read_varint(data, i)
-        number, wire = key >> 3, key & 7
-        if wire == 0:
-            value, i = _read_varint(data, i)
-            yield number, value
-        elif wire == 2:
-            size, i = _read_varint(data, i)
-            yield number, data[i : i + size]
-            i += size
-        elif wire == 1:
-            yield number, data[i : i + 8]
-            i += 8
-        elif wire == 5:
-            yield number, data[i : i + 4]
-            i += 4
-        else:
-            raise ValueError(f"protobuf wire type {wire}")
-
-
-def _read_varint(data: bytes, i: int) -> tuple[int, int]:
-    shift = value = 0
-    while True:
-        byte = data[i]
-        i += 1
-        value |= (byte & 0x7F) << shift
-        shift += 7
-        if not byte & 0x80:
-            return value, i
-
-
-class CriClient:
-    """ListPodSandbox, StopPodSandbox, RemovePodSandbox on containerd's CRI (runtime.v1)."""
-
-    def __init__(self, sock: Path) -> None:
-        import grpc  # noqa: PLC0415 (only a reference node's stop needs it)
-
-        self._channel = grpc.insecure_channel(f"unix://{sock}")
-
-    def _call(self, method: str, request: bytes) -> bytes:
-        answer: bytes = self._channel.unary_unary(CRI + method)(request, timeout=30)
-        return answer
-
-    def sandboxes(self) -> list[str]:
-        ids = []
-        for number, item in _fields(self._call("ListPodSandbox", b"")):
-            if number == 1 and isinstance(item, bytes):
-                ids += [v.decode() for n, v in _fields(item) if n == 1 and isinstance(v, bytes)]
-        return ids
-
-    def stop_sandbox(self, sandbox: str) -> None:
-        self._call("StopPodSandbox", _string_field(1, sandbox))
-
-    def remove_sandbox(self, sandbox: str) -> None:
-        self._call("RemovePodSandbox", _string_field(1, sandbox))
-
-    def close(self) -> None:
-        self._channel.close()
