@@ -212,37 +212,3 @@ def test_a_bad_scenario_or_node_is_refused_with_one_line(cluster: Cluster, tmp_p
     code, _ = missing.finish(30)
     assert code == 1
     assert f"node {cluster.node_name}-none not found" in "".join(missing.err)
-
-
-@pytest.mark.timeout(300)
-def test_against_a_real_kubelet_reference_node(
-    request: pytest.FixtureRequest, cluster: Cluster, docker_env: DockerEnv, tmp_path: Path
-) -> None:
-    """Our node against the rig's upstream kubelet (`reference_node`, being added on branch
-    refnode as kubelet_sim/controlplane/reference_node.py). Assumed: the fixture's node is on
-    this test's cluster, and it gives the node's name (`.name`, or the value itself) and maybe
-    the image its runtime has (`.image`)."""
-    try:
-        reference = request.getfixturevalue("reference_node")
-    except pytest.FixtureLookupError:
-        pytest.skip("no reference_node fixture: the rig has no upstream kubelet node yet")
-    name = str(getattr(reference, "name", reference))
-    image = getattr(reference, "image", None)
-    running = start_agent(cluster, docker_env, tmp_path / "root")
-    try:
-        wait_for(lambda: _node_exists(cluster, cluster.node_name), 20, "our Node registered")
-        command = Command(
-            "--node", cluster.node_name, "--reference-node", name,
-            "--kubeconfig", cluster.kubeconfig, "--output", "json",
-            "--scenario", "exit-0-never", "--scenario", "crash-loop-always",
-            *(("--image", image) if image else ()),
-        )  # fmt: skip
-        code, out = command.finish(150)
-    finally:
-        running.stop()
-    assert code == 0, "".join(command.err)
-    report = json.loads(out)
-    print(json.dumps(report, indent=1))  # what differs, for whoever reads the test's log
-    assert report["total"] == 2
-    by_name = {entry["name"]: entry for entry in report["scenarios"]}
-    assert by_name["exit-0-never"]["reference_settled"][0]["phase"] == "Succeeded"
