@@ -16,6 +16,7 @@ from typing import Any
 import docker
 import pytest
 
+from kubelet_sim.controlplane.binaries import BinariesMissing, find_binaries
 from kubelet_sim.runtime.local_images import BUSYBOX_IMAGE
 from tests.cluster import api_mode, wait_for
 
@@ -62,15 +63,27 @@ def test_a_pod_runs(kubelet_sim_cluster, kubelet_sim_namespace):
             break
         time.sleep(0.5)
     assert phase == "Running"
-    pods = cluster.api_client().call_api(
-        f"/api/v1/namespaces/{{ns}}/pods", "GET", response_type="object", _return_http_data_only=True
-    )
-    assert pods["items"][0]["spec"]["nodeName"] in cluster.nodes
+    from kubernetes import client
+
+    pods = client.CoreV1Api(cluster.api_client()).list_namespaced_pod(ns)
+    assert pods.items[0].spec.node_name in cluster.nodes
 
 
 def test_that_fails(kubelet_sim_cluster):
     raise AssertionError("a failing test: the cluster still goes")
 """
+
+
+def _kube_bin() -> Path | None:
+    """Where the binaries are, found now: pytester gives each run a HOME of its own (and with
+    it an empty download cache), so the run is told the directory."""
+    try:
+        return find_binaries().apiserver.parent
+    except BinariesMissing:
+        return None
+
+
+KUBE_BIN = _kube_bin()
 
 
 def _plugin_args() -> list[str]:
@@ -92,8 +105,18 @@ def test_the_fixtures_give_a_cluster_and_take_it_down(pytester: pytest.Pytester)
     pytester.makepyfile(
         test_user=USER_TESTS.format(image=BUSYBOX_IMAGE, record=str(record), deadline=120)
     )
+    if KUBE_BIN is None:
+        pytest.skip("no control-plane binaries (kubelet-sim demo --download fetches them)")
     result = pytester.runpytest_subprocess(
-        *_plugin_args(), "-p", "no:cacheprovider", "--kubelet-sim-nodes", "2", "-v", timeout=500
+        *_plugin_args(),
+        "-p",
+        "no:cacheprovider",
+        "--kubelet-sim-nodes",
+        "2",
+        "--kubelet-sim-kube-bin",
+        str(KUBE_BIN),
+        "-v",
+        timeout=500,
     )
     result.assert_outcomes(passed=1, failed=1)
     found: dict[str, Any] = json.loads(record.read_text())
