@@ -20,13 +20,16 @@ os.environ.setdefault("KUBELET_SIM_PORT", "0")
 
 
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
-    """On the real API server: run only tests that talk to one, skip those needing a fault hook."""
+    """On the real API server: run only tests that talk to one (or start their own control
+    plane, as kubelet_sim.testing does: the pass where its binaries are known to be), skip
+    those needing a fault hook."""
     if api_mode() != "real":
         return
     keep, drop = [], []
     for item in items:
         uses_api = "cluster_session" in getattr(item, "fixturenames", ())
-        (keep if uses_api else drop).append(item)
+        own_plane = item.get_closest_marker("own_control_plane") is not None
+        (keep if uses_api or own_plane else drop).append(item)
         if uses_api and item.get_closest_marker("fake_only"):
             item.add_marker(pytest.mark.skip(reason="needs a fault hook of the fake API server"))
     if drop:

@@ -56,6 +56,10 @@ ALLOWED: dict[str, set[str]] = {
     | {"kube", "runtime", "node", "agent", "tools", "server", "nodeset", "demo", "controlplane"}
     | {"ui", "compare"},
     "__main__": {"cli"},
+    # The pytest plugin and its Cluster (the pytest11 entry point, beside the command): the
+    # demo's control plane and nodes, put together for a controller's tests.
+    "testing": SHARED
+    | {"controlplane", "demo", "nodeset", "kube", "runtime", "node", "server", "volumes"},
 }
 THIRD_PARTY_OWNER = {"kubernetes": "kube", "docker": "runtime"}
 
@@ -200,22 +204,34 @@ def test_rules_see_every_layer() -> None:
 
 
 TEST_ONLY = {"tests", "pytest", "hypothesis", "dnslib"}  # the `test` extra and tests/
+# The pytest plugin: pytest loads it, so pytest is there; nothing else in the package imports it.
+PYTEST_PLUGIN = PACKAGE / "testing" / "plugin.py"
 
 
 @pytest.mark.parametrize("path", MODULES, ids=lambda p: str(p.relative_to(PACKAGE)))
 def test_the_package_imports_no_test_tooling(path: Path) -> None:
-    """What the wheel ships (kubelet_sim/) never needs the tests' code or their dependencies."""
+    """What the wheel ships (kubelet_sim/) never needs the tests' code or their dependencies
+    (the pytest plugin needs pytest, and only it)."""
     used = {name.partition(".")[0] for name in _imports(path)}
-    assert not used & TEST_ONLY, f"{path} imports {sorted(used & TEST_ONLY)}"
+    allowed = {"pytest"} if path == PYTEST_PLUGIN else set()
+    assert not used & (TEST_ONLY - allowed), f"{path} imports {sorted(used & TEST_ONLY)}"
+
+
+def test_only_the_plugin_imports_it() -> None:
+    """The plugin is pytest's to load: a module of the command importing it would pull pytest."""
+    plugin = _module_name(PYTEST_PLUGIN)
+    importers = [p for p in MODULES if plugin in _imports(p)]
+    assert importers == []
 
 
 def test_every_module_serves_the_command() -> None:
-    """Each module of the package is reached from `kubelet-sim`'s entry point by imports: none is
-    there only for the tests or the benchmarks (runtime/local_images.py, for one, builds the
-    demo's look-alike images where no registry answers, and the tests reuse it)."""
+    """Each module of the package is reached from an entry point (`kubelet-sim`'s, or the pytest
+    plugin's) by imports: none is there only for the tests or the benchmarks
+    (runtime/local_images.py, for one, builds the demo's look-alike images where no registry
+    answers, and the tests reuse it)."""
     by_name = {_module_name(p).removesuffix(".__init__"): p for p in MODULES}
     reached: set[str] = set()
-    todo = ["kubelet_sim.__main__", "kubelet_sim.cli"]
+    todo = ["kubelet_sim.__main__", "kubelet_sim.cli", *_entry_points()]
     while todo:
         name = todo.pop()
         if name in reached or name not in by_name:
@@ -226,3 +242,17 @@ def test_every_module_serves_the_command() -> None:
         path = by_name[name]
         todo.extend(imported_modules(path.read_text(), _module_name(path)))
     assert sorted(set(by_name) - reached) == []
+
+
+def _entry_points() -> list[str]:
+    """The modules pyproject.toml's entry points name (the pytest plugin's among them)."""
+    import tomllib
+
+    project = tomllib.loads((PACKAGE.parent / "pyproject.toml").read_text())["project"]
+    groups = [project.get("scripts") or {}, *(project.get("entry-points") or {}).values()]
+    return [target.partition(":")[0] for group in groups for target in group.values()]
+
+
+def test_the_pytest_plugin_is_an_entry_point() -> None:
+    """pytest finds the plugin through the installed package's `pytest11` entry point."""
+    assert _module_name(PYTEST_PLUGIN) in _entry_points()

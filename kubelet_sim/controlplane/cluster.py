@@ -124,6 +124,9 @@ class ControlPlane:
     scheduler: bool = True
     service_cidr: str = SERVICE_CIDR
     controller_credentials: bool = False
+    # kube-controller-manager's --node-monitor-grace-period in seconds (None: its 40 s): how
+    # long a Node's Lease may age before it goes NotReady (a test of node faults sets ~20 s).
+    node_monitor_grace_period: float | None = None
     on_step: Callable[[str, float], None] | None = None
     url: str = ""
     admin_kubeconfig: Path = Path()
@@ -333,6 +336,12 @@ class ControlPlane:
         port = free_port()
         listed = self.controller_list
         controllers = [] if listed is None else ["--controllers", listed]
+        grace = self.node_monitor_grace_period
+        monitor = (
+            []
+            if grace is None
+            else [f"--node-monitor-grace-period={grace:g}s", "--node-monitor-period=2s"]
+        )
         proc = self._spawn(
             "kube-controller-manager",
             [
@@ -345,6 +354,7 @@ class ControlPlane:
                 "--cluster-signing-cert-file", str(pki / "ca.crt"),
                 "--cluster-signing-key-file", str(pki / "ca.key"),
                 *controllers,
+                *monitor,
             ],
         )  # fmt: skip
         self._wait_healthy(

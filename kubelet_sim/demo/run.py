@@ -11,7 +11,7 @@ import dataclasses
 import shutil
 import threading
 import time
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -21,6 +21,7 @@ from kubelet_sim.controlplane.reference_node import ReferenceNode
 from kubelet_sim.demo import sample
 from kubelet_sim.demo.images import ensure_images
 from kubelet_sim.demo.state import DemoState
+from kubelet_sim.jsontypes import Json
 from kubelet_sim.kube.client import KubeConnection, connect
 from kubelet_sim.kube.rest import ApiError, request_json
 from kubelet_sim.nodeset import NodeSet, NodeSetSettings
@@ -55,7 +56,7 @@ class DemoSettings:
         return tuple(n.settings.node_name for n in self.nodes.nodes)
 
 
-def _grant_node_proxier(admin: KubeConnection) -> None:
+def grant_node_proxier(admin: KubeConnection) -> None:
     """The nodes' service proxies read EndpointSlices with kube-proxy's role, as kube-proxy
     itself does on a kubeadm cluster (there bound to its own ServiceAccount)."""
     body = {
@@ -72,6 +73,78 @@ def _grant_node_proxier(admin: KubeConnection) -> None:
         ],
     }
     request_json(admin.api, "POST", "/apis/rbac.authorization.k8s.io/v1/clusterrolebindings", body)
+
+
+def with_node_credentials(
+    plane: ControlPlane, nodes: NodeSetSettings, pause_image: str
+) -> NodeSetSettings:
+    """`nodes` as kubelets of `plane` after TLS bootstrap: each with its own credentials
+    (`system:node:<name>`) and a serving certificate, trusting the plane's client CA, on the
+    sandbox image `pause_image`."""
+    identities = []
+    for node in nodes.nodes:
+        creds = plane.node_credentials(node.settings.node_name, ips=(NODE_IP,))
+        identities.append(
+            dataclasses.replace(
+                node,
+                kubeconfig=str(creds.kubeconfig),
+                serving_cert=(creds.serving.cert, creds.serving.key),
+            )
+        )
+    assert nodes.server is not None
+    return dataclasses.replace(
+        nodes,
+        nodes=tuple(identities),
+        pods=dataclasses.replace(nodes.pods, pause_image=pause_image),
+        server=dataclasses.replace(nodes.server, client_ca_file=str(plane.client_ca[0])),
+    )
+
+
+def node_ready(node: Json) -> bool:
+    conditions = (node.get("status") or {}).get("conditions") or []
+    return any(c.get("type") == "Ready" and c.get("status") == "True" for c in conditions)
+
+
+def wait_nodes_ready(
+    admin: KubeConnection,
+    names: Iterable[str],
+    stop: threading.Event,
+    *,
+    on_ready: Callable[[str], None] | None = None,
+    timeout: float = READY_TIMEOUT,
+) -> None:
+    """Until every node of `names` is Ready (`on_ready` hears each), `stop` is set, or
+    DemoError at the deadline."""
+    waiting = set(names)
+    deadline = time.monotonic() + timeout
+    while waiting and not stop.is_set():
+        if time.monotonic() > deadline:
+            raise DemoError(f"nodes not Ready after {timeout:.0f} s: {sorted(waiting)}")
+        for node in request_json(admin.api, "GET", "/api/v1/nodes").get("items") or []:
+            name = node["metadata"]["name"]
+            if name in waiting and node_ready(node):
+                waiting.discard(name)
+                if on_ready is not None:
+                    on_ready(name)
+        stop.wait(0.2)
+
+
+def wait_default_account(
+    admin: KubeConnection, namespace: str, stop: threading.Event, timeout: float = READY_TIMEOUT
+) -> bool:
+    """Pods are refused until the namespace's `default` ServiceAccount exists: True once it
+    does, False at the deadline or on `stop`."""
+    path = f"/api/v1/namespaces/{namespace}/serviceaccounts/default"
+    deadline = time.monotonic() + timeout
+    while not stop.is_set() and time.monotonic() < deadline:
+        try:
+            request_json(admin.api, "GET", path)
+            return True
+        except ApiError as exc:
+            if exc.status != 404:
+                raise
+        stop.wait(0.2)
+    return False
 
 
 class Demo:
@@ -128,28 +201,10 @@ class Demo:
         s.state.write(children=[{"pid": pid, "argv": argv} for _name, pid, argv in plane.processes])
         admin = connect(str(plane.admin_kubeconfig))
         if s.nodes.service_proxy:
-            _grant_node_proxier(admin)
-        identities = []
-        for node in s.nodes.nodes:
-            creds = plane.node_credentials(node.settings.node_name, ips=(NODE_IP,))
-            identities.append(
-                dataclasses.replace(
-                    node,
-                    kubeconfig=str(creds.kubeconfig),
-                    serving_cert=(creds.serving.cert, creds.serving.key),
-                )
-            )
-        assert s.nodes.server is not None
-        self.nodes = NodeSet(
-            dataclasses.replace(
-                s.nodes,
-                nodes=tuple(identities),
-                pods=dataclasses.replace(s.nodes.pods, pause_image=pause),
-                server=dataclasses.replace(s.nodes.server, client_ca_file=str(plane.client_ca[0])),
-            )
-        )
+            grant_node_proxier(admin)
+        self.nodes = NodeSet(with_node_credentials(plane, s.nodes, pause))
         self.nodes.start(stop)
-        self._wait_nodes_ready(admin, stop)
+        wait_nodes_ready(admin, s.node_names, stop, on_ready=lambda name: self.say(f"{name} Ready"))
         if s.reference_node and not stop.is_set():
             self._start_reference(plane, image, pause)
         shutil.copyfile(plane.admin_kubeconfig, s.state.kubeconfig)
@@ -173,23 +228,6 @@ class Demo:
         )
         self.reference.start(READY_TIMEOUT)
         self.say(f"{REFERENCE_NODE} Ready (pods on {self.reference.subnet})")
-
-    def _wait_nodes_ready(self, admin: KubeConnection, stop: threading.Event) -> None:
-        waiting = set(self.settings.node_names)
-        deadline = time.monotonic() + READY_TIMEOUT
-        while waiting and not stop.is_set():
-            if time.monotonic() > deadline:
-                raise DemoError(f"nodes not Ready after {READY_TIMEOUT:.0f} s: {sorted(waiting)}")
-            for node in request_json(admin.api, "GET", "/api/v1/nodes").get("items") or []:
-                name = node["metadata"]["name"]
-                conditions = (node.get("status") or {}).get("conditions") or []
-                ready = any(
-                    c.get("type") == "Ready" and c.get("status") == "True" for c in conditions
-                )
-                if name in waiting and ready:
-                    waiting.discard(name)
-                    self.say(f"{name} Ready")
-            stop.wait(0.2)
 
     def _tell_what_next(self) -> None:
         s = self.settings
@@ -221,7 +259,7 @@ class Demo:
             daemon=True,
         )
         thread.start()
-        self._wait_default_account(admin, stop)
+        wait_default_account(admin, sample.SAMPLE_NAMESPACE, stop)
         while not listening.wait(0.2) and not stop.is_set():
             pass
         sample.apply(admin, image, s.replicas)
@@ -229,19 +267,6 @@ class Demo:
             f"applied Deployment {sample.SAMPLE_NAME} ({s.replicas} replicas of {image});"
             " the handoff of each pod follows"
         )
-
-    def _wait_default_account(self, admin: KubeConnection, stop: threading.Event) -> None:
-        """Pods are refused until the namespace's `default` ServiceAccount exists."""
-        path = f"/api/v1/namespaces/{sample.SAMPLE_NAMESPACE}/serviceaccounts/default"
-        deadline = time.monotonic() + READY_TIMEOUT
-        while not stop.is_set() and time.monotonic() < deadline:
-            try:
-                request_json(admin.api, "GET", path)
-                return
-            except ApiError as exc:
-                if exc.status != 404:
-                    raise
-            stop.wait(0.2)
 
     def cleanup(self) -> None:
         began = time.monotonic()

@@ -1,0 +1,26 @@
+"""Test a controller against a real control plane and kubelet-sim nodes.
+
+`Cluster` works anywhere (`with Cluster(nodes=3) as cluster: ...`); with pytest, the plugin
+(kubelet_sim/testing/plugin.py, installed with the package) gives the fixtures
+`kubelet_sim_cluster` and `kubelet_sim_namespace`. Importing this package starts nothing.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from kubelet_sim.testing.cluster import Cluster, ClusterError, KubectlMissing
+
+__all__ = ["Cluster", "ClusterError", "KubectlMissing"]
+
+
+def __getattr__(name: str) -> Any:
+    # Lazily: pytest loads the plugin in every session of a project that installed us, and
+    # the cluster's imports (the control plane's `cryptography`, Docker, the API client) are
+    # only for the sessions that use it.
+    if name in __all__:
+        from kubelet_sim.testing import cluster  # noqa: PLC0415 (lazily, as said)
+
+        return getattr(cluster, name)
+    raise AttributeError(name)

@@ -1,0 +1,315 @@
+"""`Cluster`: the demo's control plane and N kubelet-sim nodes, for a controller's tests.
+
+    with Cluster(nodes=3) as cluster:
+        cluster.kubectl("get", "nodes")
+
+The control plane (etcd, kube-apiserver, kube-controller-manager, kube-scheduler) starts as
+the demo's does; the nodes run in this process with kubelet credentials (`system:node:<name>`),
+as the demo's, without its sample. Each node is a NodeSet of its own behind an `ApiRelay`, so
+that one node can be stopped, started, killed or cut off the API server while the others run.
+On exit (an exception too) the nodes stop, every container with the cluster's label is
+removed, the control plane ends and its data goes.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import secrets
+import shutil
+import subprocess
+import tempfile
+import threading
+from dataclasses import dataclass, field
+from pathlib import Path
+from types import TracebackType
+from typing import Any
+from urllib.parse import urlparse
+
+from kubelet_sim import cri
+from kubelet_sim.controlplane.binaries import Binaries, cache_dir, find_binaries
+from kubelet_sim.controlplane.cluster import ControlPlane
+from kubelet_sim.demo.images import DEFAULT_SAMPLE_IMAGE, ensure_images
+from kubelet_sim.demo.run import (
+    NODE_IP,
+    grant_node_proxier,
+    wait_default_account,
+    wait_nodes_ready,
+    with_node_credentials,
+)
+from kubelet_sim.kube.client import KubeConnection, connect
+from kubelet_sim.kube.rest import ApiError, request_json
+from kubelet_sim.node.settings import NodeSettings
+from kubelet_sim.nodeset import NodeIdentity, NodeSet, NodeSetSettings
+from kubelet_sim.runtime.docker_runtime import DockerRuntime
+from kubelet_sim.server.settings import ServerSettings
+from kubelet_sim.testing.relay import ApiRelay
+from kubelet_sim.volumes.hostmount import mount_points_under, unmount
+
+DEFAULT_PAUSE_IMAGE = "registry.k8s.io/pause:3.10"  # the CLI's default (cli/node_options.py)
+# How long a Node's Lease may age before the controller-manager marks it NotReady: twice the
+# nodes' 10 s renewal, so that a stopped node is NotReady within about 25 s (upstream: 40 s).
+NODE_MONITOR_GRACE_PERIOD = 20.0
+
+
+class ClusterError(RuntimeError):
+    """The cluster could not start, or a call on it failed; the message says why."""
+
+
+class KubectlMissing(ClusterError):
+    """No kubectl binary; the message says where we looked."""
+
+
+@dataclass
+class _Node:
+    name: str
+    settings: NodeSetSettings  # one node, with its credentials (its kubeconfig: via the relay)
+    relay: ApiRelay
+    stop: threading.Event = field(default_factory=threading.Event)
+    running: NodeSet | None = None
+
+
+class Cluster:
+    """A control plane and `nodes` nodes (n1, n2, ...); `start()`/`close()` or a `with` block.
+
+    `kube_bin`: where the control plane's binaries are (else where `kubelet-sim demo` looks).
+    `workdir`: where its data goes (default: a new temporary directory, removed on exit).
+    `node_monitor_grace_period`: seconds (None: the controller-manager's own 40 s)."""
+
+    def __init__(
+        self,
+        nodes: int = 2,
+        *,
+        kube_bin: Path | str | None = None,
+        workdir: Path | str | None = None,
+        node_monitor_grace_period: float | None = NODE_MONITOR_GRACE_PERIOD,
+        timeout: float = 120.0,
+    ) -> None:
+        if nodes < 1:
+            raise ValueError("a cluster needs at least one node")
+        self.binaries: Binaries = find_binaries(None if kube_bin is None else Path(kube_bin))
+        self._kube_bin = None if kube_bin is None else Path(kube_bin)
+        self._own_workdir = workdir is None
+        self.workdir = Path(workdir or tempfile.mkdtemp(prefix="kubelet-sim-cluster-"))
+        self.nodes: list[str] = [f"n{i}" for i in range(1, nodes + 1)]
+        self.labels = {cri.LABEL_OWNER: f"testing-{secrets.token_hex(6)}"}
+        self.timeout = timeout
+        self.kubeconfig: Path = self.workdir / "kubeconfig"
+        self._grace = node_monitor_grace_period
+        self.plane: ControlPlane | None = None
+        self._engine: DockerRuntime | None = None
+        self._admin: KubeConnection | None = None
+        self._nodes: dict[str, _Node] = {}
+        self._pause = DEFAULT_PAUSE_IMAGE
+        self.image = DEFAULT_SAMPLE_IMAGE  # busybox: pulled, or the local look-alike
+
+    # --- lifecycle -------------------------------------------------------------------------
+
+    def __enter__(self) -> Cluster:
+        return self.start()
+
+    def __exit__(
+        self, kind: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None
+    ) -> None:
+        self.close()
+
+    def start(self) -> Cluster:
+        try:
+            self._start()
+        except BaseException:
+            self.close()
+            raise
+        return self
+
+    def _start(self) -> None:
+        self.workdir.mkdir(mode=0o700, parents=True, exist_ok=True)
+        self._engine = engine = DockerRuntime.connect()
+        self.image, self._pause = ensure_images(
+            engine,
+            DEFAULT_SAMPLE_IMAGE,
+            DEFAULT_PAUSE_IMAGE,
+            defaults=(DEFAULT_SAMPLE_IMAGE, DEFAULT_PAUSE_IMAGE),
+            say=lambda _line: None,
+        )
+        self.plane = plane = ControlPlane(
+            self.binaries,
+            self.workdir / "control-plane",
+            verify_kubelets=True,
+            node_monitor_grace_period=self._grace,
+        )
+        plane.start(self.timeout)
+        shutil.copyfile(plane.admin_kubeconfig, self.kubeconfig)
+        self.kubeconfig.chmod(0o600)
+        self._admin = admin = connect(str(self.kubeconfig))
+        grant_node_proxier(admin)
+        api = urlparse(plane.url)
+        assert api.hostname is not None
+        assert api.port is not None
+        for name in self.nodes:
+            relay = ApiRelay(api.hostname, api.port)
+            one = NodeSetSettings(
+                nodes=(
+                    NodeIdentity(
+                        NodeSettings(
+                            node_name=name,
+                            node_ip=NODE_IP,
+                            kubelet_port=0,
+                            register_with_taints=[],
+                        )
+                    ),
+                ),
+                root_dir=self.workdir / "nodes",
+                server=ServerSettings(address=NODE_IP, port=0),
+                owner_labels=dict(self.labels),
+            )
+            one = with_node_credentials(plane, one, self._pause)
+            node = self._nodes[name] = _Node(name, one, relay)
+            _through_relay(Path(str(one.nodes[0].kubeconfig)), relay.port)
+            self._run(node)
+        self.wait_ready(*self.nodes)
+        never = threading.Event()
+        if not wait_default_account(admin, "default", never, self.timeout):
+            raise ClusterError(f"no default ServiceAccount after {self.timeout:.0f} s")
+
+    def close(self) -> None:
+        """Stop everything this cluster started; safe to call more than once."""
+        for node in self._nodes.values():
+            with contextlib.suppress(Exception):
+                self._halt(node)
+            node.relay.close()
+        self._nodes.clear()
+        if self._engine is not None:
+            with contextlib.suppress(Exception):
+                self._engine.remove_owned(self.labels)
+            self._engine.close()
+            self._engine = None
+        if self.plane is not None:
+            self.plane.stop(remove=True)
+            self.plane = None
+        nodes_dir = self.workdir / "nodes"
+        if nodes_dir.exists():
+            for point in mount_points_under(nodes_dir.resolve()):
+                with contextlib.suppress(OSError):
+                    unmount(point)
+        if self._own_workdir:
+            shutil.rmtree(self.workdir, ignore_errors=True)
+        else:
+            shutil.rmtree(nodes_dir, ignore_errors=True)
+
+    # --- the cluster -----------------------------------------------------------------------
+
+    def api_client(self) -> Any:
+        """An official client's `kubernetes.client.ApiClient` for the admin kubeconfig."""
+        return connect(str(self.kubeconfig)).api
+
+    def kubectl(self, *args: str, timeout: float = 60.0) -> str:
+        """kubectl with the admin kubeconfig; its output, or ClusterError with its stderr."""
+        done = subprocess.run(
+            [str(self._kubectl()), "--kubeconfig", str(self.kubeconfig), *args],
+            capture_output=True,
+            text=True,
+            timeout=timeout,
+            check=False,
+        )
+        if done.returncode != 0:
+            raise ClusterError(f"kubectl {' '.join(args)}: {done.stderr.strip()}")
+        return done.stdout
+
+    def _kubectl(self) -> Path:
+        if self.binaries.kubectl is not None:
+            return self.binaries.kubectl
+        found = shutil.which("kubectl")
+        if found:
+            return Path(found)
+        looked = [f"--kube-bin {self._kube_bin}"] if self._kube_bin else []
+        looked += ["$KUBEBUILDER_ASSETS", "$KUBELET_SIM_KUBE_BIN", str(cache_dir()), "PATH"]
+        raise KubectlMissing(
+            f"no kubectl found; looked in: {', '.join(looked)}"
+            " (`kubelet-sim demo --download` fetches one into the cache)"
+        )
+
+    def create_namespace(self, name: str) -> None:
+        """Create namespace `name` and wait for its `default` ServiceAccount (pods need it)."""
+        assert self._admin is not None, "start() first"
+        body = {"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": name}}
+        try:
+            request_json(self._admin.api, "POST", "/api/v1/namespaces", body)
+            ready = wait_default_account(self._admin, name, threading.Event(), self.timeout)
+        except ApiError as exc:
+            raise ClusterError(f"namespace {name}: {exc}") from None
+        if not ready:
+            raise ClusterError(
+                f"namespace {name}: no default ServiceAccount after {self.timeout} s"
+            )
+
+    def delete_namespace(self, name: str) -> None:
+        """Delete namespace `name` (its pods go as the nodes stop them; this does not wait)."""
+        assert self._admin is not None, "start() first"
+        try:
+            request_json(self._admin.api, "DELETE", f"/api/v1/namespaces/{name}")
+        except ApiError as exc:
+            if exc.status != 404:
+                raise ClusterError(f"namespace {name}: {exc}") from None
+
+    def wait_ready(self, *names: str, timeout: float | None = None) -> None:
+        """Until the nodes `names` are Ready (ClusterError at the deadline)."""
+        assert self._admin is not None, "start() first"
+        try:
+            wait_nodes_ready(self._admin, names, threading.Event(), timeout=timeout or self.timeout)
+        except RuntimeError as exc:
+            raise ClusterError(str(exc)) from None
+
+    # --- node faults -----------------------------------------------------------------------
+
+    def stop_node(self, name: str) -> None:
+        """The node's agent stops cleanly; its containers keep running. Its Lease ages and the
+        controller-manager marks the Node NotReady (after the grace period)."""
+        self._halt(self._node(name))
+
+    def start_node(self, name: str, *, wait: bool = True) -> None:
+        """Start a stopped or killed node again (API restored): it adopts its containers."""
+        node = self._node(name)
+        self._halt(node)
+        node.relay.restore()
+        node.stop = threading.Event()
+        self._run(node)
+        if wait:
+            self.wait_ready(name)
+
+    def kill_node(self, name: str) -> None:
+        """As a crash: the node's API connections drop at once, with no last write, and its
+        threads are stopped behind that cut; its containers keep running."""
+        node = self._node(name)
+        node.relay.cut(float("inf"))
+        self._halt(node)
+
+    def cut_node(self, name: str, seconds: float) -> None:
+        """The node loses the API server for `seconds` (from now; this returns at once): its
+        connections drop and new ones are refused. Then it reconnects and resyncs."""
+        self._node(name).relay.cut(seconds)
+
+    def _node(self, name: str) -> _Node:
+        try:
+            return self._nodes[name]
+        except KeyError:
+            raise ClusterError(f"no node {name!r}; the nodes are {self.nodes}") from None
+
+    def _run(self, node: _Node) -> None:
+        node.running = NodeSet(node.settings)
+        node.running.start(node.stop)
+
+    def _halt(self, node: _Node) -> None:
+        running, node.running = node.running, None
+        if running is None:
+            return
+        node.stop.set()
+        running.wait(node.stop)
+        running.close()
+
+
+def _through_relay(kubeconfig: Path, port: int) -> None:
+    """Point a kubeconfig (ours, JSON) at the relay on `port`."""
+    config = json.loads(kubeconfig.read_text())
+    for entry in config["clusters"]:
+        entry["cluster"]["server"] = f"https://127.0.0.1:{port}"
+    kubeconfig.write_text(json.dumps(config, indent=2))

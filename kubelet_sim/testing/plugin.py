@@ -1,0 +1,106 @@
+"""The pytest plugin (entry point `pytest11: kubelet_sim`): a cluster for a controller's tests.
+
+Fixtures:
+- `kubelet_sim_cluster` (session): a started `kubelet_sim.testing.Cluster`, torn down at the
+  end of the session (a failing test too);
+- `kubelet_sim_namespace` (function): the name of a fresh namespace whose `default`
+  ServiceAccount exists, deleted after the test.
+
+Options: `--kubelet-sim-nodes N` (2), `--kubelet-sim-keep` (at the end of the session, keep the
+cluster up until Ctrl-C, its kubeconfig printed), `--kubelet-sim-kube-bin DIR`.
+
+Loaded in every pytest session of a project that installed kubelet-sim: nothing happens, and
+nothing heavy is imported, unless a test asks for a fixture.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import secrets
+import threading
+import time
+from collections.abc import Iterator
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+import pytest
+
+if TYPE_CHECKING:
+    from kubelet_sim.testing.cluster import Cluster
+
+
+def pytest_addoption(parser: pytest.Parser) -> None:
+    group = parser.getgroup("kubelet-sim", "kubelet-sim cluster (kubelet_sim_cluster fixture)")
+    group.addoption(
+        "--kubelet-sim-nodes",
+        type=int,
+        default=2,
+        metavar="N",
+        help="Nodes of the kubelet_sim_cluster fixture's cluster (default 2).",
+    )
+    group.addoption(
+        "--kubelet-sim-keep",
+        action="store_true",
+        default=False,
+        help="At the end of the session, keep the cluster up until Ctrl-C (kubeconfig printed).",
+    )
+    group.addoption(
+        "--kubelet-sim-kube-bin",
+        type=Path,
+        default=None,
+        metavar="DIR",
+        help="Where kube-apiserver, kube-controller-manager, kube-scheduler (etcd, kubectl)"
+        " are; also searched: $KUBEBUILDER_ASSETS, kubelet-sim's download cache, PATH.",
+    )
+
+
+def _tell(config: pytest.Config, line: str) -> None:
+    """A line on the terminal, past pytest's capture."""
+    capture = config.pluginmanager.getplugin("capturemanager")
+    if capture is None:
+        print(line, flush=True)
+        return
+    with capture.global_and_fixture_disabled():
+        print(line, flush=True)
+
+
+@pytest.fixture(scope="session")
+def kubelet_sim_cluster(pytestconfig: pytest.Config) -> Iterator[Cluster]:
+    from kubelet_sim.testing.cluster import Cluster  # noqa: PLC0415 (only when used)
+
+    nodes = pytestconfig.getoption("kubelet_sim_nodes")
+    keep = pytestconfig.getoption("kubelet_sim_keep")
+    began = time.monotonic()
+    cluster = Cluster(nodes=nodes, kube_bin=pytestconfig.getoption("kubelet_sim_kube_bin"))
+    with cluster:
+        if keep:
+            _tell(
+                pytestconfig,
+                f"\nkubelet-sim: cluster up in {time.monotonic() - began:.1f} s;"
+                f" export KUBECONFIG={cluster.kubeconfig}",
+            )
+        yield cluster
+        if keep:
+            _tell(
+                pytestconfig,
+                f"\nkubelet-sim: kept running (--kubelet-sim-keep):"
+                f" export KUBECONFIG={cluster.kubeconfig}\nCtrl-C tears it down.",
+            )
+            try:
+                while not threading.Event().wait(3600):
+                    pass
+            except KeyboardInterrupt:
+                pass
+
+
+@pytest.fixture
+def kubelet_sim_namespace(kubelet_sim_cluster: Cluster) -> Iterator[str]:
+    from kubelet_sim.testing.cluster import ClusterError  # noqa: PLC0415 (only when used)
+
+    name = f"kst-{secrets.token_hex(4)}"
+    kubelet_sim_cluster.create_namespace(name)
+    try:
+        yield name
+    finally:
+        with contextlib.suppress(ClusterError):  # the session's end removes the cluster
+            kubelet_sim_cluster.delete_namespace(name)
