@@ -32,6 +32,9 @@ NOT_SUPERVISED = {
     "ui/server.py": "the view's HTTP server: a request that fails ends with its connection",
     "ui/sources.py": "the view's per-node watch streams and lease poller; a raise is logged and"
     " ends that feed (its informers are supervised)",
+    # The pytest plugin's test clusters (`kubelet_sim.testing`): tools of a test, not a node.
+    "testing/relay.py": "a test cluster's API relay per node: its accept loop and two pumps per"
+    " connection end with the connection or the cluster",
 }
 
 

@@ -533,3 +533,14 @@ def test_ours_may_get_there_faster_than_the_reference_never_elsewhere() -> None:
     assert not slower.agrees
     assert not slower.runs[0].settled_agrees  # TERMINATED was left at 5 s
     assert not slower.runs[0].events_agree  # and the BackOff within the window is missing
+
+
+def test_a_node_telling_of_its_own_runtime_failing_is_shown_not_judged() -> None:
+    reference = _timed(
+        REFERENCE, 20, (0, PENDING), (1, TERMINATED),
+        events=((1, "Started"), (2, "FailedKillPod")),
+    )  # fmt: skip
+    ours = _timed(OURS, 20, (0, PENDING), (1, TERMINATED), events=((1, "Started"),))
+    verdict = judge("crash", [ours], [reference])
+    assert verdict.agrees
+    assert "FailedKillPod" in reference.event_reasons()  # still in the record (and the report)
