@@ -112,15 +112,17 @@ class PodWorkers:
                 continue
             try:
                 delay = self._sync(uid)
-            finally:
+                # Booked before the uid is let go: a wake that came during the sync hands it
+                # to another worker at `done`, and what that worker books must stand.
                 self._ended[uid] = self.clock.monotonic()
+                if delay is not None:
+                    self.queue.add_after(uid, delay)
+                else:  # the pod is gone and cleaned up: no resync of it is left waiting
+                    self.queue.cancel_delayed(uid)
+                    if self.syncer.pod_of(uid) is None:
+                        self._ended.pop(uid, None)
+            finally:
                 self.queue.done(uid)
-            if delay is not None:
-                self.queue.add_after(uid, delay)
-            else:  # the pod is gone and cleaned up: no resync of it is left waiting
-                self.queue.cancel_delayed(uid)
-                if self.syncer.pod_of(uid) is None:
-                    self._ended.pop(uid, None)
 
     def _too_soon(self, uid: str) -> float:
         """How long before the pod may sync again (see OBSERVE_AFTER); 0: now."""
