@@ -42,6 +42,22 @@ _SETPRIV = shutil.which("setpriv")
 _DIE_WITH_PARENT = [_SETPRIV, "--pdeathsig", "KILL", "--"] if _SETPRIV else []
 
 
+def spawn_child(
+    args: list[str], log: Path, cwd: Path, *, append: bool = False
+) -> subprocess.Popen[bytes]:
+    """A child process that dies with us (the parent-death signal), its output in `log`, in a
+    session of its own: a Ctrl-C at the terminal reaches us, not it."""
+    with log.open("ab" if append else "wb") as out:
+        return subprocess.Popen(
+            [*_DIE_WITH_PARENT, *args],
+            stdout=out,
+            stderr=subprocess.STDOUT,
+            stdin=subprocess.DEVNULL,
+            cwd=cwd,
+            start_new_session=True,
+        )
+
+
 class ControlPlaneError(RuntimeError):
     """The control plane could not start; the message says why (with the component's log)."""
 
@@ -245,16 +261,7 @@ class ControlPlane:
         self.ca.issue("kubelet-client", "kube-apiserver-kubelet-client", groups=("system:masters",))
 
     def _spawn(self, name: str, args: list[str]) -> subprocess.Popen[bytes]:
-        log = (self.workdir / f"{name}.log").open("wb")
-        proc = subprocess.Popen(
-            [*_DIE_WITH_PARENT, *args],
-            stdout=log,
-            stderr=subprocess.STDOUT,
-            stdin=subprocess.DEVNULL,
-            cwd=self.workdir,
-            start_new_session=True,  # a Ctrl-C at the terminal reaches us, not them
-        )
-        log.close()
+        proc = spawn_child(args, self.workdir / f"{name}.log", self.workdir)
         self._procs.append((name, proc))
         self._argv[proc.pid] = args
         return proc

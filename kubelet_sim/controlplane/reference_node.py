@@ -39,7 +39,7 @@ from pathlib import Path
 from typing import Any
 
 from kubelet_sim.controlplane import binaries, host
-from kubelet_sim.controlplane.cluster import _DIE_WITH_PARENT, ControlPlane
+from kubelet_sim.controlplane.cluster import _DIE_WITH_PARENT, ControlPlane, spawn_child
 from kubelet_sim.controlplane.cri_client import CriClient
 
 # The project's local images (kubelet_sim.runtime.local_images, which this layer may not
@@ -372,15 +372,7 @@ class ReferenceNode:
         return ["ctr", "-a", str(self.socket), "-n", "k8s.io"]
 
     def _spawn(self, name: str, args: list[str]) -> subprocess.Popen[bytes]:
-        with (self.workdir / f"{name}.log").open("ab") as log:
-            proc = subprocess.Popen(
-                [*_DIE_WITH_PARENT, *args],
-                stdout=log,
-                stderr=subprocess.STDOUT,
-                stdin=subprocess.DEVNULL,
-                cwd=self.workdir,
-                start_new_session=True,
-            )
+        proc = spawn_child(args, self.workdir / f"{name}.log", self.workdir, append=True)
         self._procs[name] = proc
         return proc
 
