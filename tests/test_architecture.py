@@ -25,6 +25,7 @@ SHARED = {
     "clock",
     "timers",
     "memo",
+    "namespaces",
     "__init__",
 }
 

@@ -7,8 +7,15 @@ real-API pass, where those binaries are known to be.
 
 from __future__ import annotations
 
+import io
 import json
 import os
+import shutil
+import socket
+import subprocess
+import tarfile
+import uuid
+from collections.abc import Iterator
 from importlib.metadata import entry_points
 from pathlib import Path
 from typing import Any
@@ -137,13 +144,213 @@ def _ready(cluster: Any, name: str) -> str:
     return next((c["status"] for c in conditions if c["type"] == "Ready"), "")
 
 
-def test_a_stopped_node_goes_not_ready_and_comes_back() -> None:
+@pytest.fixture(scope="module")
+def two_nodes() -> Iterator[Any]:
     from kubelet_sim.testing import Cluster
 
     with Cluster(nodes=2) as cluster:
-        cluster.stop_node("n1")
-        # The Lease ages past the controller-manager's grace period (20 s): NotReady (Unknown).
-        wait_for(lambda: _ready(cluster, "n1") == "Unknown", 60, "n1 to go NotReady")
-        assert _ready(cluster, "n2") == "True"
-        cluster.start_node("n1")
-        assert _ready(cluster, "n1") == "True"
+        yield cluster
+
+
+def _pods(cluster: Any, ns: str, selector: str = "") -> list[dict[str, Any]]:
+    args = ["-n", ns, "get", "pods", "-o", "json", *(["-l", selector] if selector else [])]
+    items: list[dict[str, Any]] = json.loads(cluster.kubectl(*args))["items"]
+    return items
+
+
+def _running(pod: dict[str, Any]) -> bool:
+    return pod["status"].get("phase") == "Running" and "deletionTimestamp" not in pod["metadata"]
+
+
+DEPLOYMENT = """
+apiVersion: apps/v1
+kind: Deployment
+metadata: {{name: web}}
+spec:
+  replicas: 2
+  selector: {{matchLabels: {{app: web}}}}
+  template:
+    metadata: {{labels: {{app: web}}}}
+    spec:
+      terminationGracePeriodSeconds: 1
+      containers:
+      - {{name: c, image: {image}, command: [sleep, "3600"]}}
+"""
+
+
+def test_a_stopped_nodes_pods_come_back_on_the_other_node(two_nodes: Any, tmp_path: Path) -> None:
+    cluster = two_nodes
+    ns = "evicted"
+    cluster.create_namespace(ns)
+    manifest = tmp_path / "web.yaml"
+    manifest.write_text(DEPLOYMENT.format(image=cluster.image))
+    cluster.kubectl("-n", ns, "apply", "-f", str(manifest))
+    wait_for(
+        lambda: len([p for p in _pods(cluster, ns, "app=web") if _running(p)]) == 2,
+        60,
+        "two Running replicas",
+    )
+    stopped = _pods(cluster, ns, "app=web")[0]["spec"]["nodeName"]
+    other = next(n for n in cluster.nodes if n != stopped)
+    cluster.stop_node(stopped)
+    # The Lease ages past the controller-manager's grace period (20 s): NotReady (Unknown);
+    # after the pods' default toleration (10 s) they are evicted and replaced on the other node.
+    wait_for(lambda: _ready(cluster, stopped) == "Unknown", 60, f"{stopped} to go NotReady")
+    assert _ready(cluster, other) == "True"
+
+    def replaced() -> bool:
+        running = [p for p in _pods(cluster, ns, "app=web") if _running(p)]
+        return len(running) == 2 and {p["spec"]["nodeName"] for p in running} == {other}
+
+    wait_for(replaced, 90, f"both replicas Running on {other}")
+    evicted = [p for p in _pods(cluster, ns, "app=web") if p["spec"]["nodeName"] == stopped]
+    assert evicted, "the stopped node's pods wait, Terminating, for their node"
+    assert all("deletionTimestamp" in p["metadata"] for p in evicted)
+    cluster.start_node(stopped)
+    assert _ready(cluster, stopped) == "True"
+    # Back, the node stops the evicted pods' containers and lets them go.
+    wait_for(
+        lambda: all(p["spec"]["nodeName"] == other for p in _pods(cluster, ns, "app=web")),
+        60,
+        f"the evicted pods gone from {stopped}",
+    )
+
+
+def _pod_on(name: str, node: str, image: str) -> str:
+    return json.dumps(
+        {
+            "apiVersion": "v1",
+            "kind": "Pod",
+            "metadata": {"name": name},
+            "spec": {
+                "nodeName": node,
+                "terminationGracePeriodSeconds": 1,
+                "containers": [{"name": "c", "image": image, "command": ["sleep", "3600"]}],
+            },
+        }
+    )
+
+
+def test_a_node_cut_off_the_api_server_resyncs_and_loses_nothing(
+    two_nodes: Any, tmp_path: Path
+) -> None:
+    cluster = two_nodes
+    ns = "cut"
+    cluster.create_namespace(ns)
+    for name in ("kept", "deleted"):
+        (tmp_path / f"{name}.json").write_text(_pod_on(name, "n2", cluster.image))
+        cluster.kubectl("-n", ns, "create", "-f", str(tmp_path / f"{name}.json"))
+    wait_for(
+        lambda: len([p for p in _pods(cluster, ns) if _running(p)]) == 2, 60, "two Running pods"
+    )
+    (kept,) = [p for p in _pods(cluster, ns) if p["metadata"]["name"] == "kept"]
+    cluster.cut_node("n2", 12)
+    # While n2 cannot hear: a pod is bound to it and another is deleted.
+    (tmp_path / "added.json").write_text(_pod_on("added", "n2", cluster.image))
+    cluster.kubectl("-n", ns, "create", "-f", str(tmp_path / "added.json"))
+    cluster.kubectl("-n", ns, "delete", "pod", "deleted", "--wait=false")
+
+    def resynced() -> bool:
+        pods = {p["metadata"]["name"]: p for p in _pods(cluster, ns)}
+        return set(pods) == {"kept", "added"} and all(_running(p) for p in pods.values())
+
+    wait_for(resynced, 60, "the cut node to run the new pod and let the deleted one go")
+    (after,) = [p for p in _pods(cluster, ns) if p["metadata"]["name"] == "kept"]
+    before_status, after_status = (
+        kept["status"]["containerStatuses"][0],
+        after["status"]["containerStatuses"][0],
+    )
+    assert after_status["containerID"] == before_status["containerID"], "the same container"
+    assert after_status["restartCount"] == 0
+    # The controller-manager may have marked the silent node Unknown; the node's next status
+    # update (every 10 s) makes it Ready again.
+    wait_for(lambda: _ready(cluster, "n2") == "True", 30, "n2 Ready again")
+
+
+def _static_kubectl() -> Path | None:
+    """A kubectl that runs in an empty image: statically linked (the tests' binaries', else
+    PATH's)."""
+    found = find_binaries(require_controllers=False).kubectl if KUBE_BIN else None
+    on_path = shutil.which("kubectl")
+    for candidate in [p.resolve() for p in (found, on_path and Path(on_path)) if p]:
+        ldd = subprocess.run(["ldd", str(candidate)], capture_output=True, text=True, check=False)
+        if "not a dynamic executable" in ldd.stdout + ldd.stderr:
+            return candidate
+    return None
+
+
+def _image_with(binary: Path, name: str) -> str:
+    """An image made here with `docker import` (nothing pulled, nothing loaded): `binary` as
+    /kubectl, and a /tmp for its cache."""
+    data = io.BytesIO()
+    with tarfile.open(fileobj=data, mode="w") as tar:
+        tar.add(str(binary.resolve()), arcname="kubectl")
+        tmp = tarfile.TarInfo("tmp")
+        tmp.type, tmp.mode = tarfile.DIRTYPE, 0o1777
+        tar.addfile(tmp)
+    client = docker.from_env()
+    try:
+        client.api.import_image_from_data(
+            data.getvalue(), repository=name, tag="test", changes=["ENV HOME=/tmp"]
+        )
+    finally:
+        client.close()
+    return f"{name}:test"
+
+
+def _listening_addresses(port: int) -> set[str]:
+    """This host's (this network namespace's) IPv4 addresses listening on `port`."""
+    found = set()
+    for line in Path("/proc/net/tcp").read_text().splitlines()[1:]:
+        local, state = line.split()[1], line.split()[3]
+        address, hex_port = local.split(":")
+        if state == "0A" and int(hex_port, 16) == port:
+            found.add(socket.inet_ntoa(bytes.fromhex(address)[::-1]))
+    return found
+
+
+@pytest.mark.skipif(os.geteuid() != 0, reason="the pods' API endpoint enters a namespace: root")
+def test_a_pod_lists_pods_with_in_cluster_config_from_an_image_built_here() -> None:
+    from kubelet_sim.testing import Cluster
+
+    kubectl = _static_kubectl()
+    if kubectl is None:
+        pytest.skip("no statically linked kubectl (kubelet-sim demo --download fetches one)")
+    image = _image_with(kubectl, f"kubelet-sim.local/kubectl-{uuid.uuid4().hex[:8]}")
+    try:
+        with Cluster(nodes=1) as cluster:
+            assert cluster.pod_endpoint_missing == ""
+            ns = "in-cluster"
+            cluster.create_namespace(ns)
+            cluster.kubectl(
+                "-n", ns, "create", "rolebinding", "viewer", "--clusterrole=view",
+                f"--serviceaccount={ns}:default",
+            )  # fmt: skip
+            cluster.kubectl(
+                "-n", ns, "run", "lister", "--image", image, "--restart=Never",
+                "--image-pull-policy=Never", "--command", "--",
+                "/kubectl", "get", "pods", "-o", "name",
+            )  # fmt: skip
+
+            def phase() -> str:
+                return cluster.kubectl(
+                    "-n", ns, "get", "pod", "lister", "-o", "jsonpath={.status.phase}"
+                )
+
+            wait_for(lambda: phase() in ("Succeeded", "Failed"), 90, "the lister to end")
+            logs = cluster.kubectl("-n", ns, "logs", "lister")
+            assert phase() == "Succeeded", logs
+            assert "pod/lister" in logs.split(), logs
+            # The API server is on loopback only; pods reach it in a container on their network.
+            assert cluster.plane is not None
+            port = int(cluster.plane.url.rsplit(":", 1)[1])
+            assert _listening_addresses(port) == {"127.0.0.1"}
+            endpoints = json.loads(cluster.kubectl("get", "endpoints", "kubernetes", "-o", "json"))
+            (subset,) = endpoints["subsets"]
+            assert [a["ip"] for a in subset["addresses"]] != ["127.0.0.1"]
+    finally:
+        client = docker.from_env()
+        try:
+            client.images.remove(image, force=True)
+        finally:
+            client.close()

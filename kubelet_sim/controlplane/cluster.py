@@ -27,6 +27,7 @@ from pathlib import Path
 
 from kubelet_sim.controlplane.binaries import Binaries
 from kubelet_sim.controlplane.pki import CertificateAuthority, CertPair, service_account_keys
+from kubelet_sim.controlplane.relay import ApiRelay, listen_in_netns
 
 SERVICE_CIDR = "10.96.0.0/16"
 API_SERVICE_IP = "10.96.0.1"
@@ -56,6 +57,17 @@ def spawn_child(
             cwd=cwd,
             start_new_session=True,
         )
+
+
+@dataclass(frozen=True)
+class PodEndpoint:
+    """Where pods reach the API server: `ip` on the pods' network, the address of a container
+    (process `pid`) made for it; the API server advertises it (the `kubernetes` Service's
+    endpoints) and its certificate names it, and a relay listens in that container's network
+    namespace, as kind's control-plane node serves on the nodes' network."""
+
+    ip: str
+    pid: int
 
 
 class ControlPlaneError(RuntimeError):
@@ -143,12 +155,18 @@ class ControlPlane:
     # kube-controller-manager's --node-monitor-grace-period in seconds (None: its 40 s): how
     # long a Node's Lease may age before it goes NotReady (a test of node faults sets ~20 s).
     node_monitor_grace_period: float | None = None
+    # The API server's --default-not-ready-toleration-seconds and
+    # --default-unreachable-toleration-seconds (None: its 300 s): how long a pod without
+    # tolerations of its own stays on a NotReady node before it is evicted.
+    default_toleration_seconds: int | None = None
+    pod_endpoint: PodEndpoint | None = None
     on_step: Callable[[str, float], None] | None = None
     url: str = ""
     admin_kubeconfig: Path = Path()
     _procs: list[tuple[str, subprocess.Popen[bytes]]] = field(default_factory=list)
     _argv: dict[int, list[str]] = field(default_factory=dict)
     _ca: CertificateAuthority | None = None
+    _pod_relay: ApiRelay | None = None
 
     # --- lifecycle -------------------------------------------------------------------------
 
@@ -160,6 +178,7 @@ class ControlPlane:
             self._step("certificates", began)
             etcd_url = self._start_etcd(timeout)
             self._start_apiserver(etcd_url, timeout)
+            self._serve_pods()
             self.admin_kubeconfig = self.kubeconfig_for("admin", ("system:masters",), "admin")
             if self.controllers and self.binaries.controller_manager is not None:
                 self._start_controller_manager(timeout)
@@ -171,6 +190,9 @@ class ControlPlane:
         return self
 
     def stop(self, *, remove: bool = True) -> None:
+        if self._pod_relay is not None:
+            self._pod_relay.close()
+            self._pod_relay = None
         for _name, proc in reversed(self._procs):
             if proc.poll() is None:
                 proc.send_signal(signal.SIGTERM)
@@ -254,11 +276,25 @@ class ControlPlane:
             "apiserver",
             "kube-apiserver",
             dns_names=(*dns, "kubernetes.default.svc.cluster.local"),
-            ips=("127.0.0.1", first_service_ip(self.service_cidr)),
+            ips=("127.0.0.1", first_service_ip(self.service_cidr), *self._pod_ips()),
             server=True,
         )
         # What the API server shows kubelets when it proxies (kubeadm's apiserver-kubelet-client)
         self.ca.issue("kubelet-client", "kube-apiserver-kubelet-client", groups=("system:masters",))
+
+    def _pod_ips(self) -> tuple[str, ...]:
+        return () if self.pod_endpoint is None else (self.pod_endpoint.ip,)
+
+    def _serve_pods(self) -> None:
+        """The pods' way in: a relay in the endpoint's namespace, on the API server's port."""
+        if self.pod_endpoint is None:
+            return
+        port = int(self.url.rsplit(":", 1)[1])
+        try:
+            listening = listen_in_netns(self.pod_endpoint.pid, port)
+        except OSError as exc:
+            raise ControlPlaneError(f"pods' endpoint {self.pod_endpoint.ip}: {exc}") from None
+        self._pod_relay = ApiRelay("127.0.0.1", port, listening)
 
     def _spawn(self, name: str, args: list[str]) -> subprocess.Popen[bytes]:
         proc = spawn_child(args, self.workdir / f"{name}.log", self.workdir)
@@ -296,6 +332,23 @@ class ControlPlane:
         verify = ["--kubelet-certificate-authority", str(pki / "ca.crt")]
         preferred = self.preferred_address_types
         prefer = [] if preferred is None else ["--kubelet-preferred-address-types", preferred]
+        # With an address pods reach, the API server keeps the `kubernetes` Service's
+        # endpoints (its lease reconciler, the default); loopback is no endpoint.
+        endpoint = self.pod_endpoint
+        advertise = (
+            ["--advertise-address", endpoint.ip]
+            if endpoint is not None
+            else ["--advertise-address", "127.0.0.1", "--endpoint-reconciler-type", "none"]
+        )
+        tolerate = self.default_toleration_seconds
+        toleration = (
+            []
+            if tolerate is None
+            else [
+                f"--default-not-ready-toleration-seconds={tolerate}",
+                f"--default-unreachable-toleration-seconds={tolerate}",
+            ]
+        )
         proc = self._spawn(
             "kube-apiserver",
             [
@@ -303,7 +356,7 @@ class ControlPlane:
                 "--etcd-servers", etcd_url,
                 "--bind-address", "127.0.0.1",
                 "--secure-port", str(port),
-                "--advertise-address", "127.0.0.1",
+                *advertise,
                 "--cert-dir", str(self.workdir / "certs"),
                 "--tls-cert-file", str(pki / "apiserver.crt"),
                 "--tls-private-key-file", str(pki / "apiserver.key"),
@@ -319,7 +372,7 @@ class ControlPlane:
                 "--service-account-issuer", ISSUER,
                 "--service-cluster-ip-range", self.service_cidr,
                 "--allow-privileged=true",
-                "--endpoint-reconciler-type", "none",
+                *toleration,
             ],
         )  # fmt: skip
         self._wait_healthy("kube-apiserver", proc, f"{self.url}/readyz", timeout)

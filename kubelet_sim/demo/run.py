@@ -16,10 +16,11 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from kubelet_sim.controlplane.binaries import Binaries
-from kubelet_sim.controlplane.cluster import ControlPlane
+from kubelet_sim.controlplane.cluster import API_SERVICE_IP, ControlPlane
 from kubelet_sim.controlplane.reference_node import ReferenceNode
 from kubelet_sim.demo import sample
 from kubelet_sim.demo.images import ensure_images
+from kubelet_sim.demo.pod_endpoint import make_pod_endpoint
 from kubelet_sim.demo.state import DemoState
 from kubelet_sim.jsontypes import Json
 from kubelet_sim.kube.client import KubeConnection, connect
@@ -190,14 +191,21 @@ class Demo:
         image, pause = ensure_images(
             engine, s.image, s.nodes.pods.pause_image, defaults=s.default_images, say=self.say
         )
+        endpoint, why_not = make_pod_endpoint(engine, pause, dict(s.state.owner_labels))
         self.plane = plane = ControlPlane(
             s.binaries,
             s.state.data / "control-plane",
             verify_kubelets=True,
+            pod_endpoint=endpoint,
             on_step=lambda what, seconds: self.say(f"{what} ready in {seconds:.1f} s"),
         )
         self.say(f"starting a control plane from {s.binaries.apiserver.parent}")
         plane.start()
+        if endpoint is not None:
+            where = f"kubernetes.default ({API_SERVICE_IP}) at {endpoint.ip}"
+            self.say(f"pods reach the API server as {where}")
+        else:
+            self.say(f"pods cannot reach the API server: {why_not}")
         s.state.write(children=[{"pid": pid, "argv": argv} for _name, pid, argv in plane.processes])
         admin = connect(str(plane.admin_kubeconfig))
         if s.nodes.service_proxy:

@@ -257,6 +257,26 @@ class DockerRuntime:
             raise
         return container_id
 
+    def run_anchor(self, name: str, image: str, labels: dict[str, str]) -> tuple[str, int]:
+        """Start a container of `image` (a sandbox image: it only waits) on the pods' network
+        with `labels`, whose network namespace holds something for pods, as kind's
+        control-plane node does (`remove_owned(labels)` removes it); its (IP, pid)."""
+        container_id = self._create(name, translate.anchor_body(image, labels, self.network))
+        try:
+            self.start_container(container_id)
+            attrs = cast(dict[str, Any], self._api.inspect_container(container_id))
+        except (cri.ContainerStartError, APIError, NotFound) as exc:
+            with contextlib.suppress(Exception):
+                self.remove_container(container_id)
+            raise cri.ContainerStartError(f"{name}: {exc}") from None
+        networks = (attrs.get("NetworkSettings") or {}).get("Networks") or {}
+        ip = str((networks.get(self.network) or {}).get("IPAddress") or "")
+        pid = int((attrs.get("State") or {}).get("Pid") or 0)
+        if not ip or not pid:
+            self.remove_container(container_id)
+            raise cri.ContainerStartError(f"{name}: no address on {self.network!r}")
+        return ip, pid
+
     def pool_sandboxes(self) -> list[cri.PooledSandbox]:
         """The node's unclaimed pool sandboxes (this runtime's: see `owns`), running or not."""
         selector = [f"{cri.LABEL_NODE}={self.node_name}", f"{cri.LABEL_POOL}=true"]

@@ -4,7 +4,6 @@ ports from inside its network namespace (what a CRI streaming server does for th
 from __future__ import annotations
 
 import contextlib
-import ctypes
 import errno
 import os
 import queue
@@ -14,7 +13,8 @@ import threading
 import time
 from typing import Any
 
-_CLONE_NEWNET = 0x40000000
+from kubelet_sim import namespaces
+
 _EXIT_CODE_WAIT = 5.0  # seconds for Docker to record an exec's exit once its output ended
 
 
@@ -174,31 +174,8 @@ class AttachSession:
 
 def connect_in_netns(pid: int, port: int, timeout: float) -> socket.socket:
     """A TCP connection to localhost:port inside the network namespace of process `pid`, as
-    the kubelet's port-forward makes it (IPv4, then IPv6). The namespace is entered on a
-    thread of its own, which ends right after: no other thread ever leaves the host's."""
-    result: list[socket.socket | BaseException] = []
-
-    def inside() -> None:
-        try:
-            fd = os.open(f"/proc/{pid}/ns/net", os.O_RDONLY)
-            try:
-                libc = ctypes.CDLL(None, use_errno=True)
-                if libc.setns(fd, _CLONE_NEWNET) != 0:
-                    code = ctypes.get_errno()
-                    raise OSError(code, os.strerror(code))
-            finally:
-                os.close(fd)
-            result.append(_dial_localhost(port, timeout))
-        except BaseException as exc:  # handed to the caller's thread
-            result.append(exc)
-
-    thread = threading.Thread(target=inside, name="netns-dial", daemon=True)
-    thread.start()
-    thread.join()
-    outcome = result[0]
-    if isinstance(outcome, BaseException):
-        raise outcome
-    return outcome
+    the kubelet's port-forward makes it (IPv4, then IPv6)."""
+    return namespaces.inside(pid, "net", lambda: _dial_localhost(port, timeout))
 
 
 def _dial_localhost(port: int, timeout: float) -> socket.socket:

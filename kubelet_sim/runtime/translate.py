@@ -125,6 +125,16 @@ def pool_sandbox_body(
     }
 
 
+def anchor_body(image: str, labels: dict[str, str], network: str) -> dict[str, Any]:
+    """A container that only holds a network namespace on `network` (DockerRuntime.run_anchor)."""
+    return {
+        "Image": image,
+        "Labels": dict(labels),
+        "Healthcheck": _NO_HEALTHCHECK,
+        "HostConfig": {"NetworkMode": network},
+    }
+
+
 def command_fields(cfg: cri.ContainerConfig) -> dict[str, list[str] | None]:
     """Entrypoint/Cmd: `command` replaces the image's entrypoint AND its cmd; `args` its cmd.
 

@@ -29,7 +29,9 @@ from urllib.parse import urlparse
 from kubelet_sim import cri
 from kubelet_sim.controlplane.binaries import Binaries, cache_dir, find_binaries
 from kubelet_sim.controlplane.cluster import ControlPlane
+from kubelet_sim.controlplane.relay import ApiRelay
 from kubelet_sim.demo.images import DEFAULT_SAMPLE_IMAGE, ensure_images
+from kubelet_sim.demo.pod_endpoint import make_pod_endpoint
 from kubelet_sim.demo.run import (
     NODE_IP,
     grant_node_proxier,
@@ -43,13 +45,15 @@ from kubelet_sim.node.settings import NodeSettings
 from kubelet_sim.nodeset import NodeIdentity, NodeSet, NodeSetSettings
 from kubelet_sim.runtime.docker_runtime import DockerRuntime
 from kubelet_sim.server.settings import ServerSettings
-from kubelet_sim.testing.relay import ApiRelay
 from kubelet_sim.volumes.hostmount import mount_points_under, unmount
 
 DEFAULT_PAUSE_IMAGE = "registry.k8s.io/pause:3.10"  # the CLI's default (cli/node_options.py)
 # How long a Node's Lease may age before the controller-manager marks it NotReady: twice the
 # nodes' 10 s renewal, so that a stopped node is NotReady within about 25 s (upstream: 40 s).
 NODE_MONITOR_GRACE_PERIOD = 20.0
+# How long a pod stays bound to a NotReady node before it is evicted (upstream: 300 s): with
+# the grace period, a stopped node's pods are replaced elsewhere within about 30 s.
+NOT_READY_TOLERATION = 10
 
 
 class ClusterError(RuntimeError):
@@ -74,7 +78,9 @@ class Cluster:
 
     `kube_bin`: where the control plane's binaries are (else where `kubelet-sim demo` looks).
     `workdir`: where its data goes (default: a new temporary directory, removed on exit).
-    `node_monitor_grace_period`: seconds (None: the controller-manager's own 40 s)."""
+    `node_monitor_grace_period`: seconds (None: the controller-manager's own 40 s).
+    `not_ready_toleration`: seconds a pod stays on a NotReady node before it is evicted (None:
+    the API server's own 300 s)."""
 
     def __init__(
         self,
@@ -83,6 +89,7 @@ class Cluster:
         kube_bin: Path | str | None = None,
         workdir: Path | str | None = None,
         node_monitor_grace_period: float | None = NODE_MONITOR_GRACE_PERIOD,
+        not_ready_toleration: int | None = NOT_READY_TOLERATION,
         timeout: float = 120.0,
     ) -> None:
         if nodes < 1:
@@ -96,12 +103,15 @@ class Cluster:
         self.timeout = timeout
         self.kubeconfig: Path = self.workdir / "kubeconfig"
         self._grace = node_monitor_grace_period
+        self._toleration = not_ready_toleration
         self.plane: ControlPlane | None = None
         self._engine: DockerRuntime | None = None
         self._admin: KubeConnection | None = None
         self._nodes: dict[str, _Node] = {}
         self._pause = DEFAULT_PAUSE_IMAGE
         self.image = DEFAULT_SAMPLE_IMAGE  # busybox: pulled, or the local look-alike
+        # Why pods cannot reach the API server ("" when they can: in-cluster config works).
+        self.pod_endpoint_missing = ""
 
     # --- lifecycle -------------------------------------------------------------------------
 
@@ -131,11 +141,14 @@ class Cluster:
             defaults=(DEFAULT_SAMPLE_IMAGE, DEFAULT_PAUSE_IMAGE),
             say=lambda _line: None,
         )
+        endpoint, self.pod_endpoint_missing = make_pod_endpoint(engine, self._pause, self.labels)
         self.plane = plane = ControlPlane(
             self.binaries,
             self.workdir / "control-plane",
             verify_kubelets=True,
             node_monitor_grace_period=self._grace,
+            default_toleration_seconds=self._toleration,
+            pod_endpoint=endpoint,
         )
         plane.start(self.timeout)
         shutil.copyfile(plane.admin_kubeconfig, self.kubeconfig)

@@ -1,9 +1,12 @@
-"""A TCP relay between one node and the API server, which a test may cut.
+"""A TCP relay to the API server: for pods, from the pods' network; for a test, one that it
+may cut between a node and the API server.
 
+TLS passes through untouched (the server's certificate names each address a client dials).
 Each node of a `Cluster` reaches the API server through a relay of its own (its kubeconfig
-names the relay's port; TLS passes through untouched, the server's certificate names
-127.0.0.1). A cut closes every connection at once and refuses new ones (accepted, then closed)
-until it is lifted: to the node, the API server is gone; to the API server, the node is.
+names the relay's port). A cut closes every connection at once and refuses new ones
+(accepted, then closed) until it is lifted: to the node, the API server is gone; to the API
+server, the node is. The pods' relay listens inside a container's network namespace on the
+pods' Docker network (`listen_in_netns`), so nothing but that network reaches it.
 """
 
 from __future__ import annotations
@@ -13,13 +16,23 @@ import socket
 import threading
 import time
 
+from kubelet_sim import namespaces
+
 _CHUNK = 1 << 16
 
 
+def listen_in_netns(pid: int, port: int) -> socket.socket:
+    """A listening socket on every address of process `pid`'s network namespace (PermissionError
+    unless root)."""
+    return namespaces.inside(pid, "net", lambda: socket.create_server(("0.0.0.0", port)))
+
+
 class ApiRelay:
-    def __init__(self, host: str, port: int) -> None:
+    """Connections accepted on `listening` (default: a new port on loopback) go to host:port."""
+
+    def __init__(self, host: str, port: int, listening: socket.socket | None = None) -> None:
         self._target = (host, port)
-        self._server = socket.create_server(("127.0.0.1", 0))
+        self._server = listening or socket.create_server(("127.0.0.1", 0))
         self._server.settimeout(0.5)
         self.port: int = self._server.getsockname()[1]
         self._lock = threading.Lock()
