@@ -257,6 +257,36 @@ def test_ready_follows_the_runtime(cluster: Cluster, start_node: Start) -> None:
     assert back["reason"] == "KubeletReady"
 
 
+def test_ready_unknown_written_by_the_node_controller_is_answered(
+    cluster: Cluster, start_node: Start
+) -> None:
+    """The node lifecycle controller marks a node whose Lease aged Unknown (a lost
+    connection); the kubelet sets its status on the Node it reads, so its next update writes
+    Ready=True again with a new transition time, though its own status did not change. (The
+    agent's node informer hands the changed Node to the lifecycle; here the test does.)"""
+    lifecycle = start_node(FakeProbe())
+    ready = _wait_ready(cluster, "True")
+    unknown = {
+        "type": "Ready",
+        "status": "Unknown",
+        "reason": "NodeStatusUnknown",
+        "message": "Kubelet stopped posting node status.",
+        "lastHeartbeatTime": ready["lastHeartbeatTime"],
+        "lastTransitionTime": "2026-01-01T00:00:00Z",
+    }
+    cluster.core.patch_node_status(
+        cluster.node_name,
+        {"status": {"conditions": [unknown]}},
+        _content_type="application/strategic-merge-patch+json",
+    )
+    marked = _node(cluster)
+    assert marked is not None
+    lifecycle.node_changed(marked)
+    back = _wait_ready(cluster, "True")
+    assert back["reason"] == "KubeletReady"
+    assert back["lastTransitionTime"] > unknown["lastTransitionTime"]
+
+
 def test_conditions_of_other_components_survive_the_nodes_status_writes(
     cluster: Cluster, start_node: Start
 ) -> None:

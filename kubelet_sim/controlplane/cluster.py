@@ -170,7 +170,12 @@ class ControlPlane:
 
     # --- lifecycle -------------------------------------------------------------------------
 
-    def start(self, timeout: float = 60.0) -> ControlPlane:
+    def start(
+        self, timeout: float = 60.0, *, meanwhile: Callable[[], None] | None = None
+    ) -> ControlPlane:
+        """Until every component is healthy. `meanwhile` runs once the API server is ready
+        (the admin kubeconfig written), while the controller-manager and scheduler start: a
+        caller's nodes need only the API server."""
         try:
             self.workdir.mkdir(mode=0o700, parents=True, exist_ok=True)
             began = time.monotonic()
@@ -180,10 +185,15 @@ class ControlPlane:
             self._start_apiserver(etcd_url, timeout)
             self._serve_pods()
             self.admin_kubeconfig = self.kubeconfig_for("admin", ("system:masters",), "admin")
+            waits = []
             if self.controllers and self.binaries.controller_manager is not None:
-                self._start_controller_manager(timeout)
+                waits.append(self._start_controller_manager())
             if self.controllers and self.scheduler and self.binaries.scheduler is not None:
-                self._start_scheduler(timeout)
+                waits.append(self._start_scheduler())
+            if meanwhile is not None:
+                meanwhile()
+            for wait in waits:
+                wait(timeout)
         except BaseException:
             self.stop()
             raise
@@ -193,9 +203,10 @@ class ControlPlane:
         if self._pod_relay is not None:
             self._pod_relay.close()
             self._pod_relay = None
-        for _name, proc in reversed(self._procs):
+        for name, proc in reversed(self._procs):
             if proc.poll() is None:
-                proc.send_signal(signal.SIGTERM)
+                # kube-scheduler v1.24 was seen to wait out any grace on TERM; it keeps no state.
+                proc.send_signal(signal.SIGKILL if name == "kube-scheduler" else signal.SIGTERM)
         for _name, proc in reversed(self._procs):
             try:
                 proc.wait(STOP_GRACE)
@@ -317,6 +328,9 @@ class ControlPlane:
                 "--initial-advertise-peer-urls", f"http://127.0.0.1:{peer}",
                 "--initial-cluster", f"default=http://127.0.0.1:{peer}",
                 "--unsafe-no-fsync",
+                # One member on loopback: it leads at once (1 s of election timeout otherwise).
+                "--heartbeat-interval", "10",
+                "--election-timeout", "100",
             ],
         )  # fmt: skip
         self._wait_healthy("etcd", proc, f"{url}/health", timeout)
@@ -389,7 +403,8 @@ class ControlPlane:
             "--leader-elect=false",
         ]  # fmt: skip
 
-    def _start_controller_manager(self, timeout: float) -> None:
+    def _start_controller_manager(self) -> Callable[[float], None]:
+        """Spawned; the returned call waits until it is healthy."""
         assert self.binaries.controller_manager is not None
         began = time.monotonic()
         pki = self.workdir / "pki"
@@ -417,12 +432,16 @@ class ControlPlane:
                 *monitor,
             ],
         )  # fmt: skip
-        self._wait_healthy(
-            "kube-controller-manager", proc, f"https://127.0.0.1:{port}/healthz", timeout
-        )
-        self._step("kube-controller-manager", began)
+        url = f"https://127.0.0.1:{port}/healthz"
 
-    def _start_scheduler(self, timeout: float) -> None:
+        def wait(timeout: float) -> None:
+            self._wait_healthy("kube-controller-manager", proc, url, timeout)
+            self._step("kube-controller-manager", began)
+
+        return wait
+
+    def _start_scheduler(self) -> Callable[[float], None]:
+        """Spawned; the returned call waits until it is healthy."""
         assert self.binaries.scheduler is not None
         began = time.monotonic()
         port = free_port()
@@ -434,8 +453,13 @@ class ControlPlane:
                 "--cert-dir", str(self.workdir / "scheduler-certs"),
             ],
         )  # fmt: skip
-        self._wait_healthy("kube-scheduler", proc, f"https://127.0.0.1:{port}/healthz", timeout)
-        self._step("kube-scheduler", began)
+        url = f"https://127.0.0.1:{port}/healthz"
+
+        def wait(timeout: float) -> None:
+            self._wait_healthy("kube-scheduler", proc, url, timeout)
+            self._step("kube-scheduler", began)
+
+        return wait
 
     def _wait_healthy(
         self, name: str, proc: subprocess.Popen[bytes], url: str, timeout: float

@@ -297,6 +297,16 @@ def status_changed(old: Json | None, new: Json) -> bool:
     return old is None or _without_heartbeats(old) != _without_heartbeats(new)
 
 
+def conditions_differ(served: list[Json], computed: list[Json]) -> bool:
+    """Whether the server holds, for a condition we compute, another status, reason or message
+    (another writer's: the node lifecycle controller's Unknown). Types others own are theirs."""
+    if not served:
+        return False
+    held = {c.get("type"): c for c in served}
+    fields = ("status", "reason", "message")
+    return any((held.get(c["type"]) or {}).get(f) != c.get(f) for c in computed for f in fields)
+
+
 def _without_heartbeats(status: Json) -> Json:
     stripped = copy.deepcopy(status)
     for condition in stripped.get("conditions", []):

@@ -22,6 +22,7 @@ from kubelet_sim.kube.rest import ApiError, resource_version
 from kubelet_sim.node.host import HostFacts
 from kubelet_sim.node.node_object import (
     PRESSURE_CONDITIONS,
+    conditions_differ,
     desired_status,
     node_status,
     ready_condition,
@@ -197,7 +198,11 @@ class NodeStatusController:
     def _update(self) -> str:
         version, errors = self.observe_runtime()
         with self._lock:
-            previous_conditions = list(self._conditions)
+            # The server's conditions, as the kubelet sets its status on the Node it GETs: a
+            # node lifecycle controller that marked us Unknown (a lost connection) is
+            # answered at the next update, with a new transition time.
+            served = list(self._server[1].get("conditions") or [])
+            previous_conditions = served or list(self._conditions)
             last_sent = self._last_sent
         status = node_status(
             self._settings,
@@ -209,7 +214,11 @@ class NodeStatusController:
             self.images() if not errors else (),
             self.name_addresses,
         )
-        if not self._report_due() and not status_changed(last_sent, status):
+        if (
+            not self._report_due()
+            and not status_changed(last_sent, status)
+            and not conditions_differ(served, status["conditions"])
+        ):
             return "unchanged"
         result = self._write(status)
         if result == "written":

@@ -20,6 +20,8 @@ import shutil
 import subprocess
 import tempfile
 import threading
+import time
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 from types import TracebackType
@@ -80,7 +82,8 @@ class Cluster:
     `workdir`: where its data goes (default: a new temporary directory, removed on exit).
     `node_monitor_grace_period`: seconds (None: the controller-manager's own 40 s).
     `not_ready_toleration`: seconds a pod stays on a NotReady node before it is evicted (None:
-    the API server's own 300 s)."""
+    the API server's own 300 s). `on_step(what, seconds)` hears each step of `start()` end,
+    with the seconds since it began (bench/)."""
 
     def __init__(
         self,
@@ -91,6 +94,7 @@ class Cluster:
         node_monitor_grace_period: float | None = NODE_MONITOR_GRACE_PERIOD,
         not_ready_toleration: int | None = NOT_READY_TOLERATION,
         timeout: float = 120.0,
+        on_step: Callable[[str, float], None] | None = None,
     ) -> None:
         if nodes < 1:
             raise ValueError("a cluster needs at least one node")
@@ -104,6 +108,8 @@ class Cluster:
         self.kubeconfig: Path = self.workdir / "kubeconfig"
         self._grace = node_monitor_grace_period
         self._toleration = not_ready_toleration
+        self._on_step = on_step
+        self._began = 0.0
         self.plane: ControlPlane | None = None
         self._engine: DockerRuntime | None = None
         self._admin: KubeConnection | None = None
@@ -131,7 +137,12 @@ class Cluster:
             raise
         return self
 
+    def _step(self, what: str) -> None:
+        if self._on_step is not None:
+            self._on_step(what, time.monotonic() - self._began)
+
     def _start(self) -> None:
+        self._began = time.monotonic()
         self.workdir.mkdir(mode=0o700, parents=True, exist_ok=True)
         self._engine = engine = DockerRuntime.connect()
         self.image, self._pause = ensure_images(
@@ -141,7 +152,9 @@ class Cluster:
             defaults=(DEFAULT_SAMPLE_IMAGE, DEFAULT_PAUSE_IMAGE),
             say=lambda _line: None,
         )
+        self._step("images")
         endpoint, self.pod_endpoint_missing = make_pod_endpoint(engine, self._pause, self.labels)
+        self._step("pods' API endpoint")
         self.plane = plane = ControlPlane(
             self.binaries,
             self.workdir / "control-plane",
@@ -149,8 +162,21 @@ class Cluster:
             node_monitor_grace_period=self._grace,
             default_toleration_seconds=self._toleration,
             pod_endpoint=endpoint,
+            on_step=lambda what, _seconds: self._step(what),
         )
-        plane.start(self.timeout)
+        plane.start(self.timeout, meanwhile=self._start_nodes)
+        self.wait_ready(*self.nodes)
+        self._step("nodes Ready")
+        never = threading.Event()
+        assert self._admin is not None
+        if not wait_default_account(self._admin, "default", never, self.timeout):
+            raise ClusterError(f"no default ServiceAccount after {self.timeout:.0f} s")
+        self._step("default ServiceAccount")
+
+    def _start_nodes(self) -> None:
+        """The nodes, as soon as the API server serves (the controllers start meanwhile)."""
+        plane = self.plane
+        assert plane is not None
         shutil.copyfile(plane.admin_kubeconfig, self.kubeconfig)
         self.kubeconfig.chmod(0o600)
         self._admin = admin = connect(str(self.kubeconfig))
@@ -179,13 +205,12 @@ class Cluster:
             node = self._nodes[name] = _Node(name, one, relay)
             _through_relay(Path(str(one.nodes[0].kubeconfig)), relay.port)
             self._run(node)
-        self.wait_ready(*self.nodes)
-        never = threading.Event()
-        if not wait_default_account(admin, "default", never, self.timeout):
-            raise ClusterError(f"no default ServiceAccount after {self.timeout:.0f} s")
+        self._step("nodes started")
 
     def close(self) -> None:
         """Stop everything this cluster started; safe to call more than once."""
+        for node in self._nodes.values():
+            node.stop.set()  # all at once: each then only waits for its own end
         for node in self._nodes.values():
             with contextlib.suppress(Exception):
                 self._halt(node)
