@@ -9,12 +9,19 @@ as the demo's, without its sample. Each node is a NodeSet of its own behind an `
 that one node can be stopped, started, killed or cut off the API server while the others run.
 On exit (an exception too) the nodes stop, every container with the cluster's label is
 removed, the control plane ends and its data goes.
+
+    with Cluster(nodes=2, kubeconfig="~/.kube/config") as cluster:   # kind, for example
+
+joins a cluster the user has instead: no control plane of ours; the nodes use that
+kubeconfig's credentials, put their pods on `docker_network` (default: `kind` where Docker
+has such a network) and are reached by its API server at this host's address there. On exit
+their Node objects are deleted too; the user's kubeconfig is left as it was.
 """
 
 from __future__ import annotations
 
 import contextlib
-import json
+import dataclasses
 import secrets
 import shutil
 import subprocess
@@ -26,10 +33,9 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from types import TracebackType
 from typing import Any
-from urllib.parse import urlparse
 
 from kubelet_sim import cri
-from kubelet_sim.controlplane.binaries import Binaries, cache_dir, find_binaries
+from kubelet_sim.controlplane.binaries import Binaries, BinariesMissing, cache_dir, find_binaries
 from kubelet_sim.controlplane.cluster import ControlPlane
 from kubelet_sim.controlplane.relay import ApiRelay
 from kubelet_sim.demo.images import DEFAULT_SAMPLE_IMAGE, ensure_images
@@ -45,8 +51,9 @@ from kubelet_sim.kube.client import KubeConnection, connect
 from kubelet_sim.kube.rest import ApiError, request_json
 from kubelet_sim.node.settings import NodeSettings
 from kubelet_sim.nodeset import NodeIdentity, NodeSet, NodeSetSettings
-from kubelet_sim.runtime.docker_runtime import DockerRuntime
+from kubelet_sim.runtime.docker_runtime import DockerRuntime, RuntimeUnavailable
 from kubelet_sim.server.settings import ServerSettings
+from kubelet_sim.testing.kubeconfigs import api_server, through_relay
 from kubelet_sim.volumes.hostmount import mount_points_under, unmount
 
 DEFAULT_PAUSE_IMAGE = "registry.k8s.io/pause:3.10"  # the CLI's default (cli/node_options.py)
@@ -83,7 +90,12 @@ class Cluster:
     `node_monitor_grace_period`: seconds (None: the controller-manager's own 40 s).
     `not_ready_toleration`: seconds a pod stays on a NotReady node before it is evicted (None:
     the API server's own 300 s). `on_step(what, seconds)` hears each step of `start()` end,
-    with the seconds since it began (bench/)."""
+    with the seconds since it began (bench/).
+
+    `kubeconfig` (and `context`): join that cluster instead of starting a control plane (the
+    two settings above are then the cluster's own). `docker_network`: where the pods go
+    (default: `bridge` with our control plane; joining, `kind` if Docker has it, else
+    `bridge`)."""
 
     def __init__(
         self,
@@ -95,17 +107,31 @@ class Cluster:
         not_ready_toleration: int | None = NOT_READY_TOLERATION,
         timeout: float = 120.0,
         on_step: Callable[[str, float], None] | None = None,
+        kubeconfig: Path | str | None = None,
+        context: str | None = None,
+        docker_network: str | None = None,
     ) -> None:
         if nodes < 1:
             raise ValueError("a cluster needs at least one node")
-        self.binaries: Binaries = find_binaries(None if kube_bin is None else Path(kube_bin))
+        self.joined = None if kubeconfig is None else Path(kubeconfig).expanduser()
+        self.context = context
+        self._network = docker_network
+        self.binaries: Binaries | None = None
+        try:
+            self.binaries = find_binaries(
+                None if kube_bin is None else Path(kube_bin),
+                require_controllers=self.joined is None,
+            )
+        except BinariesMissing:
+            if self.joined is None:
+                raise  # joining, only kubectl is looked for (then on PATH too)
         self._kube_bin = None if kube_bin is None else Path(kube_bin)
         self._own_workdir = workdir is None
         self.workdir = Path(workdir or tempfile.mkdtemp(prefix="kubelet-sim-cluster-"))
         self.nodes: list[str] = [f"n{i}" for i in range(1, nodes + 1)]
         self.labels = {cri.LABEL_OWNER: f"testing-{secrets.token_hex(6)}"}
         self.timeout = timeout
-        self.kubeconfig: Path = self.workdir / "kubeconfig"
+        self.kubeconfig: Path = self.joined or self.workdir / "kubeconfig"
         self._grace = node_monitor_grace_period
         self._toleration = not_ready_toleration
         self._on_step = on_step
@@ -144,7 +170,8 @@ class Cluster:
     def _start(self) -> None:
         self._began = time.monotonic()
         self.workdir.mkdir(mode=0o700, parents=True, exist_ok=True)
-        self._engine = engine = DockerRuntime.connect()
+        network = self._network or ("bridge" if self.joined is None else _kind_or_bridge())
+        self._engine = engine = DockerRuntime.connect(network=network)
         self.image, self._pause = ensure_images(
             engine,
             DEFAULT_SAMPLE_IMAGE,
@@ -153,6 +180,20 @@ class Cluster:
             say=lambda _line: None,
         )
         self._step("images")
+        if self.joined is not None:
+            self._start_nodes()
+        else:
+            self._start_plane(engine)
+        self.wait_ready(*self.nodes)
+        self._step("nodes Ready")
+        never = threading.Event()
+        assert self._admin is not None
+        if not wait_default_account(self._admin, "default", never, self.timeout):
+            raise ClusterError(f"no default ServiceAccount after {self.timeout:.0f} s")
+        self._step("default ServiceAccount")
+
+    def _start_plane(self, engine: DockerRuntime) -> None:
+        assert self.binaries is not None
         endpoint, self.pod_endpoint_missing = make_pod_endpoint(engine, self._pause, self.labels)
         self._step("pods' API endpoint")
         self.plane = plane = ControlPlane(
@@ -165,45 +206,57 @@ class Cluster:
             on_step=lambda what, _seconds: self._step(what),
         )
         plane.start(self.timeout, meanwhile=self._start_nodes)
-        self.wait_ready(*self.nodes)
-        self._step("nodes Ready")
-        never = threading.Event()
-        assert self._admin is not None
-        if not wait_default_account(self._admin, "default", never, self.timeout):
-            raise ClusterError(f"no default ServiceAccount after {self.timeout:.0f} s")
-        self._step("default ServiceAccount")
 
     def _start_nodes(self) -> None:
         """The nodes, as soon as the API server serves (the controllers start meanwhile)."""
         plane = self.plane
-        assert plane is not None
-        shutil.copyfile(plane.admin_kubeconfig, self.kubeconfig)
-        self.kubeconfig.chmod(0o600)
-        self._admin = admin = connect(str(self.kubeconfig))
-        grant_node_proxier(admin)
-        api = urlparse(plane.url)
-        assert api.hostname is not None
-        assert api.port is not None
+        if plane is not None:
+            shutil.copyfile(plane.admin_kubeconfig, self.kubeconfig)
+            self.kubeconfig.chmod(0o600)
+            host, port = api_server(self.kubeconfig)
+        else:
+            host, port = api_server(self.kubeconfig, self.context)
+        self._admin = admin = connect(str(self.kubeconfig), self.context)
+        try:
+            grant_node_proxier(admin)
+        except ApiError as exc:
+            if exc.status != 409:  # a cluster joined again has it
+                raise ClusterError(f"granting the nodes kube-proxy's role: {exc}") from None
+        assert self._engine is not None
+        # Where the API server reaches the nodes: loopback with our control plane, this
+        # host's address on the pods' network when joining (kind's nodes are there).
+        address = NODE_IP if self._engine.network == "bridge" else self._engine.network_gateway()
         for name in self.nodes:
-            relay = ApiRelay(api.hostname, api.port)
+            relay = ApiRelay(host, port)
             one = NodeSetSettings(
                 nodes=(
                     NodeIdentity(
                         NodeSettings(
                             node_name=name,
-                            node_ip=NODE_IP,
+                            node_ip=address,
                             kubelet_port=0,
                             register_with_taints=[],
                         )
                     ),
                 ),
                 root_dir=self.workdir / "nodes",
-                server=ServerSettings(address=NODE_IP, port=0),
+                docker_network=self._engine.network,
+                server=ServerSettings(address=address, port=0),
                 owner_labels=dict(self.labels),
             )
-            one = with_node_credentials(plane, one, self._pause)
+            if plane is not None:
+                one = with_node_credentials(plane, one, self._pause)
+                source = Path(str(one.nodes[0].kubeconfig))
+            else:
+                source = self.kubeconfig
+                one = _with_pause_image(one, self._pause)
+            own = through_relay(
+                source, self.workdir / f"{name}.kubeconfig", relay.port, self.context
+            )
+            one = dataclasses.replace(
+                one, nodes=(dataclasses.replace(one.nodes[0], kubeconfig=str(own)),)
+            )
             node = self._nodes[name] = _Node(name, one, relay)
-            _through_relay(Path(str(one.nodes[0].kubeconfig)), relay.port)
             self._run(node)
         self._step("nodes started")
 
@@ -216,6 +269,10 @@ class Cluster:
                 self._halt(node)
             node.relay.close()
         self._nodes.clear()
+        if self.joined is not None and self._admin is not None:
+            for name in self.nodes:  # a cluster of the user's keeps no NotReady leftovers
+                with contextlib.suppress(Exception):
+                    request_json(self._admin.api, "DELETE", f"/api/v1/nodes/{name}")
         if self._engine is not None:
             with contextlib.suppress(Exception):
                 self._engine.remove_owned(self.labels)
@@ -238,12 +295,13 @@ class Cluster:
 
     def api_client(self) -> Any:
         """An official client's `kubernetes.client.ApiClient` for the admin kubeconfig."""
-        return connect(str(self.kubeconfig)).api
+        return connect(str(self.kubeconfig), self.context).api
 
     def kubectl(self, *args: str, timeout: float = 60.0) -> str:
         """kubectl with the admin kubeconfig; its output, or ClusterError with its stderr."""
+        context = ["--context", self.context] if self.context else []
         done = subprocess.run(
-            [str(self._kubectl()), "--kubeconfig", str(self.kubeconfig), *args],
+            [str(self._kubectl()), "--kubeconfig", str(self.kubeconfig), *context, *args],
             capture_output=True,
             text=True,
             timeout=timeout,
@@ -254,7 +312,7 @@ class Cluster:
         return done.stdout
 
     def _kubectl(self) -> Path:
-        if self.binaries.kubectl is not None:
+        if self.binaries is not None and self.binaries.kubectl is not None:
             return self.binaries.kubectl
         found = shutil.which("kubectl")
         if found:
@@ -345,9 +403,17 @@ class Cluster:
         running.close()
 
 
-def _through_relay(kubeconfig: Path, port: int) -> None:
-    """Point a kubeconfig (ours, JSON) at the relay on `port`."""
-    config = json.loads(kubeconfig.read_text())
-    for entry in config["clusters"]:
-        entry["cluster"]["server"] = f"https://127.0.0.1:{port}"
-    kubeconfig.write_text(json.dumps(config, indent=2))
+def _kind_or_bridge() -> str:
+    """kind's network where Docker has one (its nodes, and so its API server, are there)."""
+    engine = DockerRuntime.connect(network="kind")
+    try:
+        engine.network_gateway()
+    except RuntimeUnavailable:
+        return "bridge"
+    finally:
+        engine.close()
+    return "kind"
+
+
+def _with_pause_image(nodes: NodeSetSettings, image: str) -> NodeSetSettings:
+    return dataclasses.replace(nodes, pods=dataclasses.replace(nodes.pods, pause_image=image))

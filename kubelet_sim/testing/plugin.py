@@ -7,7 +7,9 @@ Fixtures:
   ServiceAccount exists, deleted after the test.
 
 Options: `--kubelet-sim-nodes N` (2), `--kubelet-sim-keep` (at the end of the session, keep the
-cluster up until Ctrl-C, its kubeconfig printed), `--kubelet-sim-kube-bin DIR`.
+cluster up until Ctrl-C, its kubeconfig printed), `--kubelet-sim-kube-bin DIR`,
+`--kubelet-sim-kubeconfig PATH` (join that cluster, kind's for example, instead of starting a
+control plane) with `--kubelet-sim-context NAME` and `--kubelet-sim-docker-network NAME`.
 
 Loaded in every pytest session of a project that installed kubelet-sim: nothing happens, and
 nothing heavy is imported, unless a test asks for a fixture.
@@ -52,6 +54,27 @@ def pytest_addoption(parser: pytest.Parser) -> None:
         help="Where kube-apiserver, kube-controller-manager, kube-scheduler (etcd, kubectl)"
         " are; also searched: $KUBEBUILDER_ASSETS, kubelet-sim's download cache, PATH.",
     )
+    group.addoption(
+        "--kubelet-sim-kubeconfig",
+        type=Path,
+        default=None,
+        metavar="PATH",
+        help="Join the cluster of this kubeconfig (kind's, for example) with the nodes instead"
+        " of starting a control plane; its Node objects are deleted at the end.",
+    )
+    group.addoption(
+        "--kubelet-sim-context",
+        default=None,
+        metavar="NAME",
+        help="The context of --kubelet-sim-kubeconfig to use (default: its current one).",
+    )
+    group.addoption(
+        "--kubelet-sim-docker-network",
+        default=None,
+        metavar="NAME",
+        help="The Docker network of the nodes' pods (default: bridge; joining a cluster, kind"
+        " if Docker has it): the joined cluster's API server must reach this host there.",
+    )
 
 
 def _tell(config: pytest.Config, line: str) -> None:
@@ -71,7 +94,13 @@ def kubelet_sim_cluster(pytestconfig: pytest.Config) -> Iterator[Cluster]:
     nodes = pytestconfig.getoption("kubelet_sim_nodes")
     keep = pytestconfig.getoption("kubelet_sim_keep")
     began = time.monotonic()
-    cluster = Cluster(nodes=nodes, kube_bin=pytestconfig.getoption("kubelet_sim_kube_bin"))
+    cluster = Cluster(
+        nodes=nodes,
+        kube_bin=pytestconfig.getoption("kubelet_sim_kube_bin"),
+        kubeconfig=pytestconfig.getoption("kubelet_sim_kubeconfig"),
+        context=pytestconfig.getoption("kubelet_sim_context"),
+        docker_network=pytestconfig.getoption("kubelet_sim_docker_network"),
+    )
     with cluster:
         if keep:
             _tell(
