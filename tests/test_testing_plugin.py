@@ -7,13 +7,19 @@ real-API pass, where those binaries are known to be.
 
 from __future__ import annotations
 
+import contextlib
 import io
 import json
 import os
+import queue
 import shutil
+import signal
 import socket
 import subprocess
+import sys
 import tarfile
+import threading
+import time
 import uuid
 from collections.abc import Iterator
 from importlib.metadata import entry_points
@@ -22,6 +28,8 @@ from typing import Any
 
 import docker
 import pytest
+from kubernetes.client import CoreV1Api
+from kubernetes.config import new_client_from_config
 
 from kubelet_sim.controlplane.binaries import BinariesMissing, find_binaries
 from kubelet_sim.runtime.local_images import BUSYBOX_IMAGE
@@ -136,6 +144,59 @@ def test_the_fixtures_give_a_cluster_and_take_it_down(pytester: pytest.Pytester)
     assert left == [], "containers of the cluster left behind"
     assert [pid for pid in found["pids"] if _alive(pid)] == [], "control plane processes left"
     assert not Path(found["workdir"]).exists()
+
+
+KEPT_TEST = """
+def test_uses_the_cluster(kubelet_sim_cluster):
+    assert kubelet_sim_cluster.nodes == ["n1"]
+"""
+
+
+def test_keep_leaves_the_cluster_up_until_ctrl_c(pytester: pytest.Pytester) -> None:
+    if KUBE_BIN is None:
+        pytest.skip("no control-plane binaries (kubelet-sim demo --download fetches them)")
+    pytester.makepyfile(test_kept=KEPT_TEST)
+    args = [*_plugin_args(), "-p", "no:cacheprovider", "-s", "--kubelet-sim-keep"]
+    args += ["--kubelet-sim-nodes", "1", "--kubelet-sim-kube-bin", str(KUBE_BIN)]
+    session = subprocess.Popen(
+        [sys.executable, "-m", "pytest", *args],
+        cwd=pytester.path,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        text=True,
+    )
+    lines: queue.Queue[str] = queue.Queue()
+    seen: list[str] = []
+
+    def read() -> None:
+        for line in session.stdout or []:
+            lines.put(line)
+
+    threading.Thread(target=read, daemon=True).start()
+    try:
+        deadline = time.monotonic() + 120
+        while not any("kept running" in line for line in seen):
+            assert time.monotonic() < deadline, "".join(seen)
+            assert session.poll() is None, "".join(seen)
+            with contextlib.suppress(queue.Empty):
+                seen.append(lines.get(timeout=1))
+        seen += [lines.get(timeout=5)]  # the export line after it
+        exported = [line for line in seen if "export KUBECONFIG=" in line][-1]
+        kubeconfig = exported.split("export KUBECONFIG=", 1)[1].split()[0]
+        # The session's tests are over; the cluster still answers, its node Ready.
+        api = new_client_from_config(kubeconfig)
+        try:
+            (node,) = CoreV1Api(api).list_node().items
+        finally:
+            api.close()
+        assert [c.status for c in node.status.conditions if c.type == "Ready"] == ["True"]
+        session.send_signal(signal.SIGINT)
+        session.wait(60)
+        assert not Path(kubeconfig).exists(), "Ctrl-C tears it down"
+    finally:
+        if session.poll() is None:
+            session.kill()
+            session.wait(10)
 
 
 def _ready(cluster: Any, name: str) -> str:
