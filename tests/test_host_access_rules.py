@@ -60,6 +60,10 @@ REQUESTS: dict[str, tuple[Json, str | None]] = {
         'host port 80 for {noun} "x"',
     ),
     "hostPort 8080": ({"ports": [{"containerPort": 80, "hostPort": 8080}]}, None),
+    "AppArmor Unconfined": (
+        {"securityContext": {"appArmorProfile": {"type": "Unconfined"}}},
+        'AppArmor profile Unconfined for {noun} "x"',
+    ),
     "drop-only caps": ({"securityContext": {"capabilities": {"drop": ["ALL"], "add": []}}}, None),
     "privileged false, procMount Default": (
         {"securityContext": {"privileged": False, "procMount": "Default"}},

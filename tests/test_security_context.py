@@ -123,9 +123,10 @@ def test_apparmor_is_enforced_or_the_pod_refused_as_the_kubelet_does(
     cluster: Cluster, docker_env: DockerEnv, tmp_path: Path
 ) -> None:
     """With AppArmor on the host, Docker confines the container (runtime/default is Docker's
-    profile); without, a pod that asks for a profile is rejected (Unconfined still runs). The
-    annotation form works on every server; the field (v1.30+) is kept only by newer ones."""
-    running = start_agent(cluster, docker_env, tmp_path / "root")
+    profile); without, a pod that asks for a profile is rejected (Unconfined still runs, on a
+    node that allows what reaches the host). The annotation form works on every server; the
+    field (v1.30+) is kept only by newer ones."""
+    running = start_agent(cluster, docker_env, tmp_path / "root", allow_privileged=True)
     key = "container.apparmor.security.beta.kubernetes.io/c"
     attr = "cat /proc/self/attr/current 2>/dev/null; true"  # no such attribute without AppArmor
     try:
@@ -150,6 +151,30 @@ def test_apparmor_is_enforced_or_the_pod_refused_as_the_kubelet_does(
         assert event_messages(cluster, "confined", "AppArmor") == [
             "Cannot enforce AppArmor: AppArmor is not enabled on the host"
         ]
+    finally:
+        running.stop()
+
+
+def test_apparmor_unconfined_is_refused_without_allow_privileged(
+    cluster: Cluster, docker_env: DockerEnv, tmp_path: Path
+) -> None:
+    """Unconfined takes away Docker's profile, which Pod Security's baseline forbids: the gate
+    refuses it as it refuses the other requests that reach the host."""
+    running = start_agent(cluster, docker_env, tmp_path / "root")
+    key = "container.apparmor.security.beta.kubernetes.io/c"
+    try:
+        pod = make_pod(cluster, "free", container(), annotations={key: "unconfined"})
+        refused = wait_status(cluster, "free", lambda s: s.get("phase") == "Failed", 20, "refused")
+        what = (
+            f'pod with UID "{pod["metadata"]["uid"]}" specified AppArmor profile Unconfined'
+            ' for container "c", but is disallowed'
+        )
+        assert (refused["reason"], refused["message"]) == (
+            "Forbidden",
+            f"Pod was rejected: {what}",
+        )
+        wait_for_events(cluster, "free", "Forbidden")
+        assert event_messages(cluster, "free", "Forbidden") == [what]
     finally:
         running.stop()
 

@@ -7,7 +7,8 @@ kubelet-sim gates, with that one switch, everything in a pod that reaches the ho
 
 - the pod's own requests (host namespaces, hostPath volumes), once, at admission;
 - each container's (privileged, added capabilities beyond those it has anyway, host ports
-  below 1024, procMount Unmasked), with one rule set for every kind of container: at
+  below 1024, procMount Unmasked, AppArmor Unconfined by field or annotation, its own or the
+  pod's), with one rule set for every kind of container: at
   admission for init and app containers, and again wherever a container is created. That
   second place is the only one an ephemeral container (added through pods/ephemeralcontainers,
   e.g. `kubectl debug --profile=sysadmin`, long after admission) ever passes.
@@ -17,7 +18,7 @@ The messages are canRunPod's: `pod with UID "<uid>" specified <what>, but is dis
 
 from __future__ import annotations
 
-from kubelet_sim.pod.security import proc_unmasked
+from kubelet_sim.pod.security import APPARMOR_UNCONFINED, apparmor_option, proc_unmasked
 from kubelet_sim.pod.spec import ContainerKind, ContainerView, PodView
 
 # Host ports below this need CAP_NET_BIND_SERVICE on the host: they are the host's services'.
@@ -54,7 +55,7 @@ def disallowed(pod: PodView, what: str) -> str:
     return f'pod with UID "{pod.uid}" specified {what}, but is disallowed'
 
 
-def host_requests(container: ContainerView, kind: ContainerKind) -> list[str]:
+def host_requests(pod: PodView, container: ContainerView, kind: ContainerKind) -> list[str]:
     """What the container's own spec asks of the host, each as the refusal names it.
 
     Privileged keeps canRunPod's words for the kinds it knew ("privileged container",
@@ -72,6 +73,8 @@ def host_requests(container: ContainerView, kind: ContainerKind) -> list[str]:
     asked += [f"host port {port} for {named}" for port in privileged_host_ports(container)]
     if proc_unmasked(container):
         asked.append(f"procMount Unmasked for {named}")
+    if apparmor_option(pod, container) == APPARMOR_UNCONFINED:  # without Docker's profile
+        asked.append(f"AppArmor profile Unconfined for {named}")
     return asked
 
 
@@ -81,7 +84,7 @@ def container_refusal(
     """The gate where any container is created: why it may not be, if it may not."""
     if allow_privileged:
         return None
-    asked = host_requests(container, pod.kind_of(container))
+    asked = host_requests(pod, container, pod.kind_of(container))
     return disallowed(pod, asked[0]) if asked else None
 
 
@@ -93,8 +96,8 @@ def forbidden_message(pod: PodView) -> str | None:
     alone, where it would be created, and the pod runs on.
     """
     asked = [
-        *(what for c in pod.containers for what in host_requests(c, ContainerKind.APP)),
-        *(what for c in pod.init_containers for what in host_requests(c, ContainerKind.INIT)),
+        *(what for c in pod.containers for what in host_requests(pod, c, ContainerKind.APP)),
+        *(what for c in pod.init_containers for what in host_requests(pod, c, ContainerKind.INIT)),
         *(
             what
             for wanted, what in (
