@@ -4,6 +4,7 @@ file names) must never reach outside the directory they are joined to."""
 from __future__ import annotations
 
 import os
+import subprocess
 from pathlib import Path
 
 
@@ -35,3 +36,16 @@ def bind_target_problem(path: str) -> str | None:
     if ":" in path or "\0" in path:
         return "must not contain ':'"
     return None
+
+
+def remove_tree(path: Path) -> bool:
+    """`path` and everything below it removed, however deep a pod made it (shutil.rmtree
+    recurses once per level: a 2,000-level tree raises RecursionError, which ignore_errors does
+    not catch), never crossing into another filesystem (a mount left below stays, and the
+    directories above it). True when it is gone."""
+    if not os.path.lexists(path):
+        return True
+    subprocess.run(
+        ["rm", "-rf", "--one-file-system", "--", str(path)], capture_output=True, check=False
+    )
+    return not os.path.lexists(path)

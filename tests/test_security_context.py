@@ -11,14 +11,16 @@ import pytest
 from kubernetes.client.exceptions import ApiException
 
 from kubelet_sim.node.host import apparmor_enabled
+from kubelet_sim.paths import remove_tree
 from tests.agent_fixture import start_agent
-from tests.cluster import Cluster, server_has_field
+from tests.cluster import Cluster, server_has_field, wait_for
 from tests.docker_env import DockerEnv
 from tests.pods import (
     container,
     container_status,
     ended_output,
     event_messages,
+    get_pod,
     make_pod,
     running_ready,
     status_of,
@@ -215,3 +217,47 @@ def test_a_user_namespace_is_refused_as_a_runtime_without_them_makes_the_kubelet
         assert "`hostUsers` must be false to use `Unmasked`" in str(refused.value.body)
     finally:
         running.stop()
+
+
+DEEP_TREE = (
+    "cd /v && i=0; while [ $i -lt 2000 ]; do mkdir d && cd d || exit 1; i=$((i+1)); done;"
+    " chgrp -R 0 /v 2>/dev/null; chgrp 0 /v"
+)
+
+
+def test_a_pods_deep_tree_in_its_fsgroup_empty_dir_does_not_stop_it(
+    cluster: Cluster, docker_env: DockerEnv, tmp_path: Path
+) -> None:
+    """An init container makes a 2,000-level tree in the emptyDir and takes the fsGroup off its
+    root; the pod still becomes Ready. The ownership is set when the volume is set up (once,
+    as the kubelet does at a mount), not walked again each sync; an agent started again walks
+    it once more, deeper than Python's recursion goes, and the pod stays Ready."""
+    root = tmp_path / "root"
+    running = start_agent(cluster, docker_env, root)
+    mounts = [{"name": "v", "mountPath": "/v"}]
+    try:
+        make_pod(
+            cluster,
+            "deep",
+            container(volumeMounts=mounts),
+            initContainers=[
+                container(name="grow", command=["sh", "-c", DEEP_TREE], volumeMounts=mounts)
+            ],
+            volumes=[{"name": "v", "emptyDir": {}}],
+            securityContext={"fsGroup": 3000},
+        )
+        wait_status(cluster, "deep", running_ready, 60, "Ready despite the deep tree")
+    finally:
+        running.stop()
+    running = start_agent(cluster, docker_env, root)  # adopts the pod: the volume set up again
+    try:
+        uid = (get_pod(cluster, "deep") or {})["metadata"]["uid"]
+        volume = root / "pods" / uid / "volumes" / "kubernetes.io~empty-dir" / "v"
+        wait_for(lambda: volume.stat().st_gid == 3000, 30, "the fsGroup set again at adoption")
+        assert running_ready(status_of(cluster, "deep"))
+        # Deleted, the pod's volume goes too, however deep.
+        cluster.core.delete_namespaced_pod("deep", cluster.namespace, grace_period_seconds=0)
+        wait_for(lambda: not volume.exists(), 30, "the deep volume removed with its pod")
+    finally:
+        running.stop()
+        remove_tree(root)  # pytest's own clean-up of old tmp dirs recurses per level

@@ -10,7 +10,8 @@ from pathlib import Path
 
 import pytest
 
-from kubelet_sim.volumes.plugins import set_volume_ownership
+from kubelet_sim.volumes import ownership
+from kubelet_sim.volumes.ownership import ON_ROOT_MISMATCH, set_volume_ownership
 
 GROUP = 4242
 
@@ -72,3 +73,70 @@ def test_bind_targets_that_docker_would_misread_are_refused() -> None:
     assert bind_target_problem("/data") is None
     assert bind_target_problem("data") == "must be an absolute path"
     assert bind_target_problem("/data:rw,rshared") == "must not contain ':'"
+
+
+def _deep(root: Path, levels: int) -> Path:
+    """A chain of `levels` directories under `root` (made relative to each other: a path of
+    2,000 levels is longer than PATH_MAX), with a file at the bottom; the bottom's path."""
+    root.mkdir()
+    fd = os.open(root, os.O_RDONLY | os.O_DIRECTORY)
+    try:
+        for _ in range(levels):
+            os.mkdir("d", dir_fd=fd)
+            below = os.open("d", os.O_RDONLY | os.O_DIRECTORY, dir_fd=fd)
+            os.close(fd)
+            fd = below
+        os.close(os.open("f", os.O_CREAT | os.O_WRONLY, 0o600, dir_fd=fd))
+        os.fchmod(fd, 0o700)
+        return Path(f"/proc/self/fd/{fd}")  # the caller reads it, then closes
+    except BaseException:
+        os.close(fd)
+        raise
+
+
+@pytest.mark.skipif(os.geteuid() != 0, reason="changing a file's group to any gid needs root")
+def test_a_tree_deeper_than_pythons_recursion_is_walked(tmp_path: Path) -> None:
+    bottom = _deep(tmp_path / "v", 2000)
+    fd = int(bottom.name)
+    try:
+        walked = set_volume_ownership(tmp_path / "v", GROUP, read_only=False)
+        assert walked is not None
+        assert walked.too_deep == []
+        assert walked.entries == 1 + 2000 + 1
+        assert os.fstat(fd).st_gid == GROUP
+        assert os.stat("f", dir_fd=fd).st_gid == GROUP
+    finally:
+        os.close(fd)
+
+
+@pytest.mark.skipif(os.geteuid() != 0, reason="changing a file's group to any gid needs root")
+def test_the_walk_holds_no_more_descriptors_than_its_depth_limit(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr(ownership, "MAX_DEPTH", 10)
+    bottom = _deep(tmp_path / "v", 30)
+    fd = int(bottom.name)
+    try:
+        open_before = len(os.listdir("/proc/self/fd"))
+        walked = set_volume_ownership(tmp_path / "v", GROUP, read_only=False)
+        assert walked is not None
+        assert walked.too_deep == ["d"], "one directory at the limit, owned but not entered"
+        assert os.fstat(fd).st_gid != GROUP, "below the limit: untouched"
+        assert len(os.listdir("/proc/self/fd")) == open_before, "every descriptor closed"
+    finally:
+        os.close(fd)
+
+
+@pytest.mark.skipif(os.geteuid() != 0, reason="changing a file's group to any gid needs root")
+def test_on_root_mismatch_walks_only_when_the_root_is_not_right(tmp_path: Path) -> None:
+    volume = tmp_path / "v"
+    volume.mkdir()
+    (volume / "f").write_text("x")
+    assert set_volume_ownership(volume, GROUP, False, ON_ROOT_MISMATCH) is not None
+    os.chown(volume / "f", -1, 0)  # a container changed a file, not the root
+    assert set_volume_ownership(volume, GROUP, False, ON_ROOT_MISMATCH) is None
+    assert (volume / "f").stat().st_gid == 0, "the root was right: no walk"
+    os.chmod(volume, 0o770)  # setgid gone
+    assert set_volume_ownership(volume, GROUP, False, ON_ROOT_MISMATCH) is not None
+    assert (volume / "f").stat().st_gid == GROUP
+    assert set_volume_ownership(volume, GROUP, False) is not None, "Always: walks"

@@ -8,11 +8,10 @@ from __future__ import annotations
 import contextlib
 import json
 import os
-import shutil
 from pathlib import Path
 from typing import Any
 
-from kubelet_sim.paths import safe_part
+from kubelet_sim.paths import remove_tree, safe_part
 
 # kubecontainer.MaxContainerTerminationMessageLength: the kubelet keeps the file's last 4 KiB.
 MAX_TERMINATION_MESSAGE_BYTES = 4096
@@ -112,4 +111,4 @@ class PodFiles:
 
     def remove_pod_dir(self, pod_uid: str) -> None:
         """Only once nothing is mounted below (the volume manager unmounted it first)."""
-        shutil.rmtree(self.pod_dir(pod_uid), ignore_errors=True)
+        remove_tree(self.pod_dir(pod_uid))

@@ -51,6 +51,7 @@ from kubelet_sim.kube.client import KubeConnection, connect
 from kubelet_sim.kube.rest import ApiError, request_json
 from kubelet_sim.node.settings import NodeSettings
 from kubelet_sim.nodeset import NodeIdentity, NodeSet, NodeSetSettings
+from kubelet_sim.paths import remove_tree
 from kubelet_sim.runtime.docker_runtime import DockerRuntime, RuntimeUnavailable
 from kubelet_sim.server.settings import ServerSettings
 from kubelet_sim.testing.kubeconfigs import api_server, through_relay
@@ -287,9 +288,9 @@ class Cluster:
                 with contextlib.suppress(OSError):
                     unmount(point)
         if self._own_workdir:
-            shutil.rmtree(self.workdir, ignore_errors=True)
+            remove_tree(self.workdir)
         else:
-            shutil.rmtree(nodes_dir, ignore_errors=True)
+            remove_tree(nodes_dir)
 
     # --- the cluster -----------------------------------------------------------------------
 

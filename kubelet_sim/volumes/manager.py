@@ -14,13 +14,12 @@ from __future__ import annotations
 
 import contextlib
 import os
-import shutil
 import threading
 from pathlib import Path
 from typing import Any
 
 from kubelet_sim.logs import get_logger
-from kubelet_sim.paths import safe_part
+from kubelet_sim.paths import remove_tree, safe_part
 from kubelet_sim.pod.admission import Allocatable
 from kubelet_sim.pod.spec import PodView
 from kubelet_sim.quantity import value
@@ -74,6 +73,7 @@ class VolumeManager:
         self.allocatable = allocatable or host_allocatable()
         self.memory_bytes = self.allocatable.memory_bytes
         self.mount = can_mount() if mount is None else mount
+        self._owned: dict[str, set[str]] = {}  # pod uid → its volumes whose fsGroup is set
         if not self.mount and mount is None and not _warned.is_set():
             _warned.set()
             get_logger("kubelet_sim.volumes").warning(
@@ -118,6 +118,7 @@ class VolumeManager:
             self.make_pod_dir(pod.uid),
             self.allocatable,
             tmpfs_size=self._tmpfs_size(pod) if self.mount else None,
+            owned=self._owned.setdefault(pod.uid, set()),
         )
         result = VolumeSetup(
             subpath_staging=self.pod_dir(pod.uid) if self.mount else None,
@@ -152,7 +153,8 @@ class VolumeManager:
         if left:
             log.error("mounts left under the pod directory", paths=[str(p) for p in left])
             return False
-        shutil.rmtree(self.volumes_dir(pod_uid), ignore_errors=True)
+        remove_tree(self.volumes_dir(pod_uid))
+        self._owned.pop(pod_uid, None)
         return True
 
     def _tmpfs_size(self, pod: PodView) -> int:

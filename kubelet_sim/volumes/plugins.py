@@ -5,11 +5,10 @@ Directory names follow the kubelet's plugin names, so `<root>/pods/<uid>/volumes
 
 from __future__ import annotations
 
-import contextlib
 import os
 import stat
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 
 from kubelet_sim.jsontypes import Json
@@ -28,6 +27,7 @@ from kubelet_sim.volumes.objects import (
     mode_of,
     secret_payload,
 )
+from kubelet_sim.volumes.ownership import MAX_DEPTH, set_volume_ownership
 from kubelet_sim.volumes.types import MountError, ObjectLookup, Prepared, TokenSource
 
 DEFAULT_TOKEN_EXPIRATION = 3600  # the API server's default for serviceAccountToken projections
@@ -43,6 +43,9 @@ class Context:
     volumes_dir: Path  # <root>/pods/<uid>/volumes
     allocatable: Allocatable  # the node's: the downward API's unset limits
     tmpfs_size: int | None = None  # bytes; None: this node may not mount, memory volumes on disk
+    # The pod's volumes whose ownership this process has set (the volume manager's, per pod):
+    # the kubelet sets it when it mounts a volume, not on every sync.
+    owned: set[str] = field(default_factory=set)
 
     def volume_dir(self, plugin: str, name: str, mode: int = 0o755) -> Path:
         path = self.volumes_dir / plugin / name
@@ -65,70 +68,26 @@ class Context:
 
 Plugin = Callable[[Context, str, Json], Prepared]
 
-RW_MASK, RO_MASK, EXEC_MASK = 0o660, 0o440, 0o110
 
-
-def set_volume_ownership(path: Path, fs_group: int, read_only: bool) -> None:
-    """SetVolumeOwnership (volume_linux.go): every file and directory in the volume gets the
-    pod's fsGroup and group read (and write unless the volume is read-only); directories get
-    setgid, so what the containers create later keeps the group. Symlinks keep their mode.
-
-    A running container can swap an entry for a symlink while we walk, so nothing here is
-    changed by a path that could be re-resolved: each entry is pinned by an O_PATH descriptor
-    opened without following it (relative to its parent's descriptor), changed through
-    /proc/self/fd (that inode, whatever its name now leads to), and a symlink only has its
-    own group changed (fchownat with AT_SYMLINK_NOFOLLOW in the pinned parent)."""
-    mask = RO_MASK if read_only else RW_MASK
-    root = os.open(path, os.O_PATH | os.O_NOFOLLOW | os.O_DIRECTORY | os.O_CLOEXEC)
-    try:
-        _own_tree(root, fs_group, mask)
-    finally:
-        os.close(root)
-
-
-def _own_tree(pinned: int, group: int, mask: int) -> None:
-    """The directory pinned by `pinned` (an O_PATH descriptor), then everything below it."""
-    _own(pinned, group, mask | stat.S_ISGID | EXEC_MASK)
-    listing = os.open(f"/proc/self/fd/{pinned}", os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)
-    try:
-        names = os.listdir(listing)
-        for name in names:
-            try:
-                child = os.open(name, os.O_PATH | os.O_NOFOLLOW | os.O_CLOEXEC, dir_fd=listing)
-            except FileNotFoundError:
-                continue  # removed by the container meanwhile
-            try:
-                mode = os.fstat(child).st_mode
-                if stat.S_ISLNK(mode):
-                    with contextlib.suppress(FileNotFoundError):  # removed meanwhile
-                        os.chown(name, -1, group, dir_fd=listing, follow_symlinks=False)
-                elif stat.S_ISDIR(mode):
-                    _own_tree(child, group, mask)
-                else:
-                    _own(child, group, mask)
-            finally:
-                os.close(child)
-    finally:
-        os.close(listing)
-
-
-def _own(pinned: int, group: int, extra: int) -> None:
-    """Group and mode of the very inode `pinned` holds (its /proc/self/fd link is not a name
-    that a container can redirect)."""
-    through = f"/proc/self/fd/{pinned}"
-    os.chown(through, -1, group)
-    os.chmod(through, stat.S_IMODE(os.stat(through).st_mode) | extra)
-
-
-def _owned(ctx: Context, path: Path, read_only: bool, changed: bool) -> None:
-    """Ownership once (the group not yet set) and again after the content changed."""
+def _owned(ctx: Context, path: Path, name: str, read_only: bool, changed: bool) -> None:
+    """Ownership as the kubelet sets it at a mount: once per volume in this process (the
+    volume manager remembers), and again after the content changed (our own files)."""
     group = ctx.pod.fs_group
-    if group is None or (not changed and os.stat(path).st_gid == group):
+    if group is None or (name in ctx.owned and not changed):
         return
+    policy = (ctx.pod.spec.get("securityContext") or {}).get("fsGroupChangePolicy")
     try:
-        set_volume_ownership(path, group, read_only)
+        walked = set_volume_ownership(path, group, read_only, policy)
     except OSError as exc:
         raise MountError(f"failed to set the volume's ownership to fsGroup {group}: {exc}") from exc
+    ctx.owned.add(name)
+    if walked is not None and walked.too_deep:
+        get_logger("kubelet_sim.volumes").warning(
+            "fsGroup not set below the walk's depth limit",
+            pod=ctx.pod.full_name,
+            volume=name,
+            depth=MAX_DEPTH,
+        )
 
 
 def empty_dir(ctx: Context, name: str, source: Json) -> Prepared:
@@ -136,7 +95,7 @@ def empty_dir(ctx: Context, name: str, source: Json) -> Prepared:
     path = ctx.volume_dir("kubernetes.io~empty-dir", name, 0o777)
     memory = source.get("medium") == "Memory"
     if not memory:  # a memory one is made by Docker inside the container
-        _owned(ctx, path, read_only=False, changed=False)
+        _owned(ctx, path, name, read_only=False, changed=False)
     return Prepared(path, tmpfs=memory)
 
 
@@ -208,7 +167,7 @@ def _project(
         get_logger("kubelet_sim.volumes").info(
             "volume content written", pod=ctx.pod.full_name, volume=name, files=len(payload)
         )
-    _owned(ctx, path, read_only=True, changed=bool(changed))
+    _owned(ctx, path, name, read_only=True, changed=bool(changed))
     return Prepared(path, read_only=True)
 
 
