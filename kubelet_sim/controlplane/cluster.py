@@ -28,6 +28,7 @@ from pathlib import Path
 from kubelet_sim.controlplane.binaries import Binaries
 from kubelet_sim.controlplane.pki import CertificateAuthority, CertPair, service_account_keys
 from kubelet_sim.controlplane.relay import ApiRelay, listen_in_netns
+from kubelet_sim.pem import write_private
 
 SERVICE_CIDR = "10.96.0.0/16"
 API_SERVICE_IP = "10.96.0.1"
@@ -112,9 +113,7 @@ def write_kubeconfig(path: Path, server: str, ca_cert: Path, pair: CertPair, use
         "contexts": [{"name": "kubelet-sim", "context": {"cluster": "kubelet-sim", "user": user}}],
         "current-context": "kubelet-sim",
     }
-    path.write_text(json.dumps(config, indent=2))
-    path.chmod(0o600)
-    return path
+    return write_private(path, json.dumps(config, indent=2).encode())
 
 
 @dataclass(frozen=True)
@@ -162,6 +161,7 @@ class ControlPlane:
     pod_endpoint: PodEndpoint | None = None
     on_step: Callable[[str, float], None] | None = None
     url: str = ""
+    etcd_url: str = ""
     admin_kubeconfig: Path = Path()
     _procs: list[tuple[str, subprocess.Popen[bytes]]] = field(default_factory=list)
     _argv: dict[int, list[str]] = field(default_factory=dict)
@@ -181,8 +181,8 @@ class ControlPlane:
             began = time.monotonic()
             self._pki()
             self._step("certificates", began)
-            etcd_url = self._start_etcd(timeout)
-            self._start_apiserver(etcd_url, timeout)
+            self.etcd_url = self._start_etcd(timeout)
+            self._start_apiserver(self.etcd_url, timeout)
             self._serve_pods()
             self.admin_kubeconfig = self.kubeconfig_for("admin", ("system:masters",), "admin")
             waits = []
@@ -292,6 +292,13 @@ class ControlPlane:
         )
         # What the API server shows kubelets when it proxies (kubeadm's apiserver-kubelet-client)
         self.ca.issue("kubelet-client", "kube-apiserver-kubelet-client", groups=("system:masters",))
+        # etcd serves and peers with TLS, and takes only clients with the CA's certificates
+        # (kubeadm's etcd/server, etcd/peer and apiserver-etcd-client): no other local user
+        # reads the Secrets in it.
+        self.ca.issue(
+            "etcd", "etcd", dns_names=("localhost",), ips=("127.0.0.1",), server=True, client=True
+        )
+        self.ca.issue("apiserver-etcd-client", "kube-apiserver-etcd-client")
 
     def _pod_ips(self) -> tuple[str, ...]:
         return () if self.pod_endpoint is None else (self.pod_endpoint.ip,)
@@ -316,7 +323,9 @@ class ControlPlane:
     def _start_etcd(self, timeout: float) -> str:
         began = time.monotonic()
         client, peer = free_port(), free_port()
-        url = f"http://127.0.0.1:{client}"
+        url = f"https://127.0.0.1:{client}"
+        pki = self.workdir / "pki"
+        tls = {"cert-file": "etcd.crt", "key-file": "etcd.key", "trusted-ca-file": "ca.crt"}
         proc = self._spawn(
             "etcd",
             [
@@ -324,18 +333,25 @@ class ControlPlane:
                 "--data-dir", str(self.workdir / "etcd"),
                 "--listen-client-urls", url,
                 "--advertise-client-urls", url,
-                "--listen-peer-urls", f"http://127.0.0.1:{peer}",
-                "--initial-advertise-peer-urls", f"http://127.0.0.1:{peer}",
-                "--initial-cluster", f"default=http://127.0.0.1:{peer}",
+                "--listen-peer-urls", f"https://127.0.0.1:{peer}",
+                "--initial-advertise-peer-urls", f"https://127.0.0.1:{peer}",
+                "--initial-cluster", f"default=https://127.0.0.1:{peer}",
+                *(f"--{flag}={pki / name}" for flag, name in tls.items()),
+                *(f"--peer-{flag}={pki / name}" for flag, name in tls.items()),
+                "--client-cert-auth", "--peer-client-cert-auth",
                 "--unsafe-no-fsync",
                 # One member on loopback: it leads at once (1 s of election timeout otherwise).
                 "--heartbeat-interval", "10",
                 "--election-timeout", "100",
             ],
         )  # fmt: skip
-        self._wait_healthy("etcd", proc, f"{url}/health", timeout)
+        self._wait_healthy("etcd", proc, f"{url}/health", timeout, client=self._etcd_client())
         self._step("etcd", began)
         return url
+
+    def _etcd_client(self) -> CertPair:
+        pki = self.workdir / "pki"
+        return CertPair(pki / "apiserver-etcd-client.crt", pki / "apiserver-etcd-client.key")
 
     def _start_apiserver(self, etcd_url: str, timeout: float) -> None:
         """Flags as ../shared/kube-bin/README.md says, the issuer (token audience) as kind's."""
@@ -368,6 +384,9 @@ class ControlPlane:
             [
                 str(self.binaries.apiserver),
                 "--etcd-servers", etcd_url,
+                "--etcd-cafile", str(pki / "ca.crt"),
+                "--etcd-certfile", str(self._etcd_client().cert),
+                "--etcd-keyfile", str(self._etcd_client().key),
                 "--bind-address", "127.0.0.1",
                 "--secure-port", str(port),
                 *advertise,
@@ -462,12 +481,21 @@ class ControlPlane:
         return wait
 
     def _wait_healthy(
-        self, name: str, proc: subprocess.Popen[bytes], url: str, timeout: float
+        self,
+        name: str,
+        proc: subprocess.Popen[bytes],
+        url: str,
+        timeout: float,
+        *,
+        client: CertPair | None = None,
     ) -> None:
-        """Until `url` answers 200 (anonymous may read health paths), or fail with the log."""
+        """Until `url` answers 200 (anonymous may read health paths; etcd wants `client`'s
+        certificate), or fail with the log."""
         context = ssl.create_default_context()
         context.check_hostname = False
         context.verify_mode = ssl.CERT_NONE
+        if client is not None:
+            context.load_cert_chain(client.cert, client.key)
         deadline = time.monotonic() + timeout
         while time.monotonic() < deadline and proc.poll() is None:
             try:

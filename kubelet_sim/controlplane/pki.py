@@ -79,15 +79,19 @@ class CertificateAuthority:
         dns_names: tuple[str, ...] = (),
         ips: tuple[str, ...] = (),
         server: bool = False,
+        client: bool | None = None,
         directory: Path | None = None,
     ) -> CertPair:
         """<filename>.crt/.key in `directory` (the CA's own unless given): a client certificate
         (CN user, O groups, as the API server reads them) or, with `server`, a serving
-        certificate for `dns_names` and `ips`."""
+        certificate for `dns_names` and `ips`; `client` (default: not `server`) lets a serving
+        certificate be a client's too (etcd's peers dial each other with theirs)."""
         key = ec.generate_private_key(ec.SECP256R1())
         attributes = [x509.NameAttribute(NameOID.ORGANIZATION_NAME, g) for g in groups]
         attributes.append(x509.NameAttribute(NameOID.COMMON_NAME, common_name))
-        usage = ExtendedKeyUsageOID.SERVER_AUTH if server else ExtendedKeyUsageOID.CLIENT_AUTH
+        usages = [ExtendedKeyUsageOID.SERVER_AUTH] if server else []
+        if client if client is not None else not server:
+            usages.append(ExtendedKeyUsageOID.CLIENT_AUTH)
         now = _now()
         builder = (
             x509.CertificateBuilder()
@@ -98,7 +102,7 @@ class CertificateAuthority:
             .not_valid_before(now - datetime.timedelta(minutes=5))
             .not_valid_after(now + VALID_FOR)
             .add_extension(x509.BasicConstraints(ca=False, path_length=None), critical=True)
-            .add_extension(x509.ExtendedKeyUsage([usage]), critical=False)
+            .add_extension(x509.ExtendedKeyUsage(usages), critical=False)
         )
         sans: list[x509.GeneralName] = [x509.DNSName(n) for n in dict.fromkeys(dns_names)]
         sans += [x509.IPAddress(ipaddress.ip_address(i)) for i in dict.fromkeys(ips)]

@@ -26,6 +26,7 @@ from kubelet_sim.jsontypes import Json
 from kubelet_sim.kube.client import KubeConnection, connect
 from kubelet_sim.kube.rest import ApiError, request_json
 from kubelet_sim.nodeset import NodeSet, NodeSetSettings
+from kubelet_sim.pem import copy_private
 from kubelet_sim.runtime.docker_runtime import DockerRuntime
 from kubelet_sim.tools import handoff
 
@@ -215,8 +216,7 @@ class Demo:
         wait_nodes_ready(admin, s.node_names, stop, on_ready=lambda name: self.say(f"{name} Ready"))
         if s.reference_node and not stop.is_set():
             self._start_reference(plane, image, pause)
-        shutil.copyfile(plane.admin_kubeconfig, s.state.kubeconfig)
-        s.state.kubeconfig.chmod(0o600)
+        copy_private(plane.admin_kubeconfig, s.state.kubeconfig)
         if s.on_nodes_ready is not None and not stop.is_set():
             s.on_nodes_ready(s.state.kubeconfig, self.nodes.runtimes)
         self._tell_what_next()

@@ -1,5 +1,9 @@
 """Where a demo keeps its things, and how the next demo finds what a killed one left.
 
+A demo removes only what a demo made: a directory it claims is new or empty, or has its marker
+(`.kubelet-sim-demo`, or the `demo.json` of a demo that did not exit); `data/` or `kubeconfig`
+found without one belong to someone else, and the demo stops before touching them.
+
 A running demo records its pid, its child processes and the label on its containers in
 `demo.json`. A demo that starts and finds a record whose process is gone removes what that
 one left (its children, its containers by label, its data) and says so. It never touches a
@@ -12,16 +16,17 @@ import contextlib
 import hashlib
 import json
 import os
-import shutil
 import signal
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 from kubelet_sim import cri
+from kubelet_sim.paths import remove_tree
 from kubelet_sim.volumes.hostmount import mount_points_under, unmount
 
 OWNER_LABEL = cri.LABEL_OWNER
+MARKER = ".kubelet-sim-demo"
 
 
 def default_state_dir() -> Path:
@@ -49,7 +54,7 @@ def _cmdline(pid: int) -> list[str]:
 
 
 class DemoRunning(RuntimeError):
-    """Another demo with this state directory is running."""
+    """Another demo with this state directory is running (or the directory is not a demo's)."""
 
 
 @dataclass(frozen=True)
@@ -81,6 +86,10 @@ class DemoState:
         return self.directory / "demo.json"
 
     @property
+    def marker(self) -> Path:
+        return self.directory / MARKER
+
+    @property
     def owner_labels(self) -> dict[str, str]:
         """Stable for a state directory, so the next demo finds a dead one's containers."""
         digest = hashlib.sha256(str(self.directory.resolve()).encode()).hexdigest()[:16]
@@ -90,6 +99,7 @@ class DemoState:
         """Make the directory ours: refuse if a live demo holds it; end a dead one's
         processes and remove its data (its containers are the caller's: by label)."""
         self.directory.mkdir(mode=0o700, parents=True, exist_ok=True)
+        self._mark()
         found = self._read()
         leftovers = None
         if found is not None:
@@ -111,6 +121,20 @@ class DemoState:
         self.write(children=[])
         return leftovers
 
+    def _mark(self) -> None:
+        """Refuse a directory whose data/ or kubeconfig no demo made; else mark it ours."""
+        if self.marker.exists() or self.record.exists():
+            self.marker.touch()
+            return
+        foreign = [p.name for p in (self.data, self.kubeconfig) if p.exists() or p.is_symlink()]
+        if foreign:
+            raise DemoRunning(
+                f"--state-dir {self.directory} holds {' and '.join(foreign)}, which no demo"
+                " made (a demo removes them when it starts and ends): give it a new or empty"
+                " directory"
+            )
+        self.marker.write_text("kubelet-sim demo's state: it removes data/ and kubeconfig here\n")
+
     def write(self, *, children: list[dict[str, Any]]) -> None:
         record = {"pid": os.getpid(), "children": children, "labels": self.owner_labels}
         tmp = self.record.with_suffix(".tmp")
@@ -124,7 +148,7 @@ class DemoState:
             for point in mount_points_under(self.data.resolve()):
                 with contextlib.suppress(OSError):
                     unmount(point)
-        shutil.rmtree(self.data, ignore_errors=True)
+        remove_tree(self.data)
         self.kubeconfig.unlink(missing_ok=True)
 
     def release(self, *, keep: bool) -> None:
@@ -132,6 +156,8 @@ class DemoState:
             self.remove_data()
             self.log.unlink(missing_ok=True)
         self.record.unlink(missing_ok=True)
+        if not keep:
+            self.marker.unlink(missing_ok=True)
 
     def _read(self) -> dict[str, Any] | None:
         try:

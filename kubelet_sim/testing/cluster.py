@@ -52,6 +52,7 @@ from kubelet_sim.kube.rest import ApiError, request_json
 from kubelet_sim.node.settings import NodeSettings
 from kubelet_sim.nodeset import NodeIdentity, NodeSet, NodeSetSettings
 from kubelet_sim.paths import remove_tree
+from kubelet_sim.pem import copy_private
 from kubelet_sim.runtime.docker_runtime import DockerRuntime, RuntimeUnavailable
 from kubelet_sim.server.settings import ServerSettings
 from kubelet_sim.testing.kubeconfigs import api_server, through_relay
@@ -212,8 +213,7 @@ class Cluster:
         """The nodes, as soon as the API server serves (the controllers start meanwhile)."""
         plane = self.plane
         if plane is not None:
-            shutil.copyfile(plane.admin_kubeconfig, self.kubeconfig)
-            self.kubeconfig.chmod(0o600)
+            copy_private(plane.admin_kubeconfig, self.kubeconfig)
             host, port = api_server(self.kubeconfig)
         else:
             host, port = api_server(self.kubeconfig, self.context)

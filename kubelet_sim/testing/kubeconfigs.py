@@ -9,6 +9,8 @@ from urllib.parse import urlparse
 
 import yaml
 
+from kubelet_sim.pem import write_private
+
 _FILE_FIELDS = {
     "clusters": ("cluster", ("certificate-authority",)),
     "users": ("user", ("client-certificate", "client-key", "tokenFile")),
@@ -43,9 +45,7 @@ def through_relay(source: Path, target: Path, port: int, context: str | None = N
         cluster.setdefault("tls-server-name", host)
     if context:
         config["current-context"] = context
-    target.write_text(json.dumps(config, indent=2))
-    target.chmod(0o600)
-    return target
+    return write_private(target, json.dumps(config, indent=2).encode())
 
 
 def _load(path: Path) -> dict[str, Any]:
