@@ -14,6 +14,8 @@ import signal
 import socket
 import subprocess
 import sys
+import threading
+import time
 import urllib.error
 import urllib.request
 from collections.abc import Iterator
@@ -125,6 +127,31 @@ def test_read_only_and_loopback_only_by_default(cluster: Cluster) -> None:
         # Another origin's page reaching 127.0.0.1 through a name it controls (DNS rebinding).
         assert _get(ui.url + "api/snapshot", Host="attacker.example:80")[0] == 403
         assert _get(ui.url + "api/snapshot", Host="localhost:1")[0] == 200
+
+
+def test_idle_connections_hold_no_threads_and_do_not_lock_others_out(cluster: Cluster) -> None:
+    """300 connections that send nothing wait in one selector thread (at most MAX_WAITING of
+    them, the oldest closed first); a browser's request is still answered at once."""
+    from kubelet_sim.ui.server import MAX_WAITING
+
+    with _ui(cluster) as ui:
+        assert _get(ui.url + "healthz")[0] == 200
+        before = threading.active_count()
+        idle = [socket.create_connection(("127.0.0.1", ui.server.port)) for _ in range(300)]
+        try:
+            room = ui.server._server.room
+            wait_for(lambda: room.closed_at_cap == 300 - MAX_WAITING, 10, "the room full")
+            assert len(room) == MAX_WAITING
+            assert threading.active_count() - before <= 2
+            began = time.monotonic()
+            assert _get(ui.url + "healthz")[0] == 200
+            assert time.monotonic() - began < 1.0
+            # The first connections were the oldest: closed to make room (the peer sees EOF).
+            idle[0].settimeout(5)
+            assert idle[0].recv(1) == b""
+        finally:
+            for sock in idle:
+                sock.close()
 
 
 def test_bound_beyond_loopback_it_wants_the_printed_token(cluster: Cluster) -> None:

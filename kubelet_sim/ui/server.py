@@ -1,4 +1,10 @@
-"""The web view's HTTP server: the standard library's ThreadingHTTPServer, server-sent events.
+"""The web view's HTTP server: the standard library's http.server, server-sent events.
+
+Bounded: a new connection waits for its first bytes in one selector thread (waiting.py), not
+a thread of its own, for IDLE_SECONDS at most and MAX_WAITING at once (the oldest goes first);
+only a connection with a request gets a worker, MAX_WORKERS at once (beyond: 503), and each
+read or write may block HEADER_TIMEOUT seconds at most. A client that may not read the page
+(bound to loopback, a client from elsewhere) is closed before any of that.
 
 Read-only (GET and HEAD only). Bound to loopback by default, and then it answers only loopback
 clients asking for a loopback Host (a page elsewhere cannot read it through DNS rebinding).
@@ -13,6 +19,7 @@ Routes: `/` and `/static/*` (the page, shipped in the package: no CDN, no build 
 
 from __future__ import annotations
 
+import contextlib
 import hmac
 import ipaddress
 import json
@@ -31,12 +38,16 @@ from urllib.parse import parse_qs, urlsplit
 from kubelet_sim.jsontypes import Json
 from kubelet_sim.kube.rest import ApiError
 from kubelet_sim.logs import get_logger
-from kubelet_sim.ui.state import UiState
+from kubelet_sim.ui.state import Limits, UiState
+from kubelet_sim.ui.waiting import WaitingRoom
 
 DEFAULT_ADDRESS = "127.0.0.1"
 DEFAULT_PORT = 8765
 COOKIE = "kubelet_sim_ui"
 KEEPALIVE_SECONDS = 15.0
+IDLE_SECONDS = 10.0  # a connection that sends nothing this long is closed
+MAX_WAITING = 128  # connections waiting for their first bytes
+HEADER_TIMEOUT = 10.0  # a read or write of a worker's connection (slow headers, a stuck reader)
 TIMELINE_STREAMS = 16  # timelines shown at once, over every tab (each reads the API and Docker)
 SETTLED_TIMELINE_SECONDS = 10.0  # a finished timeline is read again on a change, or this often
 # One still starting, more often: Docker's and the journal's steps come unannounced.
@@ -53,6 +64,10 @@ SECURITY_HEADERS = {
     "Referrer-Policy": "no-referrer",
     "Cache-Control": "no-store",
 }
+
+# Every browser's stream and timelines at once, and a few plain requests beside them.
+MAX_WORKERS = Limits().subscribers + TIMELINE_STREAMS + 16
+BUSY = b"HTTP/1.0 503 Service Unavailable\r\nContent-Length: 0\r\nConnection: close\r\n\r\n"
 
 log = get_logger("kubelet_sim.ui")
 
@@ -108,12 +123,39 @@ class Access:
 class _Server(ThreadingHTTPServer):
     daemon_threads = True
     block_on_close = False
+    request_queue_size = 128  # the listen backlog (socketserver's 5 drops a burst's SYNs)
     ui: UiServer
+    room: WaitingRoom
+    workers: threading.BoundedSemaphore
+
+    def process_request(self, request: Any, client_address: Any) -> None:
+        """Not a thread per connection: the waiting room until it has a request."""
+        if self.ui.access.token is None and not is_loopback(str(client_address[0])):
+            self.shutdown_request(request)  # refused before any thread or parsing
+            return
+        self.room.admit(request, client_address)
+
+    def _serve_ready(self, request: Any, client_address: Any) -> None:
+        if not self.workers.acquire(blocking=False):
+            with contextlib.suppress(OSError):
+                request.setblocking(False)
+                request.send(BUSY)
+            self.shutdown_request(request)
+            return
+
+        def work() -> None:
+            try:
+                self.process_request_thread(request, client_address)
+            finally:
+                self.workers.release()
+
+        threading.Thread(target=work, name="ui worker", daemon=True).start()
 
 
 class _Handler(BaseHTTPRequestHandler):
     server: _Server
     server_version = "kubelet-sim-ui"
+    timeout = HEADER_TIMEOUT
 
     def log_message(self, format: str, *args: Any) -> None:
         # The path only: a query may hold the token.
@@ -308,6 +350,10 @@ class UiServer:
         except OSError as exc:
             raise UiError(f"cannot serve the web view on {address}:{port}: {exc.strerror}") from exc
         self._server.ui = self
+        self._server.room = WaitingRoom(
+            self._server._serve_ready, idle=IDLE_SECONDS, cap=MAX_WAITING
+        )
+        self._server.workers = threading.BoundedSemaphore(MAX_WORKERS)
         self.address = address
         self.port = int(self._server.server_address[1])
         self._thread: threading.Thread | None = None
@@ -338,6 +384,7 @@ class UiServer:
         self.stopping.set()
         self.state.wake()
         self._server.shutdown()
+        self._server.room.close()
         self._server.server_close()
         if self._thread is not None:
             self._thread.join(5)
