@@ -10,6 +10,7 @@ that in a label and is built again only when the digest changes.
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import json
 import re
@@ -56,11 +57,11 @@ def python_image(
     links = _interpreter_links()
     digest = _digest(files, [*changes, str(links)])
     try:
-        labels = client.images.get(name).attrs["Config"].get("Labels") or {}
-        if labels.get(RECIPE_LABEL) == digest:
-            return name
+        old = client.images.get(name)
     except ImageNotFound:
-        pass
+        old = None
+    if old is not None and (old.attrs["Config"].get("Labels") or {}).get(RECIPE_LABEL) == digest:
+        return name
     for library in _shared_libraries(p for p in files.values() if _is_elf(p)):
         files.setdefault(library.lstrip("/"), Path(library).resolve())
     repository, tag = name.rsplit(":", 1)
@@ -73,6 +74,9 @@ def python_image(
             tag=tag,
             changes=[*changes, f"LABEL {RECIPE_LABEL}={digest}"],
         )
+    if old is not None:  # the image replaced, now untagged: its ~260 MB go (unless in use)
+        with contextlib.suppress(docker.errors.APIError):
+            client.images.remove(old.id)
     return name
 
 
