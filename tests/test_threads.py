@@ -33,8 +33,11 @@ NOT_SUPERVISED = {
     "ui/sources.py": "the view's per-node watch streams and lease poller; a raise is logged and"
     " ends that feed (its informers are supervised)",
     # The pytest plugin's test clusters (`kubelet_sim.testing`): tools of a test, not a node.
-    "testing/relay.py": "a test cluster's API relay per node: its accept loop and two pumps per"
-    " connection end with the connection or the cluster",
+    "controlplane/relay.py": "an API relay (a test cluster's per node, the pods' one): its"
+    " accept loop and two pumps per connection end with the connection or the relay",
+    "namespaces.py": "a thread that enters another namespace for one call and ends after it",
+    "ui/waiting.py": "the view's waiting room: one selector thread for connections not yet"
+    " speaking",
 }
 
 
