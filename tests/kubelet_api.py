@@ -7,12 +7,15 @@ import base64
 import contextlib
 import ssl
 import urllib.request
+import uuid
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 import pytest
+import yaml
+from kubernetes import client
 
 from kubelet_sim.controlplane.pki import CertificateAuthority
 from kubelet_sim.server.settings import ConnectionLimits, ServerSettings
@@ -117,3 +120,46 @@ def api_server_as_kubelet_client(cluster: Cluster, tls: Path) -> Iterator[None]:
 def node(cluster: Cluster, docker_env: DockerEnv, tmp_path: Path) -> Iterator[Node]:
     with serving_node(cluster, docker_env, tmp_path) as serving:
         yield serving
+
+
+def sa_token(cluster: Cluster, name: str) -> str:
+    """A token of a new service account `name` in the test's namespace (10 minutes)."""
+    cluster.core.create_namespaced_service_account(cluster.namespace, {"metadata": {"name": name}})
+    return str(
+        cluster.core.create_namespaced_service_account_token(
+            name, cluster.namespace, {"spec": {"expirationSeconds": 600}}
+        ).status.token
+    )
+
+
+@pytest.fixture
+def admin_token(cluster: Cluster) -> Iterator[str]:
+    """A bearer token the API server vouches for, allowed every kubelet API path: the fake's
+    admin token (system:masters); on a real server a service account bound to the built-in
+    system:kubelet-api-admin role, as one would bind a monitoring agent."""
+    config = yaml.safe_load(Path(cluster.kubeconfig).read_text())
+    tokens = [u["user"]["token"] for u in config.get("users") or () if u["user"].get("token")]
+    if cluster.is_fake and tokens:
+        yield tokens[0]
+        return
+    token = sa_token(cluster, "api-admin")
+    rbac = client.RbacAuthorizationV1Api(cluster.api)
+    name = f"kubelet-api-admin-{uuid.uuid4().hex[:8]}"
+    rbac.create_cluster_role_binding(
+        {
+            "metadata": {"name": name},
+            "roleRef": {
+                "apiGroup": "rbac.authorization.k8s.io",
+                "kind": "ClusterRole",
+                "name": "system:kubelet-api-admin",
+            },
+            "subjects": [
+                {"kind": "ServiceAccount", "name": "api-admin", "namespace": cluster.namespace}
+            ],
+        }
+    )
+    try:
+        yield token
+    finally:
+        with contextlib.suppress(client.ApiException):
+            rbac.delete_cluster_role_binding(name)

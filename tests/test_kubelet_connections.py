@@ -1,8 +1,9 @@
 """The kubelet API under load and abuse, with real TLS clients: clients that send nothing or
 send slowly are let go at their deadlines, keep-alive works and ends when idle, bad input gets
-the status Go's server gives it, past the connection cap a connection is reset, a flood of idle
-connections leaves the port responsive, streams end when idle, and a SPDY decompression bomb
-closes its connection with memory bounded. Each refusal is counted in /metrics.
+the status Go's server gives it, a flood of idle connections leaves the port responsive (past
+the cap its oldest make room; tests/test_kubelet_lockout.py has the rest of that rule),
+streams end when idle, and a SPDY decompression bomb closes its connection with memory
+bounded. Each refusal is counted in /metrics.
 
 The timeouts are the server's settings, short here; every wait is a deadline on a condition.
 Both API servers: the server under test is the agent's, the API server only answers its
@@ -196,8 +197,9 @@ def test_a_flood_of_idle_connections_leaves_the_port_responsive(
 ) -> None:
     """300 idle connections held (no TLS bytes): authenticated /healthz still answers fast and
     `kubectl logs` (pods/log through the API server) works, no thread is spent on the idle
-    ones; past the cap a connection is reset at once, and when the flood ends every connection
-    is let go within the timeouts (the API server's keep-alive one after idle_timeout)."""
+    ones; past the cap the oldest of them is closed to let a new one in, and when the flood
+    ends every connection is let go within the timeouts (the API server's keep-alive one after
+    idle_timeout)."""
     limits = ConnectionLimits(
         max_connections=320, handshake_timeout=30.0, idle_timeout=2.0, workers=8
     )
@@ -224,18 +226,10 @@ def test_a_flood_of_idle_connections_leaves_the_port_responsive(
             assert _kubelet_threads() <= limits.workers, "idle connections hold no thread"
             assert _rss() - rss_before < 64 << 20, "300 idle connections cost little memory"
             more = [socket.create_connection(("127.0.0.1", node.port)) for _ in range(40)]
-            try:
-                reset = 0
-                for sock in more:
-                    sock.settimeout(10)
-                    try:
-                        if sock.recv(1) == b"":
-                            reset += 1
-                    except ConnectionResetError:
-                        reset += 1
-                    except TimeoutError:
-                        pass
-                assert reset >= 20, "past the cap: reset at once"
+            try:  # past the cap the flood's oldest make room: the newcomers are let in
+                wait_for(lambda: sum(map(_ended, flood[:40])) >= 20, 10, "the oldest closed")
+                assert not any(map(_ended, more)), "no newcomer reset"
+                assert server.open_connections <= limits.max_connections
             finally:
                 for sock in more:
                     sock.close()
@@ -244,10 +238,21 @@ def test_a_flood_of_idle_connections_leaves_the_port_responsive(
                 sock.close()
         wait_for(lambda: server.open_connections == 0, 20, "the flood let go")
         assert node.text("/healthz") == "ok"
-        assert (
-            _counter(node, "kubelet_sim_server_connections_refused_total", reason="max_connections")
-            >= 20
+        evicted = _counter(
+            node, "kubelet_sim_server_connections_evicted_total", reason="unauthenticated"
         )
+        assert evicted >= 20
+
+
+def _ended(sock: socket.socket) -> bool:
+    """Whether the server has closed (or reset) the connection; never waits."""
+    sock.setblocking(False)
+    try:
+        return sock.recv(1) == b""
+    except BlockingIOError:
+        return False
+    except ConnectionResetError:
+        return True
 
 
 def _exec_pod(cluster: Cluster) -> None:

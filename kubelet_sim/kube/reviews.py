@@ -1,8 +1,10 @@
 """Who is asking the kubelet API, and may they: TokenReview and SubjectAccessReview.
 
 The kubelet's webhook authenticator and authorizer (kubelet's `--authentication-token-webhook`,
-`--authorization-mode=Webhook`) ask the API server; node credentials may create both. Answers
-are cached briefly, as the kubelet's (2 minutes for a token, 5 minutes allowed, 30 s denied).
+`--authorization-mode=Webhook`) ask the API server; node credentials may create both. Access
+decisions are cached briefly, as the kubelet's (5 minutes allowed, 30 s denied); tokens are
+cached by the kubelet API server (`server/tokens.py`: keyed by a hash, failures bounded per
+client address), so `authenticate` asks every time.
 """
 
 from __future__ import annotations
@@ -16,7 +18,6 @@ from kubernetes import client
 
 from kubelet_sim.kube.rest import ApiError, request_json
 
-TOKEN_TTL = 120.0
 ALLOWED_TTL = 300.0
 DENIED_TTL = 30.0
 CACHE_LIMIT = 1024  # answers kept; past it the expired go, then everything
@@ -35,20 +36,19 @@ class Decision:
     reason: str = ""
 
 
+class ReviewUnavailable(Exception):
+    """The API server could not say whether the token is valid (an error, not a rejection)."""
+
+
 class Reviews:
     def __init__(self, api: client.ApiClient) -> None:
         self._api = api
-        self._tokens: dict[str, tuple[User | None, float]] = {}
         self._access: dict[tuple[object, ...], tuple[Decision, float]] = {}
         self._lock = threading.Lock()
 
     def authenticate(self, token: str) -> User | None:
-        """The token's user, or None if the API server does not know it (or cannot say)."""
-        now = time.monotonic()
-        with self._lock:
-            cached = self._tokens.get(token)
-        if cached is not None and cached[1] > now:
-            return cached[0]
+        """The token's user, or None if the API server does not know it. Raises
+        ReviewUnavailable when it cannot say."""
         body = {
             "apiVersion": "authentication.k8s.io/v1",
             "kind": "TokenReview",
@@ -58,8 +58,8 @@ class Reviews:
             answer = request_json(
                 self._api, "POST", "/apis/authentication.k8s.io/v1/tokenreviews", body
             )
-        except (ApiError, OSError):
-            return None  # not cached: the next request asks again
+        except (ApiError, OSError) as exc:
+            raise ReviewUnavailable(str(exc)) from None
         status = answer.get("status") or {}
         user = None
         if status.get("authenticated"):
@@ -69,8 +69,6 @@ class Reviews:
                 tuple(str(g) for g in info.get("groups") or ()),
                 str(info.get("uid") or ""),
             )
-        with self._lock:
-            _bounded(self._tokens, now)[token] = (user, now + TOKEN_TTL)
         return user
 
     def authorize(

@@ -6,6 +6,11 @@ does not verify or a token that is rejected is an error, and an error is 401 eve
 anonymous auth on (k8s.io/apiserver's delegating authenticator: union(x509, token), then
 FailOnError(…, anonymous)); with nothing presented, anonymous if allowed. May they: a
 SubjectAccessReview on the node's `nodes/<subresource>`, the subresource named by the path.
+
+Tokens go through a `TokenGuard` (`tokens.py`: cached by hash, failed reviews bounded per
+client address; past the bound 429, not 401, since the token was never judged). A `Verdict`
+says whether the request authenticated, so that the listener can close a connection that
+keeps failing and let one that never authenticated make room first (`listener.py`).
 """
 
 from __future__ import annotations
@@ -14,7 +19,9 @@ from dataclasses import dataclass
 from typing import Protocol
 
 from kubelet_sim.kube.reviews import Decision, User
+from kubelet_sim.server.metrics import Counters
 from kubelet_sim.server.tls import PeerCertificate
+from kubelet_sim.server.tokens import Throttled, TokenGuard
 
 ANONYMOUS = User("system:anonymous", ("system:unauthenticated",))
 # nodeAuthorizerAttributesGetter: these methods only; any other (HEAD, OPTIONS, …) is verb ""
@@ -30,6 +37,15 @@ class ReviewClient(Protocol):
     def authorize(
         self, user: User, verb: str, resource: str, subresource: str, name: str
     ) -> Decision: ...
+
+
+@dataclass(frozen=True)
+class Verdict:
+    """A request's fate: refused with (status, text), or served (None); and whether it
+    authenticated (True), failed to (False: 401 or 429), or came as system:anonymous (None)."""
+
+    refusal: tuple[int, str] | None
+    authenticated: bool | None
 
 
 @dataclass(frozen=True)
@@ -50,13 +66,27 @@ def attributes(method: str, path: str) -> Attributes:
 class Gate:
     """Decides each request: (HTTP status, reason) to refuse it, or None to serve it."""
 
-    def __init__(self, reviews: ReviewClient, node_name: str, anonymous: bool = False) -> None:
+    def __init__(
+        self,
+        reviews: ReviewClient,
+        node_name: str,
+        anonymous: bool = False,
+        tokens: TokenGuard | None = None,
+    ) -> None:
+        """`tokens`: the process's one guard (the server hands in its listener's)."""
         self.reviews = reviews
         self.node_name = node_name
         self.anonymous = anonymous
+        self.tokens = tokens or TokenGuard()
 
-    def authenticate(self, peer: PeerCertificate | None, authorization: str) -> User | None:
-        """The request's user, or None for 401."""
+    def authenticate(
+        self,
+        peer: PeerCertificate | None,
+        authorization: str,
+        client: str = "",
+        counters: Counters | None = None,
+    ) -> User | None:
+        """The request's user, or None for 401. Raises Throttled (429)."""
         if peer is not None and peer.user is not None:
             return peer.user
         failed = peer is not None and bool(peer.error)  # a certificate that does not verify
@@ -64,7 +94,7 @@ class Gate:
         if authorization[:7].lower() == "bearer ":
             token = authorization[7:].strip()  # an empty token is no credential (bearertoken.go)
         if token:
-            user = self.reviews.authenticate(token)
+            user = self.tokens.authenticate(token, client, self.reviews.authenticate, counters)
             if user is not None:
                 return user
             failed = True  # bearertoken.go's invalidToken
@@ -75,17 +105,35 @@ class Gate:
     def check(
         self, method: str, path: str, peer: PeerCertificate | None, authorization: str
     ) -> tuple[int, str] | None:
-        user = self.authenticate(peer, authorization)
+        return self.decide(method, path, peer, authorization).refusal
+
+    def decide(
+        self,
+        method: str,
+        path: str,
+        peer: PeerCertificate | None,
+        authorization: str,
+        client: str = "",
+        counters: Counters | None = None,
+    ) -> Verdict:
+        """`client`: the peer's IP address (the token guard's budgets); `counters`: the
+        node's, for the guard's counts."""
+        try:
+            user = self.authenticate(peer, authorization, client, counters)
+        except Throttled:
+            return Verdict((429, "Too Many Requests"), False)
         if user is None:
-            return 401, "Unauthorized"
+            return Verdict((401, "Unauthorized"), False)
+        authenticated = None if user is ANONYMOUS else True
         attrs = attributes(method, path)
         decision = self.reviews.authorize(
             user, attrs.verb, "nodes", attrs.subresource, self.node_name
         )
         if not decision.allowed:
             # the kubelet's words (server.go's authorize filter)
-            return 403, (
+            text = (
                 f"Forbidden (user={user.name}, verb={attrs.verb}, resource=nodes, "
                 f"subresource={attrs.subresource})"
             )
-        return None
+            return Verdict((403, text), authenticated)
+        return Verdict(None, authenticated)

@@ -49,6 +49,10 @@ class Exchange:
         self.rfile = io.BytesIO(rest)  # what arrived after the headers (an upgrade's first frames)
         self.wfile = _Writer(sock)
         self.status = 0
+        # what the gate made of it (auth.Verdict), for the listener: True, False (401/429) or
+        # None (anonymous, or never asked); and whether a failure is the connection's last
+        self.authenticated: bool | None = None
+        self.last_failure_allowed = False
         self._head: list[bytes] = []
         self._said_close = False
         connection = (headers.get("Connection") or "").lower()

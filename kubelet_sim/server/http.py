@@ -5,8 +5,8 @@ bounded pool for the work, limits and timeouts in `settings.ConnectionLimits`), 
 nodes of a process when the node set hands it in: the node keeps its own port, certificate,
 gate and counters. A client
 certificate is asked for but not checked in the TLS handshake: the x509 authenticator checks it
-per request (`tls.py`), so one from another CA ends in 401 unless a bearer token vouches, as on
-a kubelet.
+at the connection's first request (`tls.py`, `x509auth.py`), so one from another CA ends in
+401 unless a bearer token vouches, as on a kubelet.
 """
 
 from __future__ import annotations
@@ -105,9 +105,11 @@ class KubeletServer:
                 "client certificates are verified in the TLS handshake (this Python's ssl"
                 " cannot defer it): one from another CA fails the handshake, not 401"
             )
-        # A listener of its own unless the node set shares one among its nodes.
+        # A listener of its own unless the node set shares one among its nodes; its token
+        # guard is the process's (one bound on failed TokenReviews per client, not per node).
         self._own_listener = listener is None
         self.listener = listener or Listener(self.limits, self.log)
+        gate.tokens = self.listener.tokens
         try:
             self.endpoint = self.listener.bind(
                 address, port, self.tls.context, self.serve, is_stream, self.log
@@ -147,6 +149,27 @@ class KubeletServer:
         self.endpoint.counters.add("kubelet_sim_server_stream_refusals_total", reason=reason)
         self.log.info("stream ended by a limit", reason=reason)
 
+    def _refusal(self, handler: Exchange, path: str) -> Reply | None:
+        """The gate's answer if it refuses; the outcome is left on the exchange for the
+        listener (a connection that keeps failing is closed: its last answer says so)."""
+        conn: ssl.SSLSocket = handler.request  # type: ignore[assignment]
+        peer = self.tls.authenticator.authenticate(conn)
+        if peer is not None and peer.error:  # the kubelet logs it, then tries the token
+            self.log.info("client certificate not accepted", error=peer.error)
+        verdict = self.gate.decide(
+            handler.command, path, peer, handler.headers.get("Authorization", ""),
+            _peer_address(conn), self.endpoint.counters,
+        )  # fmt: skip
+        handler.authenticated = verdict.authenticated
+        if verdict.authenticated is False:
+            self.endpoint.counters.add("kubelet_sim_server_authentication_failures_total")
+            if handler.last_failure_allowed:
+                handler.close_connection = True
+        if verdict.refusal is None:
+            return None
+        status, text = verdict.refusal
+        return Reply.text(status, text + "\n", [("Retry-After", "1")] if status == 429 else [])
+
     def _serve(self, handler: Exchange) -> None:
         parts = split_target(handler.path)
         cleaned = clean_path(parts.path)
@@ -157,15 +180,9 @@ class KubeletServer:
             reply.headers = (("Location", location),)
             _send(handler, reply)
             return
-        conn: ssl.SSLSocket = handler.request  # type: ignore[assignment]
-        peer = self.tls.authenticator.authenticate(conn)
-        if peer is not None and peer.error:  # the kubelet logs it, then tries the token
-            self.log.info("client certificate not accepted", error=peer.error)
-        refused = self.gate.check(
-            handler.command, parts.path, peer, handler.headers.get("Authorization", "")
-        )
+        refused = self._refusal(handler, parts.path)
         if refused is not None:
-            reply = Reply.text(refused[0], refused[1] + "\n")
+            reply = refused
         elif parts.path.startswith(PREFIXES) and handler.command in ("GET", "POST"):
             answer = serve_stream(
                 handler, parts.path, parts.query, self.node, self.streams, self.limits,
@@ -191,6 +208,13 @@ class KubeletServer:
                 self.log.exception("request failed", path=parts.path)
                 reply = Reply.text(500, f"{type(exc).__name__}: {exc}\n")
         _send(handler, reply)
+
+
+def _peer_address(conn: ssl.SSLSocket) -> str:
+    try:
+        return str(conn.getpeername()[0])
+    except (OSError, IndexError):
+        return ""
 
 
 def _send(handler: Exchange, reply: Reply) -> None:

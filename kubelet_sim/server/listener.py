@@ -18,8 +18,18 @@ never a thread. Only a whole request reaches a worker's handler (`workers` at on
 long-running one (exec, attach, port-forward, a followed log) is moved to a thread of its own
 (`max_streams` at once, else 503) and frees the worker.
 
-Past `max_connections` open connections a new one is reset at once (counted, one log line per
-burst); the listen backlog is the kernel's maximum, as Go's listener takes it. Why not asyncio:
+At `max_connections` open connections (the process's, for every node) a new one is let in and
+the connection that has waited longest for its client is closed to make room, one that never
+authenticated before one that did (`make_room`); only when every connection has a request in
+hand (served, or a stream) is the new one reset (counted, one log line per burst). Why that
+rule: a waiting connection costs a descriptor and nothing more until it keeps out a client with
+a request to make. A legitimate client sends its request right after its handshake and is
+served in milliseconds, so it waits least; a flood of connections that never authenticate
+(or authenticated once and idle) evicts its own oldest members first, and an attacker must
+keep opening connections, each with a TLS handshake, to keep a place. A connection whose
+requests fail authentication `max_auth_failures` times is closed after that answer (its
+`Connection: close` says so), and one that failed counts as never authenticated. The listen
+backlog is the kernel's maximum, as Go's listener takes it. Why not asyncio:
 everything behind a request blocks (docker-py, the TokenReview/SubjectAccessReview client, the
 stream pumps), so an event loop would hand each request to threads anyway; this keeps the
 threads and makes waiting free. bench/kubelet_api.py measures both models.
@@ -42,9 +52,11 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from kubelet_sim.server import tokens
 from kubelet_sim.server.exchange import BadRequest, Exchange, refusal
-from kubelet_sim.server.metrics import Family, Sample
+from kubelet_sim.server.metrics import Counters
 from kubelet_sim.server.settings import ConnectionLimits
+from kubelet_sim.server.tokens import TokenGuard
 
 if TYPE_CHECKING:
     from kubelet_sim.supervise import Supervisor
@@ -64,35 +76,6 @@ def kernel_backlog() -> int:
         return socket.SOMAXCONN
 
 
-class Counters:
-    """The listener's counters and gauges, for /metrics."""
-
-    def __init__(self) -> None:
-        self._lock = threading.Lock()
-        self._values: dict[tuple[str, tuple[tuple[str, str], ...]], float] = {}
-        self.help: dict[str, tuple[str, str]] = {}
-
-    def add(self, name: str, amount: float = 1.0, **labels: str) -> None:
-        key = (name, tuple(sorted(labels.items())))
-        with self._lock:
-            self._values[key] = self._values.get(key, 0.0) + amount
-
-    def get(self, name: str, **labels: str) -> float:
-        with self._lock:
-            return self._values.get((name, tuple(sorted(labels.items()))), 0.0)
-
-    def families(self) -> list[Family]:
-        with self._lock:
-            values = dict(self._values)
-        out: list[Family] = []
-        for name, (kind, text) in sorted(self.help.items()):
-            samples = [
-                Sample(dict(labels), v) for (n, labels), v in sorted(values.items()) if n == name
-            ]
-            out.append(Family(name, kind, text, samples))
-        return out
-
-
 class Connection:
     def __init__(self, sock: ssl.SSLSocket, endpoint: Endpoint, peer: str, deadline: float) -> None:
         self.sock = sock
@@ -103,6 +86,8 @@ class Connection:
         self.buffer = bytearray()
         self.generation = 0  # a deadline in the heap counts only for the parking it was set for
         self.closed = False
+        self.authenticated = False  # its last request with a credential held one (made room last)
+        self.auth_failures = 0  # 401s and 429s answered on it
 
 
 Serve = Callable[[Exchange], None]
@@ -170,6 +155,14 @@ HELP = {
     "kubelet_sim_server_stream_refusals_total": (
         "counter", "Streams ended or refused by a limit or a framing error, by reason.",
     ),
+    "kubelet_sim_server_connections_evicted_total": (
+        "counter", "Waiting connections closed to make room at the connection cap, by whether"
+        " one of their requests had authenticated (reason: unauthenticated or idle).",
+    ),
+    "kubelet_sim_server_authentication_failures_total": (
+        "counter", "Requests answered 401 or 429: no credential, or none that held.",
+    ),
+    **tokens.HELP,
 }  # fmt: skip
 
 
@@ -202,6 +195,7 @@ class Listener:
     def __init__(self, limits: ConnectionLimits, log: Any) -> None:
         self.limits, self.log = limits, log
         self._pool = _Pool(limits.workers, "kubelet-api")
+        self.tokens = TokenGuard()  # bearer tokens' cache and budgets, for every node here
         self._streams = threading.BoundedSemaphore(limits.max_streams)
         self._lock = threading.Lock()
         self._open = 0
@@ -295,8 +289,9 @@ class Listener:
         finally:
             selecting.end()
 
-    def _accept(self, endpoint: Endpoint) -> list[Connection]:
-        accepted: list[Connection] = []
+    def _accept(self, endpoint: Endpoint, selecting: _Selecting) -> None:
+        """Accept what waits on the endpoint's socket, each connection parked at once (so the
+        next one can make room from it)."""
         for _ in range(1024):  # then the parked connections get their turn
             try:
                 sock, address = endpoint.sock.accept()
@@ -306,12 +301,7 @@ class Listener:
                 self._refused(endpoint, "accept failed", str(exc))
                 break
             peer = f"{address[0]}:{address[1]}"
-            with self._lock:
-                full = self._open >= self.limits.max_connections
-                if not full:
-                    self._open += 1
-                    endpoint.open_connections += 1
-            if full:
+            if not self._admit(endpoint) and not (selecting.make_room() and self._admit(endpoint)):
                 # a reset, not a silent close: the client's next read fails at once
                 sock.setsockopt(socket.SOL_SOCKET, socket.SO_LINGER, struct.pack("ii", 1, 0))
                 sock.close()
@@ -319,7 +309,7 @@ class Listener:
                     "kubelet_sim_server_connections_refused_total", reason="max_connections"
                 )
                 self._refused(
-                    endpoint, "too many connections", f"{self.limits.max_connections} open"
+                    endpoint, "too many connections", f"{self.limits.max_connections} busy"
                 )
                 continue
             endpoint.counters.add("kubelet_sim_server_connections")
@@ -343,8 +333,16 @@ class Listener:
                 endpoint.counters.add("kubelet_sim_server_connections", -1)
                 continue
             deadline = time.monotonic() + self.limits.handshake_timeout
-            accepted.append(Connection(tls, endpoint, peer, deadline))
-        return accepted
+            selecting.park(Connection(tls, endpoint, peer, deadline), selectors.EVENT_READ)
+
+    def _admit(self, endpoint: Endpoint) -> bool:
+        """One more open connection, if under the cap."""
+        with self._lock:
+            if self._open >= self.limits.max_connections:
+                return False
+            self._open += 1
+            endpoint.open_connections += 1
+            return True
 
     def _refused(self, endpoint: Endpoint, what: str, detail: str) -> None:
         """One line per burst of refusals, not one per connection."""
@@ -402,10 +400,25 @@ class Listener:
                     return
                 conn.state = BUSY
                 conn.sock.settimeout(self.limits.write_timeout)
+                exchange.last_failure_allowed = (
+                    conn.auth_failures + 1 >= self.limits.max_auth_failures
+                )
                 if conn.endpoint.is_stream(exchange):
                     self._start_stream(conn, exchange)
                     return
                 conn.endpoint.serve(exchange)
+                if exchange.authenticated:
+                    conn.authenticated = True
+                elif exchange.authenticated is False:
+                    conn.authenticated = False
+                    conn.auth_failures += 1
+                    if exchange.last_failure_allowed:
+                        conn.endpoint.counters.add(
+                            "kubelet_sim_server_connections_refused_total",
+                            reason="authentication_failures",
+                        )
+                        self._close(conn)
+                        return
                 if exchange.close_connection or conn.closed:
                     self._close(conn)
                     return
@@ -528,6 +541,8 @@ class _Selecting:
         self.selector = selectors.DefaultSelector()
         self.heap: list[tuple[float, int, int, Connection]] = []
         self.parked: dict[int, Connection] = {}
+        # parked, oldest first: [never authenticated, authenticated] (what makes room first)
+        self.waiting: tuple[dict[int, Connection], dict[int, Connection]] = ({}, {})
         self.served: set[Endpoint] = set()
         self.selector.register(listener._wake_r, selectors.EVENT_READ, "wake")
 
@@ -538,8 +553,7 @@ class _Selecting:
         listener = self.listener
         if isinstance(data, Endpoint):
             if data in self.served:
-                for conn in listener._accept(data):
-                    self.park(conn, selectors.EVENT_READ)
+                listener._accept(data, self)
         elif data == "wake":
             with contextlib.suppress(OSError):
                 listener._wake_r.recv(65536)
@@ -566,12 +580,29 @@ class _Selecting:
             self.listener._close(conn)
             return
         self.parked[id(conn)] = conn
+        self.waiting[conn.authenticated][id(conn)] = conn
         heapq.heappush(self.heap, (conn.deadline, next(self.listener._seq), conn.generation, conn))
 
     def unpark(self, conn: Connection) -> None:
         self.selector.unregister(conn.sock)
         del self.parked[id(conn)]
+        del self.waiting[conn.authenticated][id(conn)]
         conn.generation += 1
+
+    def make_room(self) -> bool:
+        """Close the connection that has waited longest, one never authenticated first; False
+        if none waits (every open connection has a request in hand)."""
+        for group, reason in zip(self.waiting, ("unauthenticated", "idle"), strict=True):
+            if group:
+                conn = next(iter(group.values()))
+                self.unpark(conn)
+                conn.endpoint.counters.add(
+                    "kubelet_sim_server_connections_evicted_total", reason=reason
+                )
+                conn.endpoint.log.debug("connection closed to make room", client=conn.peer)
+                self.listener._close(conn)
+                return True
+        return False
 
     def follow_endpoints(self) -> None:
         """Accept on the endpoints opened since, let go of those closed (and their waiting

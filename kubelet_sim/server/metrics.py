@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import threading
 from dataclasses import dataclass, field
 
 
@@ -18,6 +19,36 @@ class Family:
     kind: str  # gauge or counter
     help: str
     samples: list[Sample] = field(default_factory=list)
+
+
+class Counters:
+    """A node's kubelet API counters and gauges (its connections, its bearer tokens), for
+    /metrics; `help` names the families shown, with their kind and text."""
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self._values: dict[tuple[str, tuple[tuple[str, str], ...]], float] = {}
+        self.help: dict[str, tuple[str, str]] = {}
+
+    def add(self, name: str, amount: float = 1.0, **labels: str) -> None:
+        key = (name, tuple(sorted(labels.items())))
+        with self._lock:
+            self._values[key] = self._values.get(key, 0.0) + amount
+
+    def get(self, name: str, **labels: str) -> float:
+        with self._lock:
+            return self._values.get((name, tuple(sorted(labels.items()))), 0.0)
+
+    def families(self) -> list[Family]:
+        with self._lock:
+            values = dict(self._values)
+        out: list[Family] = []
+        for name, (kind, text) in sorted(self.help.items()):
+            samples = [
+                Sample(dict(labels), v) for (n, labels), v in sorted(values.items()) if n == name
+            ]
+            out.append(Family(name, kind, text, samples))
+        return out
 
 
 def render(families: list[Family]) -> str:

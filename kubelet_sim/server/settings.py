@@ -14,7 +14,8 @@ class ConnectionLimits:
     """What one client may hold of the server (see http.py for the serving model); the caps
     are the process's when its nodes share one listener (listener.py)."""
 
-    max_connections: int = 4096  # open at once; past it a new connection is reset and counted
+    max_connections: int = 4096  # open at once; past it the longest-waiting one makes room
+    max_auth_failures: int = 3  # 401s (or 429s) on one connection; the last one closes it
     workers: int = 32  # threads serving requests at once (made as needed)
     max_streams: int = 512  # exec/attach/portForward/followed logs at once, each on a thread
     backlog: int = 0  # listen backlog; 0: the kernel's maximum (net.core.somaxconn), as Go's

@@ -5,9 +5,12 @@ Go's kubelet asks for a client certificate without checking it in the handshake
 (`tls.RequestClientCert`); k8s.io/apiserver's x509 authenticator verifies it afterwards, and a
 certificate that does not verify is an authentication error like any other: the request goes
 on to a bearer token, and ends in 401 if nothing vouches for it. Python's ssl has no such mode:
-it fails the handshake. So the context is given, through OpenSSL's own API, a verify callback
-that accepts every chain (OpenSSL still records the certificate), and `X509Authenticator`
-verifies the peer's certificate against the client CA with `cryptography` per request.
+it fails the handshake. So the context is given, through OpenSSL's own API, a certificate
+verification callback that accepts every chain without building it
+(`SSL_CTX_set_cert_verify_callback`: no signature is checked in the handshake, whatever the
+client sends; OpenSSL still keeps the certificates), and `x509auth.X509Authenticator`
+verifies them per connection with `cryptography`'s path verifier. The client CA file is read
+again when it changes (`x509auth.ClientCa`), as the kubelet's dynamic CA content.
 
 Reaching the SSL_CTX behind an `ssl.SSLContext` relies on CPython's layout (the pointer is the
 object's first field) and on libssl being loaded as a shared library; both are checked before
@@ -32,18 +35,18 @@ if TYPE_CHECKING:
     from kubelet_sim.server.x509auth import X509Authenticator
 
 _SSL_VERIFY_NONE, _SSL_VERIFY_PEER = 0, 1
-_VERIFY_CALLBACK = ctypes.CFUNCTYPE(ctypes.c_int, ctypes.c_int, ctypes.c_void_p)
+_CERT_VERIFY_CALLBACK = ctypes.CFUNCTYPE(ctypes.c_int, ctypes.c_void_p, ctypes.c_void_p)
 
 
-def _accept(_preverify_ok: int, _store: int | None) -> int:
-    return 1  # the authenticator decides, per request
+def _accept(_store: int | None, _arg: int | None) -> int:
+    return 1  # the authenticator decides, per connection
 
 
-_accept_any = _VERIFY_CALLBACK(_accept)  # kept alive here: OpenSSL holds a pointer to it
+_accept_any = _CERT_VERIFY_CALLBACK(_accept)  # kept alive here: OpenSSL holds a pointer to it
 
 
 @functools.cache
-def _libssl() -> ctypes.CDLL | None:
+def libssl() -> ctypes.CDLL | None:
     """The libssl this process's `_ssl` uses (already loaded: dlopen returns the same one)."""
     try:
         with open("/proc/self/maps") as maps:
@@ -55,18 +58,25 @@ def _libssl() -> ctypes.CDLL | None:
     lib = ctypes.CDLL(paths[0])
     lib.SSL_CTX_get_verify_mode.argtypes = [ctypes.c_void_p]
     lib.SSL_CTX_get_verify_mode.restype = ctypes.c_int
-    lib.SSL_CTX_set_verify.argtypes = [ctypes.c_void_p, ctypes.c_int, _VERIFY_CALLBACK]
-    lib.SSL_CTX_set_verify.restype = None
+    lib.SSL_CTX_set_cert_verify_callback.argtypes = [
+        ctypes.c_void_p, _CERT_VERIFY_CALLBACK, ctypes.c_void_p
+    ]  # fmt: skip
+    lib.SSL_CTX_set_cert_verify_callback.restype = None
     return lib
+
+
+def context_pointer(context: ssl.SSLContext) -> int | None:
+    """The SSL_CTX behind `context` (CPython keeps it as the object's first field)."""
+    return ctypes.c_void_p.from_address(id(context) + object.__basicsize__).value
 
 
 def _request_client_certificate(context: ssl.SSLContext) -> bool:
     """Ask for a client certificate and accept any in the handshake (Go's RequestClientCert).
     False if this Python's ssl cannot be reached that way (the handshake then verifies)."""
-    lib = _libssl()
+    lib = libssl()
     if lib is None:
         return False
-    pointer = ctypes.c_void_p.from_address(id(context) + object.__basicsize__).value
+    pointer = context_pointer(context)
     if not pointer:
         return False
     context.verify_mode = ssl.CERT_NONE
@@ -75,8 +85,7 @@ def _request_client_certificate(context: ssl.SSLContext) -> bool:
     context.verify_mode = ssl.CERT_OPTIONAL
     if lib.SSL_CTX_get_verify_mode(pointer) != _SSL_VERIFY_PEER:
         return False
-    # CPython keeps an SSL_CTX's callback when verify_mode changes, and copies it to each SSL.
-    lib.SSL_CTX_set_verify(pointer, _SSL_VERIFY_PEER, _accept_any)
+    lib.SSL_CTX_set_cert_verify_callback(pointer, _accept_any, None)
     return True
 
 
@@ -103,36 +112,57 @@ class ServingTls:
         self.files, self.client_ca_file = files, client_ca_file
         if client_ca_file:  # a bad file stops the start; OpenSSL reads it without cryptography
             ssl.SSLContext(ssl.PROTOCOL_TLS_CLIENT).load_verify_locations(client_ca_file)
-        self._authenticator: X509Authenticator | None = None
         self.verified_in_handshake = bool(client_ca_file) and not _deferred_check_works()
         self._context: ssl.SSLContext | None = None
+        self._context_ca: tuple[int, ...] | None = None  # the CA file a handshake check read
         self._lock = threading.Lock()
 
     @property
     def authenticator(self) -> X509Authenticator:
-        """Made at the first request (with `cryptography`, some 8 MiB a process never pays
-        while no client comes); a given client CA file is read then."""
-        with self._lock:
-            if self._authenticator is None:
-                self._authenticator = _authenticator(self.client_ca_file)
-            return self._authenticator
+        """The client CA file's authenticator as the file is now (`x509auth.ClientCa`: read
+        again when it changes), imported at the first request (with `cryptography`, some
+        8 MiB a process never pays while no client comes)."""
+        from kubelet_sim.server.x509auth import client_ca  # noqa: PLC0415 (at first use)
+
+        return client_ca(self.client_ca_file).current()
 
     def context(self) -> ssl.SSLContext:
-        """Raises OSError or ssl.SSLError if the files went bad since the check."""
+        """Raises OSError or ssl.SSLError if the files went bad since the check. Where the
+        handshake verifies, a changed client CA file makes a new context (what it reads)."""
         with self._lock:
+            stale = (
+                self.verified_in_handshake
+                and self.client_ca_file
+                and file_stamp(self.client_ca_file) != self._context_ca
+            )
             if self._context is None:
                 self._context = self._make_context()
+            elif stale:
+                try:
+                    self._context = self._make_context()
+                except (OSError, ssl.SSLError):  # the last good CA stays (x509auth.ClientCa)
+                    self._context_ca = file_stamp(self.client_ca_file or "")
             return self._context
 
     def _make_context(self) -> ssl.SSLContext:
         context = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
         context.load_cert_chain(*self.files())
-        if self.client_ca_file:
+        if self.client_ca_file and not _request_client_certificate(context):
+            self._context_ca = file_stamp(self.client_ca_file)
             context.load_verify_locations(self.client_ca_file)  # what a handshake check uses
-            if not _request_client_certificate(context):
-                context.verify_mode = ssl.CERT_OPTIONAL
-                self.verified_in_handshake = True
+            context.verify_mode = ssl.CERT_OPTIONAL
+            self.verified_in_handshake = True
         return context
+
+
+def file_stamp(path: str) -> tuple[int, ...] | None:
+    """What changes when a file is replaced or written (device, inode, mtime, size), as the
+    kubelet's dynamic CA content watches its file; None if it cannot be read."""
+    try:
+        stat = Path(path).stat()
+    except OSError:
+        return None
+    return stat.st_dev, stat.st_ino, stat.st_mtime_ns, stat.st_size
 
 
 def serving_tls(cert_file: Path, key_file: Path, client_ca_file: str | None) -> ServingTls:
@@ -153,20 +183,3 @@ def serving_tls(cert_file: Path, key_file: Path, client_ca_file: str | None) -> 
 def _deferred_check_works() -> bool:
     """Whether this Python's ssl can be asked to defer the check (tried once, on a context)."""
     return _request_client_certificate(ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER))
-
-
-def _authenticator(ca_file: str | None) -> X509Authenticator:
-    """One per CA file (as it is now) for all the nodes that trust it."""
-    from kubelet_sim.server.x509auth import X509Authenticator  # noqa: PLC0415 (at first use)
-
-    if not ca_file:
-        return X509Authenticator(None)
-    stat = Path(ca_file).stat()
-    return _authenticator_of(ca_file, stat.st_mtime_ns, stat.st_size)
-
-
-@functools.lru_cache(maxsize=16)
-def _authenticator_of(ca_file: str, _mtime_ns: int, _size: int) -> X509Authenticator:
-    from kubelet_sim.server.x509auth import X509Authenticator  # noqa: PLC0415 (at first use)
-
-    return X509Authenticator(ca_file)

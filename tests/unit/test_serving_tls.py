@@ -1,4 +1,5 @@
-"""A node's serving TLS checks a given client CA file at start, not at its first client."""
+"""A node's serving TLS checks a given client CA file at start, not at its first client, and
+follows it when it changes."""
 
 from __future__ import annotations
 
@@ -7,6 +8,9 @@ from pathlib import Path
 
 import pytest
 
+from kubelet_sim.controlplane.pki import CertificateAuthority
+from kubelet_sim.server import tls as tls_module
+from kubelet_sim.server.certs import self_signed
 from kubelet_sim.server.tls import ServingTls
 
 
@@ -29,3 +33,27 @@ def test_a_missing_client_ca_file_stops_the_start(tmp_path: Path) -> None:
 def test_without_a_client_ca_nothing_is_read_at_start() -> None:
     tls = ServingTls(_no_files, None)
     assert tls.authenticator.roots == []  # made on first use
+
+
+def test_where_the_handshake_verifies_a_changed_ca_file_makes_a_new_context(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Where this Python's ssl cannot defer the check, the context holds the CA: it is made
+    again when the file changes, and one that no longer loads keeps the last context."""
+    monkeypatch.setattr(tls_module, "_deferred_check_works", lambda: False)
+    monkeypatch.setattr(tls_module, "_request_client_certificate", lambda _context: False)
+    pair = self_signed(tmp_path / "pki", "n1", ["localhost"], ["127.0.0.1"])
+    ca_file = tmp_path / "ca.crt"
+    ca_file.write_bytes(CertificateAuthority(tmp_path / "a", "a").pair.cert.read_bytes())
+    tls = ServingTls(lambda: pair, str(ca_file))
+    assert tls.verified_in_handshake
+    first = tls.context()
+    assert tls.context() is first, "unchanged: the same context"
+    replaced = tmp_path / "ca.new"
+    replaced.write_bytes(CertificateAuthority(tmp_path / "b", "b").pair.cert.read_bytes())
+    replaced.replace(ca_file)
+    second = tls.context()
+    assert second is not first
+    assert second.verify_mode == ssl.CERT_OPTIONAL
+    ca_file.write_text("not a certificate any more, and longer than the one before\n")
+    assert tls.context() is second

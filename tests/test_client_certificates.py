@@ -1,0 +1,304 @@
+"""Client certificates verified by `cryptography`'s path verifier (issue 34, deliverable 2),
+over real TLS to a node: the intermediates a client sends are read on this Python (3.11:
+through OpenSSL, `server/peer_chain.py`; 3.13's own API is not exercised here) and checked as
+a chain (path length, extended key usage), a chain of 40 decoy CAs with 16,384-bit keys is
+refused before any signature is checked, one verification serves a keep-alive connection,
+and the client CA file replaced on disk is used without a restart.
+
+Both API servers: the node's client CA is the test's own, the API server only answers the
+SubjectAccessReviews of the users the certificates name (system:masters).
+"""
+
+from __future__ import annotations
+
+import datetime
+import http.client
+import os
+import secrets
+import ssl
+import time
+from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import pytest
+from cryptography import x509
+from cryptography.exceptions import InvalidSignature
+from cryptography.hazmat.primitives import hashes, serialization
+from cryptography.hazmat.primitives.asymmetric import ec, rsa
+from cryptography.x509.oid import ExtendedKeyUsageOID, NameOID
+from structlog.testing import capture_logs
+
+from kubelet_sim.server import x509auth
+from kubelet_sim.server.settings import ServerSettings
+from kubelet_sim.server.x509auth import X509Authenticator
+from tests.agent_fixture import start_agent
+from tests.cluster import Cluster, wait_for
+from tests.docker_env import DockerEnv
+
+SHA256_RSA = bytes.fromhex("300d06092a864886f70d01010b0500")  # its AlgorithmIdentifier
+
+
+@dataclass
+class Issuer:
+    key: Any
+    name: x509.Name
+    cert: x509.Certificate
+
+
+def _name(cn: str, org: str | None = None) -> x509.Name:
+    attrs = [x509.NameAttribute(NameOID.ORGANIZATION_NAME, org)] if org else []
+    return x509.Name([*attrs, x509.NameAttribute(NameOID.COMMON_NAME, cn)])
+
+
+def _builder(subject: x509.Name, issuer: x509.Name, public_key: Any) -> x509.CertificateBuilder:
+    now = datetime.datetime.now(datetime.UTC)
+    return (
+        x509.CertificateBuilder()
+        .subject_name(subject)
+        .issuer_name(issuer)
+        .public_key(public_key)
+        .serial_number(x509.random_serial_number())
+        .not_valid_before(now - datetime.timedelta(hours=1))
+        .not_valid_after(now + datetime.timedelta(days=1))
+    )
+
+
+def ca(
+    cn: str,
+    parent: Issuer | None = None,
+    *,
+    path_length: int | None = None,
+    usages: list[x509.ObjectIdentifier] | None = None,
+) -> Issuer:
+    """A CA (a root, or an intermediate under `parent`), as kubeadm's: keyCertSign usage."""
+    key = ec.generate_private_key(ec.SECP256R1())
+    signer = parent or Issuer(key, _name(cn), None)  # type: ignore[arg-type]
+    builder = _builder(_name(cn), signer.name, key.public_key()).add_extension(
+        x509.BasicConstraints(ca=True, path_length=path_length), critical=True
+    )
+    builder = builder.add_extension(
+        x509.KeyUsage(True, False, False, False, False, True, True, False, False), critical=True
+    )
+    if usages:
+        builder = builder.add_extension(x509.ExtendedKeyUsage(usages), critical=False)
+    return Issuer(key, _name(cn), builder.sign(signer.key, hashes.SHA256()))
+
+
+def leaf(user: str, issuer: Issuer) -> tuple[Any, x509.Certificate]:
+    key = ec.generate_private_key(ec.SECP256R1())
+    cert = (
+        _builder(_name(user, "system:masters"), issuer.name, key.public_key())
+        .add_extension(x509.ExtendedKeyUsage([ExtendedKeyUsageOID.CLIENT_AUTH]), critical=False)
+        .sign(issuer.key, hashes.SHA256())
+    )
+    return key, cert
+
+
+def _pem(*certs: x509.Certificate) -> bytes:
+    return b"".join(c.public_bytes(serialization.Encoding.PEM) for c in certs)
+
+
+def _der(cert: x509.Certificate) -> bytes:
+    return cert.public_bytes(serialization.Encoding.DER)
+
+
+def write_client(directory: Path, name: str, key: Any, *chain: x509.Certificate) -> Path:
+    """<name>.crt (the chain as the client sends it) and <name>.key; returns the stem."""
+    stem = directory / name
+    stem.with_suffix(".crt").write_bytes(_pem(*chain))
+    stem.with_suffix(".key").write_bytes(
+        key.private_bytes(
+            serialization.Encoding.PEM,
+            serialization.PrivateFormat.PKCS8,
+            serialization.NoEncryption(),
+        )
+    )
+    return stem
+
+
+def _connect(port: int, client: Path) -> http.client.HTTPSConnection:
+    context = ssl.create_default_context()
+    context.check_hostname, context.verify_mode = False, ssl.CERT_NONE
+    context.load_cert_chain(client.with_suffix(".crt"), client.with_suffix(".key"))
+    return http.client.HTTPSConnection("127.0.0.1", port, context=context, timeout=30)
+
+
+def status(port: int, client: Path, path: str = "/healthz") -> int:
+    conn = _connect(port, client)
+    try:
+        conn.request("GET", path)
+        answer = conn.getresponse()
+        answer.read()
+        return answer.status
+    finally:
+        conn.close()
+
+
+@dataclass
+class TrustingNode:
+    port: int
+    ca_file: Path  # what the node trusts; replace it to change that
+    dir: Path
+
+
+@pytest.fixture
+def trusting(cluster: Cluster, docker_env: DockerEnv, tmp_path: Path) -> Iterator[TrustingNode]:
+    """A node whose client CA file is the test's (first the root `root.crt` written here)."""
+    ca_file = tmp_path / "client-ca.crt"
+    ca_file.write_bytes(_pem(ROOT.cert))
+    settings = ServerSettings(address="127.0.0.1", port=0, client_ca_file=str(ca_file))
+    running = start_agent(cluster, docker_env, tmp_path / "root", server=settings)
+    try:
+        server = running.agent.server
+        assert server is not None
+        yield TrustingNode(server.port, ca_file, tmp_path)
+    finally:
+        running.stop()
+
+
+ROOT = ca("test-root")
+
+
+def test_intermediates_are_read_and_checked_as_a_chain(trusting: TrustingNode) -> None:
+    """A leaf under an intermediate gets in when the client sends the intermediate; past a
+    `pathlen=0` root, or under an intermediate for serverAuth only, it does not (401), and
+    the log says which limit refused it."""
+    port, directory = trusting.port, trusting.dir
+    middle = ca("middle", ROOT)
+    key, carol = leaf("carol", middle)
+    assert status(port, write_client(directory, "carol", key, carol, middle.cert)) == 200
+    assert status(port, write_client(directory, "alone", key, carol)) == 401, "no intermediate"
+
+    short = ca("short-root", path_length=0)
+    trusting.ca_file.write_bytes(_pem(ROOT.cert, short.cert))
+    below = ca("below-short", short)
+    key, dave = leaf("dave", below)
+    too_deep = write_client(directory, "dave", key, dave, below.cert)
+    servers_only = ca("servers-only", ROOT, usages=[ExtendedKeyUsageOID.SERVER_AUTH])
+    key, erin = leaf("erin", servers_only)
+    server_auth = write_client(directory, "erin", key, erin, servers_only.cert)
+    with capture_logs() as logs:
+        assert status(port, too_deep) == 401
+        assert status(port, server_auth) == 401
+    errors = [e["error"] for e in logs if e["event"] == "client certificate not accepted"]
+    assert len(errors) == 2, logs
+    assert "path length constraint violated" in errors[0]
+    assert "EKU" in errors[1]
+    key, frank = leaf("frank", short)
+    assert status(port, write_client(directory, "frank", key, frank)) == 200, "pathlen=0: a leaf"
+
+
+def _decoys(count: int, issuer_name: x509.Name) -> list[x509.Certificate]:
+    """CA certificates named `issuer_name` with 16,384-bit RSA keys (a public modulus is any
+    odd number: no key is generated), signed by a key no one trusts."""
+    signer = ec.generate_private_key(ec.SECP256R1())
+    modulus = secrets.randbits(16384) | (1 << 16383) | 1
+    public = rsa.RSAPublicNumbers(65537, modulus).public_key()
+    return [
+        _builder(issuer_name, ROOT.name, public)
+        .add_extension(x509.BasicConstraints(ca=True, path_length=None), critical=True)
+        .sign(signer, hashes.SHA256())
+        for _ in range(count)
+    ]
+
+
+def _tlv(tag: int, body: bytes) -> bytes:
+    size = len(body)
+    length = bytes([size]) if size < 0x80 else bytes([0x80 | 2]) + size.to_bytes(2, "big")
+    return bytes([tag]) + length + body
+
+
+def _decoyed_leaf(issuer_name: x509.Name) -> tuple[Any, x509.Certificate]:
+    """A leaf whose signature is RSA-sized for a 16,384-bit key: checking it against each decoy
+    costs a full 16,384-bit RSA operation, before it fails."""
+    key = ec.generate_private_key(ec.SECP256R1())
+    signed = _builder(_name("mallory", "system:masters"), issuer_name, key.public_key()).sign(
+        rsa.generate_private_key(65537, 2048), hashes.SHA256()
+    )
+    signature = secrets.randbits(16383).to_bytes(2048, "big")
+    body = signed.tbs_certificate_bytes + SHA256_RSA + _tlv(0x03, b"\0" + signature)
+    return key, x509.load_der_x509_certificate(_tlv(0x30, body))
+
+
+def test_a_chain_of_decoys_is_refused_within_bounded_cpu(trusting: TrustingNode) -> None:
+    """40 decoy CAs with 16,384-bit keys: before, each cost a signature check (0.18 s of CPU
+    a request in the issue's measure); now the chain is refused unread (more than MAX_CHAIN
+    certificates), and one within that count by its key size, each in less CPU than three of
+    those checks, and the node answers 401."""
+    decoy_name = _name("decoy")
+    key, mallory = _decoyed_leaf(decoy_name)
+    decoys = _decoys(40, decoy_name)
+    one_check = time.thread_time()
+    with pytest.raises(InvalidSignature):
+        mallory.verify_directly_issued_by(decoys[0])
+    one_check = time.thread_time() - one_check
+    authenticator = X509Authenticator([ROOT.cert])
+    for chain in (decoys, decoys[: x509auth.MAX_CHAIN - 1]):
+        started = time.thread_time()
+        found = authenticator.verify(_der(mallory), [_der(d) for d in chain])
+        spent = time.thread_time() - started
+        assert found.user is None
+        assert spent < 3 * one_check, (len(chain), spent, one_check)
+    assert (
+        "41 certificates sent, more than 8"
+        in authenticator.verify(_der(mallory), [_der(d) for d in decoys]).error
+    )
+    assert "RSA key of 16384 bits" in authenticator.verify(_der(mallory), [_der(decoys[0])]).error
+    client = write_client(trusting.dir, "mallory", key, mallory, *decoys)
+    with capture_logs() as logs:
+        assert status(trusting.port, client) == 401
+    (said,) = [e for e in logs if e["event"] == "client certificate not accepted"]
+    assert "41 certificates sent" in said["error"]
+
+
+def test_one_verification_serves_a_keep_alive_connection(
+    trusting: TrustingNode, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    verified: list[bytes] = []
+    real = X509Authenticator._verify
+
+    def counted(self: X509Authenticator, der: bytes, intermediates: Any) -> Any:
+        verified.append(der)
+        return real(self, der, intermediates)
+
+    monkeypatch.setattr(X509Authenticator, "_verify", counted)
+    key, gina = leaf("gina", ROOT)
+    conn = _connect(trusting.port, write_client(trusting.dir, "gina", key, gina))
+    try:
+        for _ in range(5):
+            conn.request("GET", "/healthz")
+            answer = conn.getresponse()
+            assert (answer.status, answer.read()) == (200, b"ok")
+    finally:
+        conn.close()
+    assert len(verified) == 1
+
+
+def test_a_client_ca_file_replaced_on_disk_is_used_without_a_restart(
+    trusting: TrustingNode,
+) -> None:
+    """The node trusts ROOT; its file is replaced (a rename, as kubeadm and cert-manager
+    write) with another CA, then written in place back; a file that holds no certificate
+    keeps the last one in force. No restart: the next connection sees each change."""
+    port, ca_file = trusting.port, trusting.ca_file
+    other = ca("other-root")
+    key, henry = leaf("henry", ROOT)
+    ours = write_client(trusting.dir, "henry", key, henry)
+    key, ida = leaf("ida", other)
+    theirs = write_client(trusting.dir, "ida", key, ida)
+    assert (status(port, ours), status(port, theirs)) == (200, 401)
+
+    replacement = trusting.dir / "client-ca.crt.new"
+    replacement.write_bytes(_pem(other.cert))
+    os.replace(replacement, ca_file)
+    wait_for(lambda: status(port, theirs) == 200, 10, "the new CA trusted")
+    assert status(port, ours) == 401, "the old one no longer"
+
+    ca_file.write_bytes(_pem(ROOT.cert))  # in place: the same inode, a new size and mtime
+    wait_for(lambda: status(port, ours) == 200, 10, "the CA written in place trusted")
+    with capture_logs() as logs:
+        ca_file.write_text("not a certificate, and longer than the one before it\n")
+        assert status(port, ours) == 200, "the last good CA stays in force"
+    assert any(e["event"].startswith("client CA file not reloaded") for e in logs), logs
