@@ -415,3 +415,38 @@ def test_a_pod_lists_pods_with_in_cluster_config_from_an_image_built_here() -> N
             client.images.remove(image, force=True)
         finally:
             client.close()
+
+
+KILLED = """
+import json, sys, time
+from kubelet_sim.testing import Cluster
+cluster = Cluster(nodes=1).start()
+print("LABELS " + json.dumps(cluster.labels), flush=True)
+time.sleep(3600)
+"""
+
+
+def test_a_killed_sessions_containers_go_when_the_next_cluster_starts(tmp_path: Path) -> None:
+    from kubelet_sim.testing import Cluster
+
+    session = subprocess.Popen(
+        [sys.executable, "-c", KILLED], stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True
+    )
+    try:
+        assert session.stdout is not None
+        line = ""
+        while not line.startswith("LABELS ") and session.poll() is None:
+            line = session.stdout.readline()  # its logs come first
+        assert line.startswith("LABELS "), "the first cluster started"
+        labels = json.loads(line.removeprefix("LABELS "))
+    finally:
+        session.kill()  # no clean-up: its pods' and the API endpoint's containers stay
+        session.wait(10)
+    client = docker.from_env()
+    try:
+        selector = [f"{k}={v}" for k, v in labels.items()]
+        assert client.containers.list(all=True, filters={"label": selector}), "left behind"
+        with Cluster(nodes=1, workdir=tmp_path / "next"):
+            assert client.containers.list(all=True, filters={"label": selector}) == []
+    finally:
+        client.close()

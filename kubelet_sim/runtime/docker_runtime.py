@@ -511,6 +511,11 @@ class DockerRuntime:
                 self._api.remove_volume(volume["Name"], force=True)
         return len(containers), len(volumes)
 
+    def label_values(self, key: str) -> set[str]:
+        """The values of label `key` over every container that has it (one list call)."""
+        listed = self._api.containers(all=True, filters={"label": key}) or []
+        return {str((c.get("Labels") or {}).get(key, "")) for c in listed} - {""}
+
     def remove_pod_dir(self, pod_uid: str) -> None:
         """Drop the pod's termination logs and memory volumes once its containers are gone."""
         self.files.remove_pod_dir(pod_uid)

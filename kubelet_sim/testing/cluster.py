@@ -56,6 +56,7 @@ from kubelet_sim.pem import copy_private
 from kubelet_sim.runtime.docker_runtime import DockerRuntime, RuntimeUnavailable
 from kubelet_sim.server.settings import ServerSettings
 from kubelet_sim.testing.kubeconfigs import api_server, through_relay
+from kubelet_sim.testing.leftovers import PROCESS_LABEL, remove_dead_clusters, this_process
 from kubelet_sim.volumes.hostmount import mount_points_under, unmount
 
 DEFAULT_PAUSE_IMAGE = "registry.k8s.io/pause:3.10"  # the CLI's default (cli/node_options.py)
@@ -131,7 +132,10 @@ class Cluster:
         self._own_workdir = workdir is None
         self.workdir = Path(workdir or tempfile.mkdtemp(prefix="kubelet-sim-cluster-"))
         self.nodes: list[str] = [f"n{i}" for i in range(1, nodes + 1)]
-        self.labels = {cri.LABEL_OWNER: f"testing-{secrets.token_hex(6)}"}
+        self.labels = {
+            cri.LABEL_OWNER: f"testing-{secrets.token_hex(6)}",
+            PROCESS_LABEL: this_process(),
+        }
         self.timeout = timeout
         self.kubeconfig: Path = self.joined or self.workdir / "kubeconfig"
         self._grace = node_monitor_grace_period
@@ -174,6 +178,7 @@ class Cluster:
         self.workdir.mkdir(mode=0o700, parents=True, exist_ok=True)
         network = self._network or ("bridge" if self.joined is None else _kind_or_bridge())
         self._engine = engine = DockerRuntime.connect(network=network)
+        remove_dead_clusters(engine)
         self.image, self._pause = ensure_images(
             engine,
             DEFAULT_SAMPLE_IMAGE,
