@@ -28,12 +28,23 @@ for _ in $(seq 1 30); do
     sleep 1
 done
 [ -n "${cert:-}" ] || { echo "the CSR $csr was not signed" >&2; exit 1; }
-server=$(kubectl config view --minify -o jsonpath='{.clusters[0].cluster.server}')
-ca=$(kubectl config view --minify --raw -o jsonpath='{.clusters[0].cluster.certificate-authority-data}')
+# The cluster entry as the current kubeconfig has it: its CA (a file's inlined), or
+# insecure-skip-tls-verify, or neither (the system's CAs), and any tls-server-name.
+view() { kubectl config view --minify --raw --flatten -o jsonpath="{.clusters[0].cluster.$1}"; }
+server=$(view server)
+entry="server: \"${server}\""
+ca=$(view certificate-authority-data)
+if [ -n "$ca" ]; then
+    entry+=", certificate-authority-data: \"${ca}\""
+elif [ "$(view insecure-skip-tls-verify)" = true ]; then
+    entry+=", insecure-skip-tls-verify: true"
+fi
+name=$(view tls-server-name)
+[ -n "$name" ] && entry+=", tls-server-name: \"${name}\""
 cat <<KUBECONFIG
 apiVersion: v1
 kind: Config
-clusters: [{name: cluster, cluster: {server: "${server}", certificate-authority-data: "${ca}"}}]
+clusters: [{name: cluster, cluster: {${entry}}}]
 users: [{name: "system:node:${node}", user: {client-certificate-data: "${cert}", client-key-data: "$(base64 -w0 < "$work/key.pem")"}}]
 contexts: [{name: "${node}", context: {cluster: cluster, user: "system:node:${node}"}}]
 current-context: "${node}"

@@ -82,9 +82,13 @@ def running_agent(
     """
     # No warm sandbox pool unless a test asks (--sandbox-pool-size): tests that count or
     # select the node's containers by label predate it; tests/test_sandbox_pool.py has its own.
+    # Its client CA lets the API server in (a cluster's kubelet-client signer the kubeconfig
+    # does not name: KUBELET_SIM_TEST_KUBELET_CLIENT_CA), as a kubelet's --client-ca-file.
+    trust = cluster.session.kubelet_client_trust()
     env = {
         "KUBELET_SIM_POD_INFRA_IMAGE": PAUSE_IMAGE,
         "KUBELET_SIM_SANDBOX_POOL_SIZE": "0",
+        **({"KUBELET_SIM_CLIENT_CA_FILE": trust} if trust else {}),
         **(env or {}),
     }
     # A root of its own, not the machine's /var/lib/kubelet-sim, removed afterwards.

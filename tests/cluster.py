@@ -3,7 +3,10 @@
 `KUBELET_SIM_TEST_API` picks the server for the session: `fake` (the default: one in-process
 `FakeApiServer`) or `real`: the cluster named by `KUBELET_SIM_TEST_KUBECONFIG` (e.g. kind), or
 else a control plane started from real binaries (`tests/kubeenv.py`, envtest's convention).
-Setting only `KUBELET_SIM_TEST_KUBECONFIG` also means `real`.
+Setting only `KUBELET_SIM_TEST_KUBECONFIG` also means `real`. On such a cluster,
+`KUBELET_SIM_TEST_KUBELET_CLIENT_CA` names the CA that signs its API server's kubelet-client
+certificate where the kubeconfig's CA does not (kubeadm's and kind's do): the tests' nodes trust
+it, as a kubelet's --client-ca-file.
 """
 
 from __future__ import annotations
@@ -29,14 +32,17 @@ from tests.kubeenv import KubeEnv, KubeEnvError, find_binaries
 from tests.node_certs import NoNodeCredentials, kubeconfig_cluster, mint_node_kubeconfig
 from tests.polling import poll
 from tests.server_probes import (
+    KUBELET_CLIENT_CA_ENV,
     PROBE_DEADLINE,
     ask_controller,
+    ask_kubelet_client_ca,
     ask_scheduler,
     ask_signer,
     check_node_authorizer,
 )
 
 __all__ = [
+    "NO_SCHEDULER",
     "Cluster",
     "EventStream",
     "api_mode",
@@ -123,6 +129,9 @@ class _Session:
     workdir: Path | None = None  # where node kubeconfigs minted through the CSR API go
     # Why a cluster of the user's gives no node credentials (None: not asked yet, or it does).
     no_node_credentials: str | None = None
+    # KUBELET_SIM_TEST_KUBELET_CLIENT_CA on a cluster of the user's: what its nodes must trust
+    # for the API server's kubelet-client certificate, besides the kubeconfig's CA.
+    kubelet_client_ca: str | None = None
     _asked: bool = False
     _probes: dict[str, str | None] = field(default_factory=dict)
     _lock: threading.Lock = field(default_factory=threading.Lock)
@@ -160,6 +169,38 @@ class _Session:
         finally:
             api.close()
         check_node_authorizer(str(path), node_name)
+        return str(path)
+
+    def kubelet_client_trust(self) -> str | None:
+        """A CA file the tests' nodes trust as their client CA (the kubelet's --client-ca-file)
+        so the API server's kubelet-client certificate verifies; None: the agents' default,
+        the kubeconfig's CA (the fake's; our control plane's client CA, unless it has one of its
+        own). On a cluster of the user's with `kubelet_client_ca`: that and the kubeconfig's CA
+        (a file in `workdir`)."""
+        if self.fake is not None:
+            return None
+        if self.env is not None:
+            own = self.env.client_ca[0]
+            return None if own == self.env.ca.pair.cert else str(own)
+        if self.kubelet_client_ca is None:
+            return None
+        assert self.workdir is not None
+        bundle = self.workdir / "kubelet-client-trust.crt"
+        with self._lock:
+            if not bundle.exists():
+                given = Path(self.kubelet_client_ca).read_bytes()
+                bundle.write_bytes(_cluster_ca(self).encode() + b"\n" + given)
+        return str(bundle)
+
+    def kubeconfig_ca(self) -> str | None:
+        """The kubeconfig's CA as a file in `workdir` (None where it names none, as with
+        insecure-skip-tls-verify): what the agents trust by default."""
+        pem = _cluster_ca(self)
+        if not pem.strip() or self.workdir is None:
+            return None
+        path = self.workdir / "kubeconfig-ca.crt"
+        with self._lock:
+            path.write_text(pem)
         return str(path)
 
     def probed(self, what: str) -> str | None:
@@ -236,6 +277,22 @@ class Cluster:
             if lacking:
                 pytest.skip(lacking)
 
+    def require_kubelet_client_ca(self) -> str | None:
+        """The client CA file for a node whose API the API server reaches (logs, exec, attach,
+        port-forward: see `_Session.kubelet_client_trust`); on a cluster of the user's, skips
+        where it does not verify the API server's kubelet-client certificate (asked once per
+        session), naming KUBELET_SIM_TEST_KUBELET_CLIENT_CA."""
+        trust = self.session.kubelet_client_trust()
+        if self.fake is None and self.session.env is None:
+            checked = trust or self.session.kubeconfig_ca()
+            lacking = self.session.probe(
+                "kubelet-client CA",
+                lambda: ask_kubelet_client_ca(self.api, checked, deadline_scale()),
+            )
+            if lacking:
+                pytest.skip(lacking)
+        return trust
+
     def require_scheduler(self) -> None:
         """Skip where no scheduler places pods: the fake, or a cluster without one (asked once
         per session with a pod that fits no node, which a scheduler marks Unschedulable)."""
@@ -276,7 +333,8 @@ def cluster_session(tmp_path_factory: pytest.TempPathFactory) -> Iterator[_Sessi
 def _real_session(workdir: Path) -> Iterator[_Session]:
     given = os.environ.get(KUBECONFIG_ENV)
     if given:
-        yield _Session(given, None, workdir=workdir)
+        client_ca = os.environ.get(KUBELET_CLIENT_CA_ENV) or None  # a file: pytest_configure
+        yield _Session(given, None, workdir=workdir, kubelet_client_ca=client_ca)
         return
     try:
         binaries = find_binaries()
@@ -361,7 +419,8 @@ def _namespace_defaults(api: Any, session: _Session, namespace: str) -> None:
 
 
 def _cluster_ca(session: _Session) -> str:
-    """The CA certificate(s) the session's kubeconfig trusts: what kube-root-ca.crt holds."""
+    """The CA certificate(s) the session's kubeconfig trusts (none where it skips TLS
+    verification): what kube-root-ca.crt holds where no controller publishes it."""
     import base64
 
     data = kubeconfig_cluster(session.kubeconfig).get("certificate-authority-data", "")
@@ -518,6 +577,12 @@ def open_watch(list_call: Callable[..., Any], *args: Any, **kwargs: Any) -> Even
     kwargs.setdefault("_request_timeout", 30)
     response = list_call(*args, watch=True, _preload_content=False, **kwargs)
     return EventStream(response)
+
+
+# A scheduler name no scheduler has: a pod that names it stays unbound on a real cluster (whose
+# default-scheduler would otherwise bind it to any node that fits, a node of the cluster's own
+# among them) until the test binds it or never.
+NO_SCHEDULER = "kubelet-sim-test"
 
 
 def pod_body(name: str, image: str = "busybox:1.36", **spec: Any) -> dict[str, Any]:

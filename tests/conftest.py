@@ -2,6 +2,7 @@
 
 import os
 from collections.abc import Iterator
+from pathlib import Path
 
 import pytest
 
@@ -12,11 +13,20 @@ from tests.docker_env import *  # noqa: F403
 from tests.kindlike import kindlike  # noqa: F401 (a fixture: the API server in a container)
 from tests.mounts import unmount_all_under
 from tests.networks import network  # noqa: F401 (a fixture: a Docker network of the test's own)
+from tests.others import others_on_node  # noqa: F401 (a fixture: pods the cluster binds itself)
 from tests.reference import reference_node  # noqa: F401 (a fixture: the upstream kubelet's node)
+from tests.server_probes import KUBELET_CLIENT_CA_ENV
 
 # Many agents run at once (both passes, subprocess agents among them): each one's kubelet API
 # takes a free port (advertised in its Node) rather than all asking for 10250.
 os.environ.setdefault("KUBELET_SIM_PORT", "0")
+
+
+def pytest_configure(config: pytest.Config) -> None:
+    """A given kubelet-client CA that is no file stops the session at once, in one line."""
+    given = os.environ.get(KUBELET_CLIENT_CA_ENV)
+    if given and not Path(given).is_file():
+        raise pytest.UsageError(f"{KUBELET_CLIENT_CA_ENV}={given}: no such file")
 
 
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
@@ -35,6 +45,18 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
     if drop:
         config.hook.pytest_deselected(items=drop)
         items[:] = keep
+
+
+@pytest.fixture(autouse=True)
+def _through_api_server(request: pytest.FixtureRequest) -> None:
+    """A test marked `through_api_server` skips first, with one line, where the API server's
+    kubelet-client certificate is one the tests' nodes cannot verify (a cluster of the user's
+    whose signer the kubeconfig does not name and KUBELET_SIM_TEST_KUBELET_CLIENT_CA does not
+    give: `Cluster.require_kubelet_client_ca`)."""
+    if request.node.get_closest_marker("through_api_server") is None:
+        return
+    if "cluster" in request.fixturenames:
+        request.getfixturevalue("cluster").require_kubelet_client_ca()
 
 
 @pytest.fixture(autouse=True)

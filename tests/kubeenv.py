@@ -12,6 +12,7 @@ demo's download cache or PATH (etcd: Debian's `etcd-server`).
 from __future__ import annotations
 
 import argparse
+import secrets
 import signal
 import tempfile
 from dataclasses import dataclass, field
@@ -21,6 +22,8 @@ from typing import Any
 from kubelet_sim.controlplane import binaries
 from kubelet_sim.controlplane.binaries import Binaries, BinariesMissing
 from kubelet_sim.controlplane.cluster import ControlPlane
+from kubelet_sim.controlplane.reference_node import ReferenceNode, ReferenceNodeError
+from tests.server_probes import KUBELET_CLIENT_CA_ENV
 
 KubeEnvError = BinariesMissing
 
@@ -28,14 +31,23 @@ __all__ = ["OTHERWISE", "Binaries", "KubeEnv", "KubeEnvError", "find_binaries"]
 
 # A control plane set up otherwise than the tests' own, as a user's may be: the API server's
 # default address preference (Hostname first), the controller-manager's default controller set
-# with a ServiceAccount per controller (as kubeadm) and k3s's Service range; `--otherwise` adds
-# a DaemonSet shaped like kind's kindnet (`KINDNET_LIKE`), whose pod every node gets.
+# with a ServiceAccount per controller (as kubeadm) and without --root-ca-file, k3s's Service
+# range, a token issuer other than kind's (the audience of a token asked without one), a
+# static-token admin whose kubeconfig has `insecure-skip-tls-verify` (the one printed) and the
+# API server's kubelet-client certificate signed by a CA of its own, which no kubeconfig names.
+# `--otherwise` adds a DaemonSet shaped like kind's kindnet (`KINDNET_LIKE`), whose pod every
+# node gets, and a real kubelet node (`ReferenceNode`, untainted: the scheduler may pick it for
+# any pod) where one can run here.
 OTHERWISE: dict[str, Any] = {
     "preferred_address_types": None,
     "controller_list": None,
     "controller_credentials": True,
+    "root_ca_file": False,
     "service_cidr": "10.43.0.0/16",
+    "service_account_issuer": "https://kubelet-sim.invalid/issuer",
     "scheduler": True,
+    "token_user": True,
+    "own_kubelet_client_ca": True,
 }
 
 
@@ -102,6 +114,11 @@ def main() -> None:
         "--controllers", metavar="LIST", help="kube-controller-manager's --controllers"
     )
     parser.add_argument("--no-scheduler", action="store_true", help="start no kube-scheduler")
+    parser.add_argument(
+        "--no-reference-node",
+        action="store_true",
+        help="with --otherwise: no real kubelet node beside (it takes some 10 s and root)",
+    )
     args = parser.parse_args()
     options = dict(OTHERWISE) if args.otherwise else {}
     if args.controllers is not None:
@@ -111,19 +128,47 @@ def main() -> None:
     stop_signals = {signal.SIGINT, signal.SIGTERM}
     signal.pthread_sigmask(signal.SIG_BLOCK, stop_signals)  # sigwait needs them blocked
     env = KubeEnv(find_binaries(), **options).start()
-    if args.otherwise:
-        add_kindnet_like(env)
-    print(f"export KUBECONFIG={env.admin_kubeconfig}  # {', '.join(env.components)}", flush=True)
-    if options:
-        shown = [f"{k}={v!r}" for k, v in options.items()]
-        shown += ["a kindnet-like DaemonSet"] if args.otherwise else []
-        print("# " + ", ".join(shown), flush=True)
-    for name in args.nodes:
-        print(f"{name}: --kubeconfig {env.node_kubeconfig(name)}", flush=True)
+    reference = None
     try:
+        shown = [f"{k}={v!r}" for k, v in options.items()]
+        if args.otherwise:
+            add_kindnet_like(env)
+            shown.append("a kindnet-like DaemonSet")
+            if not args.no_reference_node:
+                reference = _reference_node(env)
+                shown.append(
+                    f"a real kubelet node {reference.name}"
+                    if isinstance(reference, ReferenceNode)
+                    else f"no real kubelet node ({reference})"
+                )
+        if shown:
+            print("# " + ", ".join(shown), flush=True)
+        if env.own_kubelet_client_ca:
+            # What a user tells the suite of such a cluster (tests/cluster.py).
+            print(f"export {KUBELET_CLIENT_CA_ENV}={env.client_ca[0]}", flush=True)
+        kubeconfig = env.token_kubeconfig() if env.token_user else env.admin_kubeconfig
+        # Last: scripts/test-other-cluster reads the lines above once it sees this one.
+        print(f"export KUBECONFIG={kubeconfig}  # {', '.join(env.components)}", flush=True)
+        for name in args.nodes:
+            print(f"{name}: --kubeconfig {env.node_kubeconfig(name)}", flush=True)
         signal.sigwait(stop_signals)
     finally:
+        if isinstance(reference, ReferenceNode):
+            reference.stop()
         env.stop()
+
+
+def _reference_node(env: ControlPlane) -> ReferenceNode | str:
+    """A Ready upstream kubelet node of `env`, untainted; or why none can run here."""
+    why = ReferenceNode.unavailable()
+    if why:
+        return why
+    workdir = Path(tempfile.mkdtemp(prefix="ksref-"))  # short: containerd's socket is there
+    node = ReferenceNode(env, f"ks-kubelet-{secrets.token_hex(3)}", workdir)
+    try:
+        return node.start()
+    except ReferenceNodeError as exc:
+        return str(exc).splitlines()[0]
 
 
 if __name__ == "__main__":

@@ -3,7 +3,6 @@ way to it (the real one's kubelet-client certificate; the fake is given the same
 
 from __future__ import annotations
 
-import base64
 import contextlib
 import ssl
 import urllib.request
@@ -22,7 +21,6 @@ from kubelet_sim.server.settings import ConnectionLimits, ServerSettings
 from tests.agent_fixture import RunningAgent, start_agent
 from tests.cluster import Cluster
 from tests.docker_env import DockerEnv
-from tests.node_certs import kubeconfig_cluster
 
 COUNT = ["sh", "-c", "i=0; while :; do i=$((i+1)); echo line $i; sleep 0.2; done"]
 
@@ -55,11 +53,6 @@ def stranger_certificate(tls: Path, user: str) -> Path:
     return other.issue("stranger", user, groups=("system:masters",), directory=tls).cert
 
 
-def _cluster_ca(kubeconfig: str) -> bytes:
-    """The CA of the kubeconfig's current cluster, as PEM."""
-    return base64.b64decode(kubeconfig_cluster(kubeconfig).get("certificate-authority-data", ""))
-
-
 @contextlib.contextmanager
 def serving_node(
     cluster: Cluster, docker_env: DockerEnv, tmp_path: Path, limits: ConnectionLimits | None = None
@@ -86,19 +79,20 @@ def serving_node(
 
 def client_certificates(cluster: Cluster, tls: Path) -> Path:
     """In `tls`: admin.crt/key (the API server's kubelet-client identity), stranger.crt/key
-    (the same names from another CA); returns the client CA file the node should trust."""
+    (the same names from another CA); returns the client CA file the node should trust: the
+    test's CA and what lets the API server in (`_Session.kubelet_client_trust`; a test that
+    needs it is marked `through_api_server`)."""
+    trust = cluster.session.kubelet_client_trust()
     tls.mkdir()
     env = cluster.session.env
     ca = env.ca if env is not None else CertificateAuthority(tls / "client-ca", "client-ca")
     who = "kube-apiserver-kubelet-client"
     ca.issue("admin", who, groups=("system:masters",), directory=tls)
     stranger_certificate(tls, who)
-    client_ca = ca.pair.cert
-    if env is None and cluster.session.fake is None:
-        # A cluster of the user's (kind): its API server shows a kubelet-client certificate
-        # signed by the cluster CA, which the agent trusts by default; trust the test's too.
-        client_ca = tls / "client-ca-bundle.crt"
-        client_ca.write_bytes(ca.pair.cert.read_bytes() + _cluster_ca(cluster.kubeconfig))
+    if trust is None:
+        return ca.pair.cert
+    client_ca = tls / "client-ca-bundle.crt"
+    client_ca.write_bytes(ca.pair.cert.read_bytes() + Path(trust).read_bytes())
     return client_ca
 
 

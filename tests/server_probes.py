@@ -1,5 +1,6 @@
 """What a cluster has, asked of the server itself rather than assumed from the tests' own
-control plane: a scheduler, a workload controller, a CSR signer, the Node authorizer.
+control plane: a scheduler, a workload controller, a CSR signer, the Node authorizer, the CA
+that signs the API server's kubelet-client certificate.
 
 Each probe makes an object that asks for the component's work without running anything (a pod
 that fits no node, a workload that makes no pods, a CSR), waits up to `PROBE_DEADLINE` for the
@@ -9,7 +10,13 @@ methods (`tests/cluster.py`) ask each once per session and skip with that line.
 
 from __future__ import annotations
 
+import contextlib
+import os
+import secrets
+import socket
+import ssl
 import tempfile
+import threading
 from pathlib import Path
 from typing import Any
 
@@ -114,4 +121,128 @@ def ask_controller(api: Any, namespace: str, kind: str, scale: float = 1.0) -> s
     return (
         f"the cluster runs no {kind} controller: a probe {kind} got no status within "
         f"{PROBE_DEADLINE:.0f} s"
+    )
+
+
+KUBELET_CLIENT_CA_ENV = "KUBELET_SIM_TEST_KUBELET_CLIENT_CA"
+
+
+class _CertificateCatcher:
+    """A TLS listener on loopback, served on a thread, that asks each client for a certificate
+    and takes any (the kubelet's RequestClientCert, `kubelet_sim.server.tls`), keeps the
+    first one shown and answers every request 200 `ok`."""
+
+    OK = b"HTTP/1.1 200 OK\r\nContent-Length: 2\r\nConnection: close\r\n\r\nok"
+
+    def __init__(self, context: ssl.SSLContext) -> None:
+        self.context = context
+        self.seen: list[bytes] = []
+        self.listener = socket.create_server(("127.0.0.1", 0))
+        self.listener.settimeout(0.5)
+        self.port = int(self.listener.getsockname()[1])
+        self.done = threading.Event()
+        self.thread = threading.Thread(target=self._serve, name="kubelet-client probe")
+        self.thread.daemon = True
+        self.thread.start()
+
+    def _serve(self) -> None:
+        while not self.done.is_set():
+            try:
+                conn, _ = self.listener.accept()
+            except TimeoutError:
+                continue
+            except OSError:
+                return
+            with contextlib.suppress(OSError, ssl.SSLError):
+                conn.settimeout(10)
+                with self.context.wrap_socket(conn, server_side=True) as tls:
+                    der = tls.getpeercert(binary_form=True)
+                    if der:
+                        self.seen.append(der)
+                    tls.recv(65536)
+                    tls.sendall(self.OK)
+
+    def close(self) -> None:
+        self.done.set()
+        self.listener.close()
+        self.thread.join(5)
+
+
+def _catcher() -> _CertificateCatcher | str:
+    from kubelet_sim.controlplane.pki import CertificateAuthority
+    from kubelet_sim.server.tls import _request_client_certificate
+
+    context = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
+    if not _request_client_certificate(context):
+        return "this Python's ssl cannot take a client certificate without checking it"
+    with tempfile.TemporaryDirectory() as scratch:
+        ca = CertificateAuthority(Path(scratch), "kubelet-sim-probe")
+        serving = ca.issue("serving", "kubelet-sim-probe", ips=("127.0.0.1",), server=True)
+        context.load_cert_chain(serving.cert, serving.key)
+    return _CertificateCatcher(context)
+
+
+def kubelet_client_certificate(api: Any, scale: float = 1.0) -> bytes | str:
+    """The certificate the API server shows a kubelet when it proxies (logs, exec, ...), DER;
+    or why none was seen, in one line. As a node sees it: `_CertificateCatcher` as the kubelet
+    endpoint of a Node `kubelet-sim-probe-*` (tainted: no scheduler places a pod there), and a
+    request for the node's /healthz through the API server's node proxy."""
+    catcher = _catcher()
+    if isinstance(catcher, str):
+        return catcher
+    name = f"kubelet-sim-probe-{secrets.token_hex(3)}"
+    addresses = [{"type": t, "address": "127.0.0.1"} for t in ("InternalIP", "Hostname")]
+    endpoint = {"kubeletEndpoint": {"Port": catcher.port}}
+    node = {
+        "metadata": {"name": name, "labels": {"kubelet-sim.io/probe": "kubelet-client"}},
+        "spec": {"taints": [{"key": "kubelet-sim.io/probe", "effect": "NoSchedule"}]},
+        "status": {"addresses": addresses, "daemonEndpoints": endpoint},
+    }
+    answer = ""
+    try:
+        request_json(api, "POST", "/api/v1/nodes", node)
+        try:
+            proxied = api.param_serialize(
+                "GET", f"/api/v1/nodes/{name}/proxy/healthz", auth_settings=["BearerToken"]
+            )
+            response = api.call_api(*proxied, _request_timeout=(5, 30 * scale))
+            answer = f"{response.status} {response.read()[:200]!r}"
+        except Exception as exc:  # the proxy's own failure, as the API server says it
+            answer = f"{type(exc).__name__}: {exc}"
+    finally:
+        catcher.close()
+        with contextlib.suppress(ApiError):
+            request_json(api, "DELETE", f"/api/v1/nodes/{name}")
+    if catcher.seen:
+        return catcher.seen[0]
+    return (
+        "the API server's node proxy showed no client certificate to a kubelet with a "
+        f"self-signed serving certificate on 127.0.0.1 (it answered {answer.splitlines()[0]})"
+    )
+
+
+def ask_kubelet_client_ca(api: Any, trusted: str | None, scale: float = 1.0) -> str | None:
+    """Whether a node trusting `trusted` (a PEM file: the kubeconfig's CA and any given in
+    KUBELET_SIM_TEST_KUBELET_CLIENT_CA; None: nothing) lets the API server in: what the
+    cluster lacks for logs, exec, attach and port-forward through it, or None."""
+    from cryptography import x509
+
+    from kubelet_sim.server.x509auth import X509Authenticator
+
+    der = kubelet_client_certificate(api, scale)
+    if isinstance(der, str):
+        return der
+    verdict = X509Authenticator(trusted).verify(der)
+    if verdict.user is not None:
+        return None
+    cert = x509.load_der_x509_certificate(der)
+    what = f"{cert.subject.rfc4514_string()}, issued by {cert.issuer.rfc4514_string()}"
+    if trusted and os.environ.get(KUBELET_CLIENT_CA_ENV):
+        return (
+            f"{KUBELET_CLIENT_CA_ENV}={os.environ[KUBELET_CLIENT_CA_ENV]} does not verify the API "
+            f"server's kubelet-client certificate ({what}): {verdict.error}"
+        )
+    return (
+        f"needs {KUBELET_CLIENT_CA_ENV} (the CA nodes trust for the API server): its "
+        f"kubelet-client certificate ({what}) is signed by no CA of the kubeconfig"
     )

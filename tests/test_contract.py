@@ -233,7 +233,47 @@ def sides(cluster: Cluster, fake_server: tuple[FakeApiServer, Path]) -> tuple[Si
         ),
     )
     fake("POST", "/api/v1/namespaces", {"metadata": {"name": cluster.namespace}})
+    key = cluster.kubeconfig
+    if key not in _ADMISSION:
+        _ADMISSION[key] = _admission_differs(real, fake)
+    if _ADMISSION[key]:
+        pytest.skip(_ADMISSION[key])
     return real, fake
+
+
+# Per real server: how its admission differs from the fake's (None: it does not).
+_ADMISSION: dict[str, str | None] = {}
+
+
+def _admission_differs(real: Side, fake: Side) -> str | None:
+    """What the server's admission does to a pod and a token request, beside the fake's (which
+    does what the tests' own control plane does): the ServiceAccount plugin's kube-api-access
+    volume and mount, the default tolerations, a token's default audience (the issuer). A server
+    set up otherwise answers every scenario otherwise; the contract is with the tests' own.
+    One line saying the first difference, or None."""
+    answers = {}
+    for side in (real, fake):
+        pod = _pod("ks-contract-admission", "admission-probe")
+        made = side("POST", "/api/v1/namespaces/{ns}/pods", pod)
+        side("DELETE", "/api/v1/namespaces/{ns}/pods/admission-probe", {"gracePeriodSeconds": 0})
+        spec = made.body.get("spec") or {} if isinstance(made.body, dict) else {}
+        token = side("POST", "/api/v1/namespaces/{ns}/serviceaccounts/default/token", {"spec": {}})
+        answers[side.name] = {
+            "pod volumes": spec.get("volumes"),
+            "pod volume mounts": (spec.get("containers") or [{}])[0].get("volumeMounts"),
+            "pod tolerations": spec.get("tolerations"),
+            "token audiences": (token.body.get("spec") or {}).get("audiences")
+            if isinstance(token.body, dict)
+            else token.code,
+        }
+    for what in answers["real"]:
+        differences = _diff(_normalize(answers["real"][what]), _normalize(answers["fake"][what]))
+        if differences:
+            return (
+                "the server's admission is not the tests' own control plane's, which the fake "
+                f"follows ({what}: {differences[0]})"
+            )
+    return None
 
 
 def _pod(node: str, name: str = "p") -> dict[str, Any]:

@@ -54,8 +54,11 @@ def test_a_full_queue_drops_its_oldest_events_counted_and_warned_once(cluster: C
         {"metadata": {"name": "p"}, "spec": {"containers": [{"name": "c", "image": "busybox:1"}]}},
     )
     ref = EventRef(cluster.namespace, "p", pod.metadata.uid)
+    # Connected first: what reading a kubeconfig warns of (TLS verification off) is not the
+    # recorder's.
+    api = connect(cluster.kubeconfig).api
     with capture_logs() as logs:
-        recorder = EventRecorder(connect(cluster.kubeconfig).api, cluster.node_name, queue_size=5)
+        recorder = EventRecorder(api, cluster.node_name, queue_size=5)
         for i in range(8):
             recorder.event(ref, NORMAL, "Pulling", f"event {i}")
         assert (recorder.queued(), recorder.dropped) == (5, 3)

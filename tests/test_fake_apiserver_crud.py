@@ -13,7 +13,7 @@ import pytest
 from kubernetes.client import ApiException
 
 from kubelet_sim.kube.rest import ApiError, request_json
-from tests.cluster import Cluster, pod_body, wait_for
+from tests.cluster import NO_SCHEDULER, Cluster, pod_body, wait_for
 
 
 def _status(exc: ApiException) -> dict[str, Any]:
@@ -200,7 +200,8 @@ def test_label_selectors(cluster: Cluster) -> None:
 
 def test_field_selectors(cluster: Cluster) -> None:
     ns = cluster.namespace
-    cluster.core.create_namespaced_pod(ns, pod_body("p1", restart_policy="Never"))
+    unbound = pod_body("p1", restart_policy="Never", schedulerName=NO_SCHEDULER)
+    cluster.core.create_namespaced_pod(ns, unbound)  # stays so: no scheduler binds it
     cluster.core.create_namespaced_pod(
         ns, pod_body("p2", restartPolicy="Never", nodeName=cluster.node_name)
     )

@@ -12,7 +12,7 @@ from typing import Any
 import pytest
 from kubernetes.client import ApiException, V1DeleteOptions, V1Preconditions
 
-from tests.cluster import Cluster, pod_body
+from tests.cluster import NO_SCHEDULER, Cluster, pod_body
 
 SA_PATH = "/var/run/secrets/kubernetes.io/serviceaccount"
 MERGE = "application/merge-patch+json"
@@ -373,7 +373,7 @@ def test_unsupported_patch_type_is_415(cluster: Cluster) -> None:
 def test_binding(cluster: Cluster) -> None:
     ns = cluster.namespace
     # A scheduler of our own, so that a real cluster's default-scheduler leaves the pod to us.
-    cluster.core.create_namespaced_pod(ns, pod_body("p", schedulerName="kubelet-sim-test"))
+    cluster.core.create_namespaced_pod(ns, pod_body("p", schedulerName=NO_SCHEDULER))
     assert _bind(cluster, "p")["status"] == "Success"
     pod = cluster.core.read_namespaced_pod("p", ns)
     assert pod.spec.node_name == cluster.node_name
@@ -420,8 +420,8 @@ def test_graceful_deletion_of_bound_pod(cluster: Cluster) -> None:
 @pytest.mark.parametrize("case", ["unbound", "terminal", "grace0"])
 def test_immediate_pod_deletion(cluster: Cluster, case: str) -> None:
     ns = cluster.namespace
-    if case == "unbound":
-        cluster.core.create_namespaced_pod(ns, pod_body("p"))
+    if case == "unbound":  # and left so: no scheduler binds it to a node of the cluster's
+        cluster.core.create_namespaced_pod(ns, pod_body("p", schedulerName=NO_SCHEDULER))
         options = None
     else:
         _bound_pod(cluster, "p")

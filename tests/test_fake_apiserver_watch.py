@@ -9,7 +9,7 @@ import time
 from pathlib import Path
 from typing import Any
 
-from tests.cluster import Cluster, open_watch, pod_body
+from tests.cluster import NO_SCHEDULER, Cluster, open_watch, pod_body
 
 # Every namespace of a real cluster holds kube-root-ca.crt; watches select only ours.
 OURS = "made-by=test"
@@ -99,7 +99,8 @@ def test_pod_watch_by_node_name_sees_binding_as_added(cluster: Cluster) -> None:
     selector = f"spec.nodeName={cluster.node_name}"
     stream = open_watch(cluster.core.list_pod_for_all_namespaces, field_selector=selector)
     try:
-        cluster.core.create_namespaced_pod(ns, pod_body("p"))
+        # Bound by the test alone: no scheduler of a real cluster takes it first.
+        cluster.core.create_namespaced_pod(ns, pod_body("p", schedulerName=NO_SCHEDULER))
         body = {"metadata": {"name": "p"}, "target": {"kind": "Node", "name": cluster.node_name}}
         cluster.core.create_namespaced_binding(ns, body, _preload_content=False)
         added = stream.next()

@@ -192,6 +192,7 @@ def _kubelet_threads() -> int:
     return sum(1 for t in threading.enumerate() if t.name.startswith("kubelet-api"))
 
 
+@pytest.mark.through_api_server
 def test_a_flood_of_idle_connections_leaves_the_port_responsive(
     cluster: Cluster, docker_env: DockerEnv, tmp_path: Path
 ) -> None:

@@ -159,6 +159,7 @@ def test_refusals(cluster: Cluster, node: Node) -> None:
     assert unknown.value.code == 401
 
 
+@pytest.mark.through_api_server
 def test_pod_logs_through_the_api_server(cluster: Cluster, node: Node) -> None:
     """`kubectl logs`: the API server's pods/log reaches the node with its kubelet-client
     certificate, at the node's InternalIP and advertised port (the fake proxies it the same

@@ -172,6 +172,7 @@ def _pods(nodes: Nodes, name: str) -> set[str]:
 
 
 @pytest.mark.docker
+@pytest.mark.through_api_server
 def test_each_node_serves_its_own_certificate_and_pods(cluster: Cluster, nodes: Nodes) -> None:
     a, b, c = nodes.names
     ports = {nodes.port(n) for n in nodes.names}

@@ -54,6 +54,7 @@ def running(cluster: Cluster, name: str, *containers: dict[str, Any], **spec: An
 
 
 @needs_kubectl
+@pytest.mark.through_api_server
 def test_exec_output_exit_code_and_stdin(cluster: Cluster, node: Node) -> None:
     running(cluster, "sh", container(command=["sleep", "3600"]))
     done = kubectl(cluster, "exec", "sh", "--", "sh", "-c", "echo out; echo err >&2; exit 3")
@@ -67,6 +68,7 @@ def test_exec_output_exit_code_and_stdin(cluster: Cluster, node: Node) -> None:
 
 
 @needs_kubectl
+@pytest.mark.through_api_server
 def test_cp_both_ways(cluster: Cluster, node: Node, tmp_path: Path) -> None:
     """kubectl cp is tar through exec: half a MiB each way (many frames), byte for byte."""
     running(cluster, "box", container(command=["sleep", "3600"]))
@@ -81,6 +83,7 @@ def test_cp_both_ways(cluster: Cluster, node: Node, tmp_path: Path) -> None:
 
 
 @needs_kubectl
+@pytest.mark.through_api_server
 def test_exec_with_a_terminal_and_its_size(cluster: Cluster, node: Node) -> None:
     if shutil.which("script") is None:
         pytest.skip("needs script(1) to give kubectl a terminal")
@@ -107,6 +110,7 @@ def test_exec_with_a_terminal_and_its_size(cluster: Cluster, node: Node) -> None
 
 
 @needs_kubectl
+@pytest.mark.through_api_server
 def test_attach_feeds_the_main_process(cluster: Cluster, node: Node) -> None:
     loop = "while read line; do echo got $line; done; echo eof"
     attached = container(command=["sh", "-c", loop], stdin=True, stdinOnce=True)
@@ -118,6 +122,7 @@ def test_attach_feeds_the_main_process(cluster: Cluster, node: Node) -> None:
 
 
 @needs_kubectl
+@pytest.mark.through_api_server
 def test_port_forward_reaches_the_pods_own_localhost(cluster: Cluster, node: Node) -> None:
     """Ports are dialled inside the pod's network namespace: one bound to the pod's loopback
     only is reachable too (as root; else the pod IP is dialled and only 8080 is)."""
@@ -133,6 +138,7 @@ def test_port_forward_reaches_the_pods_own_localhost(cluster: Cluster, node: Nod
 
 
 @needs_kubectl
+@pytest.mark.through_api_server
 def test_port_forward_to_a_closed_port_says_why(cluster: Cluster, node: Node) -> None:
     running(cluster, "quiet", container(command=["sleep", "3600"]))
     forward = _port_forward(cluster, "quiet", "9999")
@@ -147,6 +153,7 @@ def test_port_forward_to_a_closed_port_says_why(cluster: Cluster, node: Node) ->
 
 
 @needs_kubectl
+@pytest.mark.through_api_server
 def test_kubectl_debug_runs_an_ephemeral_container_beside_its_target(
     cluster: Cluster, node: Node
 ) -> None:
@@ -213,6 +220,7 @@ class _port_forward:
         self.stderr = err.decode(errors="replace")
 
 
+@pytest.mark.through_api_server
 def test_exec_through_the_python_clients_websocket(cluster: Cluster, node: Node) -> None:
     """kubernetes.stream speaks websocket (v4.channel.k8s.io here), which the API server
     passes on to the node as it is."""

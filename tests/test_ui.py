@@ -200,10 +200,11 @@ def test_the_node_command_serves_the_view_with_ui(cluster: Cluster) -> None:
     every pod, no events): its node, its pods, its stream; what it may not read, said."""
     from tests.agent_process import running_agent
 
+    credentials = cluster.require_node_credentials()  # skips where the cluster gives none
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
         port = s.getsockname()[1]
-    with running_agent(cluster, "--ui", "--ui-port", str(port)):
+    with running_agent(cluster, "--ui", "--ui-port", str(port), kubeconfig=credentials):
         url = f"http://127.0.0.1:{port}/"
 
         def ready() -> dict[str, Any] | None:

@@ -13,6 +13,7 @@ from __future__ import annotations
 import base64
 import ipaddress
 import json
+import secrets
 import shutil
 import signal
 import socket
@@ -158,6 +159,10 @@ class ControlPlane:
     # --default-unreachable-toleration-seconds (None: its 300 s): how long a pod without
     # tolerations of its own stays on a NotReady node before it is evicted.
     default_toleration_seconds: int | None = None
+    token_user: bool = False
+    own_kubelet_client_ca: bool = False
+    root_ca_file: bool = True
+    service_account_issuer: str = ISSUER
     pod_endpoint: PodEndpoint | None = None
     on_step: Callable[[str, float], None] | None = None
     url: str = ""
@@ -166,6 +171,8 @@ class ControlPlane:
     _procs: list[tuple[str, subprocess.Popen[bytes]]] = field(default_factory=list)
     _argv: dict[int, list[str]] = field(default_factory=dict)
     _ca: CertificateAuthority | None = None
+    _kubelet_client_ca: CertificateAuthority | None = None
+    _token: str = ""
     _pod_relay: ApiRelay | None = None
 
     # --- lifecycle -------------------------------------------------------------------------
@@ -251,9 +258,39 @@ class ControlPlane:
 
     @property
     def client_ca(self) -> tuple[Path, Path]:
-        """The CA (certificate, key) that signs client certificates, kubelet-client's among
-        them: kubelets of this control plane trust it, as kubeadm's trust the cluster CA."""
-        return self.ca.pair.cert, self.ca.pair.key
+        """The CA (certificate, key) that signs the API server's kubelet-client certificate:
+        kubelets of this control plane trust it. The cluster CA, as kubeadm's, unless
+        `own_kubelet_client_ca`."""
+        ca = self._kubelet_client_ca or self.ca
+        return ca.pair.cert, ca.pair.key
+
+    def token_kubeconfig(self, filename: str = "token-admin") -> Path:
+        """With `token_user`: a kubeconfig for the static token's user (system:masters) that
+        skips TLS verification (`insecure-skip-tls-verify`, no CA), as some handed-out
+        kubeconfigs do."""
+        assert self._token, "token_user=True, and start() first"
+        config = {
+            "apiVersion": "v1",
+            "kind": "Config",
+            "clusters": [
+                {
+                    "name": "kubelet-sim",
+                    "cluster": {"server": self.url, "insecure-skip-tls-verify": True},
+                }
+            ],
+            "users": [{"name": "token-admin", "user": {"token": self._token}}],
+            "contexts": [
+                {
+                    "name": "kubelet-sim",
+                    "context": {"cluster": "kubelet-sim", "user": "token-admin"},
+                }
+            ],
+            "current-context": "kubelet-sim",
+        }
+        path = self.workdir / f"{filename}.kubeconfig"
+        path.write_text(json.dumps(config, indent=2))
+        path.chmod(0o600)
+        return path
 
     def kubeconfig_for(self, user: str, groups: tuple[str, ...], filename: str) -> Path:
         """A kubeconfig with a client certificate for `user` in `groups`, signed by our CA."""
@@ -274,7 +311,7 @@ class ControlPlane:
             ips=ips,
             server=True,
         )
-        return NodeCredentials(self.node_kubeconfig(node_name), serving, self.ca.pair.cert)
+        return NodeCredentials(self.node_kubeconfig(node_name), serving, self.client_ca[0])
 
     # --- components ------------------------------------------------------------------------
 
@@ -291,7 +328,20 @@ class ControlPlane:
             server=True,
         )
         # What the API server shows kubelets when it proxies (kubeadm's apiserver-kubelet-client)
-        self.ca.issue("kubelet-client", "kube-apiserver-kubelet-client", groups=("system:masters",))
+        signer = self.ca
+        if self.own_kubelet_client_ca:
+            signer = CertificateAuthority(pki / "kubelet-client-ca", "kubelet-client-ca")
+            self._kubelet_client_ca = signer
+        signer.issue(
+            "kubelet-client",
+            "kube-apiserver-kubelet-client",
+            groups=("system:masters",),
+            directory=pki,
+        )
+        if self.token_user:  # token,user,uid,"groups" (kube-apiserver --token-auth-file)
+            self._token = secrets.token_hex(16)
+            line = f'{self._token},token-admin,token-admin,"system:masters"\n'
+            (pki / "tokens.csv").write_text(line)
         # etcd serves and peers with TLS, and takes only clients with the CA's certificates
         # (kubeadm's etcd/server, etcd/peer and apiserver-etcd-client): no other local user
         # reads the Secrets in it.
@@ -402,9 +452,10 @@ class ControlPlane:
                 "--enable-admission-plugins", "NodeRestriction",
                 "--service-account-key-file", str(pki / "sa.pub"),
                 "--service-account-signing-key-file", str(pki / "sa.key"),
-                "--service-account-issuer", ISSUER,
+                "--service-account-issuer", self.service_account_issuer,
                 "--service-cluster-ip-range", self.service_cidr,
                 "--allow-privileged=true",
+                *(["--token-auth-file", str(pki / "tokens.csv")] if self.token_user else []),
                 *toleration,
             ],
         )  # fmt: skip
@@ -444,7 +495,7 @@ class ControlPlane:
                 "--cert-dir", str(self.workdir / "kcm-certs"),
                 f"--use-service-account-credentials={str(self.controller_credentials).lower()}",
                 "--service-account-private-key-file", str(pki / "sa.key"),
-                "--root-ca-file", str(pki / "ca.crt"),
+                *(["--root-ca-file", str(pki / "ca.crt")] if self.root_ca_file else []),
                 "--cluster-signing-cert-file", str(pki / "ca.crt"),
                 "--cluster-signing-key-file", str(pki / "ca.key"),
                 *controllers,
