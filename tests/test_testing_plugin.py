@@ -33,7 +33,7 @@ from kubernetes.config import new_client_from_config
 
 from kubelet_sim.controlplane.binaries import BinariesMissing, find_binaries
 from kubelet_sim.runtime.local_images import BUSYBOX_IMAGE
-from tests.cluster import api_mode, wait_for
+from tests.cluster import api_mode, deadline_scale, wait_for
 
 pytest_plugins = ["pytester"]
 pytestmark = [
@@ -174,13 +174,13 @@ def test_keep_leaves_the_cluster_up_until_ctrl_c(pytester: pytest.Pytester) -> N
 
     threading.Thread(target=read, daemon=True).start()
     try:
-        deadline = time.monotonic() + 120
+        deadline = time.monotonic() + 120 * deadline_scale()
         while not any("kept running" in line for line in seen):
             assert time.monotonic() < deadline, "".join(seen)
             assert session.poll() is None, "".join(seen)
             with contextlib.suppress(queue.Empty):
                 seen.append(lines.get(timeout=1))
-        seen += [lines.get(timeout=5)]  # the export line after it
+        seen += [lines.get(timeout=5 * deadline_scale())]  # the export line after it
         exported = [line for line in seen if "export KUBECONFIG=" in line][-1]
         kubeconfig = exported.split("export KUBECONFIG=", 1)[1].split()[0]
         # The session's tests are over; the cluster still answers, its node Ready.
@@ -191,7 +191,7 @@ def test_keep_leaves_the_cluster_up_until_ctrl_c(pytester: pytest.Pytester) -> N
             api.close()
         assert [c.status for c in node.status.conditions if c.type == "Ready"] == ["True"]
         session.send_signal(signal.SIGINT)
-        session.wait(60)
+        session.wait(60 * deadline_scale())
         assert not Path(kubeconfig).exists(), "Ctrl-C tears it down"
     finally:
         if session.poll() is None:

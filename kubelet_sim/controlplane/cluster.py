@@ -288,9 +288,7 @@ class ControlPlane:
             "current-context": "kubelet-sim",
         }
         path = self.workdir / f"{filename}.kubeconfig"
-        path.write_text(json.dumps(config, indent=2))
-        path.chmod(0o600)
-        return path
+        return write_private(path, json.dumps(config, indent=2).encode())
 
     def kubeconfig_for(self, user: str, groups: tuple[str, ...], filename: str) -> Path:
         """A kubeconfig with a client certificate for `user` in `groups`, signed by our CA."""
@@ -341,7 +339,7 @@ class ControlPlane:
         if self.token_user:  # token,user,uid,"groups" (kube-apiserver --token-auth-file)
             self._token = secrets.token_hex(16)
             line = f'{self._token},token-admin,token-admin,"system:masters"\n'
-            (pki / "tokens.csv").write_text(line)
+            write_private(pki / "tokens.csv", line.encode())
         # etcd serves and peers with TLS, and takes only clients with the CA's certificates
         # (kubeadm's etcd/server, etcd/peer and apiserver-etcd-client): no other local user
         # reads the Secrets in it.
