@@ -22,7 +22,7 @@ import subprocess
 import time
 import urllib.error
 import urllib.request
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -93,24 +93,20 @@ def _b64(path: Path) -> str:
 
 def write_kubeconfig(path: Path, server: str, ca_cert: Path, pair: CertPair, user: str) -> Path:
     """A kubeconfig (mode 0600) for `server`, trusting `ca_cert`, as the holder of `pair`."""
+    cluster = {"server": server, "certificate-authority-data": _b64(ca_cert)}
+    credentials = {"client-certificate-data": _b64(pair.cert), "client-key-data": _b64(pair.key)}
+    return _write_kubeconfig(path, cluster, user, credentials)
+
+
+def _write_kubeconfig(
+    path: Path, cluster: Mapping[str, object], user: str, credentials: Mapping[str, str]
+) -> Path:
+    """One cluster, one user, one context (mode 0600)."""
     config = {
         "apiVersion": "v1",
         "kind": "Config",
-        "clusters": [
-            {
-                "name": "kubelet-sim",
-                "cluster": {"server": server, "certificate-authority-data": _b64(ca_cert)},
-            }
-        ],
-        "users": [
-            {
-                "name": user,
-                "user": {
-                    "client-certificate-data": _b64(pair.cert),
-                    "client-key-data": _b64(pair.key),
-                },
-            }
-        ],
+        "clusters": [{"name": "kubelet-sim", "cluster": cluster}],
+        "users": [{"name": user, "user": credentials}],
         "contexts": [{"name": "kubelet-sim", "context": {"cluster": "kubelet-sim", "user": user}}],
         "current-context": "kubelet-sim",
     }
@@ -269,26 +265,9 @@ class ControlPlane:
         skips TLS verification (`insecure-skip-tls-verify`, no CA), as some handed-out
         kubeconfigs do."""
         assert self._token, "token_user=True, and start() first"
-        config = {
-            "apiVersion": "v1",
-            "kind": "Config",
-            "clusters": [
-                {
-                    "name": "kubelet-sim",
-                    "cluster": {"server": self.url, "insecure-skip-tls-verify": True},
-                }
-            ],
-            "users": [{"name": "token-admin", "user": {"token": self._token}}],
-            "contexts": [
-                {
-                    "name": "kubelet-sim",
-                    "context": {"cluster": "kubelet-sim", "user": "token-admin"},
-                }
-            ],
-            "current-context": "kubelet-sim",
-        }
+        cluster = {"server": self.url, "insecure-skip-tls-verify": True}
         path = self.workdir / f"{filename}.kubeconfig"
-        return write_private(path, json.dumps(config, indent=2).encode())
+        return _write_kubeconfig(path, cluster, "token-admin", {"token": self._token})
 
     def kubeconfig_for(self, user: str, groups: tuple[str, ...], filename: str) -> Path:
         """A kubeconfig with a client certificate for `user` in `groups`, signed by our CA."""
@@ -500,13 +479,7 @@ class ControlPlane:
                 *monitor,
             ],
         )  # fmt: skip
-        url = f"https://127.0.0.1:{port}/healthz"
-
-        def wait(timeout: float) -> None:
-            self._wait_healthy("kube-controller-manager", proc, url, timeout)
-            self._step("kube-controller-manager", began)
-
-        return wait
+        return self._waiter("kube-controller-manager", proc, port, began)
 
     def _start_scheduler(self) -> Callable[[float], None]:
         """Spawned; the returned call waits until it is healthy."""
@@ -521,11 +494,16 @@ class ControlPlane:
                 "--cert-dir", str(self.workdir / "scheduler-certs"),
             ],
         )  # fmt: skip
-        url = f"https://127.0.0.1:{port}/healthz"
+        return self._waiter("kube-scheduler", proc, port, began)
+
+    def _waiter(
+        self, name: str, proc: subprocess.Popen[bytes], port: int, began: float
+    ) -> Callable[[float], None]:
+        """A call that waits until a spawned component's /healthz answers, then says so."""
 
         def wait(timeout: float) -> None:
-            self._wait_healthy("kube-scheduler", proc, url, timeout)
-            self._step("kube-scheduler", began)
+            self._wait_healthy(name, proc, f"https://127.0.0.1:{port}/healthz", timeout)
+            self._step(name, began)
 
         return wait
 
