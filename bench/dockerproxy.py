@@ -1,6 +1,6 @@
 """A counting proxy in front of the Docker socket, so Docker calls are counted from outside.
 
-The agent runs in another process, so its `DockerRuntime.stats` are out of reach; pointing its
+The agent runs in another process, so its runtime `stats` are out of reach; pointing its
 DOCKER_HOST at this socket counts every engine call it makes (method + path, ids folded) with
 no change to the agent. Bytes pass through untouched; only request heads are parsed.
 """

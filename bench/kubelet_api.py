@@ -102,7 +102,6 @@ def serve_pool(directory: Path) -> int:
     server = KubeletServer(
         _Node(),
         None,  # type: ignore[arg-type]  # no logs, no streams: /healthz only
-        None,  # type: ignore[arg-type]
         Gate(_Reviews(), "bench"),
         address="127.0.0.1",
         port=0,

@@ -42,7 +42,7 @@ from kubelet_sim.podworkers.sync import PodSyncer, SyncSettings
 from kubelet_sim.podworkers.workers import RELIST_LAG, PodWorkers, waker
 from kubelet_sim.proxy.proxy import ProxySettings, ServiceProxy
 from kubelet_sim.quantity import milli_value, value
-from kubelet_sim.runtime.docker_runtime import DockerRuntime
+from kubelet_sim.runtime.node_runtime import NodeRuntime
 from kubelet_sim.runtime.observe import ContainerEvents, ContainerWatcher
 from kubelet_sim.server.auth import Gate
 from kubelet_sim.server.http import KubeletServer
@@ -147,7 +147,7 @@ class Agent:
         self,
         settings: NodeSettings,
         kube: KubeConnection,
-        runtime: DockerRuntime,
+        runtime: NodeRuntime,
         pods: PodSettings | None = None,
         schema: ServerSchema | None = None,
         server: ServerSettings | None = None,
@@ -491,8 +491,7 @@ class Agent:
         )
         return KubeletServer(
             _AgentView(self),
-            self.runtime,
-            self.runtime,
+            self.runtime.streams,
             Gate(Reviews(self.kube.api), node.node_name, settings.anonymous_auth),
             address=settings.address,
             port=settings.port,

@@ -28,8 +28,9 @@ from kubelet_sim.logs import get_logger
 from kubelet_sim.node.host import detect_host
 from kubelet_sim.node.settings import NodeSettings
 from kubelet_sim.node.shared_probe import SharedProbe
-from kubelet_sim.runtime.docker_runtime import DockerRuntime
+from kubelet_sim.runtime.engine import DockerEngine
 from kubelet_sim.runtime.log_rotation import LogRotation
+from kubelet_sim.runtime.node_runtime import NodeRuntime
 from kubelet_sim.runtime.observe import ContainerEvents
 from kubelet_sim.server.listener import Listener
 from kubelet_sim.server.settings import ServerSettings
@@ -107,7 +108,9 @@ class NodeSet:
         if settings.service_proxy and settings.proxy_kubeconfig is not None:
             pool = 2 * len(settings.nodes) + 2
             proxy = connect(settings.proxy_kubeconfig, pool_size=pool)
-        self.engine = DockerRuntime.connect(network=settings.docker_network)
+        self.engine = engine_for(
+            settings.docker_network, pull_progress_deadline=settings.image_pull_progress_deadline
+        )
         self.watches: SharedWatches | None = None
         self.container_events: ContainerEvents | None = None
         self._shared_connection = shared
@@ -151,12 +154,10 @@ class NodeSet:
         probe = SharedProbe(self.engine) if len(identities) > 1 else None
         for i, node in enumerate(identities):
             name = node.settings.node_name
-            runtime = DockerRuntime(
-                client=self.engine.client,
-                node_name=name,
-                root_dir=node.root_dir or settings.root_dir / name,
-                network=self.engine.network,
-                pull_progress_deadline=settings.image_pull_progress_deadline,
+            runtime = node_runtime(
+                self.engine,
+                name,
+                node.root_dir or settings.root_dir / name,
                 log_rotation=settings.log_rotation,
                 owner_labels=dict(settings.owner_labels),
             )
@@ -187,7 +188,7 @@ class NodeSet:
         return agents
 
     @property
-    def runtimes(self) -> dict[str, DockerRuntime]:
+    def runtimes(self) -> dict[str, NodeRuntime]:
         return {agent.node_name: agent.runtime for agent in self.agents}
 
     def start(self, stop: threading.Event) -> None:
@@ -328,6 +329,31 @@ class NodeSet:
         if self.listener is not None:
             self.listener.stop()
         self.engine.close()
+
+
+def engine_for(network: str = "bridge", *, pull_progress_deadline: float = 60.0) -> DockerEngine:
+    """The process's Docker engine, connected and pinged (RuntimeUnavailable in one line if it
+    does not answer): `network` is the one the pods' sandboxes join. The only maker of one."""
+    return DockerEngine.connect(network=network, pull_progress_deadline=pull_progress_deadline)
+
+
+def node_runtime(
+    engine: DockerEngine,
+    node_name: str,
+    root_dir: Path,
+    *,
+    owner_labels: dict[str, str] | None,
+    log_rotation: LogRotation | None = None,
+) -> NodeRuntime:
+    """A node's runtime on `engine`, its pod files under `root_dir`; `owner_labels` on what it
+    makes (None: it reads every container of the node, whoever made it). The only maker of one."""
+    return NodeRuntime(
+        engine,
+        node_name,
+        root_dir,
+        log_rotation=log_rotation or LogRotation(),
+        owner_labels=owner_labels,
+    )
 
 
 def shared_listener(settings: NodeSetSettings) -> Listener | None:

@@ -204,6 +204,62 @@ def test_rules_see_every_layer() -> None:
     assert any("kubernetes" in _imports(p) or "kubernetes" in str(_imports(p)) for p in MODULES)
 
 
+# The process's Docker engine and each node's parts on it are made in one place, the
+# composition root (runtime/ itself makes them from their own: the engine connects, a node's
+# runtime makes its streams); the CLI, the demo and testing/ get theirs from it.
+MADE_BY_THE_ROOT = {"DockerEngine", "NodeRuntime", "NodeStreams"}
+COMPOSITION_ROOT = PACKAGE / "nodeset.py"
+
+
+def constructions(source: str) -> list[str]:
+    """Each call in `source` that makes one of MADE_BY_THE_ROOT, by any name: `X(...)`,
+    `module.X(...)`, `X.connect(...)`, and an alias from `import X as Y`."""
+    tree = ast.parse(source)
+    names = {n: n for n in MADE_BY_THE_ROOT}
+    for node in ast.walk(tree):
+        if isinstance(node, ast.ImportFrom):
+            names.update({a.asname: a.name for a in node.names if a.asname and a.name in names})
+    found = []
+    for node in ast.walk(tree):
+        if not isinstance(node, ast.Call):
+            continue
+        func = node.func
+        if isinstance(func, ast.Attribute) and func.attr == "connect":
+            func = func.value
+        name = func.id if isinstance(func, ast.Name) else getattr(func, "attr", None)
+        if name in names:
+            found.append(f"line {node.lineno}: {names[name]}")
+    return found
+
+
+@pytest.mark.parametrize("path", MODULES, ids=lambda p: str(p.relative_to(PACKAGE)))
+def test_only_the_composition_root_makes_the_engine_and_node_runtimes(path: Path) -> None:
+    if path == COMPOSITION_ROOT or _layer(path) == "runtime":
+        return
+    assert constructions(path.read_text()) == [], f"{path}: ask nodeset.py for it"
+
+
+MAKING_FORMS = {
+    "plain": "from kubelet_sim.runtime.engine import DockerEngine\nDockerEngine(client)",
+    "connect": "from kubelet_sim.runtime.engine import DockerEngine\nDockerEngine.connect()",
+    "through the module": "from kubelet_sim.runtime import engine\nengine.DockerEngine.connect()",
+    "aliased": "from kubelet_sim.runtime.node_runtime import NodeRuntime as R\nR(engine, 'n1')",
+    "streams": "NodeStreams(engine, stats)",
+}
+
+
+@pytest.mark.parametrize("source", MAKING_FORMS.values(), ids=MAKING_FORMS.keys())
+def test_the_check_catches_every_way_of_making_one(source: str) -> None:
+    assert constructions(source) != []
+
+
+def test_the_composition_root_makes_them() -> None:
+    """The check above can fail: the root really makes both."""
+    made = " ".join(constructions(COMPOSITION_ROOT.read_text()))
+    assert "DockerEngine" in made
+    assert "NodeRuntime" in made
+
+
 TEST_ONLY = {"tests", "pytest", "hypothesis", "dnslib"}  # the `test` extra and tests/
 # The pytest plugin: pytest loads it, so pytest is there; nothing else in the package imports it.
 PYTEST_PLUGIN = PACKAGE / "testing" / "plugin.py"

@@ -16,7 +16,9 @@ from kubelet_sim import cri
 from kubelet_sim.backoff import Backoff
 from kubelet_sim.cri import created_observation
 from kubelet_sim.runtime import translate
-from kubelet_sim.runtime.docker_runtime import DockerRuntime, status_image_id
+from kubelet_sim.runtime.engine import DockerEngine
+from kubelet_sim.runtime.images import status_image_id
+from kubelet_sim.runtime.node_runtime import NodeRuntime
 from kubelet_sim.runtime.observe import ContainerWatcher
 from tests.cluster import wait_for as cluster_wait_for
 from tests.docker_env import TEST_LABEL, DockerEnv
@@ -28,7 +30,7 @@ pytestmark = pytest.mark.docker
 class Pod:
     """One test pod: its ref, a running sandbox, and helpers to run containers in it."""
 
-    def __init__(self, rt: DockerRuntime, env: DockerEnv, nodeid: str, **sandbox: Any) -> None:
+    def __init__(self, rt: NodeRuntime, env: DockerEnv, nodeid: str, **sandbox: Any) -> None:
         self.rt, self.env = rt, env
         self.labels = {TEST_LABEL: nodeid}
         self.ref = cri.PodRef(
@@ -73,16 +75,16 @@ class Pod:
 
 
 @pytest.fixture
-def rt(docker_env: DockerEnv, tmp_path: Path) -> Iterator[DockerRuntime]:
+def rt(docker_env: DockerEnv, tmp_path: Path) -> Iterator[NodeRuntime]:
     node = f"rt-{uuid.uuid4().hex[:10]}"
     tmp_path.chmod(0o755)  # the container user (runAsUser) must reach the termination log
-    runtime = DockerRuntime(client=docker_env.client, node_name=node, root_dir=tmp_path)
+    runtime = NodeRuntime(DockerEngine(docker_env.client), node_name=node, root_dir=tmp_path)
     yield runtime
     docker_env.remove_labelled(f"{cri.LABEL_NODE}={node}")
 
 
 @pytest.fixture
-def pod(rt: DockerRuntime, docker_env: DockerEnv, request: pytest.FixtureRequest) -> Pod:
+def pod(rt: NodeRuntime, docker_env: DockerEnv, request: pytest.FixtureRequest) -> Pod:
     return Pod(rt, docker_env, request.node.nodeid)
 
 
@@ -115,7 +117,7 @@ def test_sandbox_has_ip_name_labels_ports(pod: Pod, docker_env: DockerEnv) -> No
 
 
 def test_sandbox_publishes_host_ports(
-    rt: DockerRuntime, docker_env: DockerEnv, request: pytest.FixtureRequest
+    rt: NodeRuntime, docker_env: DockerEnv, request: pytest.FixtureRequest
 ) -> None:
     tcp, udp = free_port(socket.SOCK_STREAM), free_port(socket.SOCK_DGRAM)
     ports = (
@@ -142,7 +144,7 @@ def test_sandbox_publishes_host_ports(
 
 
 def test_host_network_sandbox_shares_the_node_namespaces(
-    rt: DockerRuntime, docker_env: DockerEnv, request: pytest.FixtureRequest
+    rt: NodeRuntime, docker_env: DockerEnv, request: pytest.FixtureRequest
 ) -> None:
     pod = Pod(rt, docker_env, request.node.nodeid, host_network=True, host_pid=True)
     assert pod.sandbox.ip == ""  # the pod IP is the node's: the pod logic reports hostIP
@@ -316,7 +318,7 @@ def test_stop_sends_the_images_stop_signal(
     if inspected_first:
         assert runtime.inspect(container_id) is not None
     else:  # a runtime that has never inspected it (as after a restart of the agent)
-        runtime = DockerRuntime(client=docker_env.client, node_name=pod.rt.node_name)
+        runtime = NodeRuntime(pod.rt.engine, node_name=pod.rt.node_name)
     assert runtime.signal_stop(container_id) is True
     docker_env.client.api.wait(container_id, timeout=15)
     stopped = pod.rt.inspect(container_id)
@@ -430,7 +432,7 @@ def test_list_inspect_and_remove(pod: Pod) -> None:
     assert not (pod.rt.root_dir / "pods" / pod.ref.uid).exists()
 
 
-def test_image_status_and_image_id(rt: DockerRuntime, docker_env: DockerEnv) -> None:
+def test_image_status_and_image_id(rt: NodeRuntime, docker_env: DockerEnv) -> None:
     info = rt.image_status(docker_env.busybox_image)
     assert info is not None
     assert info.id.startswith("sha256:")
@@ -441,7 +443,7 @@ def test_image_status_and_image_id(rt: DockerRuntime, docker_env: DockerEnv) -> 
     assert rt.image_status("Invalid Ref!") is None
 
 
-def test_pull_failure_raises_quickly(rt: DockerRuntime) -> None:
+def test_pull_failure_raises_quickly(rt: NodeRuntime) -> None:
     began = time.monotonic()
     auth = cri.RegistryAuth(server="127.0.0.1:1", username="u", password="s3cret")
     with pytest.raises(cri.ImagePullError) as caught:
@@ -452,7 +454,7 @@ def test_pull_failure_raises_quickly(rt: DockerRuntime) -> None:
     assert "s3cret" not in repr(auth)
 
 
-def test_pull_from_a_registry_streams_to_the_end(rt: DockerRuntime, docker_env: DockerEnv) -> None:
+def test_pull_from_a_registry_streams_to_the_end(rt: NodeRuntime, docker_env: DockerEnv) -> None:
     """A pull that succeeds (from a registry on loopback): the progress stream is read to its
     end and the image is there, with the registry's digest as its imageID."""
     with loopback_registry("kubelet-sim/tiny", "1") as registry:
@@ -611,7 +613,7 @@ def test_watcher_backs_off_while_docker_is_down_and_stops_at_once(tmp_path: Path
     import docker
 
     client = docker.DockerClient(base_url=f"unix://{tmp_path}/no.sock", version="1.41")
-    runtime = DockerRuntime(client=client, node_name="rt-down", root_dir=tmp_path)
+    runtime = NodeRuntime(DockerEngine(client), node_name="rt-down", root_dir=tmp_path)
     watcher = ContainerWatcher(runtime, backoff=Backoff(initial=0.05, cap=0.2))
     watcher.start()
     wait_for(lambda: watcher.stats.reconnects >= 3, what="retries with backoff")

@@ -289,7 +289,7 @@ class _Files:
 
 
 class _Runtime:
-    """A DockerRuntime's two reads the stream uses; counts the Docker ones."""
+    """A NodeRuntime's two reads the stream uses; counts the Docker ones."""
 
     def __init__(self, journal: list[dict[str, Any]], fail: bool = False) -> None:
         self.files = _Files(journal)

@@ -320,9 +320,9 @@ def test_conditions_of_other_components_survive_the_nodes_status_writes(
 def test_real_docker_makes_the_node_ready(
     cluster: Cluster, start_node: Start, docker_env: Any
 ) -> None:
-    from kubelet_sim.runtime.docker_runtime import DockerRuntime
+    from kubelet_sim.runtime.engine import DockerEngine
 
-    runtime = DockerRuntime(client=docker_env.client)  # not closed: the session's client
+    runtime = DockerEngine(docker_env.client)  # not closed: the session's client
     start_node(runtime)
     _wait_ready(cluster, "True")
     node = _node(cluster)

@@ -9,16 +9,16 @@ from pathlib import Path
 import pytest
 
 from kubelet_sim import cri
-from kubelet_sim.runtime.docker_runtime import DockerRuntime
+from kubelet_sim.runtime.node_runtime import NodeRuntime
 from tests.agent_fixture import start_agent
 from tests.cluster import Cluster, wait_for
 from tests.docker_env import TEST_LABEL, DockerEnv
 
 
 def test_which_containers_a_runtime_owns() -> None:
-    plain = DockerRuntime(client=None, node_name="n1")  # type: ignore[arg-type]
-    demo = DockerRuntime(client=None, node_name="n1", owner_labels={cri.LABEL_OWNER: "abc"})  # type: ignore[arg-type]
-    everyone = DockerRuntime(client=None, node_name="n1", owner_labels=None)  # type: ignore[arg-type]
+    plain = NodeRuntime(None, node_name="n1")  # type: ignore[arg-type]
+    demo = NodeRuntime(None, node_name="n1", owner_labels={cri.LABEL_OWNER: "abc"})  # type: ignore[arg-type]
+    everyone = NodeRuntime(None, node_name="n1", owner_labels=None)  # type: ignore[arg-type]
     mine, theirs = {cri.LABEL_NODE: "n1"}, {cri.LABEL_NODE: "n1", cri.LABEL_OWNER: "abc"}
     other_demo = {cri.LABEL_NODE: "n1", cri.LABEL_OWNER: "def"}
     assert plain.owns(mine)

@@ -84,10 +84,12 @@ def subject(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[Subject]
         fake.pull_errors[MISSING_IMAGE] = "pull access denied"
         yield Subject(fake, fake, pod)
         return
-    from kubelet_sim.runtime.docker_runtime import DockerRuntime
+    from kubelet_sim.runtime.engine import DockerEngine
+    from kubelet_sim.runtime.node_runtime import NodeRuntime
 
     docker_env = request.getfixturevalue("docker_env")
-    runtime = DockerRuntime(client=docker_env.client, node_name=node, root_dir=tmp_path)
+    engine = DockerEngine(docker_env.client)
+    runtime = NodeRuntime(engine, node_name=node, root_dir=tmp_path)
     try:
         yield Subject(runtime, None, pod)
     finally:

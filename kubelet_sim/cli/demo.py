@@ -19,7 +19,7 @@ from kubelet_sim.kube.client import KubeConfigError
 from kubelet_sim.kube.rest import ApiError
 from kubelet_sim.logs import configure_logging
 from kubelet_sim.nodeset import exit_past_calls_in_flight
-from kubelet_sim.runtime.docker_runtime import RuntimeUnavailable
+from kubelet_sim.runtime.engine import RuntimeUnavailable
 from kubelet_sim.server.http import ServerError
 from kubelet_sim.server.settings import ServerSettings
 

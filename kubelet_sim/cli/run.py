@@ -15,7 +15,7 @@ from kubelet_sim.config import ConfigError
 from kubelet_sim.kube.client import KubeConfigError
 from kubelet_sim.logs import configure_logging
 from kubelet_sim.nodeset import NodeSet, exit_past_calls_in_flight, usable_root_dir
-from kubelet_sim.runtime.docker_runtime import RuntimeUnavailable
+from kubelet_sim.runtime.engine import RuntimeUnavailable
 from kubelet_sim.server.http import ServerError
 from kubelet_sim.server.settings import ConnectionLimits, ServerSettings, parse_duration
 

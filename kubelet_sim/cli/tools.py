@@ -21,8 +21,8 @@ from kubelet_sim.config import ConfigError
 from kubelet_sim.kube.client import KubeConfigError, connect
 from kubelet_sim.kube.rest import ApiError, request_json
 from kubelet_sim.logs import configure_logging
-from kubelet_sim.nodeset import usable_root_dir
-from kubelet_sim.runtime.docker_runtime import DockerRuntime, RuntimeUnavailable
+from kubelet_sim.nodeset import engine_for, node_runtime, usable_root_dir
+from kubelet_sim.runtime.engine import RuntimeUnavailable
 from kubelet_sim.tools import trace as pod_trace
 from kubelet_sim.tools import watch as watch_stream
 
@@ -97,10 +97,10 @@ def trace(
             found = request_json(kube.api, "GET", f"/api/v1/namespaces/{namespace}/pods/{pod}")
             node_name = str((found.get("spec") or {}).get("nodeName") or "")
         node = node_name or ""
-        runtime = DockerRuntime.connect(
-            node_name=node, root_dir=usable_root_dir(root_dir) / (node or "unscheduled")
-        )
-        runtime.owner_labels = None  # a node's containers whoever made them (the demo too)
+        root = usable_root_dir(root_dir) / (node or "unscheduled")
+        engine = engine_for()
+        # a node's containers whoever made them (the demo too)
+        runtime = node_runtime(engine, node, root, owner_labels=None)
     except ApiError as exc:
         fail(f"pod {namespace}/{pod}: {exc}")
     except (ConfigError, KubeConfigError, RuntimeUnavailable) as exc:
@@ -114,4 +114,4 @@ def trace(
             render = pod_trace.as_json if output is OutputChoice.json else pod_trace.render
             typer.echo(render(found, steps))
     finally:
-        runtime.close()
+        engine.close()

@@ -26,8 +26,9 @@ from kubelet_sim.cli.common import (
 from kubelet_sim.config import ConfigError
 from kubelet_sim.kube.client import KubeConfigError, connect
 from kubelet_sim.logs import configure_logging
-from kubelet_sim.nodeset import usable_root_dir
-from kubelet_sim.runtime.docker_runtime import DockerRuntime, RuntimeUnavailable
+from kubelet_sim.nodeset import engine_for, node_runtime, usable_root_dir
+from kubelet_sim.runtime.engine import DockerEngine, RuntimeUnavailable
+from kubelet_sim.runtime.node_runtime import NodeRuntime
 from kubelet_sim.ui import (
     DEFAULT_ADDRESS,
     DEFAULT_PORT,
@@ -77,7 +78,7 @@ class UiOptions:
         self,
         kubeconfig: str | None,
         context: str | None,
-        runtimes: Mapping[str, DockerRuntime],
+        runtimes: Mapping[str, NodeRuntime],
         say: Callable[[str], None],
     ) -> RunningUi | None:
         """Serve the view if asked (`--ui`), with a connection of its own; the URL goes to
@@ -98,7 +99,7 @@ class UiOptions:
         self,
         stop: threading.Event,
         kubeconfig: str,
-        runtimes: Mapping[str, DockerRuntime],
+        runtimes: Mapping[str, NodeRuntime],
         say: Callable[[str], None],
     ) -> None:
         """`start`, and stop the view on its own thread once `stop` is set."""
@@ -142,20 +143,16 @@ def ui(
 ) -> None:
     configure_logging("auto", "warning")
     names = list(dict.fromkeys(node_name or []))
-    engine: DockerRuntime | None = None
+    engine: DockerEngine | None = None
     try:
         kube = connect(kubeconfig, context, pool_size=connections(len(names)))
-        runtimes: dict[str, DockerRuntime] = {}
+        runtimes: dict[str, NodeRuntime] = {}
         if names:
             root = usable_root_dir(root_dir)
-            engine = DockerRuntime.connect()
+            engine = engine_for()
             for name in names:
-                runtimes[name] = DockerRuntime(
-                    client=engine.client,
-                    node_name=name,
-                    root_dir=root / name,
-                    owner_labels=None,  # the node's containers whoever made them
-                )
+                # the node's containers whoever made them
+                runtimes[name] = node_runtime(engine, name, root / name, owner_labels=None)
         running = start_ui(kube, runtimes, address=address, port=port, token=_token())
     except (ConfigError, KubeConfigError, RuntimeUnavailable, UiError) as exc:
         fail(str(exc))

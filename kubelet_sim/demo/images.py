@@ -11,7 +11,7 @@ from __future__ import annotations
 from collections.abc import Callable
 
 from kubelet_sim import cri
-from kubelet_sim.runtime.docker_runtime import DockerRuntime
+from kubelet_sim.runtime.engine import DockerEngine
 from kubelet_sim.runtime.local_images import (
     BUSYBOX_IMAGE,
     PAUSE_IMAGE,
@@ -23,7 +23,7 @@ DEFAULT_SAMPLE_IMAGE = "busybox:1.36"
 
 
 def ensure_images(
-    engine: DockerRuntime,
+    engine: DockerEngine,
     sample: str,
     pause: str,
     *,

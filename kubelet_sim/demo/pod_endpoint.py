@@ -13,11 +13,11 @@ import secrets
 
 from kubelet_sim import cri
 from kubelet_sim.controlplane.cluster import PodEndpoint
-from kubelet_sim.runtime.docker_runtime import DockerRuntime
+from kubelet_sim.runtime.engine import DockerEngine
 
 
 def make_pod_endpoint(
-    engine: DockerRuntime, sandbox_image: str, labels: dict[str, str]
+    engine: DockerEngine, sandbox_image: str, labels: dict[str, str]
 ) -> tuple[PodEndpoint | None, str]:
     """(the endpoint, "") or (None, why pods cannot reach the API server here)."""
     if os.geteuid() != 0:

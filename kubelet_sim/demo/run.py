@@ -25,9 +25,10 @@ from kubelet_sim.demo.state import DemoState
 from kubelet_sim.jsontypes import Json
 from kubelet_sim.kube.client import KubeConnection, connect
 from kubelet_sim.kube.rest import ApiError, request_json
-from kubelet_sim.nodeset import NodeSet, NodeSetSettings
+from kubelet_sim.nodeset import NodeSet, NodeSetSettings, engine_for
 from kubelet_sim.pem import copy_private
-from kubelet_sim.runtime.docker_runtime import DockerRuntime
+from kubelet_sim.runtime.engine import DockerEngine
+from kubelet_sim.runtime.node_runtime import NodeRuntime
 from kubelet_sim.tools import handoff
 
 NODE_IP = "127.0.0.1"  # one machine: the API server reaches its kubelets on loopback
@@ -51,7 +52,7 @@ class DemoSettings:
     # --reference-node: the upstream kubelet on a containerd of its own, as node REFERENCE_NODE
     reference_node: bool = False
     # Called once the nodes are Ready, with the admin kubeconfig and the nodes' runtimes (`--ui`).
-    on_nodes_ready: Callable[[Path, Mapping[str, DockerRuntime]], None] | None = None
+    on_nodes_ready: Callable[[Path, Mapping[str, NodeRuntime]], None] | None = None
 
     @property
     def node_names(self) -> tuple[str, ...]:
@@ -156,7 +157,7 @@ class Demo:
         self._began = time.monotonic()
         self.plane: ControlPlane | None = None
         self.nodes: NodeSet | None = None
-        self.engine: DockerRuntime | None = None
+        self.engine: DockerEngine | None = None
         self.reference: ReferenceNode | None = None
 
     def say(self, message: str) -> None:
@@ -179,8 +180,9 @@ class Demo:
         if s.reference_node and (why := ReferenceNode.unavailable()):
             raise DemoError(f"--reference-node: {why}")
         leftovers = s.state.claim()
-        self.engine = engine = DockerRuntime.connect(network=s.nodes.docker_network)
-        engine.pull_progress_deadline = s.nodes.image_pull_progress_deadline
+        self.engine = engine = engine_for(
+            s.nodes.docker_network, pull_progress_deadline=s.nodes.image_pull_progress_deadline
+        )
         containers, _volumes = engine.remove_owned(s.state.owner_labels)
         if leftovers is not None or containers:
             pid = f" (pid {leftovers.pid})" if leftovers else ""

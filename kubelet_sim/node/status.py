@@ -40,7 +40,7 @@ IMAGE_LIST_PERIOD = 30.0  # the kubelet's image cache refresh (ImageGCManager's 
 
 
 class RuntimeProbe(Protocol):
-    """What the node needs from the container runtime (DockerRuntime satisfies it)."""
+    """What the node needs from the container runtime (the engine, or a node's runtime on it)."""
 
     def ping(self) -> bool: ...
 

@@ -1,8 +1,8 @@
 """The ports the pod workers own: the narrow interfaces of everything they act on or read.
 
 The pod workers name no Docker, no API client and no concrete cache: the composition root
-(kubelet_sim/agent.py) passes the adapters in once, at construction. The Docker runtime
-(kubelet_sim/runtime/docker_runtime.py) implements `PodRuntime`; tests pass an in-memory fake
+(kubelet_sim/agent.py) passes the adapters in once, at construction. A node's runtime on Docker
+(kubelet_sim/runtime/node_runtime.py) implements `PodRuntime`; tests pass an in-memory fake
 (tests/fakeruntime/), held to the same contract (tests/test_runtime_contract.py). The runtime's
 cut follows the CRI's RuntimeService and ImageService. Time is the one Clock
 (kubelet_sim/clock.py).
@@ -38,7 +38,8 @@ class PodFilesPort(Protocol):
 class RuntimeService(Protocol):
     """The CRI's RuntimeService as the pod workers use it: sandboxes and containers."""
 
-    node_name: str
+    @property
+    def node_name(self) -> str: ...
 
     @property
     def files(self) -> PodFilesPort: ...

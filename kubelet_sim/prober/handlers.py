@@ -34,7 +34,7 @@ MAX_REDIRECTS = 10  # Go's http.Client
 
 
 class ExecRuntime(Protocol):
-    """The one runtime call a probe needs (DockerRuntime has it; tests give a fake)."""
+    """The one runtime call a probe needs (the node's runtime has it; tests give a fake)."""
 
     def exec_probe(
         self, container_id: str, command: Sequence[str], timeout: float

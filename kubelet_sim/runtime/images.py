@@ -1,4 +1,8 @@
-"""Image lookups and pulls, with the kubelet's imageID strings. Credentials are never logged."""
+"""Image lookups and pulls, with the kubelet's imageID strings. Credentials are never logged.
+
+Images are the engine's, the same for every node on it: `EngineImages` is the process's one
+view of them (each image's imageID string inspected once, whichever node asks).
+"""
 
 from __future__ import annotations
 
@@ -17,11 +21,67 @@ from docker.errors import (
 from docker.utils.json_stream import json_stream
 from requests.exceptions import ConnectionError as RequestsConnectionError
 from requests.exceptions import HTTPError, ReadTimeout, RequestException
+from structlog.stdlib import BoundLogger
 
 from kubelet_sim import cri
+from kubelet_sim.runtime.stats import RuntimeStats
 
 PULLABLE_PREFIX = "docker-pullable://"
 IMAGE_ID_PREFIX = "docker://"
+
+
+class EngineImages:
+    """The engine's images for every node. Each call is counted in the asking node's `stats`."""
+
+    def __init__(self, api: Any, pull_progress_deadline: float) -> None:
+        self._api = api
+        self._progress_deadline = pull_progress_deadline  # dockershim's (1m by default)
+        self._image_ids: dict[str, str] = {}  # image sha → its imageID string
+
+    def image_status(self, ref: str, stats: RuntimeStats) -> cri.ImageInfo | None:
+        """The local image for `ref`, or None; never touches the network."""
+        stats.add("image_inspects")
+        return inspect_image(self._api, ref)
+
+    def list_images(self, stats: RuntimeStats) -> list[cri.ImageSummary]:
+        """Every image the engine holds (one call), for the Node's status.images."""
+        stats.add("image_lists")
+        listed = cast(list[dict[str, Any]], self._api.images())
+        return [
+            cri.ImageSummary(
+                id=str(image.get("Id", "")),
+                repo_tags=tuple(t for t in image.get("RepoTags") or () if "<none>" not in t),
+                repo_digests=tuple(d for d in image.get("RepoDigests") or () if "<none>" not in d),
+                size=int(image.get("Size") or 0),
+            )
+            for image in listed
+        ]
+
+    def pull_image(
+        self, ref: str, auth: cri.RegistryAuth | None, stats: RuntimeStats, log: BoundLogger
+    ) -> cri.ImageInfo:
+        """Pull `ref`; ImagePullError carries the message the pod's ErrImagePull shows."""
+        log = log.bind(image=ref, registry=auth.server if auth else None)
+        log.info("pulling image")
+        stats.add("pulls")
+        pull(self._api, ref, auth, self._progress_deadline)
+        self._image_ids.clear()  # a pull can add repo digests to an image we cached
+        info = self.image_status(ref, stats)
+        if info is None:
+            raise cri.ImagePullError("the image is not present after the pull")
+        log.info("pulled image", image_id=info.id)
+        return info
+
+    def image_id_for(self, image_sha: str, stats: RuntimeStats) -> str:
+        """The imageID string for a container's image, inspected once per image."""
+        if not image_sha:
+            return ""
+        cached = self._image_ids.get(image_sha)
+        if cached is None:
+            info = self.image_status(image_sha, stats)
+            cached = status_image_id(info) if info else IMAGE_ID_PREFIX + image_sha
+            self._image_ids[image_sha] = cached
+        return cached
 
 
 def status_image_id(info: cri.ImageInfo) -> str:

@@ -9,15 +9,16 @@ from __future__ import annotations
 import dataclasses
 import threading
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Any, Protocol, cast
+from typing import Any
 
 from kubelet_sim import cri
 from kubelet_sim.backoff import Backoff
 from kubelet_sim.logs import get_logger
 from kubelet_sim.memo import BoundedMemo
-from kubelet_sim.runtime.docker_runtime import DockerRuntime
+from kubelet_sim.runtime.engine import DockerEngine, EventStream
+from kubelet_sim.runtime.node_runtime import NodeRuntime
 from kubelet_sim.supervise import Supervisor
 
 # Events that change what we report; exec_*, attach, kill, stop... are followed by one of
@@ -33,11 +34,6 @@ _RANK = {
     cri.ContainerState.EXITED: 2,
 }
 _GONE_REMEMBERED = 4096
-
-
-class _EventStream(Protocol):
-    def __iter__(self) -> Iterator[dict[str, Any]]: ...
-    def close(self) -> None: ...
 
 
 @dataclass
@@ -62,7 +58,7 @@ class ContainerWatcher:
 
     def __init__(
         self,
-        runtime: DockerRuntime,
+        runtime: NodeRuntime,
         on_change: Callable[[str], None] | None = None,
         *,
         node_name: str | None = None,
@@ -90,7 +86,7 @@ class ContainerWatcher:
         self._synced = threading.Event()
         self._own = events is None
         self._events = events or ContainerEvents(
-            runtime,
+            runtime.engine,
             label=f"{cri.LABEL_NODE}={self.node}",
             backoff=backoff,
             since_margin=since_margin,
@@ -286,7 +282,7 @@ class ContainerEvents:
 
     def __init__(
         self,
-        runtime: DockerRuntime,
+        engine: DockerEngine,
         *,
         backoff: Backoff | None = None,
         since_margin: float = 1.0,
@@ -295,7 +291,7 @@ class ContainerEvents:
         thread_name: str = "container events",
     ) -> None:
         """`label`: Docker's filter (every node's containers, or one node's: `key=value`)."""
-        self.runtime = runtime
+        self.engine = engine
         self.label = label
         self.backoff = backoff or Backoff(initial=0.2, cap=5.0)
         self.since_margin = since_margin
@@ -303,7 +299,7 @@ class ContainerEvents:
         self.stats = WatcherStats()
         self._watchers: dict[str, ContainerWatcher] = {}
         self._lock = threading.Lock()
-        self._stream: _EventStream | None = None
+        self._stream: EventStream | None = None
         self._last_event_ns: int | None = None
         self._stopping = threading.Event()
         self._thread = (supervisor or Supervisor()).thread(
@@ -391,11 +387,7 @@ class ContainerEvents:
             if resume_ns is not None
             else _since_arg(int((listed_at - self.since_margin) * 1e9))
         )
-        stream = self.runtime.client.api.events(
-            decode=True,
-            filters={"type": "container", "label": self.label},
-            since=cast(Any, since),  # the stub says int; the API takes seconds.nanos
-        )
+        stream = self.engine.events(self.label, since)
         with self._lock:
             self._stream = stream
         if self._stopping.is_set():

@@ -126,7 +126,7 @@ def pool_sandbox_body(
 
 
 def anchor_body(image: str, labels: dict[str, str], network: str) -> dict[str, Any]:
-    """A container that only holds a network namespace on `network` (DockerRuntime.run_anchor)."""
+    """A container that only holds a network namespace on `network` (DockerEngine.run_anchor)."""
     return {
         "Image": image,
         "Labels": dict(labels),

@@ -24,9 +24,10 @@ from kubelet_sim.server.auth import Gate
 from kubelet_sim.server.exchange import Exchange
 from kubelet_sim.server.listener import Listener
 from kubelet_sim.server.metrics import render
-from kubelet_sim.server.routes import LogSource, NodeView, Reply, route
+from kubelet_sim.server.ports import ContainerStreams
+from kubelet_sim.server.routes import NodeView, Reply, route
 from kubelet_sim.server.settings import ConnectionLimits
-from kubelet_sim.server.streaming.serve import PREFIXES, StreamRuntime
+from kubelet_sim.server.streaming.serve import PREFIXES
 from kubelet_sim.server.streaming.serve import serve as serve_stream
 from kubelet_sim.server.tls import ServingTls, serving_tls
 from kubelet_sim.supervise import Supervisor
@@ -73,8 +74,7 @@ class KubeletServer:
     def __init__(
         self,
         node: NodeView,
-        logs: LogSource,
-        streams: StreamRuntime,
+        streams: ContainerStreams,
         gate: Gate,
         *,
         address: str,
@@ -86,9 +86,10 @@ class KubeletServer:
         listener: Listener | None = None,
         self_signed: Callable[[], tuple[Path, Path]] | None = None,
     ) -> None:
-        """`self_signed` makes the serving pair when no files are given, at the first
-        connection (`tls.ServingTls`)."""
-        self.node, self.logs, self.streams, self.gate = node, logs, streams, gate
+        """`streams`: the node's containers as the API streams them (logs, exec, attach,
+        port-forward). `self_signed` makes the serving pair when no files are given, at the
+        first connection (`tls.ServingTls`)."""
+        self.node, self.streams, self.gate = node, streams, gate
         self.limits = limits or ConnectionLimits()
         self.log = get_logger("kubelet_sim.server", node=gate.node_name)
         try:
@@ -201,7 +202,7 @@ class KubeletServer:
             reply = Reply.text(405, "405 method not allowed\n")
         else:
             try:
-                reply = route(self.node, self.logs, parts.path, parts.query)
+                reply = route(self.node, self.streams, parts.path, parts.query)
                 if parts.path == "/metrics" and reply.status == 200:
                     reply.body = [*reply.body, render(self.endpoint.counters.families()).encode()]
             except Exception as exc:  # one broken request never takes the server down

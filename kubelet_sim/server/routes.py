@@ -17,6 +17,7 @@ from urllib.parse import parse_qs
 from kubelet_sim import cri
 from kubelet_sim.jsontypes import Json
 from kubelet_sim.pod.attempts import attempts_of
+from kubelet_sim.server.ports import LogSource
 from kubelet_sim.server.usage import NodeUsage, PodUsage, resource_metrics, summary
 
 PROMETHEUS = "text/plain; version=0.0.4; charset=utf-8"
@@ -37,18 +38,6 @@ class NodeView(Protocol):
     def metrics(self) -> str: ...
 
     def usage(self) -> tuple[NodeUsage, list[PodUsage]]: ...
-
-
-class LogSource(Protocol):
-    def container_logs(
-        self,
-        container_id: str,
-        *,
-        follow: bool = False,
-        tail: int | None = None,
-        since: float | None = None,
-        timestamps: bool = False,
-    ) -> Iterator[bytes]: ...
 
 
 @dataclass

@@ -16,8 +16,8 @@ from urllib.parse import parse_qs, unquote
 
 from kubelet_sim import cri
 from kubelet_sim.pod.attempts import attempts_of
+from kubelet_sim.server.ports import StreamRuntime
 from kubelet_sim.server.routes import NodeView, Reply, find_pod
-from kubelet_sim.server.streaming.serve import StreamRuntime
 
 PREFIX = "/run/"
 MAX_OUTPUT = 16 << 20  # the kubelet's CRI client's maxMsgSize

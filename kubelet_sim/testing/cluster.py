@@ -50,10 +50,10 @@ from kubelet_sim.demo.run import (
 from kubelet_sim.kube.client import KubeConnection, connect
 from kubelet_sim.kube.rest import ApiError, request_json
 from kubelet_sim.node.settings import NodeSettings
-from kubelet_sim.nodeset import NodeIdentity, NodeSet, NodeSetSettings
+from kubelet_sim.nodeset import NodeIdentity, NodeSet, NodeSetSettings, engine_for
 from kubelet_sim.paths import remove_tree
 from kubelet_sim.pem import copy_private
-from kubelet_sim.runtime.docker_runtime import DockerRuntime, RuntimeUnavailable
+from kubelet_sim.runtime.engine import DockerEngine, RuntimeUnavailable
 from kubelet_sim.server.settings import ServerSettings
 from kubelet_sim.testing.kubeconfigs import api_server, through_relay
 from kubelet_sim.testing.leftovers import PROCESS_LABEL, remove_dead_clusters, this_process
@@ -143,7 +143,7 @@ class Cluster:
         self._on_step = on_step
         self._began = 0.0
         self.plane: ControlPlane | None = None
-        self._engine: DockerRuntime | None = None
+        self._engine: DockerEngine | None = None
         self._admin: KubeConnection | None = None
         self._nodes: dict[str, _Node] = {}
         self._pause = DEFAULT_PAUSE_IMAGE
@@ -177,7 +177,7 @@ class Cluster:
         self._began = time.monotonic()
         self.workdir.mkdir(mode=0o700, parents=True, exist_ok=True)
         network = self._network or ("bridge" if self.joined is None else _kind_or_bridge())
-        self._engine = engine = DockerRuntime.connect(network=network)
+        self._engine = engine = engine_for(network)
         remove_dead_clusters(engine)
         self.image, self._pause = ensure_images(
             engine,
@@ -199,7 +199,7 @@ class Cluster:
             raise ClusterError(f"no default ServiceAccount after {self.timeout:.0f} s")
         self._step("default ServiceAccount")
 
-    def _start_plane(self, engine: DockerRuntime) -> None:
+    def _start_plane(self, engine: DockerEngine) -> None:
         assert self.binaries is not None
         endpoint, self.pod_endpoint_missing = make_pod_endpoint(engine, self._pause, self.labels)
         self._step("pods' API endpoint")
@@ -411,7 +411,7 @@ class Cluster:
 
 def _kind_or_bridge() -> str:
     """kind's network where Docker has one (its nodes, and so its API server, are there)."""
-    engine = DockerRuntime.connect(network="kind")
+    engine = engine_for("kind")
     try:
         engine.network_gateway()
     except RuntimeUnavailable:

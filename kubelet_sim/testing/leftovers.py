@@ -12,7 +12,7 @@ from __future__ import annotations
 import os
 from pathlib import Path
 
-from kubelet_sim.runtime.docker_runtime import DockerRuntime
+from kubelet_sim.runtime.engine import DockerEngine
 
 PROCESS_LABEL = "io.kubelet-sim.testing.process"
 
@@ -34,7 +34,7 @@ def _alive(mark: str) -> bool:
     return pid.isdigit() and _started(int(pid)) == started
 
 
-def remove_dead_clusters(engine: DockerRuntime) -> int:
+def remove_dead_clusters(engine: DockerEngine) -> int:
     """Remove the containers of test clusters whose process is gone; how many went."""
     removed = 0
     for mark in engine.label_values(PROCESS_LABEL):

@@ -27,7 +27,7 @@ from kubelet_sim.kube.client import KubeConnection
 from kubelet_sim.kube.informer import DELETED, Informer, object_key
 from kubelet_sim.kube.watches import events_with_reason, pods_in_namespace
 from kubelet_sim.logs import get_logger
-from kubelet_sim.runtime.docker_runtime import DockerRuntime
+from kubelet_sim.runtime.node_runtime import NodeRuntime
 from kubelet_sim.tools.trace import SCHEDULED, Step, timeline
 
 FAILED_SCHEDULING = "FailedScheduling"
@@ -338,7 +338,7 @@ class _Watched:
 
 class _Stream:
     def __init__(
-        self, runtimes: Mapping[str, DockerRuntime], write: Callable[[str], None], hold: float
+        self, runtimes: Mapping[str, NodeRuntime], write: Callable[[str], None], hold: float
     ) -> None:
         self.runtimes = runtimes
         self.write = write
@@ -394,7 +394,7 @@ class _Stream:
         events, deleting = self.watched.events_of(uid), self.watched.deletion_of(uid)
         return handoff.update(pod, events, journal, observed, now=now, deleting=deleting)
 
-    def _containers(self, runtime: DockerRuntime, node: str) -> list[cri.ObservedContainer]:
+    def _containers(self, runtime: NodeRuntime, node: str) -> list[cri.ObservedContainer]:
         try:
             return runtime.list_containers(node)
         except Exception as exc:  # Docker away: the API's and the journal's steps still show
@@ -415,7 +415,7 @@ class _Stream:
 
 def stream(
     kube: KubeConnection,
-    runtimes: Mapping[str, DockerRuntime],
+    runtimes: Mapping[str, NodeRuntime],
     write: Callable[[str], None],
     stop: threading.Event,
     *,
@@ -426,7 +426,7 @@ def stream(
 ) -> None:
     """Until stop: print each pod's handoff steps as they happen (one line per step).
 
-    runtimes maps node name -> that node's DockerRuntime (its journal and its containers); a
+    runtimes maps node name -> that node's NodeRuntime (its journal and its containers); a
     pod on another node shows the API's steps only. kube has admin credentials. namespace None
     = all namespaces. listening is set once the watches are synced. Pods not finished are
     evaluated again every `poll` seconds, for the steps no watch announces.

@@ -25,7 +25,7 @@ from kubelet_sim.kube.informer import DELETED, Informer
 from kubelet_sim.kube.rest import request_json
 from kubelet_sim.kube.watches import pods_on_node
 from kubelet_sim.pod.status import format_time_precise
-from kubelet_sim.runtime.docker_runtime import DockerRuntime
+from kubelet_sim.runtime.node_runtime import NodeRuntime
 
 SCHEDULED = "Scheduled"
 
@@ -218,7 +218,7 @@ def as_json(pod: Json, steps: Sequence[Step]) -> str:
 
 
 def collect(
-    kube: KubeConnection, runtime: DockerRuntime | None, namespace: str, name: str
+    kube: KubeConnection, runtime: NodeRuntime | None, namespace: str, name: str
 ) -> tuple[Json, list[Step]]:
     """Read the pod and its events from the API, the agent's journal and Docker's containers
     (with no runtime, for a node on another machine: the API's steps only)."""
@@ -245,7 +245,7 @@ def _is_ready(pod: Json) -> bool:
 
 def follow(
     kube: KubeConnection,
-    runtime: DockerRuntime,
+    runtime: NodeRuntime,
     node_name: str,
     write: Callable[[str], None],
     stop: threading.Event,
@@ -291,7 +291,7 @@ def follow(
 
 def _follow_one(
     kube: KubeConnection,
-    runtime: DockerRuntime,
+    runtime: NodeRuntime,
     namespace: str,
     name: str,
     output: str,

@@ -12,7 +12,7 @@ from dataclasses import dataclass
 
 from kubelet_sim.kube.client import KubeConnection
 from kubelet_sim.kube.informer import WatchTimeouts
-from kubelet_sim.runtime.docker_runtime import DockerRuntime
+from kubelet_sim.runtime.node_runtime import NodeRuntime
 from kubelet_sim.ui.server import DEFAULT_ADDRESS, DEFAULT_PORT, UiError, UiServer
 from kubelet_sim.ui.sources import Sources
 from kubelet_sim.ui.state import Limits, UiState
@@ -41,7 +41,7 @@ class RunningUi:
 
 def start_ui(
     kube: KubeConnection,
-    runtimes: Mapping[str, DockerRuntime],
+    runtimes: Mapping[str, NodeRuntime],
     *,
     nodes: Iterable[str] | None = None,
     address: str = DEFAULT_ADDRESS,

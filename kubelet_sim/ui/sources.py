@@ -25,7 +25,7 @@ from kubelet_sim.kube.informer import Informer, WatchTimeouts
 from kubelet_sim.kube.rest import ApiError, request_json
 from kubelet_sim.kube.watches import all_nodes, events_with_reason, pods_in_namespace, pods_on_node
 from kubelet_sim.logs import get_logger
-from kubelet_sim.runtime.docker_runtime import DockerRuntime
+from kubelet_sim.runtime.node_runtime import NodeRuntime
 from kubelet_sim.tools import trace
 from kubelet_sim.tools import watch as watch_tool
 from kubelet_sim.ui.state import SCHEDULER_REASONS, UiState
@@ -55,7 +55,7 @@ class Sources:
         self,
         state: UiState,
         kube: KubeConnection,
-        runtimes: Mapping[str, DockerRuntime],
+        runtimes: Mapping[str, NodeRuntime],
         *,
         timeouts: WatchTimeouts | None = None,
         lease_interval: float = 1.0,

@@ -27,19 +27,20 @@ def test_the_pod_workers_import_no_docker_and_no_runtime_module() -> None:
         for name in _imported(path):
             assert name.split(".")[0] != "docker", f"{path.name} imports {name}"
             assert not name.startswith("kubelet_sim.runtime"), f"{path.name} imports {name}"
-        assert "DockerRuntime" not in path.read_text(), f"{path.name} names DockerRuntime"
+        for name in ("DockerEngine", "NodeRuntime"):
+            assert name not in path.read_text(), f"{path.name} names {name}"
 
 
 def test_the_docker_adapter_and_the_fake_implement_the_runtime_port() -> None:
-    """Checked by mypy where the agent passes DockerRuntime as a PodRuntime; here, that each
+    """Checked by mypy where the agent passes NodeRuntime as a PodRuntime; here, that each
     method the port names exists on both (the fake is not type-checked)."""
     from kubelet_sim.podworkers.ports import ContainerCache, ImageService, RuntimeService
-    from kubelet_sim.runtime.docker_runtime import DockerRuntime
+    from kubelet_sim.runtime.node_runtime import NodeRuntime
     from tests.fakeruntime import FakeContainerCache, FakeRuntime
 
     for port, implementations in (
-        (RuntimeService, (DockerRuntime, FakeRuntime)),
-        (ImageService, (DockerRuntime, FakeRuntime)),
+        (RuntimeService, (NodeRuntime, FakeRuntime)),
+        (ImageService, (NodeRuntime, FakeRuntime)),
         (ContainerCache, (FakeContainerCache,)),
     ):
         wanted = {n for n in vars(port) if not n.startswith("_")} - {"node_name", "files"}

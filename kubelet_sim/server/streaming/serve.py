@@ -4,15 +4,14 @@ upgrade, then the session on a thread of its own while this thread moves the byt
 from __future__ import annotations
 
 import re
-import socket
 import threading
-from collections.abc import Callable, Sequence
-from typing import Protocol
+from collections.abc import Callable
 from urllib.parse import parse_qs, unquote
 
 from kubelet_sim import cri
 from kubelet_sim.pod.attempts import attempts_of, latest_sandbox
 from kubelet_sim.server.exchange import Exchange
+from kubelet_sim.server.ports import StreamRuntime
 from kubelet_sim.server.routes import NodeView, Reply, find_pod
 from kubelet_sim.server.settings import ConnectionLimits
 from kubelet_sim.server.streaming import portforward, remotecommand, websocket
@@ -23,16 +22,6 @@ from kubelet_sim.server.streaming.upgrade import Refused, is_websocket, negotiat
 PREFIXES = ("/exec/", "/attach/", "/portForward/")
 _COMMAND = re.compile(r"^/(exec|attach)/([^/]+)/([^/]+)/(?:([^/]+)/)?([^/]+)$")
 _FORWARD = re.compile(r"^/portForward/([^/]+)/([^/]+)(?:/([^/]+))?$")
-
-
-class StreamRuntime(Protocol):
-    def exec_stream(
-        self, container_id: str, command: Sequence[str], *, stdin: bool, tty: bool
-    ) -> cri.StreamSession: ...
-
-    def attach_stream(self, container_id: str, *, stdin: bool) -> cri.StreamSession: ...
-
-    def pod_connect(self, sandbox_id: str, port: int, timeout: float = 10.0) -> socket.socket: ...
 
 
 def serve(
