@@ -8,13 +8,13 @@ from typing import Annotated
 import typer
 
 from kubelet_sim import __version__
+from kubelet_sim.assembly.nodeset import NodeSet, exit_past_calls_in_flight, usable_root_dir
 from kubelet_sim.cli.common import fail, stop_on_signals, typer_app
 from kubelet_sim.cli.node_options import NodeOptions, with_node_options
 from kubelet_sim.cli.ui import UiOptions, with_ui_options
 from kubelet_sim.config import ConfigError
 from kubelet_sim.kube.client import KubeConfigError
 from kubelet_sim.logs import configure_logging
-from kubelet_sim.nodeset import NodeSet, exit_past_calls_in_flight, usable_root_dir
 from kubelet_sim.runtime.docker_runtime import RuntimeUnavailable
 from kubelet_sim.server.http import ServerError
 from kubelet_sim.server.settings import ConnectionLimits, ServerSettings, parse_duration

@@ -8,6 +8,7 @@ from typing import Annotated
 
 import typer
 
+from kubelet_sim.assembly.nodeset import usable_root_dir
 from kubelet_sim.cli.common import (
     ContextOption,
     JournalRootDirOption,
@@ -21,7 +22,6 @@ from kubelet_sim.config import ConfigError
 from kubelet_sim.kube.client import KubeConfigError, connect
 from kubelet_sim.kube.rest import ApiError, request_json
 from kubelet_sim.logs import configure_logging
-from kubelet_sim.nodeset import usable_root_dir
 from kubelet_sim.runtime.docker_runtime import DockerRuntime, RuntimeUnavailable
 from kubelet_sim.tools import trace as pod_trace
 from kubelet_sim.tools import watch as watch_stream
