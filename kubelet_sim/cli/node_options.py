@@ -184,7 +184,8 @@ class NodeOptions:
             "Started, network-ready pod sandboxes kept ready per node, so that a pod that may"
             " use one (not hostNetwork, hostPID, hostIPC, sysctls, hostPorts, a runtimeClass or"
             " hostUsers: false) starts only its own containers; 0 (the default) keeps none."
-            " Opt-in: a process that reads its hostname at once may see the pool's (README).",
+            " Opt-in: a process that reads its hostname at once may see the pool's"
+            " (docs/sandbox-pool.md).",
             min=0,
         ),
     ] = 0

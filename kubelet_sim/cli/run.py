@@ -119,7 +119,7 @@ def run(
         typer.Option(
             envvar="KUBELET_SIM_PROXY_KUBECONFIG",
             help="Kubeconfig of the service proxy (kube-proxy's rights, system:node-proxier);"
-            " default: the node's own, which needs that role bound (see README).",
+            " default: the node's own, which needs that role bound (see docs/networking.md).",
         ),
     ] = None,
     delete_node_on_exit: Annotated[
