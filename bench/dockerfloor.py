@@ -20,7 +20,7 @@ from typing import Any
 
 from bench.kube import BUSYBOX, SLEEP_FOREVER
 from bench.report import percentile
-from kubelet_sim.agent import PodSettings
+from kubelet_sim.podworkers.settings import PodSettings
 
 LABEL = "io.kubelet-sim.bench"
 VALUE = "docker-floor"

@@ -42,10 +42,12 @@ from typing import Any
 from bench.procstat import memory_kib
 from kubelet_sim.controlplane.pki import CertificateAuthority
 from kubelet_sim.kube.reviews import Decision
-from kubelet_sim.logs import configure_logging
+from kubelet_sim.logs import configure_logging, get_logger
 from kubelet_sim.server.auth import Gate
 from kubelet_sim.server.http import KubeletServer
-from kubelet_sim.server.listener import kernel_backlog
+from kubelet_sim.server.listener import Listener, kernel_backlog
+from kubelet_sim.server.settings import ConnectionLimits
+from kubelet_sim.supervise import Supervisor
 
 MODELS = ("pool", "threads", "asyncio")
 
@@ -99,6 +101,8 @@ class _Reviews:
 
 
 def serve_pool(directory: Path) -> int:
+    listener = Listener(ConnectionLimits(), get_logger("bench.kubelet_api"))
+    listener.start(Supervisor())
     server = KubeletServer(
         _Node(),
         None,  # type: ignore[arg-type]  # no logs, no streams: /healthz only
@@ -108,6 +112,7 @@ def serve_pool(directory: Path) -> int:
         cert_file=directory / "server.crt",
         key_file=directory / "server.key",
         client_ca_file=str(directory / "ca.crt"),
+        listener=listener,
     )
     server.start()
     return server.port

@@ -290,7 +290,7 @@ def scale_rows(results: list[scale.ScaleResult], args: argparse.Namespace) -> li
 
 
 def render(rows: list[Row]) -> str:
-    """A Markdown table, as the issue's and the README's."""
+    """A Markdown table, as the issue's and docs/performance.md's."""
     lines = [
         "| measure | today (this run) | Docker alone | goal | met |",
         "|---|---|---|---|---|",

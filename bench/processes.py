@@ -164,7 +164,7 @@ class AgentProcess:
             if event == "pod bound to this node" and record.get("uid"):
                 with self._lock:
                     self.bound.setdefault(str(record["uid"]), parse_time(record["timestamp"]))
-            elif event == "running" and record.get("logger") == "kubelet_sim.agent":
+            elif event == "running" and record.get("logger") == "kubelet_sim.node":
                 self.running.set()
             elif record.get("level") in ("warning", "error"):
                 with self._lock:

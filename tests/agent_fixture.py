@@ -1,4 +1,5 @@
-"""An agent running in this process against the test's cluster and the real Docker engine."""
+"""A node running in this process against the test's cluster and the real Docker engine, built
+and run as the command runs its nodes (a one-node `NodeSet`)."""
 
 from __future__ import annotations
 
@@ -10,9 +11,10 @@ from typing import Any
 
 import pytest
 
-from kubelet_sim.agent import Agent, PodSettings
+from kubelet_sim.assembly.node import Node
+from kubelet_sim.assembly.nodeset import NodeIdentity, NodeSet, NodeSetSettings
 from kubelet_sim.node.settings import NodeSettings
-from kubelet_sim.nodeset import NodeIdentity, NodeSet, NodeSetSettings
+from kubelet_sim.podworkers.settings import PodSettings
 from kubelet_sim.server.settings import ServerSettings
 from tests.cluster import Cluster, wait_for
 from tests.docker_env import DockerEnv
@@ -22,14 +24,17 @@ __all__ = ["RunningAgent", "agent", "start_agent"]
 
 @dataclass
 class RunningAgent:
-    agent: Agent
+    agent: Node
     stop_event: threading.Event
     thread: threading.Thread
+    nodes: NodeSet
+    failures: list[tuple[str, str]]
 
     def stop(self) -> None:
         self.stop_event.set()
         self.thread.join(15)
         assert not self.thread.is_alive(), "the agent did not stop"
+        self.nodes.close()
 
 
 def start_agent(
@@ -39,7 +44,7 @@ def start_agent(
     *,
     node: dict[str, Any] | None = None,
     pull_progress_deadline: float | None = None,
-    prepare: Callable[[Agent], None] | None = None,
+    prepare: Callable[[Node], None] | None = None,
     server: ServerSettings | None = None,
     service_proxy: bool = False,
     proxy_own_credentials: bool = False,  # the proxy with the node's credentials, not admin
@@ -64,13 +69,16 @@ def start_agent(
             else None,
         )
     )
-    (agent,) = nodes.agents
+    (agent,) = nodes.nodes
     if prepare is not None:
         prepare(agent)
     stop = threading.Event()
-    thread = threading.Thread(target=agent.run, args=(stop,), name="agent", daemon=True)
+    failures: list[tuple[str, str]] = []
+    thread = threading.Thread(
+        target=lambda: failures.extend(nodes.run(stop)), name="agent", daemon=True
+    )
     thread.start()
-    running = RunningAgent(agent, stop, thread)
+    running = RunningAgent(agent, stop, thread, nodes, failures)
     wait_for(agent.workers.started.is_set, 20, "the agent's pod workers to start")
     return running
 

@@ -1,5 +1,5 @@
 """Pods a cluster binds to the tests' nodes by itself: a DaemonSet's that tolerates every
-taint, as kind's kindnet and kube-proxy do (README "More on kind" keeps them off virtual
+taint, as kind's kindnet and kube-proxy do (docs/kind.md keeps them off virtual
 nodes). On the tests' own control plane and on the fake there are none; on a cluster of the
 user's a test that needs a node with only its own pods (idle, at rest, counted) watches for
 them and, where they came, skips saying so instead of failing.
@@ -48,7 +48,7 @@ class OtherPods:
             more = f" and {len(self.seen) - 1} more" if len(self.seen) > 1 else ""
         pytest.skip(
             f"the cluster binds pods of its own to every node ({pod} of {owner}{more}: it "
-            f'tolerates every taint; README "More on kind" keeps such pods off virtual nodes): '
+            f"tolerates every taint; docs/kind.md keeps such pods off virtual nodes): "
             f"{what}"
         )
 

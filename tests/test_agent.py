@@ -113,7 +113,7 @@ def test_object_watches_follow_the_pods_that_use_them(
     wait_status(cluster, "second", running_ready, 20, "Running")
     cluster.core.delete_namespaced_pod("first", ns, grace_period_seconds=0)
     wait_for(
-        lambda: agent.agent.pod_of(_uid(cluster, "second")) is not None, 5, "second still known"
+        lambda: agent.agent.pods.get(_uid(cluster, "second")) is not None, 5, "second still known"
     )
     assert ref in agent.agent.objects.watched(), "still used by the second pod"
     cluster.core.delete_namespaced_pod("second", ns, grace_period_seconds=0)

@@ -42,25 +42,26 @@ ALLOWED: dict[str, set[str]] = {
     "server": SHARED | {"kube", "pod"},
     "proxy": SHARED | {"kube"},
     "staticpods": SHARED | {"kube", "pod"},
-    "agent": SHARED
+    # The composition root: builds a node's parts and the process's shared ones, runs node sets.
+    "assembly": SHARED
     | {"kube", "runtime", "pod", "node", "podworkers", "volumes", "server", "proxy"}
     | {"staticpods"},
     "tools": SHARED | {"kube", "runtime", "pod"},
     "ui": SHARED | {"kube", "runtime", "tools"},
     "controlplane": SHARED,
     "compare": SHARED | {"kube"},
-    "nodeset": SHARED | {"agent", "kube", "runtime", "node", "server"},
     "demo": SHARED
-    | {"controlplane", "nodeset", "agent", "tools", "kube", "runtime", "node", "server", "pod"}
+    | {"controlplane", "assembly", "tools", "kube", "runtime", "node", "server", "pod"}
     | {"volumes"},
     "cli": SHARED
-    | {"kube", "runtime", "node", "agent", "tools", "server", "nodeset", "demo", "controlplane"}
+    | {"kube", "runtime", "node", "assembly", "tools", "server", "demo", "controlplane"}
+    | {"podworkers"}
     | {"ui", "compare"},
     "__main__": {"cli"},
     # The pytest plugin and its Cluster (the pytest11 entry point, beside the command): the
     # demo's control plane and nodes, put together for a controller's tests.
     "testing": SHARED
-    | {"controlplane", "demo", "nodeset", "kube", "runtime", "node", "server", "volumes"},
+    | {"controlplane", "demo", "assembly", "kube", "runtime", "node", "server", "volumes"},
 }
 THIRD_PARTY_OWNER = {"kubernetes": "kube", "docker": "runtime"}
 
@@ -81,10 +82,10 @@ def imported_modules(source: str, module: str) -> list[str]:
     it (a function's body, `if TYPE_CHECKING:`), with the forms that name no module spelled
     out resolved to the module they load:
     - relative imports, against the module's own package: in `kubelet_sim.pod.spec`,
-      `from ..agent import Agent` is `kubelet_sim.agent`, `from .. import agent` too;
-    - package-level imports: `from kubelet_sim import agent` is `kubelet_sim.agent` (a name
+      `from ..assembly.node import Node` is `kubelet_sim.assembly.node`, `from .. import assembly` is `kubelet_sim.assembly`;
+    - package-level imports: `from kubelet_sim import assembly` is `kubelet_sim.assembly` (a name
       that is no module, such as `__version__`, is the package itself);
-    - `importlib.import_module("kubelet_sim.agent")` with a literal name."""
+    - `importlib.import_module("kubelet_sim.assembly")` with a literal name."""
     package = module.split(".")[:-1]
     names: list[str] = []
     for node in ast.walk(ast.parse(source, module)):
@@ -149,22 +150,22 @@ def test_module_imports_only_layers_below(path: Path) -> None:
     assert violations(layer, _imports(path)) == [], path
 
 
-# Each way of writing "pod/ imports the agent" (or `docker`), as it would stand in
+# Each way of writing "pod/ imports the node builder" (or `docker`), as it would stand in
 # kubelet_sim/pod/spec.py: the check above must see every one.
 FORBIDDEN_FORMS = {
-    "absolute": "import kubelet_sim.agent",
-    "absolute from": "from kubelet_sim.agent import Agent",
-    "aliased": "import kubelet_sim.agent as agent",
-    "package-level": "from kubelet_sim import agent",
-    "package-level, among others": "from kubelet_sim import __version__, cri, agent",
-    "relative": "from ..agent import Agent",
-    "relative, package-level": "from .. import agent",
+    "absolute": "import kubelet_sim.assembly.node",
+    "absolute from": "from kubelet_sim.assembly.node import Node",
+    "aliased": "import kubelet_sim.assembly.node as node",
+    "package-level": "from kubelet_sim import assembly",
+    "package-level, among others": "from kubelet_sim import __version__, cri, assembly",
+    "relative": "from ..assembly.node import Node",
+    "relative, package-level": "from .. import assembly",
     "relative, deeper": "from ..podworkers.sync import PodSyncer",
     "relative, package-level, deeper": "from ..podworkers import sync",
-    "in a function": "def f():\n    from ..agent import Agent\n    return Agent",
+    "in a function": "def f():\n    from ..assembly.node import Node\n    return Node",
     "type checking only": "from typing import TYPE_CHECKING\nif TYPE_CHECKING:\n"
-    "    from kubelet_sim import agent",
-    "import_module": "import importlib\nimportlib.import_module('kubelet_sim.agent')",
+    "    from kubelet_sim import assembly",
+    "import_module": "import importlib\nimportlib.import_module('kubelet_sim.assembly.node')",
     "third party": "import docker",
     "third party, from": "from docker.errors import NotFound",
 }
@@ -191,73 +192,17 @@ def test_the_check_lets_allowed_imports_through(source: str) -> None:
 def test_relative_imports_resolve_in_a_package_init() -> None:
     """In `kubelet_sim/pod/__init__.py` a single dot is the package itself."""
     names = imported_modules(
-        "from .spec import PodView\nfrom .. import agent", "kubelet_sim.pod.__init__"
+        "from .spec import PodView\nfrom .. import assembly", "kubelet_sim.pod.__init__"
     )
     assert "kubelet_sim.pod.spec" in names
-    assert "kubelet_sim.agent" in names
+    assert "kubelet_sim.assembly" in names
 
 
 def test_rules_see_every_layer() -> None:
     """The check above can fail: the package really has code in the guarded layers."""
     layers = {_layer(p) for p in MODULES}
-    assert {"kube", "runtime", "cli", "agent"} <= layers
+    assert {"kube", "runtime", "cli", "assembly"} <= layers
     assert any("kubernetes" in _imports(p) or "kubernetes" in str(_imports(p)) for p in MODULES)
-
-
-# The process's Docker engine and each node's parts on it are made in one place, the
-# composition root (runtime/ itself makes them from their own: the engine connects, a node's
-# runtime makes its streams); the CLI, the demo and testing/ get theirs from it.
-MADE_BY_THE_ROOT = {"DockerEngine", "NodeRuntime", "NodeStreams"}
-COMPOSITION_ROOT = PACKAGE / "nodeset.py"
-
-
-def constructions(source: str) -> list[str]:
-    """Each call in `source` that makes one of MADE_BY_THE_ROOT, by any name: `X(...)`,
-    `module.X(...)`, `X.connect(...)`, and an alias from `import X as Y`."""
-    tree = ast.parse(source)
-    names = {n: n for n in MADE_BY_THE_ROOT}
-    for node in ast.walk(tree):
-        if isinstance(node, ast.ImportFrom):
-            names.update({a.asname: a.name for a in node.names if a.asname and a.name in names})
-    found = []
-    for node in ast.walk(tree):
-        if not isinstance(node, ast.Call):
-            continue
-        func = node.func
-        if isinstance(func, ast.Attribute) and func.attr == "connect":
-            func = func.value
-        name = func.id if isinstance(func, ast.Name) else getattr(func, "attr", None)
-        if name in names:
-            found.append(f"line {node.lineno}: {names[name]}")
-    return found
-
-
-@pytest.mark.parametrize("path", MODULES, ids=lambda p: str(p.relative_to(PACKAGE)))
-def test_only_the_composition_root_makes_the_engine_and_node_runtimes(path: Path) -> None:
-    if path == COMPOSITION_ROOT or _layer(path) == "runtime":
-        return
-    assert constructions(path.read_text()) == [], f"{path}: ask nodeset.py for it"
-
-
-MAKING_FORMS = {
-    "plain": "from kubelet_sim.runtime.engine import DockerEngine\nDockerEngine(client)",
-    "connect": "from kubelet_sim.runtime.engine import DockerEngine\nDockerEngine.connect()",
-    "through the module": "from kubelet_sim.runtime import engine\nengine.DockerEngine.connect()",
-    "aliased": "from kubelet_sim.runtime.node_runtime import NodeRuntime as R\nR(engine, 'n1')",
-    "streams": "NodeStreams(engine, stats)",
-}
-
-
-@pytest.mark.parametrize("source", MAKING_FORMS.values(), ids=MAKING_FORMS.keys())
-def test_the_check_catches_every_way_of_making_one(source: str) -> None:
-    assert constructions(source) != []
-
-
-def test_the_composition_root_makes_them() -> None:
-    """The check above can fail: the root really makes both."""
-    made = " ".join(constructions(COMPOSITION_ROOT.read_text()))
-    assert "DockerEngine" in made
-    assert "NodeRuntime" in made
 
 
 TEST_ONLY = {"tests", "pytest", "hypothesis", "dnslib"}  # the `test` extra and tests/

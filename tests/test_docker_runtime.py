@@ -19,7 +19,7 @@ from kubelet_sim.runtime import translate
 from kubelet_sim.runtime.engine import DockerEngine
 from kubelet_sim.runtime.images import status_image_id
 from kubelet_sim.runtime.node_runtime import NodeRuntime
-from kubelet_sim.runtime.observe import ContainerWatcher
+from kubelet_sim.runtime.observe import ContainerEvents, ContainerWatcher
 from tests.cluster import wait_for as cluster_wait_for
 from tests.docker_env import TEST_LABEL, DockerEnv
 from tests.loopback_registry import loopback_registry
@@ -485,11 +485,14 @@ class Changes:
 @pytest.fixture
 def watched(pod: Pod) -> Iterator[tuple[ContainerWatcher, Changes]]:
     changes = Changes()
-    watcher = ContainerWatcher(pod.rt, changes)
+    events = ContainerEvents(pod.rt.engine, label=f"{cri.LABEL_NODE}={pod.rt.node_name}")
+    watcher = ContainerWatcher(pod.rt, changes, events=events)
     watcher.start()
+    events.start()
     yield watcher, changes
     began = time.monotonic()
     watcher.stop()
+    events.stop()
     assert time.monotonic() - began < 1.5, "stop() returns within about a second"
 
 
@@ -614,13 +617,16 @@ def test_watcher_backs_off_while_docker_is_down_and_stops_at_once(tmp_path: Path
 
     client = docker.DockerClient(base_url=f"unix://{tmp_path}/no.sock", version="1.41")
     runtime = NodeRuntime(DockerEngine(client), node_name="rt-down", root_dir=tmp_path)
-    watcher = ContainerWatcher(runtime, backoff=Backoff(initial=0.05, cap=0.2))
+    events = ContainerEvents(runtime.engine, backoff=Backoff(initial=0.05, cap=0.2))
+    watcher = ContainerWatcher(runtime, events=events)
     watcher.start()
+    events.start()
     wait_for(lambda: watcher.stats.reconnects >= 3, what="retries with backoff")
     assert not watcher.synced
     assert watcher.stats.lists == 0
     began = time.monotonic()
     watcher.stop()
+    events.stop()
     assert time.monotonic() - began < 1.0
     client.close()
 

@@ -23,7 +23,7 @@ pytestmark = pytest.mark.docker
 
 SCHEDULER = "default-scheduler"
 # kubelet-sim registers with this NoSchedule taint unless told otherwise: pods meant for the
-# virtual node tolerate it, as the README's examples do.
+# virtual node tolerate it, as the docs' examples do.
 TOLERATE_VIRTUAL = [
     {"key": "kubelet-sim.io/virtual", "operator": "Equal", "value": "true", "effect": "NoSchedule"}
 ]

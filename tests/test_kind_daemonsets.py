@@ -1,13 +1,13 @@
-"""kind's own DaemonSets on a virtual node, and what the README tells kind users to do.
+"""kind's own DaemonSets on a virtual node, and what the docs tell kind users to do.
 
 kube-proxy and kindnet tolerate every taint, so the DaemonSet controller binds a pod of each to
 a virtual node too. They want the host (hostNetwork, hostPath, a privileged container or
 NET_ADMIN) and images from kind's containerd: without --allow-privileged the node refuses them
 at admission with the kubelet's reason, message and Warning event, and runs nothing (on both
-API servers). README "More on kind" gives a `kubectl patch` that keeps them off virtual nodes
-by the label they register with; on a real control plane it is run here as written against a
-kube-proxy-shaped DaemonSet (the DaemonSet controller stops placing it), and the scheduler is
-shown to keep the patched pod shape off the node.
+API servers). docs/kind.md ("kind's own DaemonSets") gives a `kubectl patch` that keeps them
+off virtual nodes by the label they register with; on a real control plane it is run here as
+written against a kube-proxy-shaped DaemonSet (the DaemonSet controller stops placing it), and
+the scheduler is shown to keep the patched pod shape off the node.
 """
 
 from __future__ import annotations
@@ -40,7 +40,7 @@ from tests.pods import (
 
 pytestmark = pytest.mark.docker
 
-README = Path(__file__).resolve().parent.parent / "README.md"
+KIND_DOC = Path(__file__).resolve().parent.parent / "docs" / "kind.md"
 KUBECTL = shutil.which("kubectl")
 
 
@@ -177,25 +177,25 @@ def test_kinds_daemonset_pods_are_refused_with_the_kubelets_reason_and_event(
     assert not pod_containers(docker_env, uid)
 
 
-# --- what the README tells kind users to do ---------------------------------------------------
+# --- what docs/kind.md tells kind users to do -------------------------------------------------
 
 
-def readme_patch() -> list[str]:
-    """The README's `kubectl patch` line, as arguments (`$ds` stays as written)."""
-    lines = [line.strip() for line in README.read_text().splitlines()]
+def doc_patch() -> list[str]:
+    """docs/kind.md's `kubectl patch` line, as arguments (`$ds` stays as written)."""
+    lines = [line.strip() for line in KIND_DOC.read_text().splitlines()]
     (line,) = [x for x in lines if x.startswith("kubectl ") and " patch daemonset " in x]
     assert "for ds in kube-proxy kindnet; do" in lines
     return shlex.split(line)
 
 
-def readme_affinity() -> Json:
-    args = readme_patch()
+def doc_affinity() -> Json:
+    args = doc_patch()
     body = json.loads(args[args.index("-p") + 1])
     return dict(body["spec"]["template"]["spec"]["affinity"])
 
 
-def test_the_readme_patch_excludes_the_label_every_virtual_node_registers_with() -> None:
-    required = readme_affinity()["nodeAffinity"]["requiredDuringSchedulingIgnoredDuringExecution"]
+def test_the_documented_patch_excludes_the_label_every_virtual_node_registers_with() -> None:
+    required = doc_affinity()["nodeAffinity"]["requiredDuringSchedulingIgnoredDuringExecution"]
     assert required["nodeSelectorTerms"] == [
         {"matchExpressions": [{"key": LABEL_VIRTUAL, "operator": "DoesNotExist"}]}
     ]
@@ -213,7 +213,7 @@ def _forbidden_daemon_pod(cluster: Cluster, prefix: str) -> bool:
 
 
 @pytest.mark.skipif(KUBECTL is None, reason="kubectl is not installed here")
-def test_the_readme_patch_stops_the_daemonset_controller_placing_kube_proxy_here(
+def test_the_documented_patch_stops_the_daemonset_controller_placing_kube_proxy_here(
     cluster: Cluster, docker_env: DockerEnv, agent: RunningAgent
 ) -> None:
     """The DaemonSet is kind's kube-proxy with one addition: a nodeSelector on this test's
@@ -244,7 +244,7 @@ def test_the_readme_patch_stops_the_daemonset_controller_placing_kube_proxy_here
         "the DaemonSet's pod bound to the virtual node and refused there",
     )
 
-    args = readme_patch()
+    args = doc_patch()
     args[args.index("-n") + 1] = cluster.namespace
     args[args.index("$ds")] = "kube-proxy"
     patched = subprocess.run(
@@ -274,7 +274,7 @@ def test_the_scheduler_keeps_the_patched_pod_shape_off_the_virtual_node(
     template["nodeSelector"]["kubernetes.io/hostname"] = cluster.node_name
     for name, spec in (
         ("unpatched", template),
-        ("patched", {**template, "affinity": readme_affinity()}),
+        ("patched", {**template, "affinity": doc_affinity()}),
     ):
         cluster.core.create_namespaced_pod(
             cluster.namespace, {"metadata": {"name": name}, "spec": spec}

@@ -88,7 +88,7 @@ def _diagnostics(
     failed = request.session.testsfailed
     yield
     if request.session.testsfailed != failed:
-        print(dump(kindlike, *nodes.agents))
+        print(dump(kindlike, *nodes.nodes))
 
 
 def _service(kindlike: KindLike, namespace: str, name: str) -> str:

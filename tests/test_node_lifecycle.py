@@ -18,6 +18,7 @@ from kubelet_sim.node.lifecycle import NodeLifecycle, RuntimeProbe
 from kubelet_sim.node.node_object import KUBELET_VERSION
 from kubelet_sim.node.settings import NodeSettings
 from kubelet_sim.quantity import value
+from kubelet_sim.timers import Timers
 from tests.cluster import Cluster, wait_for
 
 MICRO_TIME = re.compile(r"^\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d\.\d{6}Z$")
@@ -46,6 +47,14 @@ class FakeProbe:
         return []
 
 
+@pytest.fixture
+def timers() -> Iterator[Timers]:
+    """The process's timers, as a node gets them from its builder."""
+    running = Timers(pool_threads=4).start()
+    yield running
+    running.stop()
+
+
 @pytest.fixture(scope="module")
 def host() -> HostFacts:
     return detect_host()
@@ -55,7 +64,7 @@ Start = Callable[..., NodeLifecycle]
 
 
 @pytest.fixture
-def start_node(cluster: Cluster, host: HostFacts) -> Iterator[Start]:
+def start_node(cluster: Cluster, host: HostFacts, timers: Timers) -> Iterator[Start]:
     """Start a NodeLifecycle for the test's node name; stop every one at teardown."""
     started: list[NodeLifecycle] = []
 
@@ -69,7 +78,7 @@ def start_node(cluster: Cluster, host: HostFacts) -> Iterator[Start]:
         settings = NodeSettings(node_name=cluster.node_name, **{**FAST, **overrides})
         api = cluster.api if admin else connect(cluster.node_kubeconfig).api
         lifecycle = NodeLifecycle(
-            settings, NodeApi(api), probe or FakeProbe(), host, resolve=resolve
+            settings, NodeApi(api), probe or FakeProbe(), timers, host, resolve=resolve
         )
         started.append(lifecycle)
         assert lifecycle.start()
@@ -404,11 +413,13 @@ def test_registration_retries_while_the_api_server_fails(
     _wait_ready(cluster, "True")
 
 
-def test_stop_is_prompt_and_can_interrupt_registration(cluster: Cluster, host: HostFacts) -> None:
+def test_stop_is_prompt_and_can_interrupt_registration(
+    cluster: Cluster, host: HostFacts, timers: Timers
+) -> None:
     fake = cluster.require_fake("keeps registration failing")
     fake.fail_next(1000, 503, verb="create", resource="nodes")
     settings = NodeSettings(node_name=cluster.node_name)
-    lifecycle = NodeLifecycle(settings, NodeApi(cluster.api), FakeProbe(), host)
+    lifecycle = NodeLifecycle(settings, NodeApi(cluster.api), FakeProbe(), timers, host)
     result: list[bool] = []
     thread = threading.Thread(target=lambda: result.append(lifecycle.start()))
     thread.start()
@@ -420,9 +431,11 @@ def test_stop_is_prompt_and_can_interrupt_registration(cluster: Cluster, host: H
     assert time.monotonic() - began < 2
 
 
-def test_stop_is_prompt_with_default_intervals(cluster: Cluster, host: HostFacts) -> None:
+def test_stop_is_prompt_with_default_intervals(
+    cluster: Cluster, host: HostFacts, timers: Timers
+) -> None:
     settings = NodeSettings(node_name=cluster.node_name)
-    lifecycle = NodeLifecycle(settings, NodeApi(cluster.api), FakeProbe(), host)
+    lifecycle = NodeLifecycle(settings, NodeApi(cluster.api), FakeProbe(), timers, host)
     assert lifecycle.start()
     wait_for(lambda: _lease(cluster), 5, "the node lease")
     began = time.monotonic()

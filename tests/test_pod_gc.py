@@ -8,6 +8,7 @@ from kubelet_sim.cri import ContainerState, ObservedContainer, PodRef
 from kubelet_sim.pod.gc import garbage
 from kubelet_sim.pod.restart_backoff import KeyedBackoff
 from kubelet_sim.podworkers.gc import ContainerGC
+from kubelet_sim.timers import Timers
 
 REF = PodRef("n", "p", "ns", "u")
 
@@ -42,7 +43,7 @@ def test_each_gc_pass_drops_idle_backoff_entries() -> None:
     crash = KeyedBackoff(initial=10, maximum=300)
     crash.next("idle", event_time=0, now=time.time() - 601)
     crash.next("fresh", event_time=0, now=time.time())
-    gc = ContainerGC(_Watcher(), None, "n", backoffs=[crash])  # type: ignore[arg-type]
+    gc = ContainerGC(_Watcher(), None, "n", Timers(pool_threads=1), backoffs=[crash])  # type: ignore[arg-type]
     assert gc.collect() == 0
     assert len(crash) == 1
     assert crash.get("fresh") == 10

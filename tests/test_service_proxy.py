@@ -166,7 +166,7 @@ def test_cluster_dns_through_its_service_then_a_service_by_name(
     )
     dns_ip = cluster.core.read_namespaced_service("kube-dns", ns).spec.cluster_ip
     svc_ip = cluster.core.read_namespaced_service("my-svc", ns).spec.cluster_ip
-    from kubelet_sim.agent import node_dns
+    from kubelet_sim.node.resolv import node_dns
 
     running = start_agent(
         cluster, docker_env, tmp_path / "root", service_proxy=True,

@@ -22,10 +22,10 @@ from cryptography import x509
 from kubernetes.client.exceptions import ApiException
 
 from kubelet_sim import cri
-from kubelet_sim.agent import PodSettings
+from kubelet_sim.assembly.nodeset import NodeIdentity, NodeSet, NodeSetSettings
 from kubelet_sim.logs import get_logger
 from kubelet_sim.node.settings import NodeSettings
-from kubelet_sim.nodeset import NodeIdentity, NodeSet, NodeSetSettings
+from kubelet_sim.podworkers.settings import PodSettings
 from kubelet_sim.server.certs import self_signed
 from kubelet_sim.server.exchange import Exchange
 from kubelet_sim.server.http import _send
@@ -47,7 +47,7 @@ class Nodes:
     tls: Path
 
     def port(self, name: str) -> int:
-        server = self.set.agents[self.names.index(name)].server
+        server = self.set.nodes[self.names.index(name)].server
         assert server is not None
         return server.port
 
@@ -150,7 +150,7 @@ def nodes(cluster: Cluster, docker_env: DockerEnv, tmp_path: Path) -> Iterator[N
     node_set.start(stop)
     try:
         with api_server_as_kubelet_client(cluster, tls):
-            for agent in node_set.agents:
+            for agent in node_set.nodes:
                 wait_for(agent.workers.started.is_set, 30, f"{agent.node_name} running")
             assert _listener_threads() == before + 1, "one listener thread for all the nodes"
             yield Nodes(names, node_set, tls)
@@ -196,7 +196,7 @@ def test_each_node_serves_its_own_certificate_and_pods(cluster: Cluster, nodes: 
 def test_closing_one_nodes_socket_leaves_the_others_serving(nodes: Nodes) -> None:
     a, b, c = nodes.names
     port_a = nodes.port(a)
-    server_a = nodes.set.agents[0].server
+    server_a = nodes.set.nodes[0].server
     assert server_a is not None
     server_a.stop()
     with pytest.raises(ConnectionRefusedError):

@@ -113,7 +113,7 @@ def test_a_manifest_runs_with_a_mirror_pod_owned_by_the_node(static_node: Static
     (app,) = static_node.app_containers(static_uid)
     assert app.status == "running"
     assert pod_containers(static_node.docker_env, meta["uid"]) == []
-    uids = {p["metadata"]["uid"] for p in static_node.agent.agent.active_pods()}
+    uids = {p["metadata"]["uid"] for p in static_node.agent.agent.pods.pods()}
     assert static_uid in uids
     assert meta["uid"] not in uids
     assert container_status(mirror["status"])["containerID"] == f"docker://{app.id}"
@@ -170,7 +170,7 @@ def test_a_removed_manifest_stops_the_pod_and_deletes_its_mirror(static_node: St
         30,
         "the static pod's containers removed",
     )
-    uids = {p["metadata"]["uid"] for p in static_node.agent.agent.active_pods()}
+    uids = {p["metadata"]["uid"] for p in static_node.agent.agent.pods.pods()}
     assert static_uid not in uids
 
 

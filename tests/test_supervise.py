@@ -15,6 +15,7 @@ import pytest
 
 from kubelet_sim.backoff import Backoff
 from kubelet_sim.kube.informer import ADDED, Informer, ListWatchSource
+from kubelet_sim.kube.shared_watches import SharedFeed
 from kubelet_sim.kube.watches import pods_on_node
 from kubelet_sim.runtime.local_images import PAUSE_IMAGE
 from kubelet_sim.supervise import FAILED, RUNNING, Supervisor
@@ -183,13 +184,15 @@ def test_poisoned_pod_watch_event_does_not_stop_later_pods(
             return response
 
         source = ListWatchSource(real.description, list_method, real.args, real.kwargs)
-        agent.pod_informer = Informer(
-            source, agent._on_pod_event, supervisor=agent.supervisor, node=agent.node_name
+        watches = agent.watches  # the node's own (a process of one node)
+        watches.pods = Informer(
+            source, watches._on_pod, supervisor=agent.supervisor, node=agent.node_name
         )
+        agent.pod_informer = SharedFeed(watches.pods)
 
     running = start_agent(cluster, docker_env, tmp_path / "root", prepare=prepare)
     try:
-        informer = running.agent.pod_informer
+        informer = running.agent.watches.pods
         name = f"informer {informer.source.description}"
         wait_for(lambda: running.agent.health()[name].restarts == 1, 10, "the informer restart")
         wait_for(informer.synced.is_set, 10, "the relist")

@@ -14,8 +14,7 @@ THREAD_MAKERS = {"Thread", "Timer", "ThreadPoolExecutor"}
 # Where the package makes threads of its own rather than through a Supervisor, and why.
 NOT_SUPERVISED = {
     "supervise.py": "the Supervisor itself: each supervised loop runs on its thread",
-    "agent.py": "the stop relay, beside the run thread: they own the agent's supervisor",
-    "nodeset.py": "the node starters and stoppers: short-lived, each ends once its nodes run"
+    "assembly/nodeset.py": "the node starters and stoppers: short-lived, each ends once its nodes run"
     " (or stopped); a node that fails to start stops the set",
     "podworkers/hooks.py": "a thread per lifecycle hook, bounded per pod; a raise is logged",
     "podworkers/images.py": "the pull pool: a pull that raises is ErrImagePull",
@@ -69,13 +68,9 @@ def test_the_loops_the_docs_call_supervised_run_under_a_supervisor() -> None:
     for module in (
         "podworkers/stopper.py",
         "podworkers/workers.py",
-        "podworkers/gc.py",
         "kube/informer.py",
         "kube/events.py",
-        "node/lease.py",
-        "node/status.py",
         "runtime/observe.py",
-        "proxy/proxy.py",
         "workqueue.py",
         "prober/manager.py",
         "kube/object_watches.py",
@@ -91,3 +86,18 @@ def test_the_kubelet_api_selector_loop_runs_under_a_supervisor() -> None:
     """listener.py makes its pool's threads itself; its selector loop only through a Supervisor."""
     source = (PACKAGE / "server/listener.py").read_text()
     assert 'supervisor.thread("kubelet-server", self.run' in source
+
+
+def test_the_periodic_loops_run_on_the_process_timers() -> None:
+    """Lease, node status, GC, the service proxy and static pods: tasks on the process's one
+    timer thread and pool (timers.py, itself supervised), never a thread of their own."""
+    for module in (
+        "podworkers/gc.py",
+        "node/lease.py",
+        "node/status.py",
+        "proxy/proxy.py",
+        "staticpods/source.py",
+    ):
+        path = PACKAGE / module
+        assert _thread_makers(path) == [], module
+        assert "self._timers.every(" in path.read_text(), module

@@ -3,7 +3,7 @@
 Playwright drives the system's Chromium (`executable_path`), so no browser is downloaded;
 `scripts/provision` installs it with apt. Where there is none, these tests skip in one line.
 The page may reach nothing but loopback: every other request is aborted and fails the test.
-Set KUBELET_SIM_UI_SCREENSHOTS=DIR to keep the screenshots (the README's come from here).
+Set KUBELET_SIM_UI_SCREENSHOTS=DIR to keep the screenshots (docs/web-view.md's come from here).
 """
 
 from __future__ import annotations

@@ -8,6 +8,7 @@ from typing import Annotated
 
 import typer
 
+from kubelet_sim.assembly.nodeset import exit_past_calls_in_flight
 from kubelet_sim.cli.common import fail, stop_on_signals, typer_app
 from kubelet_sim.cli.node_options import DEFAULT_PAUSE_IMAGE, NodeOptions, with_node_options
 from kubelet_sim.cli.ui import UiOptions, with_ui_options
@@ -18,7 +19,6 @@ from kubelet_sim.demo.state import DemoRunning, DemoState, default_state_dir
 from kubelet_sim.kube.client import KubeConfigError
 from kubelet_sim.kube.rest import ApiError
 from kubelet_sim.logs import configure_logging
-from kubelet_sim.nodeset import exit_past_calls_in_flight
 from kubelet_sim.runtime.engine import RuntimeUnavailable
 from kubelet_sim.server.http import ServerError
 from kubelet_sim.server.settings import ServerSettings

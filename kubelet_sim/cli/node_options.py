@@ -16,8 +16,9 @@ from typing import Annotated, Any
 
 import typer
 
-from kubelet_sim.agent import PodSettings, node_dns
+from kubelet_sim.assembly.nodeset import NodeIdentity, NodeSetSettings
 from kubelet_sim.cli.common import with_options_of
+from kubelet_sim.node.resolv import node_dns
 from kubelet_sim.node.settings import (
     NodeSettings,
     default_taints,
@@ -25,7 +26,7 @@ from kubelet_sim.node.settings import (
     parse_reserved,
     parse_taints,
 )
-from kubelet_sim.nodeset import NodeIdentity, NodeSetSettings
+from kubelet_sim.podworkers.settings import PodSettings
 from kubelet_sim.runtime.log_rotation import LogRotation
 from kubelet_sim.server.settings import ServerSettings
 
@@ -183,7 +184,8 @@ class NodeOptions:
             "Started, network-ready pod sandboxes kept ready per node, so that a pod that may"
             " use one (not hostNetwork, hostPID, hostIPC, sysctls, hostPorts, a runtimeClass or"
             " hostUsers: false) starts only its own containers; 0 (the default) keeps none."
-            " Opt-in: a process that reads its hostname at once may see the pool's (README).",
+            " Opt-in: a process that reads its hostname at once may see the pool's"
+            " (docs/sandbox-pool.md).",
             min=0,
         ),
     ] = 0

@@ -8,13 +8,13 @@ from typing import Annotated
 import typer
 
 from kubelet_sim import __version__
+from kubelet_sim.assembly.nodeset import NodeSet, exit_past_calls_in_flight, usable_root_dir
 from kubelet_sim.cli.common import fail, stop_on_signals, typer_app
 from kubelet_sim.cli.node_options import NodeOptions, with_node_options
 from kubelet_sim.cli.ui import UiOptions, with_ui_options
 from kubelet_sim.config import ConfigError
 from kubelet_sim.kube.client import KubeConfigError
 from kubelet_sim.logs import configure_logging
-from kubelet_sim.nodeset import NodeSet, exit_past_calls_in_flight, usable_root_dir
 from kubelet_sim.runtime.engine import RuntimeUnavailable
 from kubelet_sim.server.http import ServerError
 from kubelet_sim.server.settings import ConnectionLimits, ServerSettings, parse_duration
@@ -119,7 +119,7 @@ def run(
         typer.Option(
             envvar="KUBELET_SIM_PROXY_KUBECONFIG",
             help="Kubeconfig of the service proxy (kube-proxy's rights, system:node-proxier);"
-            " default: the node's own, which needs that role bound (see README).",
+            " default: the node's own, which needs that role bound (see docs/networking.md).",
         ),
     ] = None,
     delete_node_on_exit: Annotated[

@@ -8,6 +8,9 @@ from typing import Annotated
 
 import typer
 
+from kubelet_sim.assembly.build import reading_runtime
+from kubelet_sim.assembly.nodeset import usable_root_dir
+from kubelet_sim.assembly.process import engine_for
 from kubelet_sim.cli.common import (
     ContextOption,
     JournalRootDirOption,
@@ -21,7 +24,6 @@ from kubelet_sim.config import ConfigError
 from kubelet_sim.kube.client import KubeConfigError, connect
 from kubelet_sim.kube.rest import ApiError, request_json
 from kubelet_sim.logs import configure_logging
-from kubelet_sim.nodeset import engine_for, node_runtime, usable_root_dir
 from kubelet_sim.runtime.engine import RuntimeUnavailable
 from kubelet_sim.tools import trace as pod_trace
 from kubelet_sim.tools import watch as watch_stream
@@ -99,8 +101,7 @@ def trace(
         node = node_name or ""
         root = usable_root_dir(root_dir) / (node or "unscheduled")
         engine = engine_for()
-        # a node's containers whoever made them (the demo too)
-        runtime = node_runtime(engine, node, root, owner_labels=None)
+        runtime = reading_runtime(engine, node, root)
     except ApiError as exc:
         fail(f"pod {namespace}/{pod}: {exc}")
     except (ConfigError, KubeConfigError, RuntimeUnavailable) as exc:

@@ -14,6 +14,9 @@ from typing import Annotated
 
 import typer
 
+from kubelet_sim.assembly.build import reading_runtime
+from kubelet_sim.assembly.nodeset import usable_root_dir
+from kubelet_sim.assembly.process import engine_for
 from kubelet_sim.cli.common import (
     ContextOption,
     JournalRootDirOption,
@@ -26,7 +29,6 @@ from kubelet_sim.cli.common import (
 from kubelet_sim.config import ConfigError
 from kubelet_sim.kube.client import KubeConfigError, connect
 from kubelet_sim.logs import configure_logging
-from kubelet_sim.nodeset import engine_for, node_runtime, usable_root_dir
 from kubelet_sim.runtime.engine import DockerEngine, RuntimeUnavailable
 from kubelet_sim.runtime.node_runtime import NodeRuntime
 from kubelet_sim.ui import (
@@ -151,8 +153,7 @@ def ui(
             root = usable_root_dir(root_dir)
             engine = engine_for()
             for name in names:
-                # the node's containers whoever made them
-                runtimes[name] = node_runtime(engine, name, root / name, owner_labels=None)
+                runtimes[name] = reading_runtime(engine, name, root / name)
         running = start_ui(kube, runtimes, address=address, port=port, token=_token())
     except (ConfigError, KubeConfigError, RuntimeUnavailable, UiError) as exc:
         fail(str(exc))

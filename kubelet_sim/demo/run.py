@@ -15,6 +15,8 @@ from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 
+from kubelet_sim.assembly.nodeset import NodeSet, NodeSetSettings
+from kubelet_sim.assembly.process import engine_for
 from kubelet_sim.controlplane.binaries import Binaries
 from kubelet_sim.controlplane.cluster import API_SERVICE_IP, ControlPlane
 from kubelet_sim.controlplane.reference_node import ReferenceNode
@@ -25,7 +27,6 @@ from kubelet_sim.demo.state import DemoState
 from kubelet_sim.jsontypes import Json
 from kubelet_sim.kube.client import KubeConnection, connect
 from kubelet_sim.kube.rest import ApiError, request_json
-from kubelet_sim.nodeset import NodeSet, NodeSetSettings, engine_for
 from kubelet_sim.pem import copy_private
 from kubelet_sim.runtime.engine import DockerEngine
 from kubelet_sim.runtime.node_runtime import NodeRuntime

@@ -1,11 +1,13 @@
-"""One watch per resource for every node of a process, fanned out by node name (kwok's way).
+"""One watch per resource for the nodes on one set of credentials, fanned out by node name.
 
 A process of a thousand nodes with a pod, a Node, a Service, an EndpointSlice and a Nodes
 watch each would hold five thousand watches and as many threads and caches. With credentials
 that may list every pod and Node (admin, a ServiceAccount), the set holds one of each: pods
 bound to any node (`spec.nodeName!=`), every Node, every Service, every EndpointSlice; each
-event goes to the node it names. Node credentials may not (the Node authorizer lets a node
-watch only its own pods and Node), so such a node keeps watches of its own.
+event goes to the node it names (kwok's way). Node credentials may not (the Node authorizer
+lets a node watch only its own pods and Node), and a process of one node needs no more: such
+watches serve one node, with the kubelet's own field selectors. Either way a node reads its
+watches the same way (`register`, `SharedFeed`).
 """
 
 from __future__ import annotations
@@ -21,7 +23,13 @@ from kubelet_sim.jsontypes import Json
 from kubelet_sim.kube import paths
 from kubelet_sim.kube.informer import DELETED, Handler, Informer, InformerStats, ListWatchSource
 from kubelet_sim.kube.paths import Collection
-from kubelet_sim.kube.watches import all_endpoint_slices, all_nodes, all_services
+from kubelet_sim.kube.watches import (
+    all_endpoint_slices,
+    all_nodes,
+    all_services,
+    own_node,
+    pods_on_node,
+)
 from kubelet_sim.logs import get_logger
 from kubelet_sim.supervise import Supervisor
 
@@ -102,40 +110,69 @@ class NodeHandlers:
 
 
 class SharedWatches:
-    """The set's watches; `register` each node before `start`, or later (it then sees the
-    pods and Node already in the caches at once)."""
+    """The watches of the nodes on one set of credentials; `register` each node before
+    `start`, or later (it then sees the pods and Node already in the caches at once)."""
 
     def __init__(
         self,
         api: client.ApiClient,
         *,
+        node: str | None = None,
         proxy_api: client.ApiClient | None = None,
         supervisor: Supervisor | None = None,
     ) -> None:
-        """`proxy_api`: the service proxy's connection (kube-proxy's rights), None: no
-        EndpointSlice watch (no proxy runs)."""
+        """`node`: the one node these watches serve (its pods and its Node by field selector,
+        as the kubelet watches them); None: every node's. `proxy_api`: the service proxy's
+        connection (kube-proxy's rights), None: no EndpointSlice watch (no proxy runs)."""
         self.log = get_logger("kubelet_sim.shared_watches")
+        self.node = node
         self._nodes_by_name: dict[str, NodeHandlers] = {}
         self._lock = threading.Lock()
-        self.pods = Informer(pods_on_any_node(api), self._on_pod, supervisor=supervisor)
-        self.nodes = Informer(all_nodes(api), self._on_node, supervisor=supervisor)
-        self.services = Informer(all_services(api), self._on_network, supervisor=supervisor)
+        self.route_nodes: Informer | None = None  # the Nodes a service proxy reads
+        ctx: dict[str, Any] = {"node": node} if node is not None else {}
+        if node is None:
+            self.pods = Informer(pods_on_any_node(api), self._on_pod, supervisor=supervisor)
+            self.nodes = Informer(all_nodes(api), self._on_every_node, supervisor=supervisor)
+            if proxy_api is not None:
+                self.route_nodes = self.nodes
+        else:
+            self.pods = Informer(
+                pods_on_node(api, node), self._on_pod, supervisor=supervisor, **ctx
+            )
+            self.nodes = Informer(own_node(api, node), self._on_node, supervisor=supervisor, **ctx)
+            if proxy_api is not None:
+                self.route_nodes = Informer(
+                    all_nodes(proxy_api), self._on_route, supervisor=supervisor, **ctx
+                )
+        self.services = Informer(all_services(api), self._on_network, supervisor=supervisor, **ctx)
         self.slices: Informer | None = None
         if proxy_api is not None:
             self.slices = Informer(
-                all_endpoint_slices(proxy_api), self._on_network, supervisor=supervisor
+                all_endpoint_slices(proxy_api), self._on_network, supervisor=supervisor, **ctx
             )
         self.dropped = 0  # pod events for a node of no one here (on another kubelet)
         self._routing: dict[str, tuple[object, ...]] = {}  # what a proxy reads of each Node
 
     @property
     def informers(self) -> list[Informer]:
-        return [self.pods, self.nodes, self.services, *([self.slices] if self.slices else [])]
+        extra = [i for i in (self.slices, self.route_nodes) if i is not None]
+        extra = [i for i in extra if i is not self.nodes]
+        return [self.pods, self.nodes, self.services, *extra]
+
+    @property
+    def proxy_watches(self) -> tuple[Informer, Informer] | None:
+        """The EndpointSlice and Node watches a service proxy reads (None: no proxy runs)."""
+        if self.slices is None or self.route_nodes is None:
+            return None
+        return self.slices, self.route_nodes
 
     def register(self, node_name: str, handlers: NodeHandlers) -> None:
         with self._lock:
             self._nodes_by_name[node_name] = handlers
-        for pod in self.pods.items():  # a node added after the first list
+        for node in self.nodes.items():  # a node registered after the first list
+            if _name(node) == node_name:
+                handlers.on_node("ADDED", node)
+        for pod in self.pods.items():
             if _node_name_of_pod(pod) == node_name:
                 handlers.on_pod("ADDED", pod)
 
@@ -166,11 +203,17 @@ class SharedWatches:
             return
         handlers.on_pod(kind, pod)
 
+    def _on_every_node(self, kind: str, node: Json) -> None:
+        self._on_node(kind, node)
+        self._on_route(kind, node)
+
     def _on_node(self, kind: str, node: Json) -> None:
-        name = _name(node)
-        handlers = self._handlers(name)
+        handlers = self._handlers(_name(node))
         if handlers is not None:
             handlers.on_node(kind, node)
+
+    def _on_route(self, kind: str, node: Json) -> None:
+        name = _name(node)
         # A proxy reads a Node's pod ranges and addresses only: a thousand nodes' status
         # writes must not wake a thousand proxies each.
         routing = None if kind == DELETED else _routing(node)

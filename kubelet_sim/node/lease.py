@@ -9,7 +9,6 @@ The node controller marks the node Unknown when renewTime is older than the leas
 from __future__ import annotations
 
 import copy
-import random
 import threading
 from datetime import UTC, datetime
 
@@ -20,7 +19,6 @@ from kubelet_sim.kube.node_api import NodeApi
 from kubelet_sim.kube.rest import ApiError
 from kubelet_sim.node.node_object import format_micro_time
 from kubelet_sim.node.settings import NodeSettings
-from kubelet_sim.supervise import Supervisor
 from kubelet_sim.timers import URGENT, Periodic, Timers
 
 LEASE_NAMESPACE = "kube-node-lease"
@@ -30,56 +28,39 @@ JITTER = 0.04
 
 
 class LeaseController:
-    """Keeps the node's Lease fresh until `stop()`: on a thread of its own, or on the shared
-    `timers` of a process running many nodes."""
+    """Keeps the node's Lease fresh until `stop()`, on the process's `timers` (first of the
+    work due there: a late Lease costs more than anything else late)."""
 
     def __init__(
         self,
         settings: NodeSettings,
         api: NodeApi,
         log: BoundLogger,
-        supervisor: Supervisor | None = None,
-        timers: Timers | None = None,
+        timers: Timers,
     ) -> None:
         self._settings = settings
-        self._supervisor = supervisor or Supervisor(node=settings.node_name)
         self._api = api
         self._log = log.bind(lease=f"{LEASE_NAMESPACE}/{settings.node_name}")
         self._stop = threading.Event()
-        self._thread: threading.Thread | None = None
         self._timers = timers
         self._timer: Periodic | None = None
         self._latest: Json | None = None
 
     def start(self) -> None:
         self._stop.clear()
-        if self._timers is not None:
-            self._timer = self._timers.every(
-                "lease",
-                self._settings.node_name,
-                self._settings.lease_renew_interval,
-                self.sync,
-                jitter=JITTER,
-                priority=URGENT,
-            )
-            return
-        self._thread = self._supervisor.thread(
-            f"lease-{self._settings.node_name}", self._run, self._stop
+        self._timer = self._timers.every(
+            "lease",
+            self._settings.node_name,
+            self._settings.lease_renew_interval,
+            self.sync,
+            jitter=JITTER,
+            priority=URGENT,
         )
-        self._thread.start()
 
     def stop(self, timeout: float = 5.0) -> None:
         self._stop.set()
         if self._timer is not None:
             self._timer.cancel()
-        if self._thread is not None:
-            self._thread.join(timeout)
-
-    def _run(self) -> None:
-        interval = self._settings.lease_renew_interval
-        while not self._stop.is_set():
-            self.sync()
-            self._stop.wait(interval * (1 + JITTER * random.random()))
 
     def sync(self) -> None:
         """One renewal: update from the last written Lease, else get-or-create then update."""

@@ -1,7 +1,7 @@
 """The node's life: register the Node, keep its Lease and status fresh, optionally delete it.
 
 `start()` blocks until the Node is registered (retrying while the API server fails) and then
-runs the lease and status loops (threads of their own, or the set's shared timers); `stop()`
+runs the lease and status loops on the process's timers; `stop()`
 ends them within a second or so.
 """
 
@@ -21,7 +21,6 @@ from kubelet_sim.node.node_object import build_node
 from kubelet_sim.node.registration import Registrar
 from kubelet_sim.node.settings import NodeSettings
 from kubelet_sim.node.status import NodeStatusController, RuntimeProbe
-from kubelet_sim.supervise import Supervisor
 from kubelet_sim.timers import Timers
 
 __all__ = ["NodeLifecycle", "RuntimeProbe"]
@@ -35,13 +34,11 @@ class NodeLifecycle:
         settings: NodeSettings,
         node_api: NodeApi,
         runtime_probe: RuntimeProbe,
+        timers: Timers,
         host: HostFacts | None = None,
-        supervisor: Supervisor | None = None,
         resolve: Callable[[str], tuple[str, ...]] = resolve_name,
-        timers: Timers | None = None,
     ) -> None:
-        """`timers`: a process of many nodes renews Leases and writes status on its shared
-        timers; None: on two threads of this node's own."""
+        """`timers`: the process's, which renew the Lease and write the status."""
         self.settings = settings
         self.host = host or detect_host()
         self._resolve = resolve
@@ -56,10 +53,9 @@ class NodeLifecycle:
             runtime_probe,
             self._registrar.register,
             self._log,
-            supervisor,
             timers,
         )
-        self._lease = LeaseController(settings, node_api, self._log, supervisor, timers)
+        self._lease = LeaseController(settings, node_api, self._log, timers)
         self._registered = False
         self._deleted = False
         self._stop_lock = threading.Lock()

@@ -30,7 +30,6 @@ from kubelet_sim.node.node_object import (
     status_changed,
 )
 from kubelet_sim.node.settings import NodeSettings
-from kubelet_sim.supervise import Supervisor
 from kubelet_sim.timers import Periodic, Timers
 
 OUR_CONDITIONS = frozenset({kind for kind, _, _ in PRESSURE_CONDITIONS} | {"Ready"})
@@ -50,7 +49,7 @@ class RuntimeProbe(Protocol):
 
 
 class NodeStatusController:
-    """Owns one thread writing node status; re-registers the Node when it was deleted."""
+    """Writes node status on the process's timers; re-registers the Node when it was deleted."""
 
     def __init__(
         self,
@@ -60,23 +59,19 @@ class NodeStatusController:
         probe: RuntimeProbe,
         register: Callable[[threading.Event], Json | None],
         log: BoundLogger,
-        supervisor: Supervisor | None = None,
-        timers: Timers | None = None,
+        timers: Timers,
     ) -> None:
         self._settings = settings
         self._timers = timers
         self._timer: Periodic | None = None
-        self._supervisor = supervisor or Supervisor(node=settings.node_name)
         self._api = api
         self._host = host
         self._probe = probe
         self._register = register
         self._log = log
         self._stop = threading.Event()
-        self._wake = threading.Event()
         self._reregister = threading.Event()
         self._lock = threading.Lock()
-        self._thread: threading.Thread | None = None
         self._runtime_ever_answered = False
         self._runtime_version = "unknown"
         self._image_list: list[cri.ImageSummary] = []
@@ -127,32 +122,22 @@ class NodeStatusController:
 
     def start(self) -> None:
         self._stop.clear()
-        if self._timers is not None:
-            self._timer = self._timers.every(
-                "node-status",
-                self._settings.node_name,
-                self._settings.status_update_interval,
-                self.sync,
-                jitter=0.0,
-            )
-            return
-        self._thread = self._supervisor.thread(
-            f"node-status-{self._settings.node_name}", self._run, self._stop
+        self._timer = self._timers.every(
+            "node-status",
+            self._settings.node_name,
+            self._settings.status_update_interval,
+            self.sync,
+            jitter=0.0,
         )
-        self._thread.start()
 
     def stop(self, timeout: float = 5.0) -> None:
         self._stop.set()
-        self._wake.set()
         if self._timer is not None:
             self._timer.cancel()
-        if self._thread is not None:
-            self._thread.join(timeout)
 
     def node_deleted(self) -> None:
         """The informer saw our Node deleted: register it again at once."""
         self._reregister.set()
-        self._wake.set()
         if self._timer is not None:
             self._timer.wake()
 
@@ -179,12 +164,6 @@ class NodeStatusController:
                 self._server = (rv, node.get("status") or {})
 
     # --- the loop ------------------------------------------------------------------------------
-
-    def _run(self) -> None:
-        while not self._stop.is_set():
-            self.sync()
-            self._wake.wait(self._settings.status_update_interval)
-            self._wake.clear()
 
     def sync(self) -> None:
         """One status update: re-register if needed, compute, write when changed or due."""

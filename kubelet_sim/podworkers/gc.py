@@ -15,7 +15,6 @@ from kubelet_sim.pod.gc import garbage
 from kubelet_sim.pod.restart_backoff import KeyedBackoff
 from kubelet_sim.podworkers.ports import ContainerCache
 from kubelet_sim.podworkers.stopper import ContainerStopper
-from kubelet_sim.supervise import Supervisor
 from kubelet_sim.timers import Periodic, Timers
 
 GC_PERIOD = 60.0
@@ -27,13 +26,12 @@ class ContainerGC:
         watcher: ContainerCache,
         stopper: ContainerStopper,
         node: str,
+        timers: Timers,
         period: float = GC_PERIOD,
-        supervisor: Supervisor | None = None,
         backoffs: Sequence[KeyedBackoff] = (),
         clock: Clock = SYSTEM_CLOCK,
-        timers: Timers | None = None,
     ) -> None:
-        """`timers`: the node set's shared timers run the passes (None: a thread of its own)."""
+        """`timers`: the process's, which run the passes."""
         self.watcher = watcher
         self.clock = clock
         self.backoffs = backoffs
@@ -44,24 +42,17 @@ class ContainerGC:
         self._node = node
         self._timers = timers
         self._timer: Periodic | None = None
-        supervisor = supervisor or Supervisor(node=node)
-        self._thread = supervisor.thread("container-gc", self._run, self._stop)
         self.log = get_logger("kubelet_sim.gc", node=node)
 
     def start(self) -> None:
-        if self._timers is not None:
-            self._timer = self._timers.every(
-                "container-gc", self._node, self.period, self._pass, first_in=self.period
-            )
-            return
-        self._thread.start()
+        self._timer = self._timers.every(
+            "container-gc", self._node, self.period, self._pass, first_in=self.period
+        )
 
     def stop(self, timeout: float = 5.0) -> None:
         self._stop.set()
         if self._timer is not None:
             self._timer.cancel()
-        if self._thread.is_alive():
-            self._thread.join(timeout)
 
     def collect(self) -> int:
         """One pass; the number of containers removed."""
@@ -74,10 +65,6 @@ class ContainerGC:
             self.removed += len(doomed)
             self.log.info("removed dead containers", count=len(doomed))
         return len(doomed)
-
-    def _run(self) -> None:
-        while not self._stop.wait(self.period):
-            self._pass()
 
     def _pass(self) -> None:
         try:

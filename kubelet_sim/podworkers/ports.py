@@ -1,10 +1,10 @@
 """The ports the pod workers own: the narrow interfaces of everything they act on or read.
 
 The pod workers name no Docker, no API client and no concrete cache: the composition root
-(kubelet_sim/agent.py) passes the adapters in once, at construction. A node's runtime on Docker
-(kubelet_sim/runtime/node_runtime.py) implements `PodRuntime`; tests pass an in-memory fake
-(tests/fakeruntime/), held to the same contract (tests/test_runtime_contract.py). The runtime's
-cut follows the CRI's RuntimeService and ImageService. Time is the one Clock
+(kubelet_sim/assembly/build.py) passes the adapters in once, at construction. A node's runtime
+on Docker (kubelet_sim/runtime/node_runtime.py) implements `PodRuntime`; tests pass an
+in-memory fake (tests/fakeruntime/), held to the same contract (tests/test_runtime_contract.py).
+The runtime's cut follows the CRI's RuntimeService and ImageService. Time is the one Clock
 (kubelet_sim/clock.py).
 """
 
@@ -123,6 +123,14 @@ class StatusSink(Protocol):
     def has_written(self, uid: str) -> bool: ...
 
     def forget(self, uid: str) -> None: ...
+
+
+class PodIndex(Protocol):
+    """The node's pods by uid (podworkers/pod_manager.py), as the informers last told."""
+
+    def get(self, uid: str) -> Json | None: ...
+
+    def pods(self) -> list[Json]: ...
 
 
 class ObjectSource(Protocol):

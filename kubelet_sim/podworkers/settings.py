@@ -1,8 +1,10 @@
-"""What the pod workers need to know about the node they run pods for."""
+"""What the pod workers need to know about the node they run pods for, and the command's pod
+options they are made from."""
 
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from pathlib import Path
 
 from kubelet_sim.pod.admission import Allocatable
 from kubelet_sim.pod.dns import NodeDNS
@@ -19,3 +21,16 @@ class SyncSettings:
     hosts_file: str = "/etc/hosts"  # what hostNetwork pods' /etc/hosts is made from
     allowed_unsafe_sysctls: tuple[str, ...] = ()  # --allowed-unsafe-sysctls
     apparmor: bool = False  # the host enforces AppArmor profiles
+
+
+@dataclass(frozen=True)
+class PodSettings:
+    """The command's pod options, the same for every node of a process."""
+
+    pause_image: str = "registry.k8s.io/pause:3.10"
+    allow_privileged: bool = False
+    workers: int = 8
+    dns: NodeDNS = field(default_factory=NodeDNS)  # resolvers and hosts files
+    allowed_unsafe_sysctls: tuple[str, ...] = ()
+    sandbox_pool_size: int = 0  # warm sandboxes kept ready (podworkers/pool.py); 0: none
+    pod_manifest_path: Path | None = None  # static pods' manifests (staticpods/); None: none

@@ -35,23 +35,21 @@ from kubelet_sim.pod.status import (
 from kubelet_sim.podworkers.admission import PodAdmitter
 from kubelet_sim.podworkers.event_refs import container_spec, event_ref, pod_name
 from kubelet_sim.podworkers.hooks import HookRunner
-from kubelet_sim.podworkers.pool import SandboxPool
 from kubelet_sim.podworkers.ports import (
     ContainerCache,
     EventSink,
     ObjectSource,
+    PodIndex,
     PodRuntime,
     PodVolumes,
     StatusSink,
     TokenIssuer,
-    Wake,
 )
 from kubelet_sim.podworkers.settings import SyncSettings
 from kubelet_sim.podworkers.starter import ERROR_RETRY, ContainerStarter
 from kubelet_sim.podworkers.state import PodLifecycle, PodState, StatusFailure
 from kubelet_sim.podworkers.stopper import ContainerStopper
 from kubelet_sim.prober.manager import ProbeManager
-from kubelet_sim.supervise import Supervisor
 from kubelet_sim.volumes import VolumeSetup
 
 __all__ = ["PodSyncer", "SyncSettings"]
@@ -67,9 +65,9 @@ NEXT_RELIST = 1.0
 class PodSyncer:
     """Syncs one pod at a time (the caller guarantees it); safe to use from many workers.
 
-    Every collaborator is a port (podworkers/ports.py) given here, once: `wake` queues a pod
-    for its worker again (work finished off the workers: pulls, hooks, probes, stops), and
-    `services` lists the Services for service-link variables (None until first listed)."""
+    Every collaborator is given here, once, made by `podworkers/assemble.py`: what it acts on
+    or reads through the ports (podworkers/ports.py), and the parts that start, stop, probe
+    and admit containers."""
 
     def __init__(
         self,
@@ -80,17 +78,16 @@ class PodSyncer:
         events: EventSink,
         objects: ObjectSource,
         final_delete: Callable[[str, str, str], None],
-        pod_of: Callable[[str], Json | None],
-        active_pods: Callable[[], list[Json]],
+        pods: PodIndex,
         volumes: PodVolumes,
         tokens: TokenIssuer,
         *,
-        wake: Wake,
-        services: Callable[[], list[Json] | None] = lambda: [],
+        admitter: PodAdmitter,
+        hooks: HookRunner,
+        stopper: ContainerStopper,
+        starter: ContainerStarter,
+        prober: ProbeManager,
         clock: Clock = SYSTEM_CLOCK,
-        supervisor: Supervisor | None = None,
-        network: Callable[[cri.ObservedContainer], None] | None = None,
-        pool: SandboxPool | None = None,
         generation: Callable[[], KubeletGeneration] = lambda: CURRENT,
     ) -> None:
         self.settings = settings
@@ -102,8 +99,7 @@ class PodSyncer:
         self.events = events
         self.objects = objects
         self.final_delete = final_delete
-        self.pod_of = pod_of
-        self.active_pods = active_pods
+        self.pods = pods
         self.volumes = volumes
         self.tokens = tokens
         # The pod worker's requeue after a failed sync: 10 s with up to half again of jitter
@@ -112,49 +108,19 @@ class PodSyncer:
         # The volume manager's retry: 2 s doubling to about 2 minutes per pod.
         self.mount_backoff = KeyedBackoff(initial=2.0, maximum=122.0)
         self.states: dict[str, PodState] = {}
-        self.admitter = PodAdmitter(
-            settings,
-            active_pods,
-            has_containers=lambda uid: bool(watcher.pod_containers(uid)),
-            has_running=lambda uid: any(
-                c.state is cri.ContainerState.RUNNING for c in watcher.pod_containers(uid)
-            ),
-        )
-        self.hooks = HookRunner(runtime, events, settings.node_ip, node=settings.node_name)
-        self.stopper = ContainerStopper(
-            runtime, watcher, events, self.hooks, supervisor, wake=wake, clock=clock
-        )
-        self.starter = ContainerStarter(
-            settings,
-            runtime,
-            watcher,
-            events,
-            status,
-            self.stopper,
-            self._lookup,
-            self.hooks,
-            network=network,
-            wake=wake,
-            services=services,
-            clock=clock,
-            pool=pool,
-        )
+        self.admitter = admitter
+        self.hooks = hooks
+        self.stopper = stopper
+        self.starter = starter
         self.start_duration = Histogram(POD_START_BUCKETS)
-        self.prober = ProbeManager(
-            runtime,
-            self._probe_event,
-            node=settings.node_name,
-            supervisor=supervisor,
-            wake=wake,
-            clock=clock,
-        )
+        self.prober = prober
         self.log = get_logger("kubelet_sim.podworkers", node=settings.node_name)
 
     # -- entry point -----------------------------------------------------------------------
 
     def sync(self, uid: str) -> float | None:
         """Bring one pod closer to its spec; the answer is when to sync it again, if ever."""
-        pod = self.pod_of(uid)
+        pod = self.pods.get(uid)
         if pod is None:
             return self._cleanup(uid)
         view = PodView.from_api(pod)
@@ -649,11 +615,6 @@ class PodSyncer:
             state.messages[c.id] = message
 
     # -- small helpers ---------------------------------------------------------------------
-
-    def _probe_event(
-        self, view: PodView, container: ContainerView, kind: str, reason: str, message: str
-    ) -> None:
-        self.events.event(event_ref(view, container), kind, reason, message)
 
     def _lookup(self, kind: str, namespace: str, name: str) -> Json | None:
         return self.objects.get((kind, namespace, name))

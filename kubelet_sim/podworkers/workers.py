@@ -119,7 +119,7 @@ class PodWorkers:
                     self.queue.add_after(uid, delay)
                 else:  # the pod is gone and cleaned up: no resync of it is left waiting
                     self.queue.cancel_delayed(uid)
-                    if self.syncer.pod_of(uid) is None:
+                    if self.syncer.pods.get(uid) is None:
                         self._ended.pop(uid, None)
             finally:
                 self.queue.done(uid)
@@ -141,6 +141,6 @@ class PodWorkers:
             return 10.0
         finally:
             self.duration.observe(self.clock.monotonic() - began)
-        if delay is None and self.syncer.pod_of(uid) is not None:
+        if delay is None and self.syncer.pods.get(uid) is not None:
             return self.resync
         return delay

@@ -15,13 +15,10 @@ from dataclasses import dataclass, field
 
 from kubelet_sim import cri
 from kubelet_sim.jsontypes import Json
-from kubelet_sim.kube.client import KubeConnection
 from kubelet_sim.kube.events import EventRecorder, EventRef
 from kubelet_sim.kube.informer import Informer
-from kubelet_sim.kube.watches import all_endpoint_slices, all_nodes
 from kubelet_sim.logs import get_logger
 from kubelet_sim.proxy import netns, rules
-from kubelet_sim.supervise import Supervisor
 from kubelet_sim.timers import Periodic, Timers
 
 DEBOUNCE = 0.05  # changes that come together (a rollout) are programmed together
@@ -39,7 +36,7 @@ class ProxySettings:
 
 
 class ServiceProxy:
-    """Owns the EndpointSlice and Node watches; reads Services from the agent's informer.
+    """Reads Services, EndpointSlices and Nodes from the node's shared watches.
 
     `sandboxes()` lists the node's running sandboxes. Disabled (one warning) where namespaces
     cannot be entered (not root, no iptables): pods then run without Services, as on a node
@@ -48,17 +45,15 @@ class ServiceProxy:
     def __init__(
         self,
         settings: ProxySettings,
-        kube: KubeConnection,
         services: Callable[[], list[Json] | None],
         sandboxes: Callable[[], list[cri.ObservedContainer]],
         events: EventRecorder | None,
-        supervisor: Supervisor,
         *,
-        shared: tuple[Informer, Informer] | None = None,
-        timers: Timers | None = None,
+        watches: tuple[Informer, Informer],
+        timers: Timers,
     ) -> None:
-        """`shared`: the set's EndpointSlice and Node watches (it then tells `changed`), None:
-        watches of this proxy's own; `timers`: the set's, for the passes (None: a thread)."""
+        """`watches`: the EndpointSlice and Node watches of the node's shared watches (which
+        call `changed`); `timers`: the process's, for the passes."""
         self.settings = settings
         self._services = services
         self._sandboxes = sandboxes
@@ -70,48 +65,22 @@ class ServiceProxy:
         self._lock = threading.Lock()  # the namespaces by pid; each has its own lock to apply
         self._namespaces: dict[int, netns.Namespace] = {}
         self._warned: set[tuple[str, str, str, str]] = set()
-        self._owned: list[Informer] = []
-        if shared is not None:
-            self.slices, self.nodes = shared
-        else:
-            self.slices = Informer(
-                all_endpoint_slices(kube.api),
-                lambda _kind, _obj: self.changed(),
-                supervisor=supervisor,
-                node=settings.node_name,
-            )
-            self.nodes = Informer(
-                all_nodes(kube.api),
-                lambda _kind, _obj: self.changed(),
-                supervisor=supervisor,
-                node=settings.node_name,
-            )
-            self._owned = [self.slices, self.nodes]
+        self.slices, self.nodes = watches
         self._timers = timers
         self._timer: Periodic | None = None
-        self._thread = supervisor.thread("service-proxy", self._run, self._stop)
 
     def start(self) -> None:
         if self.disabled:
             self.log.warning("Services are not programmed into pods", reason=self.disabled)
             return
-        for informer in self._owned:
-            informer.start()
-        if self._timers is not None:
-            node = self.settings.node_name
-            self._timer = self._timers.every("service-proxy", node, RESYNC, self._pass)
-            return
-        self._thread.start()
+        node = self.settings.node_name
+        self._timer = self._timers.every("service-proxy", node, RESYNC, self._pass)
 
     def stop(self, timeout: float = 5.0) -> None:
         self._stop.set()
         self._dirty.set()
         if self._timer is not None:
             self._timer.cancel()
-        for informer in self._owned:
-            informer.stop(timeout)
-        if self._thread.is_alive():
-            self._thread.join(timeout)
 
     def changed(self) -> None:
         self._dirty.set()
@@ -130,13 +99,6 @@ class ServiceProxy:
         self._program([sandbox], full=False)
 
     # ---------------------------------------------------------------------------------------
-
-    def _run(self) -> None:
-        while not self._stop.is_set():
-            self._dirty.wait(RESYNC)
-            if self._stop.wait(self.settings.debounce):
-                return
-            self._pass()
 
     def _pass(self) -> None:
         """Every namespace, after a change or at the resync."""

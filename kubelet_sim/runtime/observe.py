@@ -61,14 +61,11 @@ class ContainerWatcher:
         runtime: NodeRuntime,
         on_change: Callable[[str], None] | None = None,
         *,
+        events: ContainerEvents,
         node_name: str | None = None,
-        backoff: Backoff | None = None,
-        since_margin: float = 1.0,
-        supervisor: Supervisor | None = None,
-        events: ContainerEvents | None = None,
     ) -> None:
-        """`events`: the node set's one Docker events stream (None: a stream and a thread of
-        this node's own, filtered to its label)."""
+        """`events`: the process's one Docker events stream, which tells each node's watcher
+        of its own containers."""
         self.runtime = runtime
         self._buffer: list[dict[str, Any]] | None = None  # events while the stream lists
         self.node = node_name if node_name is not None else runtime.node_name
@@ -84,28 +81,16 @@ class ContainerWatcher:
         self._gone: BoundedMemo[str, bool] = BoundedMemo(_GONE_REMEMBERED)  # destroyed ids
         self._oom: BoundedMemo[str, bool] = BoundedMemo(_GONE_REMEMBERED)  # had an `oom` event
         self._synced = threading.Event()
-        self._own = events is None
-        self._events = events or ContainerEvents(
-            runtime.engine,
-            label=f"{cri.LABEL_NODE}={self.node}",
-            backoff=backoff,
-            since_margin=since_margin,
-            supervisor=supervisor or Supervisor(node=self.node),
-            thread_name=f"container-watcher-{self.node}",
-        )
+        self._events = events
 
     # Lifecycle
 
     def start(self) -> None:
         self._events.add(self)
-        if self._own:
-            self._events.start()
 
     def stop(self, timeout: float = 1.0) -> None:
-        """Close the events stream and join; returns within about `timeout` seconds."""
+        """No more events for this node (the stream is the process's)."""
         self._events.remove(self)
-        if self._own:
-            self._events.stop(timeout)
 
     def wait_synced(self, timeout: float | None = None) -> bool:
         """True once the first list is in the view (pod workers should wait for it)."""

@@ -2,8 +2,7 @@
 
 Connections are the listener's (`listener.py`: a selector thread for every waiting client, a
 bounded pool for the work, limits and timeouts in `settings.ConnectionLimits`), one for all the
-nodes of a process when the node set hands it in: the node keeps its own port, certificate,
-gate and counters. A client
+nodes of a process: the node keeps its own port, certificate, gate and counters. A client
 certificate is asked for but not checked in the TLS handshake: the x509 authenticator checks it
 at the connection's first request (`tls.py`, `x509auth.py`), so one from another CA ends in
 401 unless a bearer token vouches, as on a kubelet.
@@ -26,11 +25,9 @@ from kubelet_sim.server.listener import Listener
 from kubelet_sim.server.metrics import render
 from kubelet_sim.server.ports import ContainerStreams
 from kubelet_sim.server.routes import NodeView, Reply, route
-from kubelet_sim.server.settings import ConnectionLimits
 from kubelet_sim.server.streaming.serve import PREFIXES
 from kubelet_sim.server.streaming.serve import serve as serve_stream
 from kubelet_sim.server.tls import ServingTls, serving_tls
-from kubelet_sim.supervise import Supervisor
 
 
 class ServerError(Exception):
@@ -82,15 +79,13 @@ class KubeletServer:
         cert_file: Path | None,
         key_file: Path | None,
         client_ca_file: str | None,
-        limits: ConnectionLimits | None = None,
-        listener: Listener | None = None,
+        listener: Listener,
         self_signed: Callable[[], tuple[Path, Path]] | None = None,
     ) -> None:
         """`streams`: the node's containers as the API streams them (logs, exec, attach,
         port-forward). `self_signed` makes the serving pair when no files are given, at the
         first connection (`tls.ServingTls`)."""
         self.node, self.streams, self.gate = node, streams, gate
-        self.limits = limits or ConnectionLimits()
         self.log = get_logger("kubelet_sim.server", node=gate.node_name)
         try:
             if cert_file is not None and key_file is not None:
@@ -106,10 +101,9 @@ class KubeletServer:
                 "client certificates are verified in the TLS handshake (this Python's ssl"
                 " cannot defer it): one from another CA fails the handshake, not 401"
             )
-        # A listener of its own unless the node set shares one among its nodes; its token
-        # guard is the process's (one bound on failed TokenReviews per client, not per node).
-        self._own_listener = listener is None
-        self.listener = listener or Listener(self.limits, self.log)
+        # The process's listener: its connection limits and token guard are the process's (one
+        # bound on failed TokenReviews per client, not per node).
+        self.listener = listener
         gate.tokens = self.listener.tokens
         try:
             self.endpoint = self.listener.bind(
@@ -119,19 +113,15 @@ class KubeletServer:
             raise ServerError(f"cannot listen on {address}:{port}: {exc.strerror or exc}") from exc
         self.port = self.endpoint.port
 
-    def start(self, supervisor: Supervisor | None = None) -> None:
-        """Serve this node's port (a listener of its own runs on a thread under `supervisor`;
-        a request that fails is answered 500: see `serve`)."""
-        if self._own_listener:
-            self.listener.start(supervisor or Supervisor(node=self.gate.node_name))
+    def start(self) -> None:
+        """Serve this node's port on the process's listener (a request that fails is answered
+        500: see `serve`)."""
         self.listener.open(self.endpoint)
         self.log.info("kubelet API server listening", port=self.port)
 
     def stop(self) -> None:
         """This node's port closes; a shared listener serves the other nodes on."""
         self.listener.close(self.endpoint)
-        if self._own_listener:
-            self.listener.stop()
 
     @property
     def open_connections(self) -> int:
@@ -186,7 +176,7 @@ class KubeletServer:
             reply = refused
         elif parts.path.startswith(PREFIXES) and handler.command in ("GET", "POST"):
             answer = serve_stream(
-                handler, parts.path, parts.query, self.node, self.streams, self.limits,
+                handler, parts.path, parts.query, self.node, self.streams, self.listener.limits,
                 self._stream_refused,
             )  # fmt: skip
             if answer is None:

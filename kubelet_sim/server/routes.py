@@ -17,6 +17,7 @@ from urllib.parse import parse_qs
 from kubelet_sim import cri
 from kubelet_sim.jsontypes import Json
 from kubelet_sim.pod.attempts import attempts_of
+from kubelet_sim.server.node_metrics import NodeSample, render_node_metrics
 from kubelet_sim.server.ports import LogSource
 from kubelet_sim.server.usage import NodeUsage, PodUsage, resource_metrics, summary
 
@@ -25,7 +26,7 @@ _LOGS = re.compile(r"^/containerLogs/([^/]+)/([^/]+)/([^/]+)$")
 
 
 class NodeView(Protocol):
-    """What the server reads of its node (the Agent has it)."""
+    """What the server reads of its node (assembly/served_node.py gives it)."""
 
     node_name: str
 
@@ -35,7 +36,7 @@ class NodeView(Protocol):
 
     def health(self) -> tuple[bool, str]: ...
 
-    def metrics(self) -> str: ...
+    def metrics(self) -> NodeSample: ...
 
     def usage(self) -> tuple[NodeUsage, list[PodUsage]]: ...
 
@@ -67,7 +68,7 @@ def route(node: NodeView, logs: LogSource, path: str, query: str) -> Reply:
             200, {"kind": "PodList", "apiVersion": "v1", "metadata": {}, "items": items}
         )
     if path == "/metrics":
-        return Reply(200, [node.metrics().encode()], PROMETHEUS)
+        return Reply(200, [render_node_metrics(node.metrics()).encode()], PROMETHEUS)
     if path == "/metrics/resource":
         return Reply(200, [resource_metrics(*node.usage()).encode()], PROMETHEUS)
     if path == "/stats/summary":

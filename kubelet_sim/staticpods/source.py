@@ -36,7 +36,6 @@ from kubelet_sim.pod.static import (
     static_pod,
 )
 from kubelet_sim.staticpods.manifests import ManifestReader
-from kubelet_sim.supervise import Supervisor
 from kubelet_sim.timers import Periodic, Timers
 
 POLL_SECONDS = 1.0
@@ -62,8 +61,7 @@ class StaticPods:
         wake: Callable[[str], None],
         node: Callable[[], Json | None],
         known: Callable[[str], bool],
-        supervisor: Supervisor,
-        timers: Timers | None = None,
+        timers: Timers,
         interval: float = POLL_SECONDS,
     ) -> None:
         self.path = path
@@ -81,11 +79,8 @@ class StaticPods:
         self._waiting: dict[str, Json] = {}  # uid → a new version waiting for the old's end
         self._seen: dict[str, str] = {}  # uid → kubernetes.io/config.seen, from its first read
         self._mirrors: dict[FullName, Json] = {}  # mirror pods as the pod watch last told
-        self._stop = threading.Event()
-        self._wake = threading.Event()
         self._timers = timers
         self._timer: Periodic | None = None
-        self._thread = supervisor.thread(f"static-pods-{node_name}", self._run, self._stop)
         self.log = get_logger("kubelet_sim.staticpods", node=node_name)
 
     # -- life ------------------------------------------------------------------------------
@@ -95,30 +90,16 @@ class StaticPods:
         so their running containers are adopted, never taken for orphans), then poll."""
         self.log.info("reading static pod manifests", path=str(self.path))
         self.sync_files()
-        if self._timers is not None:
-            self._timer = self._timers.every(
-                "static-pods", self.node_name, self._interval, self.run_once, first_in=0.0
-            )
-            return
-        self._thread.start()
+        self._timer = self._timers.every(
+            "static-pods", self.node_name, self._interval, self.run_once, first_in=0.0
+        )
 
     def stop(self, timeout: float) -> None:
-        self._stop.set()
-        self._wake.set()
         if self._timer is not None:
             self._timer.cancel()
-        if self._thread.is_alive():
-            self._thread.join(timeout)
-
-    def _run(self) -> None:
-        while not self._stop.is_set():
-            self.run_once()
-            self._wake.wait(self._interval)
-            self._wake.clear()
 
     def _poke(self) -> None:
         """Run a pass soon (a mirror changed, a static pod terminated)."""
-        self._wake.set()
         if self._timer is not None:
             self._timer.wake()
 

@@ -35,6 +35,8 @@ from types import TracebackType
 from typing import Any
 
 from kubelet_sim import cri
+from kubelet_sim.assembly.nodeset import NodeIdentity, NodeSet, NodeSetSettings
+from kubelet_sim.assembly.process import engine_for
 from kubelet_sim.controlplane.binaries import Binaries, BinariesMissing, cache_dir, find_binaries
 from kubelet_sim.controlplane.cluster import ControlPlane
 from kubelet_sim.controlplane.relay import ApiRelay
@@ -50,7 +52,6 @@ from kubelet_sim.demo.run import (
 from kubelet_sim.kube.client import KubeConnection, connect
 from kubelet_sim.kube.rest import ApiError, request_json
 from kubelet_sim.node.settings import NodeSettings
-from kubelet_sim.nodeset import NodeIdentity, NodeSet, NodeSetSettings, engine_for
 from kubelet_sim.paths import remove_tree
 from kubelet_sim.pem import copy_private
 from kubelet_sim.runtime.engine import DockerEngine, RuntimeUnavailable

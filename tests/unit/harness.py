@@ -25,9 +25,9 @@ from kubelet_sim.pod.admission import Allocatable
 from kubelet_sim.pod.container_config import ObjectLookup
 from kubelet_sim.pod.dns import NodeDNS
 from kubelet_sim.pod.spec import PodView
+from kubelet_sim.podworkers.assemble import SyncerPorts, pod_syncer
 from kubelet_sim.podworkers.pool import SandboxPool
 from kubelet_sim.podworkers.settings import SyncSettings
-from kubelet_sim.podworkers.sync import PodSyncer
 from kubelet_sim.runtime.local_images import BUSYBOX_IMAGE, PAUSE_IMAGE
 from kubelet_sim.supervise import Supervisor
 from kubelet_sim.volumes import TokenSource, VolumeSetup
@@ -36,6 +36,19 @@ from tests.fakeruntime import FakeClock, FakeContainerCache, FakeRuntime
 NODE = "n1"
 NODE_IP = "192.0.2.10"
 IMAGE = BUSYBOX_IMAGE
+
+
+class _DictIndex:
+    """The harness's pods (a plain dict it edits) as the pod workers' index."""
+
+    def __init__(self, pods: dict[str, Json]) -> None:
+        self._pods = pods
+
+    def get(self, uid: str) -> Json | None:
+        return self._pods.get(uid)
+
+    def pods(self) -> list[Json]:
+        return list(self._pods.values())
 
 
 @dataclass(frozen=True)
@@ -217,7 +230,7 @@ class Node:
             max_pods=110,
             supervisor=self.supervisor,
         )
-        self.syncer = PodSyncer(
+        self.syncer = pod_syncer(
             SyncSettings(
                 node_name=NODE,
                 node_ip=NODE_IP,
@@ -226,21 +239,22 @@ class Node:
                 allocatable=Allocatable(cpu_milli=4000, memory_bytes=8 << 30, pods=110),
                 dns=NodeDNS(("10.96.0.10",), "cluster.local", node_ips=(NODE_IP,)),
             ),
-            self.runtime,
-            self.cache,
-            self.status,
-            self.events,
-            self.objects,
-            final_delete=self._final_delete,
-            pod_of=self.pods.get,
-            active_pods=lambda: list(self.pods.values()),
-            volumes=self.volumes,
-            tokens=FakeTokens(),
-            wake=self._wake,
-            services=lambda: self.services,
+            SyncerPorts(
+                self.runtime,
+                self.cache,
+                self.status,
+                self.events,
+                self.objects,
+                final_delete=self._final_delete,
+                pods=_DictIndex(self.pods),
+                volumes=self.volumes,
+                tokens=FakeTokens(),
+                wake=self._wake,
+                services=lambda: self.services,
+                pool=self.pool if pool_size else None,
+            ),
+            self.supervisor,
             clock=self.clock,
-            supervisor=self.supervisor,
-            pool=self.pool if pool_size else None,
         )
         # The pod worker's requeue without its jitter: the clock is moved by what syncs ask.
         self.syncer.error_retry = Backoff(initial=10.0, cap=10.0, factor=1.0, jitter=0.0)

@@ -16,7 +16,7 @@ def test_a_node_holds_no_cryptography_until_its_first_client() -> None:
     """`cryptography` (some 8 MiB) serves the kubelet API's certificates and the demo's control
     plane: the CLI and a started agent's modules must not import it."""
     code = (
-        "import sys, kubelet_sim.cli, kubelet_sim.agent, kubelet_sim.nodeset;"
+        "import sys, kubelet_sim.cli, kubelet_sim.assembly.build, kubelet_sim.assembly.nodeset;"
         "print(sorted({m.split('.')[0] for m in sys.modules} & {'cryptography'}))"
     )
     out = subprocess.run(

@@ -32,7 +32,7 @@ from kubelet_sim.pod.static import (
 from kubelet_sim.staticpods.manifests import ManifestReader
 from kubelet_sim.staticpods.source import StaticPods
 from kubelet_sim.staticpods.status import MirrorStatus
-from kubelet_sim.supervise import Supervisor
+from kubelet_sim.timers import Timers
 
 SEEN = "2026-11-02T10:00:00.5Z"
 
@@ -275,7 +275,7 @@ def _source(directory: Path) -> _Source:
         wake=lambda _uid: None,
         node=lambda: node,
         known=lambda _uid: False,
-        supervisor=Supervisor(),
+        timers=Timers(pool_threads=1),  # not started: the tests run passes themselves
     )
     return made
 

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from kubelet_sim.podworkers.gc import ContainerGC
 from kubelet_sim.podworkers.workers import PodWorkers, waker
+from kubelet_sim.timers import Timers
 from kubelet_sim.workqueue import WorkQueue
 from tests.cluster import wait_for
 from tests.fakeruntime import Behaviour
@@ -114,7 +115,7 @@ def test_the_gc_removes_dead_attempts_and_forgets_old_backoffs(node: Node) -> No
         node.cache,
         node.syncer.stopper,
         "n1",
-        supervisor=node.supervisor,
+        timers=Timers(pool_threads=1),  # not started: the test runs one pass itself
         backoffs=(node.syncer.starter.crash_backoff,),
         clock=node.clock,
     )

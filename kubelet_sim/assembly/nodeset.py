@@ -15,10 +15,14 @@ import dataclasses
 import os
 import sys
 import threading
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from kubelet_sim.agent import Agent, PodSettings
+from kubelet_sim import cri
+from kubelet_sim.assembly.build import NodeWiring, build_node
+from kubelet_sim.assembly.node import Node
+from kubelet_sim.assembly.process import ProcessContext, RuntimeOptions, engine_for, timer_threads
 from kubelet_sim.backoff import Backoff
 from kubelet_sim.config import ConfigError
 from kubelet_sim.kube.client import KubeConnection, connect, wait_for_api_server
@@ -28,6 +32,7 @@ from kubelet_sim.logs import get_logger
 from kubelet_sim.node.host import detect_host
 from kubelet_sim.node.settings import NodeSettings
 from kubelet_sim.node.shared_probe import SharedProbe
+from kubelet_sim.podworkers.settings import PodSettings
 from kubelet_sim.runtime.engine import DockerEngine
 from kubelet_sim.runtime.log_rotation import LogRotation
 from kubelet_sim.runtime.node_runtime import NodeRuntime
@@ -82,6 +87,17 @@ class NodeSetSettings:
             raise ConfigError(f"node names repeat: {', '.join(names)}")
 
 
+@dataclass
+class _Scope:
+    """The watches of the nodes on one set of credentials: every node's (with a check that
+    the credentials may hold them), or one node's own."""
+
+    watches: SharedWatches
+    connection: KubeConnection
+    every_node: bool
+    names: list[str]
+
+
 class NodeSet:
     """Built in one go (connect, bind every kubelet port); `start` runs the nodes' threads,
     `wait` returns once they stopped with the failures (node, why).
@@ -91,19 +107,10 @@ class NodeSet:
 
     def __init__(self, settings: NodeSetSettings) -> None:
         self.settings = settings
-        kube: dict[str, KubeConnection] = {}  # the API first: a missing kubeconfig says so first
-        shared: KubeConnection | None = None
-        on_set = [n for n in settings.nodes if n.kubeconfig is None]
-        per_node = SHARED_CONNECTIONS_PER_NODE if len(on_set) > 1 else CONNECTIONS_PER_NODE
-        for node in settings.nodes:
-            if node.kubeconfig is None:
-                if shared is None:
-                    pool = per_node * len(on_set) + 8
-                    shared = connect(settings.kubeconfig, settings.context, pool_size=pool)
-                kube[node.settings.node_name] = shared
-            else:
-                pool = CONNECTIONS_PER_NODE + 4
-                kube[node.settings.node_name] = connect(node.kubeconfig, pool_size=pool)
+        self.failures: list[tuple[str, str]] = []
+        self._threads: list[threading.Thread] = []
+        self._stop: threading.Event | None = None
+        kube = _connections(settings)  # the API first: a missing kubeconfig says so first
         proxy: KubeConnection | None = None
         if settings.service_proxy and settings.proxy_kubeconfig is not None:
             pool = 2 * len(settings.nodes) + 2
@@ -111,33 +118,19 @@ class NodeSet:
         self.engine = engine_for(
             settings.docker_network, pull_progress_deadline=settings.image_pull_progress_deadline
         )
-        self.watches: SharedWatches | None = None
-        self.container_events: ContainerEvents | None = None
-        self._shared_connection = shared
-        self.timers: Timers | None = None
-        if shared is not None and len(on_set) > 1:
-            self.watches = SharedWatches(
-                shared.api,
-                proxy_api=(proxy or shared).api if settings.service_proxy else None,
-            )
-            self.timers = Timers()
-            self.container_events = ContainerEvents(self.engine)
-        self.listener = shared_listener(settings)
         try:
-            self.agents = self._build(settings, kube, proxy, shared)
+            self.process = _process_context(settings, self.engine, self._process_failed)
+            self.nodes, self.scopes = self._build(settings, kube, proxy)
         except BaseException:
             self.engine.close()
             raise
-        self.failures: list[tuple[str, str]] = []
-        self._threads: list[threading.Thread] = []
 
     def _build(
         self,
         settings: NodeSetSettings,
         kube: dict[str, KubeConnection],
         proxy: KubeConnection | None,
-        shared: KubeConnection | None,
-    ) -> list[Agent]:
+    ) -> tuple[list[Node], list[_Scope]]:
         identities = list(settings.nodes)
         if settings.docker_network != "bridge":
             gateway = self.engine.network_gateway()  # also: the network exists, or one line
@@ -149,96 +142,106 @@ class NodeSet:
             ]
         # Read once for all the nodes (it is the same server), on its first use.
         schema = ServerSchema.of_server(next(iter(kube.values())).api) if kube else ServerSchema()
-        agents = []
-        host = detect_host()  # the same host for every node: read once
-        probe = SharedProbe(self.engine) if len(identities) > 1 else None
+        on_set = [n.settings.node_name for n in identities if n.kubeconfig is None]
+        scopes: dict[str, _Scope] = {}
+        nodes = []
         for i, node in enumerate(identities):
             name = node.settings.node_name
-            runtime = node_runtime(
-                self.engine,
-                name,
-                node.root_dir or settings.root_dir / name,
-                log_rotation=settings.log_rotation,
-                owner_labels=dict(settings.owner_labels),
-            )
+            connection = kube[name]
+            supervisor = Supervisor(node=name)
+            every_node = node.kubeconfig is None and len(on_set) > 1
+            key = "" if every_node else name
+            if key not in scopes:
+                proxy_api = (proxy or connection).api if settings.service_proxy else None
+                watches = SharedWatches(
+                    connection.api,
+                    node=None if every_node else name,
+                    proxy_api=proxy_api,
+                    supervisor=self.process.supervisor if every_node else supervisor,
+                )
+                scopes[key] = _Scope(watches, connection, every_node, [])
+            scopes[key].names.append(name)
             server = settings.server
             if server is not None:
                 port = server.port + i if server.port else 0
                 server = dataclasses.replace(server, port=port)
             if server is not None and node.serving_cert is not None:
-                cert, key = node.serving_cert
-                server = dataclasses.replace(server, tls_cert_file=cert, tls_private_key_file=key)
-            agents.append(
-                Agent(
-                    node.settings,
-                    kube[name],
-                    runtime,
-                    settings.pods,
-                    schema,
-                    server,
-                    proxy=(proxy or kube[name]) if settings.service_proxy else None,
-                    shared=self.watches if kube[name] is shared else None,
-                    timers=self.timers if kube[name] is shared else None,
-                    container_events=self.container_events if kube[name] is shared else None,
-                    host=host,
-                    runtime_probe=probe,
-                    listener=self.listener,
+                cert, key_file = node.serving_cert
+                server = dataclasses.replace(
+                    server, tls_cert_file=cert, tls_private_key_file=key_file
                 )
+            wiring = NodeWiring(
+                node.settings,
+                node.root_dir or settings.root_dir / name,
+                connection,
+                scopes[key].watches,
+                server,
+                proxy=settings.service_proxy,
+                supervisor=supervisor,
             )
-        return agents
+            nodes.append(build_node(wiring, settings.pods, self.process, schema))
+        return nodes, list(scopes.values())
 
     @property
     def runtimes(self) -> dict[str, NodeRuntime]:
-        return {agent.node_name: agent.runtime for agent in self.agents}
+        return {node.node_name: node.runtime for node in self.nodes}
 
     def start(self, stop: threading.Event) -> None:
         """Start every node, STARTERS at a time, on threads that end once their nodes run;
         a node whose start fails, or whose loop later fails for good, sets `stop` for all (its
-        reason lands in `failures`). Shared watches start first, once the server says these
-        credentials may hold them."""
-        waiting = list(reversed(self.agents))
+        reason lands in `failures`). Watches of every node start first, once the server says
+        these credentials may hold them; a node's own watches once the server answers it."""
+        self._stop = stop
+        self.process.start()
+        waiting = list(reversed(self.nodes))
         lock = threading.Lock()
+        own_scope = {s.names[0]: s for s in self.scopes if not s.every_node}
 
         def start_nodes() -> None:
             while not stop.is_set():
                 with lock:
                     if not waiting:
                         return
-                    agent = waiting.pop()
+                    node = waiting.pop()
                 try:
-                    agent.start_up(stop)
+                    scope = own_scope.get(node.node_name)
+                    if scope is not None:
+                        if wait_for_api_server(scope.connection, stop) is None:
+                            return
+                        scope.watches.start()
+                    node.start(stop)
                 except Exception as exc:  # a bug: this node cannot run, so none does
-                    get_logger("kubelet_sim.nodeset", node=agent.node_name).exception(
+                    get_logger("kubelet_sim.nodeset", node=node.node_name).exception(
                         "node failed to start"
                     )
-                    self.failures.append((agent.node_name, f"{type(exc).__name__}: {exc}"))
+                    self.failures.append((node.node_name, f"{type(exc).__name__}: {exc}"))
                     stop.set()
 
         def start_all() -> None:
-            if self.watches is not None and not self._start_shared(stop):
-                return
-            for i in range(1, min(STARTERS, len(self.agents))):
+            for scope in self.scopes:
+                if scope.every_node and not self._start_every_node(scope, stop):
+                    return
+            for i in range(1, min(STARTERS, len(self.nodes))):
                 thread = threading.Thread(target=start_nodes, name=f"node starter {i}", daemon=True)
                 thread.start()
                 self._threads.append(thread)
             start_nodes()
 
-        def listener_failed(why: str) -> None:
-            self.failures.append(("(kubelet API listener)", why))
-            stop.set()
-
-        if self.listener is not None:
-            self.listener.start(Supervisor(on_failure=listener_failed))
         thread = threading.Thread(target=start_all, name="node starter 0", daemon=True)
         thread.start()
         self._threads.append(thread)
 
-    def _start_shared(self, stop: threading.Event) -> bool:
+    def _process_failed(self, why: str) -> None:
+        """A loop of the process's (the listener, the timers, the events stream, the watches
+        of every node) failed for good: every node stops."""
+        self.failures.append(("(process)", why))
+        if self._stop is not None:
+            self._stop.set()
+
+    def _start_every_node(self, scope: _Scope, stop: threading.Event) -> bool:
         """Once the server answers: may these credentials watch every pod and Node? Then run
-        the shared watches and timers; else fail the set in one line."""
-        connection = self._shared_connection
-        if self.watches is None or self.timers is None or connection is None:
-            return True
+        the watches; else fail the set in one line."""
+        connection = scope.connection
         refused = None
         backoff = Backoff(initial=0.8, cap=30.0)
         while True:
@@ -257,111 +260,127 @@ class NodeSet:
                 if stop.wait(delay):
                     return False
         if refused is not None:
-            names = [a.node_name for a in self.agents if a.kube is connection]
-            self.failures.append((f"{names[0]}…{names[-1]}", refused))
+            self.failures.append((f"{scope.names[0]}…{scope.names[-1]}", refused))
             stop.set()
             return False
-        get_logger("kubelet_sim.nodeset").info(
-            "nodes share their watches and timers",
-            nodes=sum(1 for a in self.agents if a.kube is connection),
-        )
-        self.watches.start()
-        self.timers.start()
-        if self.container_events is not None:
-            self.container_events.start()
+        get_logger("kubelet_sim.nodeset").info("nodes share their watches", nodes=len(scope.names))
+        scope.watches.start()
         return True
 
     def wait(self, stop: threading.Event) -> list[tuple[str, str]]:
         # Never block without a timeout here: the kernel may hand SIGTERM to any thread, and
         # the main thread runs the Python handler only when it wakes up.
         while not stop.wait(0.5):
-            failed = [a for a in self.agents if a.supervisor.failed.is_set()]
-            for agent in failed:
-                agent.log.error("stopped: a loop kept failing", error=agent.supervisor.failure)
-                self.failures.append((agent.node_name, agent.supervisor.failure))
+            failed = [n for n in self.nodes if n.supervisor.failed.is_set()]
+            for node in failed:
+                node.log.error("stopped: a loop kept failing", error=node.supervisor.failure)
+                self.failures.append((node.node_name, node.supervisor.failure))
             if failed:
                 stop.set()
-        for agent in self.agents:
-            agent.lifecycle.interrupt()
+        for node in self.nodes:
+            node.lifecycle.interrupt()
         for thread in self._threads:
             while thread.is_alive():
                 thread.join(0.5)
-        self._shut_down_all()
+        self._stop_all()
         return self.failures
 
-    def _shut_down_all(self) -> None:
+    def _stop_all(self) -> None:
         """Every node at once (each within its own deadline), then what they shared."""
-        remaining = list(self.agents)
+        remaining = list(self.nodes)
         lock = threading.Lock()
 
-        def shut_down() -> None:
+        def stop_nodes() -> None:
             while True:
                 with lock:
                     if not remaining:
                         return
-                    agent = remaining.pop()
-                agent.shut_down()
-                get_logger("kubelet_sim.nodeset", node=agent.node_name).info("stopped")
+                    node = remaining.pop()
+                node.stop()
+                get_logger("kubelet_sim.nodeset", node=node.node_name).info("stopped")
 
         threads = [
-            threading.Thread(target=shut_down, name=f"node stopper {i}", daemon=True)
-            for i in range(min(STARTERS * 4, len(self.agents)))
+            threading.Thread(target=stop_nodes, name=f"node stopper {i}", daemon=True)
+            for i in range(min(STARTERS * 4, len(self.nodes)))
         ]
         for thread in threads:
             thread.start()
         for thread in threads:
             while thread.is_alive():
                 thread.join(0.5)
-        if self.watches is not None:
-            self.watches.stop()
-        if self.timers is not None:
-            self.timers.stop()
-        if self.container_events is not None:
-            self.container_events.stop()
-        if self.listener is not None:
-            self.listener.stop()
+        for scope in self.scopes:
+            scope.watches.stop()
+            _log_counters(scope)
+        self.process.stop()
 
     def run(self, stop: threading.Event) -> list[tuple[str, str]]:
         self.start(stop)
         return self.wait(stop)
 
     def close(self) -> None:
-        if self.listener is not None:
-            self.listener.stop()
+        if self.process.listener is not None:
+            self.process.listener.stop()
         self.engine.close()
 
 
-def engine_for(network: str = "bridge", *, pull_progress_deadline: float = 60.0) -> DockerEngine:
-    """The process's Docker engine, connected and pinged (RuntimeUnavailable in one line if it
-    does not answer): `network` is the one the pods' sandboxes join. The only maker of one."""
-    return DockerEngine.connect(network=network, pull_progress_deadline=pull_progress_deadline)
+def _connections(settings: NodeSetSettings) -> dict[str, KubeConnection]:
+    """Each node's API connection: the set's (one pool for all), or its own kubeconfig's."""
+    kube: dict[str, KubeConnection] = {}
+    shared: KubeConnection | None = None
+    on_set = [n for n in settings.nodes if n.kubeconfig is None]
+    per_node = SHARED_CONNECTIONS_PER_NODE if len(on_set) > 1 else CONNECTIONS_PER_NODE
+    for node in settings.nodes:
+        if node.kubeconfig is None:
+            if shared is None:
+                pool = per_node * len(on_set) + 8
+                shared = connect(settings.kubeconfig, settings.context, pool_size=pool)
+            kube[node.settings.node_name] = shared
+        else:
+            pool = CONNECTIONS_PER_NODE + 4
+            kube[node.settings.node_name] = connect(node.kubeconfig, pool_size=pool)
+    return kube
 
 
-def node_runtime(
-    engine: DockerEngine,
-    node_name: str,
-    root_dir: Path,
-    *,
-    owner_labels: dict[str, str] | None,
-    log_rotation: LogRotation | None = None,
-) -> NodeRuntime:
-    """A node's runtime on `engine`, its pod files under `root_dir`; `owner_labels` on what it
-    makes (None: it reads every container of the node, whoever made it). The only maker of one."""
-    return NodeRuntime(
-        engine,
-        node_name,
-        root_dir,
-        log_rotation=log_rotation or LogRotation(),
-        owner_labels=owner_labels,
+def _process_context(
+    settings: NodeSetSettings, engine: DockerEngine, on_failure: Callable[[str], None]
+) -> ProcessContext:
+    """One of each for the process; a process of one node takes only its own containers'
+    Docker events."""
+    supervisor = Supervisor(on_failure=on_failure)
+    names = [n.settings.node_name for n in settings.nodes]
+    label = f"{cri.LABEL_NODE}={names[0]}" if len(names) == 1 else cri.LABEL_NODE
+    listener = None
+    if settings.server is not None:
+        listener = Listener(settings.server.limits, get_logger("kubelet_sim.server"))
+    return ProcessContext(
+        engine=engine,
+        timers=Timers(pool_threads=timer_threads(len(names)), supervisor=supervisor),
+        container_events=ContainerEvents(engine, label=label, supervisor=supervisor),
+        listener=listener,
+        host=detect_host(),  # the same host for every node: read once
+        probe=SharedProbe(engine),
+        supervisor=supervisor,
+        runtime_options=RuntimeOptions(
+            log_rotation=settings.log_rotation,
+            owner_labels=dict(settings.owner_labels),
+        ),
     )
 
 
-def shared_listener(settings: NodeSetSettings) -> Listener | None:
-    """One kubelet API listener (a thread and a pool) for all the nodes; a single node has one
-    of its own, started and stopped with it."""
-    if settings.server is None or len(settings.nodes) < 2:
-        return None
-    return Listener(settings.server.limits, get_logger("kubelet_sim.server"))
+def _log_counters(scope: _Scope) -> None:
+    for name, informer in (("pods", scope.watches.pods), ("node", scope.watches.nodes)):
+        stats = informer.stats
+        get_logger("kubelet_sim.nodeset").info(
+            "watch counters",
+            watch=name,
+            nodes=len(scope.names),
+            lists=stats.lists,
+            relists=stats.relists,
+            watches=stats.watches,
+            expired=stats.expired,
+            reconnects=stats.reconnects,
+            events=dict(stats.events),
+        )
 
 
 def exit_past_calls_in_flight(code: int) -> None:

@@ -1,0 +1,133 @@
+"""The pod workers' parts made for one node, in one place: the syncer and what it drives.
+
+The node builder (assembly/build.py) calls this with the node's adapters; the unit tests'
+harness calls it with fakes, so both run the same wiring.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass
+
+from kubelet_sim import cri
+from kubelet_sim.clock import SYSTEM_CLOCK, Clock
+from kubelet_sim.jsontypes import Json
+from kubelet_sim.pod.generation import CURRENT, KubeletGeneration
+from kubelet_sim.pod.spec import ContainerView, PodView
+from kubelet_sim.podworkers.admission import PodAdmitter
+from kubelet_sim.podworkers.event_refs import event_ref
+from kubelet_sim.podworkers.hooks import HookRunner
+from kubelet_sim.podworkers.pool import SandboxPool
+from kubelet_sim.podworkers.ports import (
+    ContainerCache,
+    EventSink,
+    ObjectSource,
+    PodIndex,
+    PodRuntime,
+    PodVolumes,
+    StatusSink,
+    TokenIssuer,
+    Wake,
+)
+from kubelet_sim.podworkers.settings import SyncSettings
+from kubelet_sim.podworkers.starter import ContainerStarter
+from kubelet_sim.podworkers.stopper import ContainerStopper
+from kubelet_sim.podworkers.sync import PodSyncer
+from kubelet_sim.prober.manager import ProbeManager
+from kubelet_sim.supervise import Supervisor
+
+
+@dataclass(frozen=True)
+class SyncerPorts:
+    """What the node gives its pod workers: the adapters behind the ports."""
+
+    runtime: PodRuntime
+    watcher: ContainerCache
+    status: StatusSink
+    events: EventSink
+    objects: ObjectSource
+    final_delete: Callable[[str, str, str], None]
+    pods: PodIndex
+    volumes: PodVolumes
+    tokens: TokenIssuer
+    wake: Wake
+    services: Callable[[], list[Json] | None] = lambda: []
+    network: Callable[[cri.ObservedContainer], None] | None = None
+    pool: SandboxPool | None = None
+    generation: Callable[[], KubeletGeneration] = lambda: CURRENT
+
+
+def pod_syncer(
+    settings: SyncSettings,
+    ports: SyncerPorts,
+    supervisor: Supervisor,
+    clock: Clock = SYSTEM_CLOCK,
+) -> PodSyncer:
+    """`wake` queues a pod for its worker again (work finished off the workers: pulls, hooks,
+    probes, stops); `services` lists the Services for service-link variables (None until
+    first listed)."""
+    p = ports
+    watcher = p.watcher
+
+    def lookup(kind: str, namespace: str, name: str) -> Json | None:
+        return p.objects.get((kind, namespace, name))
+
+    def probe_event(
+        view: PodView, container: ContainerView, kind: str, reason: str, message: str
+    ) -> None:
+        p.events.event(event_ref(view, container), kind, reason, message)
+
+    admitter = PodAdmitter(
+        settings,
+        p.pods.pods,
+        has_containers=lambda uid: bool(watcher.pod_containers(uid)),
+        has_running=lambda uid: any(
+            c.state is cri.ContainerState.RUNNING for c in watcher.pod_containers(uid)
+        ),
+    )
+    hooks = HookRunner(p.runtime, p.events, settings.node_ip, node=settings.node_name)
+    stopper = ContainerStopper(
+        p.runtime, watcher, p.events, hooks, supervisor, wake=p.wake, clock=clock
+    )
+    starter = ContainerStarter(
+        settings,
+        p.runtime,
+        watcher,
+        p.events,
+        p.status,
+        stopper,
+        lookup,
+        hooks,
+        network=p.network,
+        wake=p.wake,
+        services=p.services,
+        clock=clock,
+        pool=p.pool,
+    )
+    prober = ProbeManager(
+        p.runtime,
+        probe_event,
+        node=settings.node_name,
+        supervisor=supervisor,
+        wake=p.wake,
+        clock=clock,
+    )
+    return PodSyncer(
+        settings,
+        p.runtime,
+        watcher,
+        p.status,
+        p.events,
+        p.objects,
+        p.final_delete,
+        p.pods,
+        p.volumes,
+        p.tokens,
+        admitter=admitter,
+        hooks=hooks,
+        stopper=stopper,
+        starter=starter,
+        prober=prober,
+        clock=clock,
+        generation=p.generation,
+    )

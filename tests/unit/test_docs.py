@@ -1,0 +1,182 @@
+"""What the docs say that the code decides, held to the code: the layer list of
+docs/architecture.md, the pool sizes and periods the pages quote, the options, the paths they
+name, and mkdocs.yml's nav. `mkdocs build --strict` (in .ci/run) checks links; these check the
+facts that drift silently when the code changes and the prose does not."""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+import yaml
+
+from kubelet_sim.kube.object_watches import POLL_PERIOD, WATCHES_PER_POD
+from kubelet_sim.podworkers.images import PARALLEL_PULLS
+from kubelet_sim.podworkers.sync import YOUNG_CONTAINER
+from kubelet_sim.podworkers.workers import OBSERVE_AFTER, RELIST_LAG, RESYNC_SECONDS
+from kubelet_sim.prober.manager import PROBE_THREADS
+from kubelet_sim.staticpods.source import POLL_SECONDS
+from kubelet_sim.timers import POOL_THREADS
+
+ROOT = Path(__file__).resolve().parents[2]
+DOCS = ROOT / "docs"
+PACKAGE = ROOT / "kubelet_sim"
+WORDS = {"one": 1, "two": 2, "three": 3, "four": 4, "five": 5, "six": 6, "eight": 8}
+
+
+def page(name: str) -> str:
+    """A page's text with its lines joined, so a phrase may break across lines."""
+    return " ".join((DOCS / name).read_text().split())
+
+
+# --- mkdocs.yml's nav ---------------------------------------------------------------------------
+
+
+class _AnyTagLoader(yaml.SafeLoader):
+    """Reads mkdocs.yml without mkdocs: a tag such as `!!python/name:` becomes None."""
+
+
+_AnyTagLoader.add_multi_constructor("", lambda _loader, _suffix, _node: None)
+
+
+def _nav_entries(item: Any) -> Iterator[str]:
+    if isinstance(item, str):
+        yield item
+    elif isinstance(item, list):
+        for entry in item:
+            yield from _nav_entries(entry)
+    elif isinstance(item, dict):
+        for entry in item.values():
+            yield from _nav_entries(entry)
+
+
+def test_every_page_is_in_the_nav_and_every_nav_entry_is_a_page() -> None:
+    config = yaml.load((ROOT / "mkdocs.yml").read_text(), Loader=_AnyTagLoader)
+    nav = [entry for entry in _nav_entries(config["nav"]) if not entry.startswith("http")]
+    pages = sorted(p.relative_to(DOCS).as_posix() for p in DOCS.rglob("*.md"))
+    assert sorted(set(pages) - set(nav)) == [], "pages missing from mkdocs.yml's nav"
+    assert sorted(set(nav) - set(pages)) == [], "nav entries with no page"
+    assert len(nav) == len(set(nav)), "a page listed twice"
+
+
+# --- the layer list of docs/architecture.md -----------------------------------------------------
+
+# A line's first column: a name (`cli/` a package, `agent` a module) or a list of them
+# (`config, logs, backoff,`); the description follows after spaces.
+_NAMES = re.compile(r"^[a-z_]+/?(?:, [a-z_]+/?)*,?")
+
+
+def documented_layers() -> list[str]:
+    """The names in the layer list, top to bottom, as written (`cli/`, `agent`, `config`)."""
+    text = (DOCS / "architecture.md").read_text()
+    block = text.split("## The layers", 1)[1].split("```", 2)[1]
+    names: list[str] = []
+    for line in block.splitlines():
+        match = _NAMES.match(line)
+        if match:
+            names.extend(n.strip() for n in match.group().split(",") if n.strip())
+    return names
+
+
+def package_layers() -> set[str]:
+    """What the package holds at its top, written as the list writes it."""
+    found = {f"{p.name}/" for p in PACKAGE.iterdir() if p.is_dir() and p.name != "__pycache__"}
+    found |= {p.stem for p in PACKAGE.glob("*.py") if p.stem not in ("__init__", "__main__")}
+    return found
+
+
+def test_the_layer_list_names_every_package_and_module_at_the_top_and_nothing_else() -> None:
+    documented = documented_layers()
+    assert len(documented) == len(set(documented)), "a name listed twice"
+    assert sorted(set(documented) - package_layers()) == [], "listed, but not in kubelet_sim/"
+    assert sorted(package_layers() - set(documented)) == [], "in kubelet_sim/, but not listed"
+
+
+def test_the_layer_list_runs_in_the_order_the_architecture_test_enforces() -> None:
+    """Each layer is listed above every layer tests/test_architecture.py lets it import, and
+    the shared pieces come last."""
+    from tests.test_architecture import ALLOWED, SHARED
+
+    order = [name.rstrip("/") for name in documented_layers()]
+    position = {name: i for i, name in enumerate(order)}
+    shared = [position[name] for name in SHARED if name in position]
+    layers = {name: allowed for name, allowed in ALLOWED.items() if name in position}
+    assert set(ALLOWED) - {"shared", "__main__"} == set(layers), "a layer only one side knows"
+    upward = [
+        f"{layer} may import {below}, listed above it"
+        for layer, allowed in layers.items()
+        for below in sorted(allowed - SHARED)
+        if position[below] < position[layer]
+    ]
+    assert upward == []
+    assert max(position[name] for name in layers) < min(shared), "a shared piece above a layer"
+
+
+# --- numbers the pages quote --------------------------------------------------------------------
+
+# (page, what it says with the number as a group, the code's value)
+QUOTED: list[tuple[str, str, float]] = [
+    ("architecture.md", r"`timers` \(one scheduler thread, a pool of (\w+)\)", POOL_THREADS),
+    ("many-nodes.md", r"one timer thread and a pool of (\w+)", POOL_THREADS),
+    ("architecture.md", r"startup probes: one scheduler thread, a pool of (\w+)", PROBE_THREADS),
+    ("architecture.md", r"\(while the node has probes\) and its pool of (\w+)", PROBE_THREADS),
+    ("behaviour.md", r"One scheduler thread and a pool of (\w+) run every probe", PROBE_THREADS),
+    ("architecture.md", r"image pulls run on a pool of (\w+)", PARALLEL_PULLS),
+    ("options.md", r"pulls run beside the pod workers, (\w+) at a time", PARALLEL_PULLS),
+    ("architecture.md", r"A periodic resync \(([\d.]+) s", RESYNC_SECONDS),
+    ("architecture.md", r"a Docker event brings ([\d.]+) s later \(RELIST_LAG", RELIST_LAG),
+    ("architecture.md", r"never sooner than ([\d.]+) s after the last sync ended", OBSERVE_AFTER),
+    ("architecture.md", r"past its first (\w+) watches are read by GET", WATCHES_PER_POD),
+    ("architecture.md", r"watches are read by GET every ([\d.]+) s", POLL_PERIOD),
+    ("architecture.md", r"manifest directory is read every ([\d.]+) s", POLL_SECONDS),
+    ("architecture.md", r"a running container younger than ([\d.]+) s", YOUNG_CONTAINER),
+]
+
+
+@pytest.mark.parametrize(("name", "pattern", "value"), QUOTED, ids=[q[1][:40] for q in QUOTED])
+def test_a_number_the_docs_quote_is_the_codes(name: str, pattern: str, value: float) -> None:
+    found = re.findall(pattern, page(name))
+    assert found, f"docs/{name} no longer says /{pattern}/: keep this test in step with it"
+    assert [float(WORDS.get(x, x)) for x in found] == [value] * len(found), f"docs/{name}"
+
+
+# --- options and paths --------------------------------------------------------------------------
+
+
+def test_every_option_of_the_node_and_the_demo_is_in_the_options_page() -> None:
+    import typer
+
+    from kubelet_sim.cli.demo import demo_app
+    from kubelet_sim.cli.run import app
+
+    text = (DOCS / "options.md").read_text()
+    missing = [
+        option
+        for command in (app, demo_app)
+        for param in typer.main.get_command(command).params
+        for option in param.opts
+        if option.startswith("--") and f"`{option}`" not in text
+    ]
+    assert missing == []
+
+
+# A path a page names in backquotes: from the repository's root, or inside kubelet_sim/.
+_ROOTED = re.compile(r"`((?:kubelet_sim|tests|bench|deploy|scripts|examples|docs)/[^`\s<*{]*)`")
+_IN_PACKAGE = re.compile(r"`([a-z_]+/[a-z_/]*[a-z_]+\.py)`")
+
+
+def test_every_path_the_docs_name_exists() -> None:
+    packages = {p.name for p in PACKAGE.iterdir() if p.is_dir()}
+    missing = []
+    for doc in [*sorted(DOCS.glob("*.md")), ROOT / "README.md"]:
+        text = doc.read_text()
+        for path in _ROOTED.findall(text):
+            if not (ROOT / path).exists():
+                missing.append(f"{doc.name}: {path}")
+        for path in _IN_PACKAGE.findall(text):
+            if path.split("/")[0] in packages and not (PACKAGE / path).exists():
+                missing.append(f"{doc.name}: kubelet_sim/{path}")
+    assert missing == []
