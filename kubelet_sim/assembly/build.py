@@ -153,7 +153,7 @@ def build_node(
     proxy_watches = watches.proxy_watches
     if wiring.proxy and proxy_watches is not None:
         proxy = ServiceProxy(
-            ProxySettings(name, runtime.network_subnet()),
+            ProxySettings(name, process.engine.network_subnet()),
             services,
             running_sandboxes,
             events,

@@ -103,7 +103,7 @@ class Node:
             "starting",
             api_server=self.kube.host,
             config_source=self.kube.source,
-            docker_version=self.runtime.version(),
+            docker_version=self.runtime.engine.version(),
         )
         if wait_for_api_server(self.kube, stop) is None:
             self.log.info("stopped before the API server answered")

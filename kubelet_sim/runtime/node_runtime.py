@@ -85,17 +85,6 @@ class NodeRuntime:
     def _api(self) -> Any:
         return self.engine.api
 
-    # The engine's answers, for a node that asks for itself (many nodes share one probe)
-
-    def version(self) -> str:
-        return self.engine.version()
-
-    def ping(self) -> bool:
-        return self.engine.ping()
-
-    def network_subnet(self) -> str | None:
-        return self.engine.network_subnet()
-
     # Images: the engine's, counted as this node's calls
 
     def image_status(self, ref: str) -> cri.ImageInfo | None:

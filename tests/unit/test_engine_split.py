@@ -195,8 +195,7 @@ def test_the_engine_counts_its_own_calls_and_each_node_its_own(
     n1.list_images()
     n1.list_images()
     assert (engine.stats.image_lists, n1.stats.image_lists) == (1, 2)
-    assert n1.version() == engine.version() == "27.0.0"
-    assert n1.ping()
+    assert engine.version() == "27.0.0"
     assert engine.ping()
 
 
