@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-PACKAGE = Path(__file__).resolve().parent.parent / "kubelet_sim"
+PACKAGE = Path(__file__).resolve().parents[2] / "kubelet_sim"
 SHARED = {
     "config",
     "logs",

@@ -8,7 +8,7 @@ from __future__ import annotations
 import ast
 from pathlib import Path
 
-PACKAGE = Path(__file__).resolve().parent.parent / "kubelet_sim"
+PACKAGE = Path(__file__).resolve().parents[2] / "kubelet_sim"
 THREAD_MAKERS = {"Thread", "Timer", "ThreadPoolExecutor"}
 
 # Where the package makes threads of its own rather than through a Supervisor, and why.
