@@ -18,7 +18,7 @@ from kubelet_sim.jsontypes import Json
 # Merge keys of the lists that have one, by dotted path from the patched object (list items add
 # no path element). A list not named here is replaced whole. From the
 # `x-kubernetes-patch-merge-key` extensions in the API server's /openapi/v2 (v1.24, plus fields
-# later versions added); tests/test_patch_schema.py compares them with a real server's.
+# later versions added); tests/api/test_patch_schema.py compares them with a real server's.
 PatchSchema = Mapping[str, str]
 
 POD_STATUS_SCHEMA: PatchSchema = {

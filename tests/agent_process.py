@@ -81,7 +81,8 @@ def running_agent(
     registry (the default, registry.k8s.io/pause, is not on this machine).
     """
     # No warm sandbox pool unless a test asks (--sandbox-pool-size): tests that count or
-    # select the node's containers by label predate it; tests/test_sandbox_pool.py has its own.
+    # select the node's containers by label predate it;
+    # tests/pod_lifecycle/test_sandbox_pool.py has its own.
     # Its client CA lets the API server in (a cluster's kubelet-client signer the kubeconfig
     # does not name: KUBELET_SIM_TEST_KUBELET_CLIENT_CA), as a kubelet's --client-ca-file.
     trust = cluster.session.kubelet_client_trust()

@@ -263,7 +263,9 @@ class NodeSet:
             self.failures.append((f"{scope.names[0]}…{scope.names[-1]}", refused))
             stop.set()
             return False
-        get_logger("kubelet_sim.nodeset").info("nodes share their watches", nodes=len(scope.names))
+        get_logger("kubelet_sim.nodeset").info(
+            "nodes share their watches and timers", nodes=len(scope.names)
+        )
         scope.watches.start()
         return True
 
@@ -297,7 +299,6 @@ class NodeSet:
                         return
                     node = remaining.pop()
                 node.stop()
-                get_logger("kubelet_sim.nodeset", node=node.node_name).info("stopped")
 
         threads = [
             threading.Thread(target=stop_nodes, name=f"node stopper {i}", daemon=True)
@@ -312,6 +313,8 @@ class NodeSet:
             scope.watches.stop()
             _log_counters(scope)
         self.process.stop()
+        for node in self.nodes:
+            get_logger("kubelet_sim.nodeset", node=node.node_name).info("stopped")
 
     def run(self, stop: threading.Event) -> list[tuple[str, str]]:
         self.start(stop)

@@ -43,7 +43,7 @@ from kubelet_sim.controlplane.cluster import _DIE_WITH_PARENT, ControlPlane, spa
 from kubelet_sim.controlplane.cri_client import CriClient
 
 # The project's local images (kubelet_sim.runtime.local_images, which this layer may not
-# import: tests/test_reference_node.py checks they are the same names).
+# import: tests/testing_kit/test_reference_node.py checks they are the same names).
 PAUSE_IMAGE = "kubelet-sim.local/pause:test"
 BUSYBOX_IMAGE = "kubelet-sim.local/busybox:test"
 

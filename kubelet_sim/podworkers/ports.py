@@ -3,9 +3,9 @@
 The pod workers name no Docker, no API client and no concrete cache: the composition root
 (kubelet_sim/assembly/build.py) passes the adapters in once, at construction. A node's runtime
 on Docker (kubelet_sim/runtime/node_runtime.py) implements `PodRuntime`; tests pass an
-in-memory fake (tests/fakeruntime/), held to the same contract (tests/test_runtime_contract.py).
-The runtime's cut follows the CRI's RuntimeService and ImageService. Time is the one Clock
-(kubelet_sim/clock.py).
+in-memory fake (tests/fakeruntime/), held to the same contract
+(tests/runtime/test_runtime_contract.py). The runtime's cut follows the CRI's RuntimeService
+and ImageService. Time is the one Clock (kubelet_sim/clock.py).
 """
 
 from __future__ import annotations

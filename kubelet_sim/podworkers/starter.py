@@ -162,9 +162,12 @@ class ContainerStarter:
         state: PodState,
         volumes: VolumeSetup,
         pid_of: str = "",
+        *,
+        killed: str | None = None,
     ) -> float | None:
         """startContainer: backoff, image, config, create, start; the retry delay if waiting.
-        `pid_of`: an ephemeral container's target, whose process namespace it joins.
+        `pid_of`: an ephemeral container's target, whose process namespace it joins; `killed`:
+        the id of the attempt this node killed to start it again (SyncPod's restart), if any.
 
         The host-access gate comes first, for every kind of container: an ephemeral one is
         never admitted with its pod, and an init or app container is checked here again. A
@@ -177,7 +180,7 @@ class ContainerStarter:
             return self._failed(state, container, ref, "CreateContainerConfigError", refused)
         observed = self.watcher.pod_containers(view.uid)
         latest = latest_attempt(observed, container.name)
-        basis = _backoff_basis(observed, container.name, latest, state)
+        basis = _backoff_basis(observed, container.name, latest, killed)
         if basis is not None:
             waiting = self._crash_loop_wait(view, container, basis, state, ref)
             if waiting is not None:
@@ -278,11 +281,11 @@ class ContainerStarter:
         state: PodState,
     ) -> None:
         """The postStart hook, off the pod worker, on a thread of its own. Until it ends the
-        container's start has not returned (state.post_start_running): its status says
+        container's start has not returned (state.post_starts): its status says
         waiting and the pod's other containers wait to start. Its end brings the pod back; a
         failure is killed there (startContainer's FailedPostStartHook). The hook's thread
         only reports to the pod's inbox: the pod's own sync takes the report."""
-        state.post_start_running[container_id] = container.name
+        state.post_starts.began(container_id)
 
         def run() -> None:
             error: str | None = None
@@ -295,7 +298,7 @@ class ContainerStarter:
                 self.wake(view.uid)
 
         if not hooks.submit(run, view.uid, POST_START):  # shutting down: nothing runs
-            state.post_start_running.pop(container_id, None)
+            state.post_starts.abandoned(container_id)
 
     def forget_pod(self, uid: str) -> None:
         self.puller.forget_pod(uid)
@@ -368,7 +371,7 @@ def _backoff_basis(
     observed: list[cri.ObservedContainer],
     name: str,
     latest: cri.ObservedContainer | None,
-    state: PodState,
+    killed: str | None,
 ) -> cri.ObservedContainer | None:
     """The ended attempt whose end the crash-loop backoff is counted from (doBackOff). A
     container this node killed to restart it is restarted by the SyncPod that killed it, which
@@ -376,7 +379,7 @@ def _backoff_basis(
     the attempt that ended before it, if the node still has it."""
     if latest is None or latest.state is not cri.ContainerState.EXITED:
         return None
-    if state.restarting.get(name) != latest.id:
+    if killed != latest.id:
         return latest
     earlier = [
         c

@@ -1,21 +1,48 @@
 """What the node remembers about a pod between syncs (lost on restart, as the kubelet's).
 
-A pod's lifecycle is the kubelet's pod worker's: syncing, then terminating (its containers
-stopping), then terminated (its final status written); it only moves forward. What a hook's
-thread learns reaches the pod as a report in its inbox, taken by the pod's own sync: only the
-pod's worker writes its state.
+A pod's lifecycle is the kubelet's pod worker's (worker_states.py): syncing, then terminating
+(its containers stopping), then terminated (its final status written), then deleted (the final
+DELETE sent); it only moves forward, through PodState's named transitions. The state exists
+from the pod's admission on: a rejected pod is terminated at once. What a hook's thread learns
+reaches the pod as a report in its inbox, taken by the pod's own sync: only the pod's worker
+writes its state.
 """
 
 from __future__ import annotations
 
 import threading
 from dataclasses import dataclass, field
-from enum import StrEnum
+from typing import TypeVar
 
 from kubelet_sim.backoff import Backoff
 from kubelet_sim.pod.admission import Rejection
 from kubelet_sim.pod.status import WaitingReason
 from kubelet_sim.podworkers.hooks import POST_START
+from kubelet_sim.podworkers.worker_states import (
+    Deleted,
+    Lifecycle,
+    LifecycleError,
+    PodStop,
+    PostStarts,
+    Syncing,
+    Terminated,
+    Terminating,
+)
+
+__all__ = [
+    "Deleted",
+    "HookEnded",
+    "Inbox",
+    "LifecycleError",
+    "PodState",
+    "PodStop",
+    "StatusFailure",
+    "Syncing",
+    "Terminated",
+    "Terminating",
+]
+
+S = TypeVar("S", Syncing, Terminating, Terminated)
 
 
 @dataclass
@@ -30,14 +57,6 @@ class StatusFailure:
 
     def retry_in(self, now: float) -> float:
         return max(self.next_attempt - now, 0.0)
-
-
-class PodLifecycle(StrEnum):
-    """Which of the kubelet's three syncs the pod gets (pod_workers.go's podSyncStatus)."""
-
-    SYNCING = "syncing"  # SyncPod: bring it to its spec
-    TERMINATING = "terminating"  # SyncTerminatingPod: stop everything
-    TERMINATED = "terminated"  # SyncTerminatedPod: the final status, the final DELETE
 
 
 @dataclass(frozen=True)
@@ -68,67 +87,118 @@ class Inbox:
 
 @dataclass
 class PodState:
-    # When this node first synced the pod (the clock's monotonic time): the start of its start
-    # duration (set by the syncer, whose clock it is).
+    """A pod's lifecycle state (with the data that is only its own) and what the node keeps
+    about the pod whatever that state is."""
+
+    # When this node first synced (and admitted) the pod (the clock's monotonic time): the
+    # start of its start duration (set by the syncer, whose clock it is).
     first_seen: float = 0.0
     start_observed: bool = False
+    lifecycle: Lifecycle = field(default_factory=Syncing)
     # Why each container is not running after the last sync (the kubelet's reasonCache).
     waiting: dict[str, WaitingReason] = field(default_factory=dict)
     # Termination messages read once per exited container id.
     messages: dict[str, str] = field(default_factory=dict)
-    admitted: bool = False
-    lifecycle: PodLifecycle = PodLifecycle.SYNCING
-    # Why the node ended the pod (DeadlineExceeded), told in every status from then on.
-    evicted: WaitingReason | None = None
     inbox: Inbox = field(default_factory=Inbox)
     # Steps already in the pod's journal (`kubelet-sim trace`), each written once.
     journaled: set[str] = field(default_factory=set)
-    rejection: Rejection | None = None
     # Container ids a Killing event was recorded for, so repeats of a sync don't repeat it.
     killing: set[str] = field(default_factory=set)
-    # Containers killed because their definition changed: started again once they stopped.
-    replacing: set[str] = field(default_factory=set)
-    # Containers killed to be started again (a probe, a changed definition), by name, with the
-    # killed attempt's id: until the restart is tried, the kill's SyncPod has not returned in
-    # the kubelet's terms, and no status is written (the kill and restart are told together).
-    restarting: dict[str, str] = field(default_factory=dict)
-    # This SyncPod made a sandbox before its pull: the sandbox's events are owed a sync of
-    # their own once the pull's outcome is taken (the PLEG would have held them).
-    acted_before_pull: bool = False
     # The latest attempt of each container this node has seen: a container removed behind
     # our back is started again as the next attempt (the kubelet counts its log files).
     last_attempt: dict[str, int] = field(default_factory=dict)
-    # The final DELETE was sent; wait for the informer to drop the pod.
-    finally_deleted: bool = False
-    # Containers whose postStart hook failed (by id, with the hook's message): killed next sync.
-    post_start_failed: dict[str, str] = field(default_factory=dict)
-    # Containers whose postStart hook runs (by id, with the container's name), and those killed
-    # because it failed: the kubelet's start has not returned, so while they run their status
-    # says waiting (ContainerCreating) and no other container of the pod starts.
-    post_start_running: dict[str, str] = field(default_factory=dict)
-    post_start_killed: set[str] = field(default_factory=set)
-    # The pod is being killed (its app containers are done): until its sandbox has stopped,
-    # no container is started again.
-    killing_pod: bool = False
-    # Stopping the pod's containers began (the clock's monotonic time): sidecars wait their
-    # turn (the app containers, then later sidecars, stop first) at most the grace period from
-    # here.
-    stop_began: float | None = None
-    # Sidecars whose preStop hook still runs, and those sent their stop signal in their turn.
-    pre_stop_running: set[str] = field(default_factory=set)
-    signalled_in_turn: set[str] = field(default_factory=set)
+    # Containers whose start waits on their postStart hook (SyncPod starts them, and a pod
+    # that terminates meanwhile still tells them as starting).
+    post_starts: PostStarts = field(default_factory=PostStarts)
     # The last status write failed; retried with backoff, said once per distinct error.
     status_failure: StatusFailure | None = None
+
+    # -- transitions, each from the one state it leaves ------------------------------------
+
+    def reject(self, rejection: Rejection) -> Terminated:
+        """Admission refused the pod: terminated at once, its status its rejection."""
+        self._leaving(Syncing)
+        reason = WaitingReason(rejection.reason, rejection.message)
+        self.lifecycle = terminated = Terminated(reason=reason, rejected=True)
+        return terminated
+
+    def begin_terminating(self) -> Terminating:
+        """Deleted, terminal in the API or past its deadline: stop everything (a stop SyncPod
+        began goes on; what SyncPod kept for its next run is dropped)."""
+        syncing = self._leaving(Syncing)
+        self.lifecycle = terminating = Terminating(stop=syncing.stop)
+        return terminating
+
+    def complete_terminating(self) -> Terminated:
+        """Nothing runs any more: the terminal status is next."""
+        terminating = self._leaving(Terminating)
+        self.lifecycle = terminated = Terminated(reason=terminating.reason)
+        return terminated
+
+    def final_delete_sent(self) -> None:
+        """The deleted pod is gone from the API: never synced again (only cleaned up)."""
+        self._leaving(Terminated)
+        self.lifecycle = Deleted()
+
+    def deadline_exceeded(self, reason: WaitingReason) -> bool:
+        """activeDeadlineSeconds has passed (the pod terminates): every status from now on
+        says so. True the first time."""
+        ending = self.lifecycle
+        if not isinstance(ending, Terminating | Terminated):
+            raise LifecycleError(f"a deadline is told while terminating, not {ending}")
+        if ending.reason is not None:
+            return False
+        ending.reason = reason
+        return True
+
+    def _leaving(self, expected: type[S]) -> S:
+        current = self.lifecycle
+        if not isinstance(current, expected):
+            raise LifecycleError(f"not {expected.__name__}: {current}")
+        return current
+
+    # -- the stop of the pod's containers --------------------------------------------------
+
+    @property
+    def stop(self) -> PodStop | None:
+        """The stop under way (SyncPod's or SyncTerminatingPod's killPod), if any."""
+        current = self.lifecycle
+        return current.stop if isinstance(current, Syncing | Terminating) else None
+
+    def begin_stop(self, now: float) -> PodStop:
+        """A stop goes on, or begins now."""
+        current = self._stoppable()
+        if current.stop is None:
+            current.stop = PodStop(began=now)
+        return current.stop
+
+    def end_stop(self) -> None:
+        """Nothing runs any more: the stop is over."""
+        self._stoppable().stop = None
+
+    def _stoppable(self) -> Syncing | Terminating:
+        current = self.lifecycle
+        if not isinstance(current, Syncing | Terminating):
+            raise LifecycleError(f"nothing is stopped once {current}")
+        return current
+
+    # -- reading it ------------------------------------------------------------------------
+
+    @property
+    def rejected(self) -> bool:
+        return isinstance(self.lifecycle, Terminated) and self.lifecycle.rejected
+
+    @property
+    def deleted(self) -> bool:
+        return isinstance(self.lifecycle, Deleted)
 
     def take_reports(self) -> None:
         """Apply what hook threads reported since the last sync (on the pod's worker)."""
         for report in self.inbox.take():
             if report.which == POST_START:
-                self.post_start_running.pop(report.container_id, None)
-                if report.error is not None:
-                    self.post_start_failed[report.container_id] = report.error
-            else:
-                self.pre_stop_running.discard(report.container_id)
+                self.post_starts.ended(report.container_id, report.error)
+            elif (stop := self.stop) is not None:  # preStop: a stop that ended forgot it
+                stop.pre_stop_running.discard(report.container_id)
 
     @property
     def status_unsent(self) -> bool:

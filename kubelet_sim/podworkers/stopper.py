@@ -27,7 +27,7 @@ from kubelet_sim.pod.spec import ContainerView, PodView
 from kubelet_sim.podworkers.event_refs import container_spec, event_ref
 from kubelet_sim.podworkers.hooks import PRE_STOP, HookRunner, hook_of
 from kubelet_sim.podworkers.ports import ContainerCache, EventSink, RuntimeService, Wake
-from kubelet_sim.podworkers.state import HookEnded, PodState
+from kubelet_sim.podworkers.state import HookEnded, PodState, PodStop
 from kubelet_sim.supervise import Supervisor
 
 MIN_GRACE = 2.0  # killContainer's minimumGracePeriodInSeconds
@@ -76,24 +76,23 @@ class ContainerStopper:
         running = [c for c in observed if c.state is cri.ContainerState.RUNNING]
         apps = [c for c in running if not c.is_sandbox]
         now = self.clock.monotonic()
-        if apps and state.stop_began is None:
-            state.stop_began = now
-        turn_ends = (state.stop_began or now) + grace
+        if not apps:
+            state.end_stop()
+            for sandbox in (c for c in running if c.is_sandbox):
+                self.runtime.stop_container(sandbox.id, 0)  # pause dies at once: no grace
+                self.watcher.record(cri.stopped_observation(sandbox, self.clock.now()))
+            return None
+        stop = state.begin_stop(now)
+        turn_ends = stop.began + grace
         waiting = False
         for c in apps:
             spec = container_spec(view, c.name)
             if spec is not None and spec.is_sidecar and grace > 0:
-                waiting |= self._stop_in_turn(view, spec, c, apps, state, grace, turn_ends)
+                waiting |= self._stop_in_turn(view, spec, c, apps, state, stop, grace, turn_ends)
             else:
                 self.stop(view, c, state, grace, f"Stopping container {c.name}")
-        if apps:
-            recheck = self.recheck_in([c.id for c in apps])
-            return min(recheck, max(turn_ends - now, 0.0) + 0.05) if waiting else recheck
-        state.stop_began = None
-        for sandbox in (c for c in running if c.is_sandbox):
-            self.runtime.stop_container(sandbox.id, 0)  # pause dies at once: no grace to wait
-            self.watcher.record(cri.stopped_observation(sandbox, self.clock.now()))
-        return None
+        recheck = self.recheck_in([c.id for c in apps])
+        return min(recheck, max(turn_ends - now, 0.0) + 0.05) if waiting else recheck
 
     def _stop_in_turn(
         self,
@@ -102,6 +101,7 @@ class ContainerStopper:
         container: cri.ObservedContainer,
         running: Sequence[cri.ObservedContainer],
         state: PodState,
+        stop: PodStop,
         grace: float,
         turn_ends: float,
     ) -> bool:
@@ -115,15 +115,15 @@ class ContainerStopper:
             message = f"Stopping container {container.name}"
             self.events.event(event_ref(view, spec), NORMAL, "Killing", message)
             if self.hooks is not None and hook_of(spec, PRE_STOP) is not None:
-                self._pre_stop_only(view, spec, container, state, grace)
-        if cid in state.pre_stop_running:
+                self._pre_stop_only(view, spec, container, state, stop, grace)
+        if cid in stop.pre_stop_running:
             return True
-        if cid in state.signalled_in_turn:
+        if cid in stop.signalled_in_turn:
             return False
         now = self.clock.monotonic()
         if now < turn_ends and _waits_for(view, spec, {c.name for c in running}):
             return True
-        state.signalled_in_turn.add(cid)
+        stop.signalled_in_turn.add(cid)
         if self.runtime.signal_stop(cid):
             with self._cond:
                 self._book(cid, now + max(turn_ends - now, MIN_GRACE))
@@ -137,12 +137,13 @@ class ContainerStopper:
         spec: ContainerView,
         container: cri.ObservedContainer,
         state: PodState,
+        stop: PodStop,
         grace: float,
     ) -> None:
         """A sidecar's preStop hook; its end brings the pod back to stop it in its turn."""
         hooks = self.hooks
         assert hooks is not None
-        state.pre_stop_running.add(container.id)
+        stop.pre_stop_running.add(container.id)
         with self._cond:
             self._book(container.id, self.clock.monotonic() + grace + MIN_GRACE)
         observed = self.watcher.pod_containers(view.uid)

@@ -47,7 +47,13 @@ from kubelet_sim.podworkers.ports import (
 )
 from kubelet_sim.podworkers.settings import SyncSettings
 from kubelet_sim.podworkers.starter import ERROR_RETRY, ContainerStarter
-from kubelet_sim.podworkers.state import PodLifecycle, PodState, StatusFailure
+from kubelet_sim.podworkers.state import (
+    PodState,
+    StatusFailure,
+    Syncing,
+    Terminated,
+    Terminating,
+)
 from kubelet_sim.podworkers.stopper import ContainerStopper
 from kubelet_sim.prober.manager import ProbeManager
 from kubelet_sim.volumes import VolumeSetup
@@ -125,26 +131,28 @@ class PodSyncer:
             return self._cleanup(uid)
         view = PodView.from_api(pod)
         state = self.states.get(uid)
-        if state is None:
+        if state is None:  # a pod's state begins with its admission
             state = self.states[uid] = PodState(first_seen=self.clock.monotonic())
-        if state.finally_deleted:
+            self._admit(view, state)  # a rejected pod is terminated at once: nothing ran
+        if state.deleted:
             return None
         state.take_reports()
-        if not state.admitted:
-            self._admit(view, state)  # a rejected pod is terminated at once: nothing ran
-        deadline_left = None if state.rejection else self._deadline_left(view)
-        if deadline_left == 0:
-            self._deadline_exceeded(view, state)
-        if state.lifecycle is PodLifecycle.SYNCING and (
+        deadline_left = None if state.rejected else self._deadline_left(view)
+        if isinstance(state.lifecycle, Syncing) and (
             view.being_deleted or view.api_phase in ("Succeeded", "Failed") or deadline_left == 0
         ):
-            state.lifecycle = PodLifecycle.TERMINATING  # never back: the kubelet's too
-        if state.lifecycle is PodLifecycle.SYNCING:
-            delay = self.sync_pod(pod, view, state, deadline_left)
-        elif state.lifecycle is PodLifecycle.TERMINATING:
-            delay = self.sync_terminating_pod(pod, view, state)
-        else:
-            delay = self.sync_terminated_pod(pod, view, state)
+            state.begin_terminating()  # never back: the kubelet's too
+        if deadline_left == 0:
+            self._deadline_exceeded(view, state)
+        match state.lifecycle:
+            case Syncing() as syncing:
+                delay = self.sync_pod(pod, view, state, syncing, deadline_left)
+            case Terminating() as terminating:
+                delay = self.sync_terminating_pod(pod, view, state, terminating)
+            case Terminated() as terminated:
+                delay = self.sync_terminated_pod(pod, view, state, terminated)
+            case _:  # deleted: not synced again
+                return None
         if state.status_failure is not None:  # retried with backoff, not every sync period
             retry = state.status_failure.retry_in(self.clock.monotonic())
             return min(delay, retry) if delay is not None else retry
@@ -162,7 +170,6 @@ class PodSyncer:
     # -- admission and deadlines ---------------------------------------------------------
 
     def _admit(self, view: PodView, state: PodState) -> None:
-        state.admitted = True
         rejection = self.admitter.decide(view.uid)
         self.journal(
             view.uid,
@@ -170,15 +177,13 @@ class PodSyncer:
             reason=rejection.reason if rejection else None,
         )
         if rejection is not None:
-            state.rejection = rejection
-            state.lifecycle = PodLifecycle.TERMINATED
+            state.reject(rejection)
             self.events.event(event_ref(view), WARNING, rejection.reason, rejection.event_message)
             self.log.warning("pod rejected", pod=pod_name(view), reason=rejection.reason)
 
     def _deadline_exceeded(self, view: PodView, state: PodState) -> None:
         """activeDeadlineSeconds has passed: every status from now on says so (once told)."""
-        if state.evicted is None:
-            state.evicted = WaitingReason("DeadlineExceeded", DEADLINE_MESSAGE)
+        if state.deadline_exceeded(WaitingReason("DeadlineExceeded", DEADLINE_MESSAGE)):
             self.events.event(event_ref(view), WARNING, "DeadlineExceeded", DEADLINE_MESSAGE)
 
     def _deadline_left(self, view: PodView) -> float | None:
@@ -191,7 +196,7 @@ class PodSyncer:
     # -- a running pod ---------------------------------------------------------------------
 
     def sync_pod(
-        self, pod: Json, view: PodView, state: PodState, deadline: float | None
+        self, pod: Json, view: PodView, state: PodState, syncing: Syncing, deadline: float | None
     ) -> float | None:
         """SyncPod: bring a pod that should run closer to its spec.
 
@@ -211,7 +216,7 @@ class PodSyncer:
         # pull in flight, or a kill whose restart follows (killContainer blocks its SyncPod).
         reasons = dict(state.waiting)
         images = [c.image for c in (*view.init_containers, *view.containers)]
-        restarting = self._restarts_pending(observed, state)
+        restarting = self._restarts_pending(observed, syncing)
         continues_pull = self.starter.puller.pulling(view.uid, images)
         if not continues_pull and not restarting:
             self._write(pod, view, state, observed)
@@ -225,30 +230,32 @@ class PodSyncer:
         wants_to_start = (
             actions.create_sandbox or actions.init_to_start or actions.containers_to_start
         )
-        if not volumes.ok and wants_to_start and not (actions.kill_pod or state.killing_pod):
+        if not volumes.ok and wants_to_start and not (actions.kill_pod or syncing.killing_pod):
             return self.mount_backoff.get(view.uid)
-        if state.killing_pod or (actions.kill_pod and not actions.create_sandbox):
+        if syncing.killing_pod or (actions.kill_pod and not actions.create_sandbox):
             return self._kill_pod(view, state, observed, deadline)
         if actions.create_sandbox:
             sandbox, wait = self._new_sandbox(view, state, observed, actions, deadline)
             if sandbox is None:
                 return wait
-            state.acted_before_pull = True
+            syncing.acted_before_pull = True
         assert sandbox is not None
         self.starter.sandbox_config_warnings(view)  # SyncPod's generatePodSandboxConfig
         self._kill_failed_post_starts(view, observed, state)
-        retry.extend(self._kill_containers(view, state, actions))
-        if state.post_start_running:  # SyncPod starts containers one after the other, each
-            return _soonest(*retry)  # with its hook: the hook's end brings the pod back
-        retry.extend(self._start_containers(view, observed, state, actions, sandbox, volumes))
-        for name, killed_id in list(state.restarting.items()):  # its start was tried: told next
+        retry.extend(self._kill_containers(view, state, syncing, actions))
+        if state.post_starts.any_running:  # SyncPod starts containers one after the other,
+            return _soonest(*retry)  # each with its hook: the hook's end brings the pod back
+        started = self._start_containers(view, observed, state, syncing, actions, sandbox, volumes)
+        retry.extend(started)
+        # A restart was tried: the next sync tells the kill and the start together.
+        for name, killed_id in list(syncing.restarting.items()):
             killed = next((c for c in observed if c.id == killed_id), None)
             if killed is None or killed.state is cri.ContainerState.EXITED:
-                del state.restarting[name]
+                del syncing.restarting[name]
         if self.starter.puller.pulling(view.uid, images):
             return _soonest(*retry)  # the pull's end wakes the pod
         error_retry = self.error_retry.next_delay()
-        return _soonest(*retry, _next_sync(state, reasons, continues_pull, error_retry))
+        return _soonest(*retry, _next_sync(state, syncing, reasons, continues_pull, error_retry))
 
     def _observe(self, uid: str, state: PodState) -> list[cri.ObservedContainer]:
         """The pod's containers as this sync starts from (the kubelet's pod cache entry): the
@@ -275,15 +282,17 @@ class PodSyncer:
                 fresh = True
         return self.watcher.pod_containers(uid) if fresh else observed
 
-    def _restarts_pending(self, observed: Sequence[cri.ObservedContainer], state: PodState) -> bool:
+    def _restarts_pending(
+        self, observed: Sequence[cri.ObservedContainer], syncing: Syncing
+    ) -> bool:
         """Whether a container this node killed to restart it (a failed liveness or startup
         probe, a changed definition) has not been started again yet. Forgotten once its kill
         has ended and a newer attempt exists, or it is no longer the latest."""
-        for name, killed_id in list(state.restarting.items()):
+        for name, killed_id in list(syncing.restarting.items()):
             latest = latest_attempt(observed, name)
             if latest is None or latest.id != killed_id:
-                del state.restarting[name]
-        return bool(state.restarting)
+                del syncing.restarting[name]
+        return bool(syncing.restarting)
 
     def _kill_pod(
         self,
@@ -294,9 +303,9 @@ class PodSyncer:
     ) -> float | None:
         """killPodWithSyncResult, which the kubelet finishes in one sync: nothing starts (a
         sidecar that stopped is not restarted) until the sandbox is down too."""
-        state.killing_pod = True
         stopping = self.stopper.stop_all(view, observed, state, grace=view.termination_grace_period)
-        state.killing_pod = stopping is not None
+        if (stop := state.stop) is not None:  # goes on until the sandbox is down
+            stop.kills_pod = True
         return _soonest(deadline, stopping)
 
     def _new_sandbox(
@@ -318,7 +327,7 @@ class PodSyncer:
         return sandbox, None
 
     def _kill_containers(
-        self, view: PodView, state: PodState, actions: PodActions
+        self, view: PodView, state: PodState, syncing: Syncing, actions: PodActions
     ) -> list[float | None]:
         """The containers a probe or a changed definition condemns; when to look again."""
         retry: list[float | None] = []
@@ -328,10 +337,10 @@ class PodSyncer:
                 probe_grace = actions.probe_kills[victim.id]
                 grace = grace if probe_grace is None else probe_grace
                 if view.restart_policy != "Never":  # computePodActions restarts it
-                    state.restarting[victim.name] = victim.id
+                    syncing.restarting[victim.name] = victim.id
             else:  # a changed definition: started again whatever the policy
-                state.replacing.add(victim.name)
-                state.restarting[victim.name] = victim.id
+                syncing.replacing.add(victim.name)
+                syncing.restarting[victim.name] = victim.id
             self.stopper.stop(view, victim, state, grace, message)
             retry.append(self.stopper.recheck_in([victim.id]))
         return retry
@@ -341,6 +350,7 @@ class PodSyncer:
         view: PodView,
         observed: Sequence[cri.ObservedContainer],
         state: PodState,
+        syncing: Syncing,
         actions: PodActions,
         sandbox: cri.ObservedContainer,
         volumes: VolumeSetup,
@@ -348,20 +358,24 @@ class PodSyncer:
         """Init, app, then ephemeral containers, one after the other until a postStart hook
         holds the rest; each one's retry delay."""
         retry: list[float | None] = []
-        for container in self._to_start(view, observed, state, actions):
-            wait = self.starter.start(view, container, sandbox, state, volumes)
+        for container in self._to_start(view, observed, syncing, actions):
+            killed = syncing.restarting.get(container.name)
+            wait = self.starter.start(view, container, sandbox, state, volumes, killed=killed)
             if wait is None:
-                state.replacing.discard(container.name)
+                syncing.replacing.discard(container.name)
             retry.append(wait)
-            if state.post_start_running:  # its postStart runs: the next ones wait for its end
+            if state.post_starts.any_running:  # its postStart runs: the next ones wait
                 return retry
         for container in actions.ephemeral_to_start:
-            if state.post_start_running:
+            if state.post_starts.any_running:
                 break
             target = container.raw.get("targetContainerName")
             running = latest_attempt(observed, target) if target else None
             shares = running.id if running and running.state is cri.ContainerState.RUNNING else ""
-            retry.append(self.starter.start(view, container, sandbox, state, volumes, shares))
+            killed = syncing.restarting.get(container.name)
+            retry.append(
+                self.starter.start(view, container, sandbox, state, volumes, shares, killed=killed)
+            )
         return retry
 
     def _kill_failed_post_starts(
@@ -369,11 +383,10 @@ class PodSyncer:
     ) -> None:
         """startContainer: a failed postStart hook kills its container (then the restart
         policy and the crash-loop backoff decide what follows)."""
-        for container_id in list(state.post_start_failed):
-            del state.post_start_failed[container_id]
+        for container_id in state.post_starts.take_failed():
             victim = next((c for c in observed if c.id == container_id), None)
             if victim is not None and victim.state is cri.ContainerState.RUNNING:
-                state.post_start_killed.add(container_id)  # still starting until it stopped
+                state.post_starts.killed(container_id)  # still starting until it stopped
                 grace = view.termination_grace_period
                 self.stopper.stop(view, victim, state, grace, "FailedPostStartHook")
 
@@ -381,7 +394,7 @@ class PodSyncer:
         self,
         view: PodView,
         observed: Sequence[cri.ObservedContainer],
-        state: PodState,
+        syncing: Syncing,
         actions: PodActions,
     ) -> list[ContainerView]:
         """The planned starts, plus replacements of changed containers once their old attempt
@@ -393,7 +406,7 @@ class PodSyncer:
         starts += [
             c
             for c in view.containers
-            if c.name in state.replacing and c.name not in running and c not in starts
+            if c.name in syncing.replacing and c.name not in running and c not in starts
         ]
         return [c for c in starts if c.name not in running]  # a replaced one still stopping
 
@@ -423,7 +436,9 @@ class PodSyncer:
 
     # -- stopping --------------------------------------------------------------------------
 
-    def sync_terminating_pod(self, pod: Json, view: PodView, state: PodState) -> float | None:
+    def sync_terminating_pod(
+        self, pod: Json, view: PodView, state: PodState, terminating: Terminating
+    ) -> float | None:
         """SyncTerminatingPod: stop everything (a deletion's grace period if shorter); once
         nothing runs the pod is terminated. Its status is written once, from the state it
         starts from, before the kill: the kubelet's killPod blocks until every container has
@@ -433,25 +448,30 @@ class PodSyncer:
             grace = view.deletion_grace_period
         observed = self._observe(view.uid, state)
         self.prober.forget_pod(view.uid)  # the kubelet stops probing a terminating pod
-        state.restarting.clear()
         if "terminating" not in state.journaled:
-            self._write(pod, view, state, observed, evicted=state.evicted)
+            self._write(pod, view, state, observed, evicted=terminating.reason)
         self._journal_once(state, view.uid, "terminating", grace=grace)
         stopping = self.stopper.stop_all(view, observed, state, grace)
         if stopping is not None:  # phase stays as it is until the containers have stopped
             self._journal_once(state, view.uid, "stop-signalled")
             return stopping
         self._journal_once(state, view.uid, "containers-stopped")
-        state.lifecycle = PodLifecycle.TERMINATED
-        return self.sync_terminated_pod(pod, view, state)
+        return self.sync_terminated_pod(pod, view, state, state.complete_terminating())
 
-    def sync_terminated_pod(self, pod: Json, view: PodView, state: PodState) -> float | None:
+    def sync_terminated_pod(
+        self, pod: Json, view: PodView, state: PodState, terminated: Terminated
+    ) -> float | None:
         """SyncTerminatedPod: the terminal status (written again until it is), then, for a
         deleted pod, the final DELETE. A rejected pod never ran: its status is its rejection."""
-        finished = state.rejection is None
         observed = self._observe(view.uid, state)
         self._write(
-            pod, view, state, observed, is_terminal=True, evicted=state.evicted, finished=finished
+            pod,
+            view,
+            state,
+            observed,
+            is_terminal=True,
+            evicted=terminated.reason,
+            finished=not terminated.rejected,
         )
         self._journal_once(state, view.uid, "terminal-status-written")
         return self._finish_if_deleted(view, state)
@@ -472,7 +492,7 @@ class PodSyncer:
             if not (exc.not_found or exc.conflict):
                 self.log.warning("final delete failed", pod=pod_name(view), error=str(exc))
                 return 1.0
-        state.finally_deleted = True
+        state.final_delete_sent()
         self._journal_once(state, view.uid, "deleted")
         self.log.info("pod deleted from the API", pod=pod_name(view), uid=view.uid)
         return None
@@ -510,8 +530,6 @@ class PodSyncer:
     ) -> None:
         """Write the status of `observed`, the runtime state the sync started from."""
         self._read_messages(view, observed, state)
-        if state.rejection is not None:
-            evicted = WaitingReason(state.rejection.reason, state.rejection.message)
         status = generate_status(
             StatusInput(
                 pod=view,
@@ -621,11 +639,14 @@ class PodSyncer:
 
 
 def _next_sync(
-    state: PodState, reasons: dict[str, WaitingReason], continues_pull: bool, error_retry: float
+    state: PodState,
+    syncing: Syncing,
+    reasons: dict[str, WaitingReason],
+    continues_pull: bool,
+    error_retry: float,
 ) -> float | None:
     """When a SyncPod that ended here wants the pod back, besides what it waits for."""
-    acted, state.acted_before_pull = state.acted_before_pull, False
-    if continues_pull and acted:
+    if syncing.take_acted_before_pull() and continues_pull:
         # It made a sandbox and then pulled: the sandbox's events were taken by this sync,
         # where the kubelet's PLEG holds them for a sync of their own after the SyncPod
         # returned (which tells the pull's outcome).
@@ -646,7 +667,6 @@ def _starting(state: PodState, observed: Sequence[cri.ObservedContainer]) -> fro
     """The running containers whose start has not returned in the kubelet's terms: their
     postStart hook runs, or failed and they are to be or being killed for it (killContainer
     runs inside startContainer). Those killed and stopped are forgotten."""
-    running = {c.id for c in observed if c.state is cri.ContainerState.RUNNING}
-    state.post_start_killed &= running
-    hooked = {*state.post_start_running, *state.post_start_failed, *state.post_start_killed}
-    return frozenset(hooked & running)
+    return state.post_starts.starting(
+        {c.id for c in observed if c.state is cri.ContainerState.RUNNING}
+    )

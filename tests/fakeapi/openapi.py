@@ -4,7 +4,7 @@
 descriptions) from the `/openapi/v2` of a real kube-apiserver v1.24 — not written by hand, so
 the fake cannot share the agent's beliefs about merge keys. Regenerate it with
 `python -m tests.fakeapi.openapi` (starts a real control plane, see tests/kubeenv.py);
-tests/test_contract.py checks it against the real server of the test run.
+tests/api/test_contract.py checks it against the real server of the test run.
 
 The fake uses it as the real server uses its Go types: strategic merge follows the
 `x-kubernetes-patch-strategy`/`-merge-key` extensions, and fields a type does not have are

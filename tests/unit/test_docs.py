@@ -96,9 +96,9 @@ def test_the_layer_list_names_every_package_and_module_at_the_top_and_nothing_el
 
 
 def test_the_layer_list_runs_in_the_order_the_architecture_test_enforces() -> None:
-    """Each layer is listed above every layer tests/test_architecture.py lets it import, and
+    """Each layer is listed above every layer tests/project/test_architecture.py lets it import, and
     the shared pieces come last."""
-    from tests.test_architecture import ALLOWED, SHARED
+    from tests.project.test_architecture import ALLOWED, SHARED
 
     order = [name.rstrip("/") for name in documented_layers()]
     position = {name: i for i, name in enumerate(order)}

@@ -1,6 +1,6 @@
 """The process's Docker engine apart from each node's runtime on it, on a fake Docker client:
 what is the engine's is done once for every node, what is a node's is labelled and counted as
-its own. Against a real engine: tests/test_docker_runtime.py, tests/test_runtime_contract.py."""
+its own. Against a real engine: tests/runtime/ (test_docker_runtime.py, the runtime contract)."""
 
 from __future__ import annotations
 

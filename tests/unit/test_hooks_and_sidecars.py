@@ -125,3 +125,32 @@ def test_a_sidecar_stops_when_the_grace_period_is_spent(node: Node) -> None:
     node.sync(uid)
     assert log.id in node.runtime.operations("signal_stop")  # the app still runs: its turn
     node.sync_until_deleted(uid)
+
+
+def test_a_pod_whose_app_is_done_is_killed_and_starts_nothing_until_it_is_down(node: Node) -> None:
+    """killPod from SyncPod: restartPolicy Never and the app done, so the sidecar is stopped,
+    and while it ignores its stop signal no container starts (the stop goes on across syncs)."""
+    from kubelet_sim.podworkers.state import Syncing
+
+    node.runtime.behave("log", Behaviour(ignores_sigterm=True))
+    node.runtime.behave("app", Behaviour(exit_code=0))
+    sidecar = container("log", restartPolicy="Always")
+    uid = node.add(pod_body(initContainers=[sidecar], restartPolicy="Never"))
+    signalled = node.runtime.operations  # a callable: the operations so far
+
+    def log_signalled() -> bool:
+        return any(c.id in signalled("signal_stop") for c in node.containers(uid, "log"))
+
+    node.sync_until(uid, log_signalled, "the sidecar's stop signal")
+    syncing = node.syncer.states[uid].lifecycle
+    assert isinstance(syncing, Syncing)
+    assert syncing.killing_pod
+    created = len(node.runtime.operations("create"))
+    node.sync(uid)
+    assert syncing.killing_pod  # still down to stop: nothing started
+    assert len(node.runtime.operations("create")) == created
+    node.clock.advance(31)
+    node.syncer.stopper.kill_due()
+    node.sync_until(uid, lambda: node.last_status(uid)["phase"] == "Succeeded", "Succeeded")
+    assert not syncing.killing_pod
+    assert len(node.runtime.operations("create")) == created

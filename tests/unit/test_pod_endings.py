@@ -207,18 +207,18 @@ def test_a_pod_replaced_in_the_api_is_not_written_again(node: Node) -> None:
 
 
 def test_the_lifecycle_moves_forward_and_a_terminating_pod_starts_nothing(node: Node) -> None:
-    from kubelet_sim.podworkers.state import PodLifecycle
+    from kubelet_sim.podworkers.state import Deleted, Syncing, Terminating
 
     node.runtime.behave("app", Behaviour(ignores_sigterm=True))
     node.runtime.behave("quick", Behaviour(exit_code=1))
     uid = node.add(pod_body(containers=[container("app"), container("quick")]))
     node.sync_until(uid, lambda: len(node.containers(uid, "quick")) >= 1, "both started")
     state = node.syncer.states[uid]
-    assert state.lifecycle is PodLifecycle.SYNCING
+    assert isinstance(state.lifecycle, Syncing)
     created = len(node.runtime.operations("create"))
     node.delete(uid, grace=30)
     node.sync(uid)
-    assert state.lifecycle is PodLifecycle.TERMINATING
+    assert isinstance(state.lifecycle, Terminating)
     node.clock.advance(20)
     node.sync(uid)  # `quick` crashed long ago: a syncing pod would restart it, this one not
     assert len(node.runtime.operations("create")) == created
@@ -226,5 +226,5 @@ def test_the_lifecycle_moves_forward_and_a_terminating_pod_starts_nothing(node: 
     node.clock.advance(12)
     node.syncer.stopper.kill_due()
     node.sync_until_deleted(uid)
-    assert state.lifecycle is PodLifecycle.TERMINATED
+    assert isinstance(state.lifecycle, Deleted)  # terminated, then the final DELETE
     assert node.last_status(uid)["phase"] == "Failed"

@@ -1,5 +1,6 @@
 """The warm sandbox pool on fakes: which pods may use it, the claim order, refill, the pod
-limit, adoption after a crash and removal at stop. Docker's side: tests/test_sandbox_pool.py."""
+limit, adoption after a crash and removal at stop. Docker's side:
+tests/pod_lifecycle/test_sandbox_pool.py."""
 
 from __future__ import annotations
 

@@ -11,8 +11,8 @@ import pytest
 from kubelet_sim.compare.states import normalise
 from kubelet_sim.controlplane.reference_node import ReferenceNode
 from tests.cluster import Cluster, wait_for
+from tests.pod_lifecycle.test_static_pods import StaticNode, static_node  # noqa: F401 (the fixture)
 from tests.pods import get_pod, running_ready
-from tests.test_static_pods import StaticNode, static_node  # noqa: F401 (the fixture)
 
 pytestmark = pytest.mark.docker
 

@@ -13,7 +13,7 @@ from kubelet_sim.kube.client import connect
 from kubelet_sim.kube.rest import ApiError, request_json
 from tests.cluster import Cluster
 
-SCRIPT = Path(__file__).resolve().parent.parent / "deploy" / "node-credentials.sh"
+SCRIPT = Path(__file__).resolve().parents[2] / "deploy" / "node-credentials.sh"
 LEASES = "/apis/coordination.k8s.io/v1/namespaces/kube-node-lease/leases"
 
 

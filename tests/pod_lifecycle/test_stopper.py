@@ -157,7 +157,9 @@ def test_a_sidecar_stops_when_the_grace_period_is_spent_even_if_the_app_containe
     assert again is not None
     assert again <= 1.1  # back when the sidecars' wait ends
     assert terms(runtime) == ["app"]
-    wait_for(lambda: time.monotonic() - (state.stop_began or 0) >= 1, 3, "the grace period")
+    assert state.stop is not None
+    began = state.stop.began
+    wait_for(lambda: time.monotonic() - began >= 1, 3, "the grace period")
     stop.stop_all(pod, everyone, state, 1)
     assert sorted(terms(runtime)) == ["app", "s1", "s2"]
     # each has at least 2 s left before its SIGKILL (killContainer's minimum)

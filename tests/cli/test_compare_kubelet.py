@@ -18,9 +18,9 @@ import pytest
 
 from kubelet_sim.controlplane.reference_node import ReferenceNode
 from tests.agent_fixture import start_agent
+from tests.cli.test_compare import Command, _node_exists
 from tests.cluster import Cluster, wait_for
 from tests.docker_env import DockerEnv
-from tests.test_compare import Command, _node_exists
 
 pytestmark = pytest.mark.docker
 

@@ -221,7 +221,7 @@ def _der(cert: x509.Certificate) -> bytes:
 def test_the_x509_authenticator_checks_what_gos_checks(tmp_path: Path) -> None:
     """Chain to the client CA (through intermediates the client sent), validity, client-auth
     usage when usages are named; CN the user, O the groups; no CN: nobody, and no error. The
-    chain limits cryptography's verifier adds are tests/test_client_certificates.py's."""
+    chain limits cryptography's verifier adds are tests/server/test_client_certificates.py's."""
     root_key, root_name, root = _issue("root", None, ca=True)
     (tmp_path / "ca.crt").write_bytes(root.public_bytes(serialization.Encoding.PEM))
     authenticator = X509Authenticator.from_pem((tmp_path / "ca.crt").read_bytes())

@@ -40,7 +40,7 @@ from tests.pods import (
 
 pytestmark = pytest.mark.docker
 
-KIND_DOC = Path(__file__).resolve().parent.parent / "docs" / "kind.md"
+KIND_DOC = Path(__file__).resolve().parents[2] / "docs" / "kind.md"
 KUBECTL = shutil.which("kubectl")
 
 

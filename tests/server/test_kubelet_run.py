@@ -8,7 +8,7 @@ from urllib.parse import quote
 from tests.cluster import Cluster
 from tests.kubelet_api import Node, node
 from tests.pods import container, make_pod, wait_status
-from tests.test_kubelet_auth import ask
+from tests.server.test_kubelet_auth import ask
 
 __all__ = ["node"]  # the fixture
 

@@ -276,7 +276,7 @@ def test_with_allow_privileged_ephemeral_containers_reach_docker_as_asked(
         added = {c.upper().removeprefix("CAP_") for c in admin["HostConfig"]["CapAdd"] or ()}
         assert added == {"SYS_ADMIN"}
         # The privileged one runs too, also where the engine lacks a capability (issue 21
-        # item 5): then as containerd's privileged, spelled out (tests/test_privileged.py).
+        # item 5): then as containerd's privileged, spelled out (tests/security/test_privileged.py).
         wait_status(
             cluster,
             "trusted",

@@ -1,7 +1,7 @@
 """The kubelet API under load and abuse, with real TLS clients: clients that send nothing or
 send slowly are let go at their deadlines, keep-alive works and ends when idle, bad input gets
 the status Go's server gives it, a flood of idle connections leaves the port responsive (past
-the cap its oldest make room; tests/test_kubelet_lockout.py has the rest of that rule),
+the cap its oldest make room; tests/server/test_kubelet_lockout.py has the rest of that rule),
 streams end when idle, and a SPDY decompression bomb closes its connection with memory
 bounded. Each refusal is counted in /metrics.
 

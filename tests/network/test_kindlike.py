@@ -284,8 +284,8 @@ def test_a_kind_node_reaches_a_services_endpoints_on_a_virtual_node(
     docker_session: DockerEnv,
 ) -> None:
     """A "kind node": a container on the network with a pod range of its own (one pod address
-    on its loopback, as in tests/test_pod_routes.py) and a Node object saying so. Its pod asks
-    the Service's ClusterIP; the kind node's kube-proxy part (one DNAT rule to the endpoint in
+    on its loopback, as in tests/network/test_pod_routes.py) and a Node object saying so. Its pod
+    asks the Service's ClusterIP; the kind node's kube-proxy part (one DNAT rule to the endpoint in
     the controller's EndpointSlice, written here) leads it to the pod on n1, which answers
     through the route n1's proxy programmed to that pod range via the kind node."""
     docker_env = docker_session

@@ -24,7 +24,7 @@ from tests.pods import container, get_pod, make_pod, running_ready, wait_status
 
 pytestmark = pytest.mark.docker
 
-MANIFEST = Path(__file__).resolve().parent.parent / "deploy" / "rbac.yaml"
+MANIFEST = Path(__file__).resolve().parents[2] / "deploy" / "rbac.yaml"
 GROUPS = {
     "leases": "coordination.k8s.io",
     "tokenreviews": "authentication.k8s.io",

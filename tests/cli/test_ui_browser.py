@@ -288,9 +288,9 @@ def test_the_demo_serves_the_view_with_ui(
 ) -> None:
     """`kubelet-sim demo --ui`: the sample's pods on the page, on the demo's nodes, and one's
     timeline. The demo brings its own control plane, so this runs once (the fake pass), as
-    tests/test_demo.py does; without the control plane's binaries it skips."""
+    tests/cli/test_demo.py does; without the control plane's binaries it skips."""
     from kubelet_sim.controlplane.binaries import BinariesMissing, find_binaries
-    from tests.test_demo import DemoProcess
+    from tests.cli.test_demo import DemoProcess
 
     try:
         find_binaries()

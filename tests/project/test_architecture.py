@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-PACKAGE = Path(__file__).resolve().parent.parent / "kubelet_sim"
+PACKAGE = Path(__file__).resolve().parents[2] / "kubelet_sim"
 SHARED = {
     "config",
     "logs",
@@ -82,7 +82,8 @@ def imported_modules(source: str, module: str) -> list[str]:
     it (a function's body, `if TYPE_CHECKING:`), with the forms that name no module spelled
     out resolved to the module they load:
     - relative imports, against the module's own package: in `kubelet_sim.pod.spec`,
-      `from ..assembly.node import Node` is `kubelet_sim.assembly.node`, `from .. import assembly` is `kubelet_sim.assembly`;
+      `from ..assembly.node import Node` is `kubelet_sim.assembly.node`, `from .. import
+      assembly` is `kubelet_sim.assembly`;
     - package-level imports: `from kubelet_sim import assembly` is `kubelet_sim.assembly` (a name
       that is no module, such as `__version__`, is the package itself);
     - `importlib.import_module("kubelet_sim.assembly")` with a literal name."""

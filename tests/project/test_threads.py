@@ -8,14 +8,14 @@ from __future__ import annotations
 import ast
 from pathlib import Path
 
-PACKAGE = Path(__file__).resolve().parent.parent / "kubelet_sim"
+PACKAGE = Path(__file__).resolve().parents[2] / "kubelet_sim"
 THREAD_MAKERS = {"Thread", "Timer", "ThreadPoolExecutor"}
 
 # Where the package makes threads of its own rather than through a Supervisor, and why.
 NOT_SUPERVISED = {
     "supervise.py": "the Supervisor itself: each supervised loop runs on its thread",
-    "assembly/nodeset.py": "the node starters and stoppers: short-lived, each ends once its nodes run"
-    " (or stopped); a node that fails to start stops the set",
+    "assembly/nodeset.py": "the node starters and stoppers: short-lived, each ends once its nodes"
+    " run (or stopped); a node that fails to start stops the set",
     "podworkers/hooks.py": "a thread per lifecycle hook, bounded per pod; a raise is logged",
     "podworkers/images.py": "the pull pool: a pull that raises is ErrImagePull",
     "node/host.py": "one name lookup, waited for with a timeout (getaddrinfo has none)",
