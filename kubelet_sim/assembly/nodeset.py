@@ -105,7 +105,11 @@ class NodeSet:
     Construction raises ConfigError, KubeConfigError, RuntimeUnavailable or ServerError with
     a one-line message; nothing runs until `start`."""
 
-    def __init__(self, settings: NodeSetSettings) -> None:
+    def __init__(self, settings: NodeSetSettings, engine: DockerEngine | None = None) -> None:
+        """`engine`: the process's, where the caller connected it already for work of its own
+        (the demo's and a test cluster's images and pod endpoint), and closes it; without one
+        the set connects the process's engine after the API connections (a missing kubeconfig
+        is said first) and closes it in `close`."""
         self.settings = settings
         self.failures: list[tuple[str, str]] = []
         self._threads: list[threading.Thread] = []
@@ -115,14 +119,15 @@ class NodeSet:
         if settings.service_proxy and settings.proxy_kubeconfig is not None:
             pool = 2 * len(settings.nodes) + 2
             proxy = connect(settings.proxy_kubeconfig, pool_size=pool)
-        self.engine = engine_for(
+        self._owns_engine = engine is None
+        self.engine = engine or engine_for(
             settings.docker_network, pull_progress_deadline=settings.image_pull_progress_deadline
         )
         try:
             self.process = _process_context(settings, self.engine, self._process_failed)
             self.nodes, self.scopes = self._build(settings, kube, proxy)
         except BaseException:
-            self.engine.close()
+            self.close()
             raise
 
     def _build(
@@ -321,9 +326,11 @@ class NodeSet:
         return self.wait(stop)
 
     def close(self) -> None:
-        if self.process.listener is not None:
-            self.process.listener.stop()
-        self.engine.close()
+        process = getattr(self, "process", None)
+        if process is not None and process.listener is not None:
+            process.listener.stop()
+        if self._owns_engine:
+            self.engine.close()
 
 
 def _connections(settings: NodeSetSettings) -> dict[str, KubeConnection]:

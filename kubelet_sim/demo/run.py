@@ -214,7 +214,7 @@ class Demo:
         admin = connect(str(plane.admin_kubeconfig))
         if s.nodes.service_proxy:
             grant_node_proxier(admin)
-        self.nodes = NodeSet(with_node_credentials(plane, s.nodes, pause))
+        self.nodes = NodeSet(with_node_credentials(plane, s.nodes, pause), engine)
         self.nodes.start(stop)
         wait_nodes_ready(admin, s.node_names, stop, on_ready=lambda name: self.say(f"{name} Ready"))
         if s.reference_node and not stop.is_set():

@@ -398,7 +398,7 @@ class Cluster:
             raise ClusterError(f"no node {name!r}; the nodes are {self.nodes}") from None
 
     def _run(self, node: _Node) -> None:
-        node.running = NodeSet(node.settings)
+        node.running = NodeSet(node.settings, self._engine)
         node.running.start(node.stop)
 
     def _halt(self, node: _Node) -> None:
