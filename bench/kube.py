@@ -18,7 +18,7 @@ from typing import Any
 from kubernetes import client, config
 from kubernetes.client.exceptions import ApiException
 
-from kubelet_sim.jsontypes import Json
+from kubelet_sim.formats.jsontypes import Json
 from kubelet_sim.node.settings import VIRTUAL_NODE_TAINT
 
 BENCH_USER_AGENT = "kubelet-sim-bench/0.1"

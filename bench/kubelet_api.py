@@ -43,11 +43,11 @@ from bench.procstat import memory_kib
 from kubelet_sim.controlplane.pki import CertificateAuthority
 from kubelet_sim.kube.reviews import Decision
 from kubelet_sim.logs import configure_logging, get_logger
+from kubelet_sim.loops.supervise import Supervisor
 from kubelet_sim.server.auth import Gate
 from kubelet_sim.server.http import KubeletServer
 from kubelet_sim.server.listener import Listener, kernel_backlog
 from kubelet_sim.server.settings import ConnectionLimits
-from kubelet_sim.supervise import Supervisor
 
 MODELS = ("pool", "threads", "asyncio")
 

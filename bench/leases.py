@@ -17,7 +17,7 @@ from typing import Any
 from bench.kube import ObjectWatch
 from bench.report import percentile
 from bench.times import parse_time
-from kubelet_sim.jsontypes import Json
+from kubelet_sim.formats.jsontypes import Json
 
 LEASE_NAMESPACE = "kube-node-lease"
 RENEW_INTERVAL = 10.0  # the kubelet's: a quarter of the 40 s lease duration

@@ -29,7 +29,7 @@ from bench.leases import RENEW_INTERVAL, LeaseRecorder, lateness
 from bench.measure import Deadline
 from bench.processes import AGENT_USER_AGENT_PREFIX, FakeProcess, spawn_kubelet_sim, stop_process
 from bench.procstat import cpu_seconds, memory_kib, threads
-from kubelet_sim.jsontypes import Json
+from kubelet_sim.formats.jsontypes import Json
 
 SETTLE = 3.0  # after all Ready: registration's trailing writes land before the window
 

@@ -21,7 +21,8 @@ from kubelet_sim.assembly.intake import PodIntake
 from kubelet_sim.assembly.node import Node, NodeParts
 from kubelet_sim.assembly.process import ProcessContext
 from kubelet_sim.assembly.served_node import ServedNode
-from kubelet_sim.jsontypes import Json
+from kubelet_sim.formats.jsontypes import Json
+from kubelet_sim.formats.quantity import milli_value, value
 from kubelet_sim.kube.client import KubeConnection
 from kubelet_sim.kube.events import EventRecorder
 from kubelet_sim.kube.node_api import NodeApi
@@ -32,6 +33,8 @@ from kubelet_sim.kube.schema import ServerSchema
 from kubelet_sim.kube.shared_watches import SharedWatches
 from kubelet_sim.kube.tokens import TokenManager
 from kubelet_sim.logs import get_logger
+from kubelet_sim.loops.supervise import Supervisor
+from kubelet_sim.loops.workqueue import WorkQueue
 from kubelet_sim.node.host import HostFacts
 from kubelet_sim.node.lifecycle import NodeLifecycle
 from kubelet_sim.node.node_object import resources
@@ -45,7 +48,6 @@ from kubelet_sim.podworkers.pool import SandboxPool
 from kubelet_sim.podworkers.settings import PodSettings, SyncSettings
 from kubelet_sim.podworkers.workers import RELIST_LAG, PodWorkers, waker
 from kubelet_sim.proxy.proxy import ProxySettings, ServiceProxy
-from kubelet_sim.quantity import milli_value, value
 from kubelet_sim.runtime.engine import DockerEngine
 from kubelet_sim.runtime.node_runtime import NodeRuntime
 from kubelet_sim.runtime.observe import ContainerWatcher
@@ -54,9 +56,7 @@ from kubelet_sim.server.http import KubeletServer
 from kubelet_sim.server.settings import ServerSettings
 from kubelet_sim.staticpods.source import StaticPods
 from kubelet_sim.staticpods.status import MirrorStatus
-from kubelet_sim.supervise import Supervisor
 from kubelet_sim.volumes import VolumeManager
-from kubelet_sim.workqueue import WorkQueue
 
 # Connections kept for ConfigMap/Secret watches: a pod using two objects of its own is common
 # (an env ConfigMap, a Secret); watches beyond it still work on connections not kept.

@@ -12,15 +12,15 @@ import threading
 from collections.abc import Callable
 from typing import Any
 
-from kubelet_sim.jsontypes import Json
+from kubelet_sim.formats.jsontypes import Json
 from kubelet_sim.kube.informer import DELETED
 from kubelet_sim.kube.object_watches import Ref, ReferencedObjectWatches
 from kubelet_sim.logs import get_logger
+from kubelet_sim.loops.workqueue import WorkQueue
 from kubelet_sim.pod.references import referenced_objects
 from kubelet_sim.pod.static import is_mirror_pod
 from kubelet_sim.podworkers.pod_manager import PodManager
 from kubelet_sim.staticpods.source import StaticPods
-from kubelet_sim.workqueue import WorkQueue
 
 Journal = Callable[..., None]  # (uid, step, **fields): the pod's journal (`kubelet-sim trace`)
 

@@ -17,13 +17,14 @@ from dataclasses import dataclass
 from typing import Protocol
 
 from kubelet_sim.assembly.intake import PodIntake
-from kubelet_sim.jsontypes import Json
+from kubelet_sim.formats.jsontypes import Json
 from kubelet_sim.kube.client import KubeConnection, wait_for_api_server
 from kubelet_sim.kube.events import EventRecorder
 from kubelet_sim.kube.informer import DELETED
 from kubelet_sim.kube.object_watches import ReferencedObjectWatches
 from kubelet_sim.kube.shared_watches import NodeHandlers, SharedFeed, SharedWatches
 from kubelet_sim.logs import get_logger
+from kubelet_sim.loops.supervise import LoopHealth, Supervisor
 from kubelet_sim.node.lifecycle import NodeLifecycle
 from kubelet_sim.node.settings import NodeSettings
 from kubelet_sim.podworkers.gc import ContainerGC
@@ -36,7 +37,6 @@ from kubelet_sim.runtime.node_runtime import NodeRuntime
 from kubelet_sim.runtime.observe import ContainerWatcher
 from kubelet_sim.server.http import KubeletServer
 from kubelet_sim.staticpods.source import StaticPods
-from kubelet_sim.supervise import LoopHealth, Supervisor
 
 SHUTDOWN_SECONDS = 3.0  # how long a stop waits for threads in a Docker or API call
 SERVICES_GRACE = 5.0  # seconds the pod workers wait for the first list of Services

@@ -1,12 +1,13 @@
-"""The one composition root: settings in, a running set of nodes out.
+"""A set of nodes in one process: settings in, running nodes out (build.py makes each).
 
-The `kubelet-sim` command, the demo, the tests and bench/ build their nodes here, so a node
-is wired the same way wherever it runs. Nodes share the Docker client and, unless a node brings
-its own credentials, the API connection pool. Several nodes on the set's credentials, when
-those may watch every pod and Node (admin, a ServiceAccount), also share one watch per
-resource and one timer thread for their Leases, status and service proxies
-(`kube/shared_watches.py`, `timers.py`): a thousand nodes then cost no thread each at rest.
-A node with credentials of its own (`system:node:<name>`) keeps its own watches and loops.
+The `kubelet-sim` command, the demo, the pytest plugin, the tests and bench/ run their nodes
+here. Every node of the process shares its engine, timers, Docker events stream and kubelet
+API listener (process.py). What differs is whose watches a node reads: nodes on the set's
+credentials, when there are several and those credentials may watch every pod and Node
+(admin, a ServiceAccount), share one watch per resource (`kube/shared_watches.py`): a
+thousand nodes then cost no thread each at rest. A node with credentials of its own
+(`system:node:<name>`), or the one node of a process, gets watches of its own with the
+kubelet's field selectors.
 """
 
 from __future__ import annotations
@@ -23,12 +24,13 @@ from kubelet_sim import cri
 from kubelet_sim.assembly.build import NodeWiring, build_node
 from kubelet_sim.assembly.node import Node
 from kubelet_sim.assembly.process import ProcessContext, RuntimeOptions, engine_for, timer_threads
-from kubelet_sim.backoff import Backoff
-from kubelet_sim.config import ConfigError
 from kubelet_sim.kube.client import KubeConnection, connect, wait_for_api_server
 from kubelet_sim.kube.schema import ServerSchema
 from kubelet_sim.kube.shared_watches import SharedWatches, may_watch_every_node
 from kubelet_sim.logs import get_logger
+from kubelet_sim.loops.backoff import Backoff
+from kubelet_sim.loops.supervise import Supervisor
+from kubelet_sim.loops.timers import Timers
 from kubelet_sim.node.host import detect_host
 from kubelet_sim.node.settings import NodeSettings
 from kubelet_sim.node.shared_probe import SharedProbe
@@ -39,8 +41,7 @@ from kubelet_sim.runtime.node_runtime import NodeRuntime
 from kubelet_sim.runtime.observe import ContainerEvents
 from kubelet_sim.server.listener import Listener
 from kubelet_sim.server.settings import ServerSettings
-from kubelet_sim.supervise import Supervisor
-from kubelet_sim.timers import Timers
+from kubelet_sim.validation import ConfigError
 
 # Each node holds about 4 connections at once (2 watches, its writes, its lease).
 CONNECTIONS_PER_NODE = 4

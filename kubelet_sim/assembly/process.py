@@ -10,14 +10,14 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
+from kubelet_sim.loops.supervise import Supervisor
+from kubelet_sim.loops.timers import POOL_THREADS, Timers
 from kubelet_sim.node.host import HostFacts
 from kubelet_sim.node.lifecycle import RuntimeProbe
 from kubelet_sim.runtime.engine import DockerEngine
 from kubelet_sim.runtime.log_rotation import LogRotation
 from kubelet_sim.runtime.observe import ContainerEvents
 from kubelet_sim.server.listener import Listener
-from kubelet_sim.supervise import Supervisor
-from kubelet_sim.timers import POOL_THREADS, Timers
 
 # Timer pool threads per node: its Lease, status, proxy and GC may each wait in a call at once.
 TIMER_THREADS_PER_NODE = 4

@@ -6,9 +6,11 @@ import time
 from collections.abc import Sequence
 
 from kubelet_sim import cri
-from kubelet_sim.jsontypes import Json
+from kubelet_sim.formats.jsontypes import Json
 from kubelet_sim.kube.client import KubeConnection
 from kubelet_sim.kube.shared_watches import SharedWatches
+from kubelet_sim.loops.supervise import Supervisor
+from kubelet_sim.loops.timers import Timers
 from kubelet_sim.node.host import host_usage
 from kubelet_sim.podworkers.pod_manager import PodManager
 from kubelet_sim.podworkers.sync import PodSyncer
@@ -17,8 +19,6 @@ from kubelet_sim.runtime.node_runtime import NodeRuntime
 from kubelet_sim.runtime.observe import ContainerWatcher
 from kubelet_sim.server.node_metrics import NodeSample
 from kubelet_sim.server.usage import NodeUsage, PodUsage
-from kubelet_sim.supervise import Supervisor
-from kubelet_sim.timers import Timers
 
 
 class ServedNode:

@@ -7,7 +7,7 @@ import sys
 
 from kubelet_sim.cli.compare import compare_app
 from kubelet_sim.cli.demo import demo_app
-from kubelet_sim.cli.run import app
+from kubelet_sim.cli.node_command import app
 from kubelet_sim.cli.tools import trace_app, watch_app
 from kubelet_sim.cli.ui import ui_app
 

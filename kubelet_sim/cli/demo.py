@@ -12,16 +12,16 @@ from kubelet_sim.assembly.nodeset import exit_past_calls_in_flight
 from kubelet_sim.cli.common import fail, stop_on_signals, typer_app
 from kubelet_sim.cli.node_options import DEFAULT_PAUSE_IMAGE, NodeOptions, with_node_options
 from kubelet_sim.cli.ui import UiOptions, with_ui_options
-from kubelet_sim.config import ConfigError
 from kubelet_sim.controlplane import binaries as kube_bin
-from kubelet_sim.demo.images import DEFAULT_SAMPLE_IMAGE
-from kubelet_sim.demo.state import DemoRunning, DemoState, default_state_dir
+from kubelet_sim.demo.sample_images import DEFAULT_SAMPLE_IMAGE
+from kubelet_sim.demo.state_dir import DemoRunning, DemoState, default_state_dir
 from kubelet_sim.kube.client import KubeConfigError
 from kubelet_sim.kube.rest import ApiError
 from kubelet_sim.logs import configure_logging
 from kubelet_sim.runtime.engine import RuntimeUnavailable
 from kubelet_sim.server.http import ServerError
 from kubelet_sim.server.settings import ServerSettings
+from kubelet_sim.validation import ConfigError
 
 demo_app = typer_app()
 
@@ -93,7 +93,7 @@ def demo(
     # that a node (`kubelet-sim --node-name`) does not hold it until its first client comes.
     from kubelet_sim.controlplane.cluster import ControlPlaneError  # noqa: PLC0415
     from kubelet_sim.controlplane.reference_node import ReferenceNodeError  # noqa: PLC0415
-    from kubelet_sim.demo.run import NODE_IP, Demo, DemoError, DemoSettings  # noqa: PLC0415
+    from kubelet_sim.demo.session import NODE_IP, Demo, DemoError, DemoSettings  # noqa: PLC0415
 
     state = DemoState(state_dir or default_state_dir())
     try:

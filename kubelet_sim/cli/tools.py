@@ -20,13 +20,13 @@ from kubelet_sim.cli.common import (
     stop_on_signals,
     typer_app,
 )
-from kubelet_sim.config import ConfigError
 from kubelet_sim.kube.client import KubeConfigError, connect
 from kubelet_sim.kube.rest import ApiError, request_json
 from kubelet_sim.logs import configure_logging
 from kubelet_sim.runtime.engine import RuntimeUnavailable
 from kubelet_sim.tools import trace as pod_trace
 from kubelet_sim.tools import watch as watch_stream
+from kubelet_sim.validation import ConfigError
 
 watch_app = typer_app()
 

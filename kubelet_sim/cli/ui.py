@@ -26,7 +26,6 @@ from kubelet_sim.cli.common import (
     typer_app,
     with_options_of,
 )
-from kubelet_sim.config import ConfigError
 from kubelet_sim.kube.client import KubeConfigError, connect
 from kubelet_sim.logs import configure_logging
 from kubelet_sim.runtime.engine import DockerEngine, RuntimeUnavailable
@@ -39,6 +38,7 @@ from kubelet_sim.ui import (
     connections,
     start_ui,
 )
+from kubelet_sim.validation import ConfigError
 
 TOKEN_ENV = "KUBELET_SIM_UI_TOKEN"
 

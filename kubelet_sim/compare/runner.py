@@ -19,7 +19,6 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from kubelet_sim.clock import SYSTEM_CLOCK, Clock
 from kubelet_sim.compare.scenarios import (
     OBJECT_KINDS,
     WHEN_RUNNING,
@@ -29,11 +28,12 @@ from kubelet_sim.compare.scenarios import (
 )
 from kubelet_sim.compare.states import GONE, OURS, REFERENCE, PodRecord, normalise
 from kubelet_sim.compare.verdict import Verdict, judge_all
-from kubelet_sim.jsontypes import Json
+from kubelet_sim.formats.jsontypes import Json
 from kubelet_sim.kube.client import KubeConnection
 from kubelet_sim.kube.informer import DELETED, Informer
 from kubelet_sim.kube.rest import ApiError, request_json
 from kubelet_sim.kube.watches import events_in_namespace, pods_in_namespace
+from kubelet_sim.loops.clock import SYSTEM_CLOCK, Clock
 
 LABEL = "kubelet-sim.io/compare"
 SIDE_LABEL = "kubelet-sim.io/compare-side"

@@ -26,7 +26,7 @@ from typing import Any
 
 import yaml
 
-from kubelet_sim.jsontypes import Json
+from kubelet_sim.formats.jsontypes import Json
 
 PREFIX = "compare.kubelet-sim.io/"
 OBSERVE = f"{PREFIX}observe-seconds"

@@ -23,7 +23,7 @@ from collections import Counter
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 
-from kubelet_sim.jsontypes import Json
+from kubelet_sim.formats.jsontypes import Json
 
 CONTAINER_KINDS = (("init", "initContainerStatuses"), ("c", "containerStatuses"))
 EPHEMERAL = ("eph", "ephemeralContainerStatuses")

@@ -29,7 +29,7 @@ from pathlib import Path
 from kubelet_sim.controlplane.binaries import Binaries
 from kubelet_sim.controlplane.pki import CertificateAuthority, CertPair, service_account_keys
 from kubelet_sim.controlplane.relay import ApiRelay, listen_in_netns
-from kubelet_sim.pem import write_private
+from kubelet_sim.formats.pem import write_private
 
 SERVICE_CIDR = "10.96.0.0/16"
 API_SERVICE_IP = "10.96.0.1"

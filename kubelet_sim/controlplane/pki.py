@@ -17,7 +17,7 @@ from cryptography.hazmat.primitives import hashes, serialization
 from cryptography.hazmat.primitives.asymmetric import ec, rsa
 from cryptography.x509.oid import ExtendedKeyUsageOID, NameOID
 
-from kubelet_sim.pem import write_private_key
+from kubelet_sim.formats.pem import write_private_key
 
 VALID_FOR = datetime.timedelta(days=30)
 

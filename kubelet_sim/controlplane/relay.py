@@ -16,7 +16,7 @@ import socket
 import threading
 import time
 
-from kubelet_sim import namespaces
+from kubelet_sim.linux import namespaces
 
 _CHUNK = 1 << 16
 

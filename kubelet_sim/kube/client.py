@@ -14,9 +14,9 @@ from kubernetes import client, config
 from kubernetes.client.exceptions import ApiException
 
 from kubelet_sim import __version__
-from kubelet_sim.backoff import Backoff
 from kubelet_sim.kube.rest import ApiError, request_json
 from kubelet_sim.logs import get_logger
+from kubelet_sim.loops.backoff import Backoff
 
 USER_AGENT = f"kubelet-sim/{__version__}"
 

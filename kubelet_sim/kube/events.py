@@ -20,10 +20,10 @@ from datetime import UTC, datetime
 
 from kubernetes import client
 
-from kubelet_sim.jsontypes import Json
+from kubelet_sim.formats.jsontypes import Json
 from kubelet_sim.kube.rest import ApiError, request_json
 from kubelet_sim.logs import get_logger
-from kubelet_sim.supervise import Supervisor
+from kubelet_sim.loops.supervise import Supervisor
 
 NORMAL, WARNING = "Normal", "Warning"
 QUEUE_SIZE = 1000

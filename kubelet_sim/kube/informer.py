@@ -20,11 +20,11 @@ from typing import Any
 import urllib3
 from kubernetes.client.exceptions import ApiException
 
-from kubelet_sim.backoff import Backoff
-from kubelet_sim.jsontypes import Json
+from kubelet_sim.formats.jsontypes import Json
 from kubelet_sim.kube.rest import REQUEST_TIMEOUT, ApiError
 from kubelet_sim.logs import get_logger
-from kubelet_sim.supervise import Supervisor
+from kubelet_sim.loops.backoff import Backoff
+from kubelet_sim.loops.supervise import Supervisor
 
 ADDED, MODIFIED, DELETED = "ADDED", "MODIFIED", "DELETED"
 

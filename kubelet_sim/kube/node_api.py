@@ -12,10 +12,10 @@ from collections.abc import Callable
 
 from kubernetes import client
 
-from kubelet_sim.jsontypes import Json
+from kubelet_sim.formats.jsontypes import Json
+from kubelet_sim.formats.smp import node_status_patch
 from kubelet_sim.kube.rest import ApiError, request_json
 from kubelet_sim.kube.schema import NODE_STATUS, ServerSchema
-from kubelet_sim.smp import node_status_patch
 
 LEASE_API = "/apis/coordination.k8s.io/v1"
 STRATEGIC_MERGE_PATCH = "application/strategic-merge-patch+json"

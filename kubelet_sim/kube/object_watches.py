@@ -31,14 +31,14 @@ from typing import Any
 
 from kubernetes import client
 
-from kubelet_sim.backoff import Backoff
-from kubelet_sim.jsontypes import Json
+from kubelet_sim.formats.jsontypes import Json
 from kubelet_sim.kube import paths
 from kubelet_sim.kube.informer import Informer, ListWatchSource, WatchTimeouts
 from kubelet_sim.kube.paths import Collection
 from kubelet_sim.kube.rest import ApiError, request_json
 from kubelet_sim.logs import get_logger
-from kubelet_sim.supervise import Supervisor
+from kubelet_sim.loops.backoff import Backoff
+from kubelet_sim.loops.supervise import Supervisor
 
 # (kind, namespace, name); kind is "ConfigMap" or "Secret".
 Ref = tuple[str, str, str]

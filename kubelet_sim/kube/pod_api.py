@@ -6,10 +6,10 @@ import threading
 
 from kubernetes import client
 
-from kubelet_sim.jsontypes import Json
+from kubelet_sim.formats.jsontypes import Json
+from kubelet_sim.formats.smp import POD_STATUS_SCHEMA, two_way_patch
 from kubelet_sim.kube.rest import request_json, resource_version
 from kubelet_sim.kube.schema import POD_STATUS, ServerSchema
-from kubelet_sim.smp import POD_STATUS_SCHEMA, two_way_patch
 
 STRATEGIC_MERGE_PATCH = "application/strategic-merge-patch+json"
 

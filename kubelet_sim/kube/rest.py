@@ -13,7 +13,7 @@ from typing import Any
 from kubernetes import client
 from kubernetes.client.exceptions import ApiException
 
-from kubelet_sim.jsontypes import Json
+from kubelet_sim.formats.jsontypes import Json
 
 # (connect, read) seconds for ordinary requests; watches set their own read timeout.
 REQUEST_TIMEOUT = (5.0, 30.0)

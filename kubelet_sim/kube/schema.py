@@ -16,7 +16,7 @@ from typing import Any
 
 from kubernetes import client
 
-from kubelet_sim.jsontypes import Json
+from kubelet_sim.formats.jsontypes import Json
 from kubelet_sim.kube.rest import request_bytes, request_json
 from kubelet_sim.logs import get_logger
 

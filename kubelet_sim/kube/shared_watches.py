@@ -19,7 +19,7 @@ from typing import Any, Protocol
 from kubernetes import client
 from kubernetes.client.exceptions import ApiException
 
-from kubelet_sim.jsontypes import Json
+from kubelet_sim.formats.jsontypes import Json
 from kubelet_sim.kube import paths
 from kubelet_sim.kube.informer import DELETED, Handler, Informer, InformerStats, ListWatchSource
 from kubelet_sim.kube.paths import Collection
@@ -31,7 +31,7 @@ from kubelet_sim.kube.watches import (
     pods_on_node,
 )
 from kubelet_sim.logs import get_logger
-from kubelet_sim.supervise import Supervisor
+from kubelet_sim.loops.supervise import Supervisor
 
 
 class Feed(Protocol):

@@ -14,12 +14,12 @@ from datetime import UTC, datetime
 
 from structlog.stdlib import BoundLogger
 
-from kubelet_sim.jsontypes import Json
+from kubelet_sim.formats.jsontypes import Json
 from kubelet_sim.kube.node_api import NodeApi
 from kubelet_sim.kube.rest import ApiError
+from kubelet_sim.loops.timers import URGENT, Periodic, Timers
 from kubelet_sim.node.node_object import format_micro_time
 from kubelet_sim.node.settings import NodeSettings
-from kubelet_sim.timers import URGENT, Periodic, Timers
 
 LEASE_NAMESPACE = "kube-node-lease"
 MAX_UPDATE_RETRIES = 5

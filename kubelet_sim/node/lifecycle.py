@@ -11,17 +11,17 @@ import threading
 from collections.abc import Callable
 from datetime import UTC, datetime
 
-from kubelet_sim.jsontypes import Json
+from kubelet_sim.formats.jsontypes import Json
 from kubelet_sim.kube.node_api import NodeApi
 from kubelet_sim.kube.rest import ApiError
 from kubelet_sim.logs import get_logger
+from kubelet_sim.loops.timers import Timers
 from kubelet_sim.node.host import HostFacts, detect_host, resolve_name
 from kubelet_sim.node.lease import LeaseController
 from kubelet_sim.node.node_object import build_node
 from kubelet_sim.node.registration import Registrar
 from kubelet_sim.node.settings import NodeSettings
 from kubelet_sim.node.status import NodeStatusController, RuntimeProbe
-from kubelet_sim.timers import Timers
 
 __all__ = ["NodeLifecycle", "RuntimeProbe"]
 

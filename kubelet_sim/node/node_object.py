@@ -13,10 +13,10 @@ from collections.abc import Collection, Sequence
 from datetime import UTC, datetime
 
 from kubelet_sim import __version__, cri
-from kubelet_sim.config import KUBELET_COMPAT_VERSION
-from kubelet_sim.jsontypes import Json
+from kubelet_sim.formats.jsontypes import Json
 from kubelet_sim.node.host import HostFacts
 from kubelet_sim.node.settings import NodeSettings, cpu_millicores, memory_bytes, reserved_amount
+from kubelet_sim.validation import KUBELET_COMPAT_VERSION
 
 # The kubelet release whose behaviour we follow. Build metadata (like k3s' "+k3s1") shows that
 # this is kubelet-sim while comparing equal to v1.34.0 wherever the version is parsed.

@@ -12,10 +12,10 @@ from collections.abc import Callable
 
 from structlog.stdlib import BoundLogger
 
-from kubelet_sim.backoff import Backoff
-from kubelet_sim.jsontypes import Json
+from kubelet_sim.formats.jsontypes import Json
 from kubelet_sim.kube.node_api import NodeApi
 from kubelet_sim.kube.rest import ApiError
+from kubelet_sim.loops.backoff import Backoff
 from kubelet_sim.node.host import HostFacts
 from kubelet_sim.node.node_object import reconcile_existing
 from kubelet_sim.node.settings import NodeSettings

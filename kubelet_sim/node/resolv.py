@@ -6,8 +6,8 @@ from __future__ import annotations
 import ipaddress
 from pathlib import Path
 
-from kubelet_sim.config import ConfigError
 from kubelet_sim.pod.dns import NodeDNS, ResolvConf, parse_resolv_conf
+from kubelet_sim.validation import ConfigError
 
 DEFAULT_RESOLV_CONF = "/etc/resolv.conf"
 SYSTEMD_RESOLV_CONF = "/run/systemd/resolve/resolv.conf"

@@ -12,8 +12,8 @@ from dataclasses import dataclass, field
 from fractions import Fraction
 from typing import Any
 
-from kubelet_sim.config import ConfigError, is_dns1123_subdomain, validate_node_name
-from kubelet_sim.quantity import INT64_MAX, parse_quantity
+from kubelet_sim.formats.quantity import INT64_MAX, parse_quantity
+from kubelet_sim.validation import ConfigError, is_dns1123_subdomain, validate_node_name
 
 TAINT_EFFECTS = ("NoSchedule", "PreferNoSchedule", "NoExecute")
 # The taint a node registers with unless told otherwise, as virtual-kubelet and kwok register
@@ -212,8 +212,8 @@ def memory_bytes(text: str) -> int:
 
 
 def _quantity(text: str, what: str) -> Fraction:
-    """The API's own quantity parser (kubelet_sim.quantity), with the node's limit: what the node
-    advertises must fit the kubelet's int64 counters (millicores for cpu)."""
+    """The API's own quantity parser (kubelet_sim.formats.quantity), with the node's limit: what
+    the node advertises must fit the kubelet's int64 counters (millicores for cpu)."""
     try:
         amount = parse_quantity(text)
     except ValueError as exc:

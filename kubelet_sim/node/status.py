@@ -16,9 +16,10 @@ from typing import Protocol
 from structlog.stdlib import BoundLogger
 
 from kubelet_sim import cri
-from kubelet_sim.jsontypes import Json
+from kubelet_sim.formats.jsontypes import Json
 from kubelet_sim.kube.node_api import NodeApi
 from kubelet_sim.kube.rest import ApiError, resource_version
+from kubelet_sim.loops.timers import Periodic, Timers
 from kubelet_sim.node.host import HostFacts
 from kubelet_sim.node.node_object import (
     PRESSURE_CONDITIONS,
@@ -30,7 +31,6 @@ from kubelet_sim.node.node_object import (
     status_changed,
 )
 from kubelet_sim.node.settings import NodeSettings
-from kubelet_sim.timers import Periodic, Timers
 
 OUR_CONDITIONS = frozenset({kind for kind, _, _ in PRESSURE_CONDITIONS} | {"Ready"})
 

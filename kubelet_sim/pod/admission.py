@@ -13,6 +13,7 @@ from collections.abc import Collection, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
+from kubelet_sim.formats.quantity import add_saturating, milli_value, value
 from kubelet_sim.pod.host_access import forbidden_message
 from kubelet_sim.pod.security import (
     APPARMOR_REASON,
@@ -21,7 +22,6 @@ from kubelet_sim.pod.security import (
     sysctl_rejection,
 )
 from kubelet_sim.pod.spec import ContainerView, PodView
-from kubelet_sim.quantity import add_saturating, milli_value, value
 
 REJECTED_PREFIX = "Pod was rejected: "  # kubelet.rejectPod writes this before every message
 FORBIDDEN = "Forbidden"

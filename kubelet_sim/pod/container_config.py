@@ -17,8 +17,9 @@ from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
 from kubelet_sim import cri
-from kubelet_sim.jsontypes import Json
-from kubelet_sim.paths import bind_target_problem
+from kubelet_sim.formats.jsontypes import Json
+from kubelet_sim.formats.quantity import milli_value, value
+from kubelet_sim.linux.safe_paths import bind_target_problem
 from kubelet_sim.pod.admission import Allocatable
 from kubelet_sim.pod.resource_fields import ResourceFieldError, env_resource_value
 from kubelet_sim.pod.security import (
@@ -29,7 +30,6 @@ from kubelet_sim.pod.security import (
     sysctls,
 )
 from kubelet_sim.pod.spec import ContainerView, PodView
-from kubelet_sim.quantity import milli_value, value
 
 ObjectLookup = Callable[[str, str, str], Json | None]
 """(kind "ConfigMap"/"Secret", namespace, name) -> the object as the API returns it, or None."""

@@ -14,8 +14,8 @@ from __future__ import annotations
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 
-from kubelet_sim.config import DNS1123_SUBDOMAIN_MAX_LENGTH
 from kubelet_sim.pod.spec import PodView
+from kubelet_sim.validation import DNS1123_SUBDOMAIN_MAX_LENGTH
 
 MAX_NAMESERVERS = 3  # validation.MaxDNSNameservers
 MAX_SEARCH_PATHS = 32  # MaxDNSSearchPathsExpanded (ExpandedDNSConfig, GA since 1.28)

@@ -12,8 +12,8 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-from kubelet_sim.durations import bounded, optional_grace_seconds
-from kubelet_sim.jsontypes import Json
+from kubelet_sim.formats.durations import bounded, optional_grace_seconds
+from kubelet_sim.formats.jsontypes import Json
 from kubelet_sim.pod.spec import ContainerView
 
 
@@ -96,7 +96,7 @@ def probe_specs(container: ContainerView) -> list[ProbeSpec]:
 
 def parse_probe(kind: ProbeKind, raw: Json, container: Json) -> ProbeSpec:
     """The API server has defaulted and validated the numbers (int32, not negative); zeros
-    become its defaults. Each is bounded again here (kubelet_sim.durations), so that no
+    become its defaults. Each is bounded again here (kubelet_sim.formats.durations), so that no
     server's number can stop the prober's clock: a period of at least 1 s, nothing past
     68 years."""
     action, error = _action(raw, container)

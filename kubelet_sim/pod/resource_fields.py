@@ -26,10 +26,10 @@ from __future__ import annotations
 
 import math
 
-from kubelet_sim.jsontypes import Json
+from kubelet_sim.formats.jsontypes import Json
+from kubelet_sim.formats.quantity import INT64_MAX, INT64_MIN, milli_value, parse_quantity, value
 from kubelet_sim.pod.admission import Allocatable
 from kubelet_sim.pod.spec import ContainerView, PodView
-from kubelet_sim.quantity import INT64_MAX, INT64_MIN, milli_value, parse_quantity, value
 
 Quantity = str | int
 

@@ -7,7 +7,7 @@ from __future__ import annotations
 
 from collections.abc import Iterable
 
-from kubelet_sim.jsontypes import Json
+from kubelet_sim.formats.jsontypes import Json
 
 MASTER_NAMESPACE = "default"
 MASTER_SERVICES = ("kubernetes",)

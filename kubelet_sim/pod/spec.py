@@ -8,8 +8,8 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from enum import StrEnum
 
-from kubelet_sim.durations import grace_seconds, optional_grace_seconds, optional_seconds
-from kubelet_sim.jsontypes import Json
+from kubelet_sim.formats.durations import grace_seconds, optional_grace_seconds, optional_seconds
+from kubelet_sim.formats.jsontypes import Json
 
 
 @dataclass(frozen=True)
@@ -59,8 +59,8 @@ class PodView:
     restart_policy: str
     containers: tuple[ContainerView, ...]
     init_containers: tuple[ContainerView, ...]
-    # The numbers are bounded here, where they enter (kubelet_sim.durations): a grace period of
-    # 2**63 - 1 s is the API's to store, not ours to hand to a timer.
+    # The numbers are bounded here, where they enter (kubelet_sim.formats.durations): a grace
+    # period of 2**63 - 1 s is the API's to store, not ours to hand to a timer.
     termination_grace_period: int
     active_deadline_seconds: int | None
     deletion_timestamp: str | None

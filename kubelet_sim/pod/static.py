@@ -16,7 +16,7 @@ import json
 from collections.abc import Mapping
 from datetime import UTC, datetime
 
-from kubelet_sim.jsontypes import Json
+from kubelet_sim.formats.jsontypes import Json
 
 CONFIG_SOURCE = "kubernetes.io/config.source"
 CONFIG_HASH = "kubernetes.io/config.hash"

@@ -13,7 +13,7 @@ from dataclasses import dataclass, field, replace
 from datetime import UTC, datetime
 
 from kubelet_sim.cri import ContainerState, ObservedContainer
-from kubelet_sim.jsontypes import Json
+from kubelet_sim.formats.jsontypes import Json
 from kubelet_sim.pod.attempts import attempts_of, latest_attempt, latest_sandbox
 from kubelet_sim.pod.generation import CURRENT, KubeletGeneration
 from kubelet_sim.pod.probes import ProbeResults, Result

@@ -11,7 +11,7 @@ from __future__ import annotations
 import threading
 from collections.abc import Callable
 
-from kubelet_sim.jsontypes import Json
+from kubelet_sim.formats.jsontypes import Json
 from kubelet_sim.pod.admission import Rejection, admit_in_order
 from kubelet_sim.pod.spec import PodView
 from kubelet_sim.podworkers.settings import SyncSettings

@@ -10,8 +10,9 @@ from collections.abc import Callable
 from dataclasses import dataclass
 
 from kubelet_sim import cri
-from kubelet_sim.clock import SYSTEM_CLOCK, Clock
-from kubelet_sim.jsontypes import Json
+from kubelet_sim.formats.jsontypes import Json
+from kubelet_sim.loops.clock import SYSTEM_CLOCK, Clock
+from kubelet_sim.loops.supervise import Supervisor
 from kubelet_sim.pod.generation import CURRENT, KubeletGeneration
 from kubelet_sim.pod.spec import ContainerView, PodView
 from kubelet_sim.podworkers.admission import PodAdmitter
@@ -34,7 +35,6 @@ from kubelet_sim.podworkers.starter import ContainerStarter
 from kubelet_sim.podworkers.stopper import ContainerStopper
 from kubelet_sim.podworkers.sync import PodSyncer
 from kubelet_sim.prober.manager import ProbeManager
-from kubelet_sim.supervise import Supervisor
 
 
 @dataclass(frozen=True)

@@ -9,13 +9,13 @@ from __future__ import annotations
 import threading
 from collections.abc import Sequence
 
-from kubelet_sim.clock import SYSTEM_CLOCK, Clock
 from kubelet_sim.logs import get_logger
+from kubelet_sim.loops.clock import SYSTEM_CLOCK, Clock
+from kubelet_sim.loops.timers import Periodic, Timers
 from kubelet_sim.pod.gc import garbage
 from kubelet_sim.pod.restart_backoff import KeyedBackoff
 from kubelet_sim.podworkers.ports import ContainerCache
 from kubelet_sim.podworkers.stopper import ContainerStopper
-from kubelet_sim.timers import Periodic, Timers
 
 GC_PERIOD = 60.0
 

@@ -20,7 +20,7 @@ from collections.abc import Callable, Sequence
 from typing import Any
 
 from kubelet_sim import cri
-from kubelet_sim.durations import bounded
+from kubelet_sim.formats.durations import bounded
 from kubelet_sim.kube.events import WARNING
 from kubelet_sim.logs import get_logger
 from kubelet_sim.pod.attempts import pod_address

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import threading
 
-from kubelet_sim.jsontypes import Json
+from kubelet_sim.formats.jsontypes import Json
 
 
 class PodManager:

@@ -16,11 +16,11 @@ from collections import deque
 from collections.abc import Callable
 
 from kubelet_sim import cri
-from kubelet_sim.backoff import Backoff
 from kubelet_sim.logs import get_logger
+from kubelet_sim.loops.backoff import Backoff
+from kubelet_sim.loops.supervise import Supervisor
 from kubelet_sim.pod.sandbox_pool import adoption, to_make
 from kubelet_sim.podworkers.ports import RuntimeService
-from kubelet_sim.supervise import Supervisor
 
 RECHECK_SECONDS = 5.0  # how often an idle pool looks at the pod count again
 # A refill waits this long after the last claim: making a sandbox while the claiming pod's

@@ -5,7 +5,7 @@ The pod workers name no Docker, no API client and no concrete cache: the composi
 on Docker (kubelet_sim/runtime/node_runtime.py) implements `PodRuntime`; tests pass an
 in-memory fake (tests/fakeruntime/), held to the same contract
 (tests/runtime/test_runtime_contract.py). The runtime's cut follows the CRI's RuntimeService
-and ImageService. Time is the one Clock (kubelet_sim/clock.py).
+and ImageService. Time is the one Clock (kubelet_sim/loops/clock.py).
 """
 
 from __future__ import annotations
@@ -15,7 +15,7 @@ from pathlib import Path
 from typing import Any, Protocol
 
 from kubelet_sim import cri
-from kubelet_sim.jsontypes import Json
+from kubelet_sim.formats.jsontypes import Json
 from kubelet_sim.kube.events import EventRef
 from kubelet_sim.pod.container_config import ObjectLookup
 from kubelet_sim.pod.spec import PodView

@@ -13,10 +13,10 @@ from dataclasses import replace
 from pathlib import Path
 
 from kubelet_sim import cri
-from kubelet_sim.clock import SYSTEM_CLOCK, Clock
-from kubelet_sim.jsontypes import Json
+from kubelet_sim.formats.jsontypes import Json
 from kubelet_sim.kube.events import NORMAL, WARNING, EventRef
 from kubelet_sim.logs import get_logger
+from kubelet_sim.loops.clock import SYSTEM_CLOCK, Clock
 from kubelet_sim.pod.attempts import latest_attempt
 from kubelet_sim.pod.container_config import (
     ContainerConfigError,
@@ -40,7 +40,7 @@ from kubelet_sim.pod.spec import ContainerView, PodView
 from kubelet_sim.pod.status import WaitingReason, format_time_precise
 from kubelet_sim.podworkers.event_refs import event_ref, pod_name
 from kubelet_sim.podworkers.hooks import POST_START, POST_START_LIMIT, HookRunner, hook_of
-from kubelet_sim.podworkers.images import ImagePuller
+from kubelet_sim.podworkers.image_manager import ImagePuller
 from kubelet_sim.podworkers.pool import SandboxPool
 from kubelet_sim.podworkers.ports import (
     ContainerCache,

@@ -14,7 +14,7 @@ import threading
 from dataclasses import dataclass, field
 from typing import TypeVar
 
-from kubelet_sim.backoff import Backoff
+from kubelet_sim.loops.backoff import Backoff
 from kubelet_sim.pod.admission import Rejection
 from kubelet_sim.pod.status import WaitingReason
 from kubelet_sim.podworkers.hooks import POST_START

@@ -7,7 +7,7 @@ SIGTERM, and a later, shorter grace period (a second delete) moves the SIGKILL e
 kubelet's killContainer does when its grace period is cut.
 
 The timer serves every pod of the node, so no pod's number may stop it: grace periods arrive
-bounded (PodView, kubelet_sim.durations), the timer never sleeps longer than
+bounded (PodView, kubelet_sim.formats.durations), the timer never sleeps longer than
 MAX_TIMER_WAIT at once, and it runs under the agent's supervisor, restarted if it ever fails.
 It is a thread on demand: it lives while a SIGKILL is booked (and a few seconds more).
 """
@@ -19,16 +19,16 @@ import threading
 from collections.abc import Sequence
 
 from kubelet_sim import cri
-from kubelet_sim.clock import SYSTEM_CLOCK, Clock
-from kubelet_sim.durations import timer_wait
+from kubelet_sim.formats.durations import timer_wait
 from kubelet_sim.kube.events import NORMAL
 from kubelet_sim.logs import get_logger
+from kubelet_sim.loops.clock import SYSTEM_CLOCK, Clock
+from kubelet_sim.loops.supervise import Supervisor
 from kubelet_sim.pod.spec import ContainerView, PodView
 from kubelet_sim.podworkers.event_refs import container_spec, event_ref
 from kubelet_sim.podworkers.hooks import PRE_STOP, HookRunner, hook_of
 from kubelet_sim.podworkers.ports import ContainerCache, EventSink, RuntimeService, Wake
 from kubelet_sim.podworkers.state import HookEnded, PodState, PodStop
-from kubelet_sim.supervise import Supervisor
 
 MIN_GRACE = 2.0  # killContainer's minimumGracePeriodInSeconds
 RECHECK_AFTER_KILL = 1.0  # a safety net in case Docker's die event is missed

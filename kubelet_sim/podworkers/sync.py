@@ -12,13 +12,13 @@ from datetime import datetime
 from typing import Any
 
 from kubelet_sim import cri
-from kubelet_sim.backoff import Backoff
-from kubelet_sim.clock import SYSTEM_CLOCK, Clock
-from kubelet_sim.histogram import POD_START_BUCKETS, Histogram
-from kubelet_sim.jsontypes import Json
+from kubelet_sim.formats.histogram import POD_START_BUCKETS, Histogram
+from kubelet_sim.formats.jsontypes import Json
 from kubelet_sim.kube.events import WARNING
 from kubelet_sim.kube.rest import ApiError
 from kubelet_sim.logs import get_logger
+from kubelet_sim.loops.backoff import Backoff
+from kubelet_sim.loops.clock import SYSTEM_CLOCK, Clock
 from kubelet_sim.pod.actions import PodActions, compute_actions
 from kubelet_sim.pod.attempts import latest_attempt, latest_sandbox, pod_address
 from kubelet_sim.pod.container_config import spec_hash

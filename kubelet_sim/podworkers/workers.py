@@ -10,13 +10,13 @@ from __future__ import annotations
 
 import threading
 
-from kubelet_sim.clock import SYSTEM_CLOCK, Clock
-from kubelet_sim.histogram import WORKER_BUCKETS, Histogram
+from kubelet_sim.formats.histogram import WORKER_BUCKETS, Histogram
 from kubelet_sim.logs import get_logger
+from kubelet_sim.loops.clock import SYSTEM_CLOCK, Clock
+from kubelet_sim.loops.supervise import Supervisor
+from kubelet_sim.loops.workqueue import ShutDown, WorkQueue
 from kubelet_sim.podworkers.ports import Wake
 from kubelet_sim.podworkers.sync import PodSyncer
-from kubelet_sim.supervise import Supervisor
-from kubelet_sim.workqueue import ShutDown, WorkQueue
 
 RESYNC_SECONDS = 60.0  # the kubelet's syncFrequency
 # The least time between the end of a pod's sync and the start of its next: the kubelet's pod

@@ -15,7 +15,6 @@ from typing import Protocol
 from urllib.parse import urljoin, urlsplit
 
 from kubelet_sim import cri
-from kubelet_sim.config import KUBELET_COMPAT_VERSION
 from kubelet_sim.pod.probes import (
     Action,
     ExecAction,
@@ -25,6 +24,7 @@ from kubelet_sim.pod.probes import (
     TcpSocketAction,
 )
 from kubelet_sim.prober.grpc_health import run_grpc
+from kubelet_sim.validation import KUBELET_COMPAT_VERSION
 
 _MAJOR_MINOR = ".".join(KUBELET_COMPAT_VERSION.lstrip("v").split(".")[:2])
 USER_AGENT = f"kube-probe/{_MAJOR_MINOR}"

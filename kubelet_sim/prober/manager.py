@@ -18,9 +18,10 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
 from kubelet_sim import cri
-from kubelet_sim.clock import SYSTEM_CLOCK, Clock
-from kubelet_sim.durations import timer_wait
+from kubelet_sim.formats.durations import timer_wait
 from kubelet_sim.logs import get_logger
+from kubelet_sim.loops.clock import SYSTEM_CLOCK, Clock
+from kubelet_sim.loops.supervise import Supervisor
 from kubelet_sim.pod.attempts import latest_attempt
 from kubelet_sim.pod.probes import (
     ContainerProbes,
@@ -34,7 +35,6 @@ from kubelet_sim.pod.probes import (
 )
 from kubelet_sim.pod.spec import ContainerView, PodView
 from kubelet_sim.prober.handlers import ExecRuntime, run_probe
-from kubelet_sim.supervise import Supervisor
 
 # (pod, container, event type, reason, message): the pod workers' event recorder.
 RecordEvent = Callable[[PodView, ContainerView, str, str, str], None]

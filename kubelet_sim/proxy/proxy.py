@@ -14,12 +14,12 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 
 from kubelet_sim import cri
-from kubelet_sim.jsontypes import Json
+from kubelet_sim.formats.jsontypes import Json
 from kubelet_sim.kube.events import EventRecorder, EventRef
 from kubelet_sim.kube.informer import Informer
 from kubelet_sim.logs import get_logger
+from kubelet_sim.loops.timers import Periodic, Timers
 from kubelet_sim.proxy import netns, rules
-from kubelet_sim.timers import Periodic, Timers
 
 DEBOUNCE = 0.05  # changes that come together (a rollout) are programmed together
 RESYNC = 30.0  # a namespace whose programming failed is retried at least this often

@@ -16,7 +16,7 @@ import ipaddress
 from collections.abc import Iterable
 from dataclasses import dataclass
 
-from kubelet_sim.jsontypes import Json
+from kubelet_sim.formats.jsontypes import Json
 
 PREFIX = "KSIM"
 SERVICES_CHAIN = f"{PREFIX}-SERVICES"

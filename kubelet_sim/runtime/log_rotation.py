@@ -9,8 +9,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
-from kubelet_sim.config import ConfigError
-from kubelet_sim.quantity import value
+from kubelet_sim.formats.quantity import value
+from kubelet_sim.validation import ConfigError
 
 MI = 1024 * 1024
 
@@ -25,7 +25,7 @@ class LogRotation:
         """From the kubelet's flags (`10Mi`, 5); a ConfigError says what is wrong, in one line.
 
         The size is a quantity, read as the kubelet reads containerLogMaxSize (the one parser,
-        kubelet_sim.quantity), in whole bytes rounded up."""
+        kubelet_sim.formats.quantity), in whole bytes rounded up."""
         try:
             size = value(max_size)
         except ValueError:

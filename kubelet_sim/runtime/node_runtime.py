@@ -22,9 +22,9 @@ from docker.errors import APIError, NotFound
 from structlog.stdlib import BoundLogger
 
 from kubelet_sim import cri
+from kubelet_sim.formats.memo import BoundedMemo
+from kubelet_sim.linux.safe_paths import resolve_within
 from kubelet_sim.logs import get_logger
-from kubelet_sim.memo import BoundedMemo
-from kubelet_sim.paths import resolve_within
 from kubelet_sim.runtime import containers, translate, uts
 from kubelet_sim.runtime.containers import explain, stop_signal
 from kubelet_sim.runtime.engine import DockerEngine

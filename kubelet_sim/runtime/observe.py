@@ -14,12 +14,12 @@ from dataclasses import dataclass
 from typing import Any
 
 from kubelet_sim import cri
-from kubelet_sim.backoff import Backoff
+from kubelet_sim.formats.memo import BoundedMemo
 from kubelet_sim.logs import get_logger
-from kubelet_sim.memo import BoundedMemo
+from kubelet_sim.loops.backoff import Backoff
+from kubelet_sim.loops.supervise import Supervisor
 from kubelet_sim.runtime.engine import DockerEngine, EventStream
 from kubelet_sim.runtime.node_runtime import NodeRuntime
-from kubelet_sim.supervise import Supervisor
 
 # Events that change what we report; exec_*, attach, kill, stop... are followed by one of
 # these or change nothing (probes exec often: inspecting on those would cost the most).

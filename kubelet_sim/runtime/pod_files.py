@@ -11,7 +11,7 @@ import os
 from pathlib import Path
 from typing import Any
 
-from kubelet_sim.paths import remove_tree, safe_part
+from kubelet_sim.linux.safe_paths import remove_tree, safe_part
 
 # kubecontainer.MaxContainerTerminationMessageLength: the kubelet keeps the file's last 4 KiB.
 MAX_TERMINATION_MESSAGE_BYTES = 4096

@@ -13,7 +13,7 @@ import threading
 import time
 from typing import Any
 
-from kubelet_sim import namespaces
+from kubelet_sim.linux import namespaces
 
 _EXIT_CODE_WAIT = 5.0  # seconds for Docker to record an exec's exit once its output ended
 

@@ -6,7 +6,7 @@ from __future__ import annotations
 import ctypes
 import os
 
-from kubelet_sim import namespaces
+from kubelet_sim.linux import namespaces
 
 
 def set_hostname(pid: int, hostname: str) -> None:

@@ -18,7 +18,7 @@ from typing import NamedTuple
 from urllib.parse import parse_qs
 
 from kubelet_sim.logs import get_logger
-from kubelet_sim.server import run
+from kubelet_sim.server import run_endpoint
 from kubelet_sim.server.auth import Gate
 from kubelet_sim.server.exchange import Exchange
 from kubelet_sim.server.listener import Listener
@@ -182,9 +182,11 @@ class KubeletServer:
             if answer is None:
                 return  # the connection was upgraded, served and closed
             reply = answer
-        elif parts.path.startswith(run.PREFIX):
+        elif parts.path.startswith(run_endpoint.PREFIX):
             try:
-                reply = run.run(self.node, self.streams, handler.command, parts.path, parts.query)
+                reply = run_endpoint.run(
+                    self.node, self.streams, handler.command, parts.path, parts.query
+                )
             except Exception as exc:  # one broken request never takes the server down
                 self.log.exception("request failed", path=parts.path)
                 reply = Reply.text(500, f"{type(exc).__name__}: {exc}\n")

@@ -59,7 +59,7 @@ from kubelet_sim.server.settings import ConnectionLimits
 from kubelet_sim.server.tokens import TokenGuard
 
 if TYPE_CHECKING:
-    from kubelet_sim.supervise import Supervisor
+    from kubelet_sim.loops.supervise import Supervisor
 
 HANDSHAKE, HEADERS, IDLE, BUSY = "handshake", "headers", "idle", "busy"
 _TIMEOUT_REASON = {HANDSHAKE: "handshake_timeout", HEADERS: "header_timeout", IDLE: "idle_timeout"}

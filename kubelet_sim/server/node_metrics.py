@@ -6,10 +6,10 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
 from kubelet_sim import cri
-from kubelet_sim.histogram import Histogram
+from kubelet_sim.formats.histogram import Histogram
 from kubelet_sim.kube.informer import InformerStats
+from kubelet_sim.loops.timers import Timers
 from kubelet_sim.server.metrics import Family, Sample, histogram_family, render
-from kubelet_sim.timers import Timers
 
 Snapshot = tuple[list[tuple[float, int]], float, int]
 

@@ -15,7 +15,7 @@ from typing import Protocol
 from urllib.parse import parse_qs
 
 from kubelet_sim import cri
-from kubelet_sim.jsontypes import Json
+from kubelet_sim.formats.jsontypes import Json
 from kubelet_sim.pod.attempts import attempts_of
 from kubelet_sim.server.node_metrics import NodeSample, render_node_metrics
 from kubelet_sim.server.ports import LogSource

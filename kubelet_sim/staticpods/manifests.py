@@ -16,7 +16,7 @@ from typing import Any
 
 import yaml
 
-from kubelet_sim.jsontypes import Json
+from kubelet_sim.formats.jsontypes import Json
 from kubelet_sim.logs import get_logger
 from kubelet_sim.pod.static import ManifestError, validate_manifest
 

@@ -22,11 +22,12 @@ from collections.abc import Callable
 from datetime import UTC, datetime
 from pathlib import Path
 
-from kubelet_sim.durations import grace_seconds
-from kubelet_sim.jsontypes import Json
+from kubelet_sim.formats.durations import grace_seconds
+from kubelet_sim.formats.jsontypes import Json
 from kubelet_sim.kube.pod_api import MirrorPodApi
 from kubelet_sim.kube.rest import ApiError, resource_version
 from kubelet_sim.logs import get_logger
+from kubelet_sim.loops.timers import Periodic, Timers
 from kubelet_sim.pod.static import (
     CONFIG_SEEN,
     full_name,
@@ -36,7 +37,6 @@ from kubelet_sim.pod.static import (
     static_pod,
 )
 from kubelet_sim.staticpods.manifests import ManifestReader
-from kubelet_sim.timers import Periodic, Timers
 
 POLL_SECONDS = 1.0
 FullName = tuple[str, str]  # namespace, name

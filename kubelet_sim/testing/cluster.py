@@ -40,20 +40,20 @@ from kubelet_sim.assembly.process import engine_for
 from kubelet_sim.controlplane.binaries import Binaries, BinariesMissing, cache_dir, find_binaries
 from kubelet_sim.controlplane.cluster import ControlPlane
 from kubelet_sim.controlplane.relay import ApiRelay
-from kubelet_sim.demo.images import DEFAULT_SAMPLE_IMAGE, ensure_images
 from kubelet_sim.demo.pod_endpoint import make_pod_endpoint
-from kubelet_sim.demo.run import (
+from kubelet_sim.demo.sample_images import DEFAULT_SAMPLE_IMAGE, ensure_images
+from kubelet_sim.demo.session import (
     NODE_IP,
     grant_node_proxier,
     wait_default_account,
     wait_nodes_ready,
     with_node_credentials,
 )
+from kubelet_sim.formats.pem import copy_private
 from kubelet_sim.kube.client import KubeConnection, connect
 from kubelet_sim.kube.rest import ApiError, request_json
+from kubelet_sim.linux.safe_paths import remove_tree
 from kubelet_sim.node.settings import NodeSettings
-from kubelet_sim.paths import remove_tree
-from kubelet_sim.pem import copy_private
 from kubelet_sim.runtime.engine import DockerEngine, RuntimeUnavailable
 from kubelet_sim.server.settings import ServerSettings
 from kubelet_sim.testing.kubeconfigs import api_server, through_relay

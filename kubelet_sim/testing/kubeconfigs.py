@@ -9,7 +9,7 @@ from urllib.parse import urlparse
 
 import yaml
 
-from kubelet_sim.pem import write_private
+from kubelet_sim.formats.pem import write_private
 
 _FILE_FIELDS = {
     "clusters": ("cluster", ("certificate-authority",)),

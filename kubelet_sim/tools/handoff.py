@@ -21,8 +21,8 @@ from datetime import UTC, datetime, timedelta
 from typing import Any
 
 from kubelet_sim import cri
-from kubelet_sim.durations import grace_seconds
-from kubelet_sim.jsontypes import Json
+from kubelet_sim.formats.durations import grace_seconds
+from kubelet_sim.formats.jsontypes import Json
 from kubelet_sim.kube.client import KubeConnection
 from kubelet_sim.kube.informer import DELETED, Informer, object_key
 from kubelet_sim.kube.watches import events_with_reason, pods_in_namespace

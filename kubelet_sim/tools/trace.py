@@ -19,7 +19,7 @@ from datetime import datetime
 from typing import Any
 
 from kubelet_sim import cri
-from kubelet_sim.jsontypes import Json
+from kubelet_sim.formats.jsontypes import Json
 from kubelet_sim.kube.client import KubeConnection
 from kubelet_sim.kube.informer import DELETED, Informer
 from kubelet_sim.kube.rest import request_json

@@ -14,7 +14,7 @@ from collections.abc import Callable
 from datetime import UTC, datetime
 from typing import Any
 
-from kubelet_sim.jsontypes import Json
+from kubelet_sim.formats.jsontypes import Json
 from kubelet_sim.kube.client import KubeConnection
 from kubelet_sim.kube.informer import Informer, StreamEvent, WatchTimeouts
 from kubelet_sim.kube.watches import own_node, pods_on_node

@@ -13,9 +13,9 @@ from dataclasses import dataclass
 from kubelet_sim.kube.client import KubeConnection
 from kubelet_sim.kube.informer import WatchTimeouts
 from kubelet_sim.runtime.node_runtime import NodeRuntime
+from kubelet_sim.ui.page_state import Limits, UiState
 from kubelet_sim.ui.server import DEFAULT_ADDRESS, DEFAULT_PORT, UiError, UiServer
 from kubelet_sim.ui.sources import Sources
-from kubelet_sim.ui.state import Limits, UiState
 
 
 def connections(nodes: int) -> int:

@@ -35,10 +35,10 @@ from importlib import resources
 from typing import Any
 from urllib.parse import parse_qs, urlsplit
 
-from kubelet_sim.jsontypes import Json
+from kubelet_sim.formats.jsontypes import Json
 from kubelet_sim.kube.rest import ApiError
 from kubelet_sim.logs import get_logger
-from kubelet_sim.ui.state import Limits, UiState
+from kubelet_sim.ui.page_state import Limits, UiState
 from kubelet_sim.ui.waiting import WaitingRoom
 
 DEFAULT_ADDRESS = "127.0.0.1"

@@ -18,17 +18,17 @@ from collections.abc import Mapping
 from datetime import datetime
 from typing import Any
 
-from kubelet_sim.backoff import Backoff
-from kubelet_sim.jsontypes import Json
+from kubelet_sim.formats.jsontypes import Json
 from kubelet_sim.kube.client import KubeConnection
 from kubelet_sim.kube.informer import Informer, WatchTimeouts
 from kubelet_sim.kube.rest import ApiError, request_json
 from kubelet_sim.kube.watches import all_nodes, events_with_reason, pods_in_namespace, pods_on_node
 from kubelet_sim.logs import get_logger
+from kubelet_sim.loops.backoff import Backoff
 from kubelet_sim.runtime.node_runtime import NodeRuntime
 from kubelet_sim.tools import trace
 from kubelet_sim.tools import watch as watch_tool
-from kubelet_sim.ui.state import SCHEDULER_REASONS, UiState
+from kubelet_sim.ui.page_state import SCHEDULER_REASONS, UiState
 
 LEASES = "/apis/coordination.k8s.io/v1/namespaces/kube-node-lease/leases"
 TERMINAL_PHASES = ("Succeeded", "Failed")

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from kubelet_sim.jsontypes import Json
+from kubelet_sim.formats.jsontypes import Json
 from kubelet_sim.pod.admission import Allocatable
 from kubelet_sim.pod.resource_fields import ResourceFieldError, volume_resource_value
 from kubelet_sim.pod.spec import PodView

@@ -18,11 +18,11 @@ import threading
 from pathlib import Path
 from typing import Any
 
+from kubelet_sim.formats.quantity import value
+from kubelet_sim.linux.safe_paths import remove_tree, safe_part
 from kubelet_sim.logs import get_logger
-from kubelet_sim.paths import remove_tree, safe_part
 from kubelet_sim.pod.admission import Allocatable
 from kubelet_sim.pod.spec import PodView
-from kubelet_sim.quantity import value
 from kubelet_sim.volumes.hostmount import can_mount, mount_points_under, unmount
 from kubelet_sim.volumes.plugins import PLUGINS, Context
 from kubelet_sim.volumes.types import MountError, ObjectLookup, Prepared, TokenSource, VolumeSetup

@@ -5,7 +5,7 @@ from __future__ import annotations
 from typing import Any
 
 from kubelet_sim import cri
-from kubelet_sim.paths import bind_target_problem
+from kubelet_sim.linux.safe_paths import bind_target_problem
 from kubelet_sim.pod.spec import ContainerView
 from kubelet_sim.volumes.subpath import prepare_sub_path
 from kubelet_sim.volumes.types import VolumeError, VolumeSetup

@@ -9,7 +9,7 @@ import base64
 import binascii
 from typing import Any
 
-from kubelet_sim.jsontypes import Json
+from kubelet_sim.formats.jsontypes import Json
 from kubelet_sim.volumes.atomic_writer import FileProjection
 from kubelet_sim.volumes.types import MountError, ObjectLookup
 

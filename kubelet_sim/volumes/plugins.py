@@ -11,7 +11,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from kubelet_sim.jsontypes import Json
+from kubelet_sim.formats.jsontypes import Json
 from kubelet_sim.logs import get_logger
 from kubelet_sim.pod.admission import Allocatable
 from kubelet_sim.pod.spec import PodView

@@ -14,8 +14,8 @@ import os
 import stat
 from pathlib import Path
 
+from kubelet_sim.linux.safe_paths import UnsafePath, resolve_within, safe_part
 from kubelet_sim.logs import get_logger
-from kubelet_sim.paths import UnsafePath, resolve_within, safe_part
 from kubelet_sim.volumes.hostmount import bind_mount_fd, mount_points_under, unmount
 from kubelet_sim.volumes.types import VolumeError
 

@@ -2,8 +2,8 @@
 
 The API server stores an int64 grace period as given (10**10, 2**63 - 1, a negative one) and
 keeps a quantity such as `1e999990` as written. Each number is bounded where it enters
-(`kubelet_sim.durations`, `kubelet_sim.quantity`): the pure functions first, over any
-number (hypothesis), then the two holes the issue names, closed on a real node (Docker and
+(`kubelet_sim.formats.durations`, `kubelet_sim.formats.quantity`): the pure functions first,
+over any number (hypothesis), then the two holes the issue names, closed on a real node (Docker and
 either API server): a 10**10 s grace period no longer kills the SIGKILL timer that every pod's
 stop needs, and a pod asking for `1e999990` CPUs is refused (OutOfcpu) without holding up the
 pods after it.
@@ -23,7 +23,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from kubelet_sim import cri
-from kubelet_sim.durations import (
+from kubelet_sim.formats.durations import (
     MAX_SECONDS,
     MAX_TIMER_WAIT,
     bounded,
@@ -32,13 +32,13 @@ from kubelet_sim.durations import (
     optional_seconds,
     timer_wait,
 )
+from kubelet_sim.formats.quantity import INT64_MAX, INT64_MIN, milli_value, parse_quantity, value
+from kubelet_sim.loops.supervise import RUNNING
 from kubelet_sim.pod.admission import Allocatable, Requests, admit_in_order
 from kubelet_sim.pod.container_config import MAX_QUOTA
 from kubelet_sim.pod.probes import ProbeKind, parse_probe
 from kubelet_sim.pod.spec import PodView
 from kubelet_sim.podworkers.hooks import HookRunner
-from kubelet_sim.quantity import INT64_MAX, INT64_MIN, milli_value, parse_quantity, value
-from kubelet_sim.supervise import RUNNING
 from tests.agent_fixture import RunningAgent, start_agent
 from tests.cluster import Cluster, wait_for
 from tests.docker_env import DockerEnv

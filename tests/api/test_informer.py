@@ -9,10 +9,10 @@ from typing import Any
 import pytest
 from kubernetes import client
 
-from kubelet_sim.backoff import Backoff
 from kubelet_sim.kube.client import connect
 from kubelet_sim.kube.informer import DELETED, Informer, WatchTimeouts
 from kubelet_sim.kube.watches import pods_on_node
+from kubelet_sim.loops.backoff import Backoff
 from tests.cluster import Cluster, wait_for
 
 FAST_TIMEOUTS = WatchTimeouts(server_min=20, server_max=30, read=1.5, connect=1.0)

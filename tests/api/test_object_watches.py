@@ -8,10 +8,10 @@ from collections.abc import Iterator
 import pytest
 from kubernetes import client
 
-from kubelet_sim.backoff import Backoff
 from kubelet_sim.kube.client import connect
 from kubelet_sim.kube.informer import WatchTimeouts
 from kubelet_sim.kube.object_watches import Ref, ReferencedObjectWatches
+from kubelet_sim.loops.backoff import Backoff
 from tests.cluster import Cluster, wait_for
 
 

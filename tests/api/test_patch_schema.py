@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 from typing import Any
 
+from kubelet_sim.formats.smp import NODE_STATUS_SCHEMA, POD_STATUS_SCHEMA, PatchSchema
 from kubelet_sim.kube.rest import request_bytes, request_json
 from kubelet_sim.kube.schema import (
     NODE_STATUS,
@@ -13,7 +14,6 @@ from kubelet_sim.kube.schema import (
     definitions_of,
     reachable,
 )
-from kubelet_sim.smp import NODE_STATUS_SCHEMA, POD_STATUS_SCHEMA, PatchSchema
 from tests.cluster import Cluster
 
 # Fields of our tables that servers older than the field do not have (v1.24 lacks them).

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from kubelet_sim.smp import POD_STATUS_SCHEMA, two_way_patch
+from kubelet_sim.formats.smp import POD_STATUS_SCHEMA, two_way_patch
 
 
 def patch(old: dict[str, object], new: dict[str, object]) -> dict[str, object]:
@@ -79,7 +79,7 @@ def test_null_and_absent_are_the_same() -> None:
 
 def test_node_status_patch_replaces_changed_addresses_whole() -> None:
     """As nodeutil.PatchNodeStatus: merging addresses by type would keep a stale one."""
-    from kubelet_sim.smp import node_status_patch
+    from kubelet_sim.formats.smp import node_status_patch
 
     old = {
         "addresses": [

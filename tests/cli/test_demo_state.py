@@ -6,7 +6,7 @@ from pathlib import Path
 
 import pytest
 
-from kubelet_sim.demo.state import MARKER, DemoRunning, DemoState
+from kubelet_sim.demo.state_dir import MARKER, DemoRunning, DemoState
 
 
 def test_a_directory_with_data_no_demo_made_is_refused_and_kept(tmp_path: Path) -> None:

@@ -30,8 +30,8 @@ from kubelet_sim import cri
 from kubelet_sim.kube.client import connect
 from kubelet_sim.kube.informer import ADDED, DELETED
 from kubelet_sim.ui import Limits, RunningUi, start_ui
+from kubelet_sim.ui.page_state import UiState, pod_summary
 from kubelet_sim.ui.server import Access, is_loopback
-from kubelet_sim.ui.state import UiState, pod_summary
 from tests.cluster import Cluster, deadline_scale, pod_body, wait_for
 from tests.docker_env import DockerEnv
 

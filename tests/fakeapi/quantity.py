@@ -3,7 +3,7 @@ apimachinery's CanonicalizeBytes): the suffix kind of the input is kept (binary,
 exponent), the number made as short as it goes exactly: 7237632Ki is 7068Mi, 1000m is 1, 0.5 is
 500m, 1536Mi stays, 1.5Gi is 1536Mi.
 
-The fake's one parser, kept apart from the agent's (kubelet_sim/quantity.py) on purpose: the
+The fake's one parser, kept apart from the agent's (kubelet_sim/formats/quantity.py) on purpose: the
 fake stands for the server, and a test that compares the agent's numbers with the fake's must
 not read both with the same code."""
 

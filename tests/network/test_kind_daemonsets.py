@@ -21,7 +21,7 @@ from typing import Any
 
 import pytest
 
-from kubelet_sim.jsontypes import Json
+from kubelet_sim.formats.jsontypes import Json
 from kubelet_sim.node.host import detect_host
 from kubelet_sim.node.node_object import LABEL_VIRTUAL, default_labels
 from kubelet_sim.node.settings import NodeSettings

@@ -138,8 +138,8 @@ def test_set_hostname_as_fqdn() -> None:
 
 
 def test_the_default_resolver_skips_systemd_resolveds_stub(tmp_path: Any) -> None:
-    from kubelet_sim.config import ConfigError
     from kubelet_sim.node.resolv import node_dns
+    from kubelet_sim.validation import ConfigError
 
     default, real = tmp_path / "resolv.conf", tmp_path / "systemd.conf"
     default.write_text("nameserver 127.0.0.53\noptions edns0 trust-ad\nsearch lan\n")

@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from kubelet_sim import supervise
+from kubelet_sim.loops import supervise
 from tests.agent_fixture import RunningAgent, start_agent
 from tests.cluster import Cluster, wait_for
 from tests.docker_env import DockerEnv

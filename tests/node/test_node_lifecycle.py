@@ -10,15 +10,15 @@ from typing import Any
 
 import pytest
 
+from kubelet_sim.formats.quantity import value
 from kubelet_sim.kube.client import connect
 from kubelet_sim.kube.node_api import NodeApi
 from kubelet_sim.kube.rest import ApiError, call_json
+from kubelet_sim.loops.timers import Timers
 from kubelet_sim.node.host import HostFacts, detect_host, resolve_name
 from kubelet_sim.node.lifecycle import NodeLifecycle, RuntimeProbe
 from kubelet_sim.node.node_object import KUBELET_VERSION
 from kubelet_sim.node.settings import NodeSettings
-from kubelet_sim.quantity import value
-from kubelet_sim.timers import Timers
 from tests.cluster import Cluster, wait_for
 
 MICRO_TIME = re.compile(r"^\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d\.\d{6}Z$")

@@ -10,7 +10,6 @@ from pathlib import Path
 
 import pytest
 
-from kubelet_sim.config import ConfigError
 from kubelet_sim.controlplane.cluster import UPSTREAM_ADDRESS_TYPES
 from kubelet_sim.node import host as host_module
 from kubelet_sim.node.host import (
@@ -39,6 +38,7 @@ from kubelet_sim.node.settings import (
     parse_taints,
     validate_node_labels,
 )
+from kubelet_sim.validation import ConfigError
 from tests.fakeapi.nodeproxy import preferred_address
 
 NOW = datetime(2026, 11, 22, 17, 0, 0, 123456, tzinfo=UTC)

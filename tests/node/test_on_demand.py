@@ -9,8 +9,8 @@ import threading
 import time
 from collections import deque
 
-from kubelet_sim.backoff import Backoff
-from kubelet_sim.supervise import RUNNING, Supervisor
+from kubelet_sim.loops.backoff import Backoff
+from kubelet_sim.loops.supervise import RUNNING, Supervisor
 from tests.cluster import wait_for
 
 

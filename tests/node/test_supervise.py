@@ -13,12 +13,12 @@ from typing import Any
 
 import pytest
 
-from kubelet_sim.backoff import Backoff
 from kubelet_sim.kube.informer import ADDED, Informer, ListWatchSource
 from kubelet_sim.kube.shared_watches import SharedFeed
 from kubelet_sim.kube.watches import pods_on_node
+from kubelet_sim.loops.backoff import Backoff
+from kubelet_sim.loops.supervise import FAILED, RUNNING, Supervisor
 from kubelet_sim.runtime.local_images import PAUSE_IMAGE
-from kubelet_sim.supervise import FAILED, RUNNING, Supervisor
 from tests.agent_fixture import start_agent
 from tests.cluster import Cluster, wait_for
 from tests.docker_env import DockerEnv
@@ -208,7 +208,7 @@ def test_poisoned_pod_watch_event_does_not_stop_later_pods(
 # and a small failure limit: the command must end by itself with exit code 1.
 _FAILING_AGENT = """
 import sys
-from kubelet_sim import supervise
+from kubelet_sim.loops import supervise
 from kubelet_sim.kube import informer
 
 supervise.MAX_FAILURES = 3

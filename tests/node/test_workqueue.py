@@ -6,8 +6,8 @@ import threading
 
 import pytest
 
-from kubelet_sim.supervise import Supervisor
-from kubelet_sim.workqueue import ShutDown, WorkQueue
+from kubelet_sim.loops.supervise import Supervisor
+from kubelet_sim.loops.workqueue import ShutDown, WorkQueue
 
 
 def test_key_added_twice_is_processed_once() -> None:

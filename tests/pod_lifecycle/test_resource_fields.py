@@ -5,7 +5,8 @@ from __future__ import annotations
 
 import pytest
 
-from kubelet_sim.jsontypes import Json
+from kubelet_sim.formats.jsontypes import Json
+from kubelet_sim.formats.quantity import INT64_MAX
 from kubelet_sim.pod.admission import Allocatable
 from kubelet_sim.pod.resource_fields import (
     ResourceFieldError,
@@ -15,7 +16,6 @@ from kubelet_sim.pod.resource_fields import (
     volume_resource_value,
 )
 from kubelet_sim.pod.spec import PodView
-from kubelet_sim.quantity import INT64_MAX
 
 NODE = Allocatable(
     cpu_milli=3500, memory_bytes=8 * 2**30, pods=110, ephemeral_storage_bytes=50 * 10**9

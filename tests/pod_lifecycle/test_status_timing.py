@@ -14,7 +14,7 @@ from typing import Any
 
 import pytest
 
-from kubelet_sim.jsontypes import Json
+from kubelet_sim.formats.jsontypes import Json
 from tests.agent_fixture import RunningAgent
 from tests.cluster import Cluster, EventStream, open_watch
 from tests.pods import container, make_pod

@@ -11,11 +11,11 @@ from typing import Any
 import pytest
 
 from kubelet_sim import cri
-from kubelet_sim.backoff import Backoff
+from kubelet_sim.loops.backoff import Backoff
+from kubelet_sim.loops.supervise import RUNNING, Supervisor
 from kubelet_sim.pod.spec import PodView
 from kubelet_sim.podworkers.state import PodState
 from kubelet_sim.podworkers.stopper import ContainerStopper
-from kubelet_sim.supervise import RUNNING, Supervisor
 from tests.cluster import wait_for
 
 REF = cri.PodRef(node="n1", name="p", namespace="ns", uid="u1")

@@ -13,11 +13,11 @@ THREAD_MAKERS = {"Thread", "Timer", "ThreadPoolExecutor"}
 
 # Where the package makes threads of its own rather than through a Supervisor, and why.
 NOT_SUPERVISED = {
-    "supervise.py": "the Supervisor itself: each supervised loop runs on its thread",
+    "loops/supervise.py": "the Supervisor itself: each supervised loop runs on its thread",
     "assembly/nodeset.py": "the node starters and stoppers: short-lived, each ends once its nodes"
     " run (or stopped); a node that fails to start stops the set",
     "podworkers/hooks.py": "a thread per lifecycle hook, bounded per pod; a raise is logged",
-    "podworkers/images.py": "the pull pool: a pull that raises is ErrImagePull",
+    "podworkers/image_manager.py": "the pull pool: a pull that raises is ErrImagePull",
     "node/host.py": "one name lookup, waited for with a timeout (getaddrinfo has none)",
     "runtime/streams.py": "a streaming session's pumps and its dial: they end with it",
     "server/listener.py": "the kubelet API's request pool and a thread per upgraded stream"
@@ -25,7 +25,7 @@ NOT_SUPERVISED = {
     "server/streaming/serve.py": "a streaming session's thread: it ends with its connection",
     "server/streaming/remotecommand.py": "an exec/attach session's pumps: they end with it",
     "server/streaming/portforward.py": "a port-forward session's pumps and stream timer",
-    "demo/run.py": "the demo's handoff display (its watches are supervised informers)",
+    "demo/session.py": "the demo's handoff display (its watches are supervised informers)",
     # The web view (`kubelet-sim ui`, `--ui`): a viewer beside the nodes, not part of them.
     "cli/ui.py": "the view's stop relay: it waits for the command's stop and ends",
     "ui/server.py": "the view's HTTP server: a request that fails ends with its connection",
@@ -34,7 +34,7 @@ NOT_SUPERVISED = {
     # The pytest plugin's test clusters (`kubelet_sim.testing`): tools of a test, not a node.
     "controlplane/relay.py": "an API relay (a test cluster's per node, the pods' one): its"
     " accept loop and two pumps per connection end with the connection or the relay",
-    "namespaces.py": "a thread that enters another namespace for one call and ends after it",
+    "linux/namespaces.py": "a thread that enters another namespace for one call and ends after it",
     "ui/waiting.py": "the view's waiting room: one selector thread for connections not yet"
     " speaking",
 }
@@ -71,7 +71,7 @@ def test_the_loops_the_docs_call_supervised_run_under_a_supervisor() -> None:
         "kube/informer.py",
         "kube/events.py",
         "runtime/observe.py",
-        "workqueue.py",
+        "loops/workqueue.py",
         "prober/manager.py",
         "kube/object_watches.py",
     ):

@@ -9,7 +9,8 @@ from typing import Any
 import pytest
 
 from kubelet_sim import cri
-from kubelet_sim.jsontypes import Json
+from kubelet_sim.formats.jsontypes import Json
+from kubelet_sim.formats.quantity import milli_value, parse_quantity, value
 from kubelet_sim.pod.admission import Allocatable
 from kubelet_sim.pod.container_config import (
     ContainerConfigError,
@@ -22,7 +23,6 @@ from kubelet_sim.pod.container_config import (
     spec_hash,
 )
 from kubelet_sim.pod.spec import PodView
-from kubelet_sim.quantity import milli_value, parse_quantity, value
 
 
 def make_pod(containers: list[Json], **spec: Any) -> PodView:

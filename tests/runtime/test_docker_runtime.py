@@ -13,8 +13,8 @@ from typing import Any
 import pytest
 
 from kubelet_sim import cri
-from kubelet_sim.backoff import Backoff
 from kubelet_sim.cri import created_observation
+from kubelet_sim.loops.backoff import Backoff
 from kubelet_sim.runtime import translate
 from kubelet_sim.runtime.engine import DockerEngine
 from kubelet_sim.runtime.images import status_image_id

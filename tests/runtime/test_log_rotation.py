@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import pytest
 
-from kubelet_sim.config import ConfigError
 from kubelet_sim.runtime.log_rotation import LogRotation
+from kubelet_sim.validation import ConfigError
 
 
 @pytest.mark.parametrize(

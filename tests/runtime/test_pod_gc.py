@@ -5,10 +5,10 @@ from __future__ import annotations
 import time
 
 from kubelet_sim.cri import ContainerState, ObservedContainer, PodRef
+from kubelet_sim.loops.timers import Timers
 from kubelet_sim.pod.gc import garbage
 from kubelet_sim.pod.restart_backoff import KeyedBackoff
 from kubelet_sim.podworkers.gc import ContainerGC
-from kubelet_sim.timers import Timers
 
 REF = PodRef("n", "p", "ns", "u")
 

@@ -6,7 +6,7 @@ from typing import Any
 
 import pytest
 
-from kubelet_sim.jsontypes import Json
+from kubelet_sim.formats.jsontypes import Json
 from kubelet_sim.pod.admission import (
     Allocatable,
     Rejection,

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import pytest
 
-from kubelet_sim.jsontypes import Json
+from kubelet_sim.formats.jsontypes import Json
 from kubelet_sim.pod.admission import REJECTED_PREFIX, Allocatable, admit
 from kubelet_sim.pod.spec import PodView
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import pytest
 
-from kubelet_sim.jsontypes import Json
+from kubelet_sim.formats.jsontypes import Json
 from kubelet_sim.pod.admission import REJECTED_PREFIX, Allocatable, Rejection, admit
 from kubelet_sim.pod.host_access import container_refusal
 from kubelet_sim.pod.spec import ContainerKind, PodView

@@ -10,8 +10,8 @@ from typing import Any
 import pytest
 from kubernetes.client.exceptions import ApiException
 
+from kubelet_sim.linux.safe_paths import remove_tree
 from kubelet_sim.node.host import apparmor_enabled
-from kubelet_sim.paths import remove_tree
 from tests.agent_fixture import start_agent
 from tests.cluster import Cluster, server_has_field, wait_for
 from tests.docker_env import DockerEnv

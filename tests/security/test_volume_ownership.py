@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from kubelet_sim.paths import remove_tree
+from kubelet_sim.linux.safe_paths import remove_tree
 from kubelet_sim.volumes import ownership
 from kubelet_sim.volumes.ownership import ON_ROOT_MISMATCH, set_volume_ownership
 
@@ -69,7 +69,7 @@ def test_a_symlink_swapped_in_during_the_walk_changes_nothing_outside(tmp_path: 
 
 
 def test_bind_targets_that_docker_would_misread_are_refused() -> None:
-    from kubelet_sim.paths import bind_target_problem
+    from kubelet_sim.linux.safe_paths import bind_target_problem
 
     assert bind_target_problem("/data") is None
     assert bind_target_problem("data") == "must be an absolute path"

@@ -24,6 +24,7 @@ from kubernetes.client.exceptions import ApiException
 from kubelet_sim import cri
 from kubelet_sim.assembly.nodeset import NodeIdentity, NodeSet, NodeSetSettings
 from kubelet_sim.logs import get_logger
+from kubelet_sim.loops.supervise import Supervisor
 from kubelet_sim.node.settings import NodeSettings
 from kubelet_sim.podworkers.settings import PodSettings
 from kubelet_sim.server.certs import self_signed
@@ -33,7 +34,6 @@ from kubelet_sim.server.listener import Endpoint, Listener
 from kubelet_sim.server.routes import Reply
 from kubelet_sim.server.settings import ConnectionLimits, ServerSettings
 from kubelet_sim.server.tls import ServingTls
-from kubelet_sim.supervise import Supervisor
 from tests.cluster import Cluster, wait_for
 from tests.docker_env import DockerEnv
 from tests.kubelet_api import api_server_as_kubelet_client, client_certificates

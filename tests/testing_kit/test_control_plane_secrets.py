@@ -13,7 +13,7 @@ import pytest
 
 from kubelet_sim.controlplane.binaries import BinariesMissing, find_binaries
 from kubelet_sim.controlplane.cluster import ControlPlane
-from kubelet_sim.pem import write_private
+from kubelet_sim.formats.pem import write_private
 from tests.cluster import api_mode
 
 pytestmark = [

@@ -17,10 +17,11 @@ from pathlib import Path
 from typing import Any
 
 from kubelet_sim import cri
-from kubelet_sim.backoff import Backoff
-from kubelet_sim.jsontypes import Json
+from kubelet_sim.formats.jsontypes import Json
 from kubelet_sim.kube.events import EventRef
 from kubelet_sim.kube.rest import ApiError
+from kubelet_sim.loops.backoff import Backoff
+from kubelet_sim.loops.supervise import Supervisor
 from kubelet_sim.pod.admission import Allocatable
 from kubelet_sim.pod.container_config import ObjectLookup
 from kubelet_sim.pod.dns import NodeDNS
@@ -29,7 +30,6 @@ from kubelet_sim.podworkers.assemble import SyncerPorts, pod_syncer
 from kubelet_sim.podworkers.pool import SandboxPool
 from kubelet_sim.podworkers.settings import SyncSettings
 from kubelet_sim.runtime.local_images import BUSYBOX_IMAGE, PAUSE_IMAGE
-from kubelet_sim.supervise import Supervisor
 from kubelet_sim.volumes import TokenSource, VolumeSetup
 from tests.fakeruntime import FakeClock, FakeContainerCache, FakeRuntime
 

@@ -14,12 +14,12 @@ import pytest
 import yaml
 
 from kubelet_sim.kube.object_watches import POLL_PERIOD, WATCHES_PER_POD
-from kubelet_sim.podworkers.images import PARALLEL_PULLS
+from kubelet_sim.loops.timers import POOL_THREADS
+from kubelet_sim.podworkers.image_manager import PARALLEL_PULLS
 from kubelet_sim.podworkers.sync import YOUNG_CONTAINER
 from kubelet_sim.podworkers.workers import OBSERVE_AFTER, RELIST_LAG, RESYNC_SECONDS
 from kubelet_sim.prober.manager import PROBE_THREADS
 from kubelet_sim.staticpods.source import POLL_SECONDS
-from kubelet_sim.timers import POOL_THREADS
 
 ROOT = Path(__file__).resolve().parents[2]
 DOCS = ROOT / "docs"
@@ -150,7 +150,7 @@ def test_every_option_of_the_node_and_the_demo_is_in_the_options_page() -> None:
     import typer
 
     from kubelet_sim.cli.demo import demo_app
-    from kubelet_sim.cli.run import app
+    from kubelet_sim.cli.node_command import app
 
     text = (DOCS / "options.md").read_text()
     missing = [

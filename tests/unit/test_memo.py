@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from kubelet_sim.memo import BoundedMemo
+from kubelet_sim.formats.memo import BoundedMemo
 
 
 def test_the_oldest_entry_goes_when_the_limit_is_passed() -> None:

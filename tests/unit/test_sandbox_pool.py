@@ -10,11 +10,11 @@ from pathlib import Path
 import pytest
 
 from kubelet_sim import cri
+from kubelet_sim.loops.supervise import Supervisor
 from kubelet_sim.pod.sandbox_pool import adoption, pool_refusal, to_make
 from kubelet_sim.pod.spec import PodView
 from kubelet_sim.podworkers.pool import REFILL_AFTER_CLAIM, SandboxPool
 from kubelet_sim.runtime.local_images import PAUSE_IMAGE
-from kubelet_sim.supervise import Supervisor
 from tests.cluster import wait_for
 from tests.fakeruntime import FakeRuntime
 from tests.unit.harness import Node, container, pod_body

@@ -11,6 +11,7 @@ from typing import Any
 
 import pytest
 
+from kubelet_sim.loops.timers import Timers
 from kubelet_sim.pod.static import (
     CONFIG_HASH,
     CONFIG_MIRROR,
@@ -32,7 +33,6 @@ from kubelet_sim.pod.static import (
 from kubelet_sim.staticpods.manifests import ManifestReader
 from kubelet_sim.staticpods.source import StaticPods
 from kubelet_sim.staticpods.status import MirrorStatus
-from kubelet_sim.timers import Timers
 
 SEEN = "2026-11-02T10:00:00.5Z"
 

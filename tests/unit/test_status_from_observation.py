@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import pytest
 
-from kubelet_sim.jsontypes import Json
+from kubelet_sim.formats.jsontypes import Json
 from tests.cluster import wait_for
 from tests.unit.harness import Node, container, pod_body
 from tests.unit.test_probes import _answers, _attempts, _tick

@@ -10,7 +10,7 @@ from collections.abc import Iterator
 import pytest
 from structlog.testing import capture_logs
 
-from kubelet_sim.timers import URGENT, Timers
+from kubelet_sim.loops.timers import URGENT, Timers
 from tests.cluster import wait_for
 
 
@@ -123,7 +123,7 @@ def test_a_due_lease_renewal_runs_before_other_due_work() -> None:
 def test_a_burst_of_late_runs_is_one_warning_then_one_sum(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
-    monkeypatch.setattr("kubelet_sim.timers.LATE_LOG_INTERVAL", 0.3)
+    monkeypatch.setattr("kubelet_sim.loops.timers.LATE_LOG_INTERVAL", 0.3)
     timers = Timers(pool_threads=1, late_after=0.01).start()
     try:
         with capture_logs() as logs:

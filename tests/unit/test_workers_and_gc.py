@@ -2,10 +2,10 @@
 
 from __future__ import annotations
 
+from kubelet_sim.loops.timers import Timers
+from kubelet_sim.loops.workqueue import WorkQueue
 from kubelet_sim.podworkers.gc import ContainerGC
 from kubelet_sim.podworkers.workers import PodWorkers, waker
-from kubelet_sim.timers import Timers
-from kubelet_sim.workqueue import WorkQueue
 from tests.cluster import wait_for
 from tests.fakeruntime import Behaviour
 from tests.unit.harness import Node, container, pod_body

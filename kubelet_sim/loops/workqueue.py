@@ -18,8 +18,8 @@ from collections import deque
 from collections.abc import Callable, Hashable
 from typing import Generic, TypeVar
 
-from kubelet_sim.durations import MAX_SECONDS, timer_wait
-from kubelet_sim.supervise import Supervisor
+from kubelet_sim.formats.durations import MAX_SECONDS, timer_wait
+from kubelet_sim.loops.supervise import Supervisor
 
 K = TypeVar("K", bound=Hashable)
 

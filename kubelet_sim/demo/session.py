@@ -21,13 +21,13 @@ from kubelet_sim.controlplane.binaries import Binaries
 from kubelet_sim.controlplane.cluster import API_SERVICE_IP, ControlPlane
 from kubelet_sim.controlplane.reference_node import ReferenceNode
 from kubelet_sim.demo import sample
-from kubelet_sim.demo.images import ensure_images
 from kubelet_sim.demo.pod_endpoint import make_pod_endpoint
-from kubelet_sim.demo.state import DemoState
-from kubelet_sim.jsontypes import Json
+from kubelet_sim.demo.sample_images import ensure_images
+from kubelet_sim.demo.state_dir import DemoState
+from kubelet_sim.formats.jsontypes import Json
+from kubelet_sim.formats.pem import copy_private
 from kubelet_sim.kube.client import KubeConnection, connect
 from kubelet_sim.kube.rest import ApiError, request_json
-from kubelet_sim.pem import copy_private
 from kubelet_sim.runtime.engine import DockerEngine
 from kubelet_sim.runtime.node_runtime import NodeRuntime
 from kubelet_sim.tools import handoff

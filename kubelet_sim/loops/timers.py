@@ -26,10 +26,10 @@ from collections import deque
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
-from kubelet_sim.clock import SYSTEM_CLOCK, Clock
-from kubelet_sim.histogram import Histogram
+from kubelet_sim.formats.histogram import Histogram
 from kubelet_sim.logs import get_logger
-from kubelet_sim.supervise import Supervisor
+from kubelet_sim.loops.clock import SYSTEM_CLOCK, Clock
+from kubelet_sim.loops.supervise import Supervisor
 
 POOL_THREADS = 24  # tasks block in API calls: a thousand nodes renew 100 Leases a second, and
 # at 0.2 s a call (an API server busy with registrations) that keeps 20 threads waiting
@@ -79,7 +79,7 @@ class Timers:
         self.lateness: dict[str, Histogram] = {}
         self.late_runs: dict[str, int] = {}
         self.failures = 0
-        self.log = get_logger("kubelet_sim.timers")
+        self.log = get_logger("kubelet_sim.loops.timers")
         self._heap: list[tuple[float, int, int, Periodic]] = []
         self._ready: tuple[deque[Periodic], ...] = (deque(), deque())  # due, by priority
         self._late_summary: dict[str, _LateSummary] = {}

@@ -27,8 +27,8 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
-from kubelet_sim.backoff import Backoff
 from kubelet_sim.logs import get_logger
+from kubelet_sim.loops.backoff import Backoff
 
 MAX_FAILURES = 10  # in a row: then the loop is given up and the agent stops with an error
 HEALTHY_AFTER = 60.0  # seconds a restarted loop must run before its failure count is reset
@@ -78,7 +78,7 @@ class Supervisor:
         self.failure = ""
         self._loops: dict[str, LoopHealth] = {}
         self._lock = threading.Lock()
-        self.log = get_logger("kubelet_sim.supervise", **log_context)
+        self.log = get_logger("kubelet_sim.loops.supervise", **log_context)
 
     def thread(
         self,

@@ -12,12 +12,12 @@ from kubelet_sim.assembly.nodeset import NodeSet, exit_past_calls_in_flight, usa
 from kubelet_sim.cli.common import fail, stop_on_signals, typer_app
 from kubelet_sim.cli.node_options import NodeOptions, with_node_options
 from kubelet_sim.cli.ui import UiOptions, with_ui_options
-from kubelet_sim.config import ConfigError
 from kubelet_sim.kube.client import KubeConfigError
 from kubelet_sim.logs import configure_logging
 from kubelet_sim.runtime.engine import RuntimeUnavailable
 from kubelet_sim.server.http import ServerError
 from kubelet_sim.server.settings import ConnectionLimits, ServerSettings, parse_duration
+from kubelet_sim.validation import ConfigError
 
 app = typer_app()
 

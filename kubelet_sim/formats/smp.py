@@ -13,7 +13,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
-from kubelet_sim.jsontypes import Json
+from kubelet_sim.formats.jsontypes import Json
 
 # Merge keys of the lists that have one, by dotted path from the patched object (list items add
 # no path element). A list not named here is replaced whole. From the

@@ -22,7 +22,7 @@ from pathlib import Path
 from typing import Any
 
 from kubelet_sim import cri
-from kubelet_sim.paths import remove_tree
+from kubelet_sim.linux.safe_paths import remove_tree
 from kubelet_sim.volumes.hostmount import mount_points_under, unmount
 
 OWNER_LABEL = cri.LABEL_OWNER

@@ -11,9 +11,9 @@ from collections.abc import Sequence
 from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass
 
-from kubelet_sim.clock import SYSTEM_CLOCK, Clock
 from kubelet_sim.cri import ImagePullError, RegistryAuth
 from kubelet_sim.kube.events import NORMAL, WARNING, EventRef
+from kubelet_sim.loops.clock import SYSTEM_CLOCK, Clock
 from kubelet_sim.pod.image_ref import invalid_image_message
 from kubelet_sim.pod.restart_backoff import KeyedBackoff
 from kubelet_sim.pod.spec import ContainerView, PodView

@@ -23,7 +23,7 @@ from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import Any
 
-from kubelet_sim.jsontypes import Json
+from kubelet_sim.formats.jsontypes import Json
 from kubelet_sim.kube.informer import DELETED
 
 SCHEDULER_REASONS = ("Scheduled", "FailedScheduling")

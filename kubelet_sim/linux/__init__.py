@@ -1,0 +1,1 @@
+"""The host kernel's facilities: entering namespaces, opening paths safely."""
