@@ -40,6 +40,7 @@ class NodeLifecycle:
     ) -> None:
         """`timers`: the process's, which renew the Lease and write the status."""
         self.settings = settings
+        self.timers = timers  # the process's
         self.host = host or detect_host()
         self._resolve = resolve
         self._api = node_api

@@ -81,16 +81,16 @@ class ContainerWatcher:
         self._gone: BoundedMemo[str, bool] = BoundedMemo(_GONE_REMEMBERED)  # destroyed ids
         self._oom: BoundedMemo[str, bool] = BoundedMemo(_GONE_REMEMBERED)  # had an `oom` event
         self._synced = threading.Event()
-        self._events = events
+        self.events = events
 
     # Lifecycle
 
     def start(self) -> None:
-        self._events.add(self)
+        self.events.add(self)
 
     def stop(self, timeout: float = 1.0) -> None:
         """No more events for this node (the stream is the process's)."""
-        self._events.remove(self)
+        self.events.remove(self)
 
     def wait_synced(self, timeout: float | None = None) -> bool:
         """True once the first list is in the view (pod workers should wait for it)."""
@@ -102,7 +102,7 @@ class ContainerWatcher:
 
     def reconnect(self) -> None:
         """Drop the events stream; the watcher relists and resubscribes, as after an outage."""
-        self._events.reconnect()
+        self.events.reconnect()
 
     # The view
 
