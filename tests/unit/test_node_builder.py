@@ -64,7 +64,8 @@ def test_every_node_shares_the_processs_engine_timers_events_and_listener(
             assert node.runtime.engine is nodes.engine
             assert node.lifecycle.timers is process.timers
             assert node.watcher.events is process.container_events
-            assert node.server is not None and node.server.listener is process.listener
+            assert node.server is not None
+            assert node.server.listener is process.listener
         ports = [n.server.port for n in nodes.nodes if n.server is not None]
         assert len(set(ports)) == 3 and 0 not in ports, "each node its own port on it"
         assert [n.settings.kubelet_port for n in nodes.nodes] == ports, "the Node says its port"
@@ -97,9 +98,11 @@ def test_the_pod_index_is_below_the_workers_and_the_syncer_gets_its_parts(
 ) -> None:
     for nodes in _built(tmp_path, kubeconfig, _node("a"), _node("b")):
         a, b = nodes.nodes
-        assert a.syncer.pods is a.pods and a.pods is not b.pods
+        assert a.syncer.pods is a.pods
+        assert a.pods is not b.pods
         assert a.workers.syncer is a.syncer
         assert a.syncer.starter.stopper is a.syncer.stopper, "one stopper for the pod's parts"
         assert a.gc.stopper is a.syncer.stopper
-        assert a.syncer.runtime is a.runtime and a.runtime is not b.runtime
+        assert a.syncer.runtime is a.runtime
+        assert a.runtime is not b.runtime
         assert a.runtime.root_dir == tmp_path / "root" / "a"
