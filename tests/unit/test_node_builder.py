@@ -67,7 +67,8 @@ def test_every_node_shares_the_processs_engine_timers_events_and_listener(
             assert node.server is not None
             assert node.server.listener is process.listener
         ports = [n.server.port for n in nodes.nodes if n.server is not None]
-        assert len(set(ports)) == 3 and 0 not in ports, "each node its own port on it"
+        assert len(set(ports)) == 3, "each node its own port on it"
+        assert 0 not in ports
         assert [n.settings.kubelet_port for n in nodes.nodes] == ports, "the Node says its port"
 
 
