@@ -13,6 +13,7 @@ from typing import Any
 import pytest
 import yaml
 
+from kubelet_sim.assembly.process import TIMER_THREADS_PER_NODE
 from kubelet_sim.kube.object_watches import POLL_PERIOD, WATCHES_PER_POD
 from kubelet_sim.loops.timers import POOL_THREADS
 from kubelet_sim.podworkers.image_manager import PARALLEL_PULLS
@@ -120,6 +121,7 @@ def test_the_layer_list_runs_in_the_order_the_architecture_test_enforces() -> No
 # (page, what it says with the number as a group, the code's value)
 QUOTED: list[tuple[str, str, float]] = [
     ("architecture.md", r"`timers` \(one scheduler thread, a pool of (\w+)\)", POOL_THREADS),
+    ("architecture.md", r"(\w+) threads of it per node", TIMER_THREADS_PER_NODE),
     ("many-nodes.md", r"one timer thread and a pool of (\w+)", POOL_THREADS),
     ("architecture.md", r"startup probes: one scheduler thread, a pool of (\w+)", PROBE_THREADS),
     ("architecture.md", r"\(while the node has probes\) and its pool of (\w+)", PROBE_THREADS),
