@@ -74,6 +74,7 @@ class NodeWiring:
     server: ServerSettings | None  # None: no kubelet API
     proxy: bool  # runs a service proxy (its watches are in `watches`)
     supervisor: Supervisor  # the node's loops' (its own watches' too)
+    proxy_off: str | None = None  # why no service proxy runs though one was asked for
 
 
 def node_runtime(process: ProcessContext, node_name: str, root_dir: Path) -> NodeRuntime:
@@ -248,7 +249,7 @@ def build_node(
     if wiring.server is not None:  # bound first: the Node advertises the port it really has
         served = ServedNode(
             name, index, watcher, syncer, workers, runtime, kube, watches, process.timers,
-            supervisor,
+            (supervisor, process.supervisor),
         )  # fmt: skip
         server = _kubelet_server(settings, wiring.server, process, kube, runtime, served)
         settings = dataclasses.replace(settings, kubelet_port=server.port)
@@ -279,6 +280,7 @@ def build_node(
             proxy=proxy,
             server=server,
             static=static,
+            proxy_off=wiring.proxy_off,
         )
     )
     return node

@@ -1,9 +1,11 @@
 """One node's running parts, made by `build.build_node`; `start` and `stop` are its one lifecycle.
 
 Start order: API server reachable → Node registered (Lease and status on the process's timers)
-→ this node's share of the watches, its kubelet API port and the node's containers → pod
-workers, once both the pod list and the container list are in (so nothing is mistaken for an
-orphan). Stop order is the reverse; running pods are left alone, as the kubelet leaves them.
+→ the node's watches (its own; watches of every node run already), its kubelet API port and
+the node's containers → pod workers, once both the pod list and the container list are in (so
+nothing is mistaken for an orphan). The node's handlers are on its watches from its making,
+so the first list reaches it as a list. Stop order is the reverse; running pods are left
+alone, as the kubelet leaves them.
 
 Every loop of the node runs under its `supervisor`: a loop that raised is restarted; one that
 keeps failing marks the node failed, and its set stops every node (the command exits 1).
@@ -68,6 +70,7 @@ class NodeParts:
     proxy: ServiceProxy | None
     server: KubeletServer | None
     static: StaticPods | None
+    proxy_off: str | None = None  # why no service proxy runs though one was asked for
 
 
 class Node:
@@ -83,7 +86,6 @@ class Node:
         self.pool, self.syncer, self.workers, self.gc = p.pool, p.syncer, p.workers, p.gc
         self.proxy, self.server, self.static = p.proxy, p.server, p.static
         self.pod_informer = SharedFeed(p.watches.pods)
-        self.node_informer = SharedFeed(p.watches.nodes)
         self.service_informer = SharedFeed(p.watches.services)
         self.log = get_logger("kubelet_sim.node", node=self.node_name)
         self.node_object: Json | None = None  # our Node as the watch last told
@@ -97,8 +99,8 @@ class Node:
     def start(self, stop: threading.Event) -> bool:
         """Up to serving pods: True once the pod workers run; False if `stop` came first.
 
-        Returns: a set of many nodes starts each on a short-lived thread and keeps none per
-        node after (`stop` ends what this started)."""
+        It returns once the node runs: a set of many nodes starts each on a short-lived thread
+        and keeps none per node after (`stop` ends what this started)."""
         self.log.info(
             "starting",
             api_server=self.kube.host,
@@ -117,7 +119,11 @@ class Node:
             if self.server is not None:
                 self.server.start()
             self.events.start()
-            self.watches.register(self.node_name, self._handlers())
+            self.watches.start()
+            if self.parts.proxy_off is not None:
+                self.log.warning(
+                    "Services are not programmed into pods", reason=self.parts.proxy_off
+                )
             if self.proxy is not None:
                 self.proxy.start()
             self.watcher.start()
@@ -179,7 +185,8 @@ class Node:
 
     # -- what the watches tell (on their threads: quick, they only index and enqueue) ----------
 
-    def _handlers(self) -> NodeHandlers:
+    def handlers(self) -> NodeHandlers:
+        """What the node's watches tell it: registered by the set at the node's making."""
         proxy = self.proxy
         return NodeHandlers(
             self.parts.intake.on_pod_event,

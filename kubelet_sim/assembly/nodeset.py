@@ -16,13 +16,14 @@ import dataclasses
 import os
 import sys
 import threading
+import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 
 from kubelet_sim import cri
 from kubelet_sim.assembly.build import NodeWiring, build_node
-from kubelet_sim.assembly.node import Node
+from kubelet_sim.assembly.node import SHUTDOWN_SECONDS, Node
 from kubelet_sim.assembly.process import ProcessContext, RuntimeOptions, engine_for, timer_threads
 from kubelet_sim.kube.client import KubeConnection, connect, wait_for_api_server
 from kubelet_sim.kube.schema import ServerSchema
@@ -35,6 +36,7 @@ from kubelet_sim.node.host import detect_host
 from kubelet_sim.node.settings import NodeSettings
 from kubelet_sim.node.shared_probe import SharedProbe
 from kubelet_sim.podworkers.settings import PodSettings
+from kubelet_sim.proxy import netns
 from kubelet_sim.runtime.engine import DockerEngine
 from kubelet_sim.runtime.log_rotation import LogRotation
 from kubelet_sim.runtime.node_runtime import NodeRuntime
@@ -115,12 +117,17 @@ class NodeSet:
         self.failures: list[tuple[str, str]] = []
         self._threads: list[threading.Thread] = []
         self._stop: threading.Event | None = None
+        self._stopped = False
         kube = _connections(settings)  # the API first: a missing kubeconfig says so first
         proxy: KubeConnection | None = None
         if settings.service_proxy and settings.proxy_kubeconfig is not None:
             pool = 2 * len(settings.nodes) + 2
             proxy = connect(settings.proxy_kubeconfig, pool_size=pool)
         self._owns_engine = engine is None
+        if engine is not None and engine.network != settings.docker_network:
+            raise ConfigError(
+                f"the engine's pods join {engine.network!r}, the nodes' {settings.docker_network!r}"
+            )
         self.engine = engine or engine_for(
             settings.docker_network, pull_progress_deadline=settings.image_pull_progress_deadline
         )
@@ -149,6 +156,9 @@ class NodeSet:
         # Read once for all the nodes (it is the same server), on its first use.
         schema = ServerSchema.of_server(next(iter(kube.values())).api) if kube else ServerSchema()
         on_set = [n.settings.node_name for n in identities if n.kubeconfig is None]
+        # Where pods' namespaces cannot be entered, no proxy runs and nothing is watched for it.
+        proxy_off = netns.unavailable() if settings.service_proxy else None
+        proxies = settings.service_proxy and proxy_off is None
         scopes: dict[str, _Scope] = {}
         nodes = []
         for i, node in enumerate(identities):
@@ -158,7 +168,7 @@ class NodeSet:
             every_node = node.kubeconfig is None and len(on_set) > 1
             key = "" if every_node else name
             if key not in scopes:
-                proxy_api = (proxy or connection).api if settings.service_proxy else None
+                proxy_api = (proxy or connection).api if proxies else None
                 watches = SharedWatches(
                     connection.api,
                     node=None if every_node else name,
@@ -182,10 +192,14 @@ class NodeSet:
                 connection,
                 scopes[key].watches,
                 server,
-                proxy=settings.service_proxy,
+                proxy=proxies,
                 supervisor=supervisor,
+                proxy_off=proxy_off,
             )
-            nodes.append(build_node(wiring, settings.pods, self.process, schema))
+            built = build_node(wiring, settings.pods, self.process, schema)
+            # Before any watch starts: the first list reaches the node as a list.
+            scopes[key].watches.register(name, built.handlers())
+            nodes.append(built)
         return nodes, list(scopes.values())
 
     @property
@@ -196,12 +210,11 @@ class NodeSet:
         """Start every node, STARTERS at a time, on threads that end once their nodes run;
         a node whose start fails, or whose loop later fails for good, sets `stop` for all (its
         reason lands in `failures`). Watches of every node start first, once the server says
-        these credentials may hold them; a node's own watches once the server answers it."""
+        these credentials may hold them; a node's own watches once its Node is registered."""
         self._stop = stop
         self.process.start()
         waiting = list(reversed(self.nodes))
         lock = threading.Lock()
-        own_scope = {s.names[0]: s for s in self.scopes if not s.every_node}
 
         def start_nodes() -> None:
             while not stop.is_set():
@@ -210,11 +223,6 @@ class NodeSet:
                         return
                     node = waiting.pop()
                 try:
-                    scope = own_scope.get(node.node_name)
-                    if scope is not None:
-                        if wait_for_api_server(scope.connection, stop) is None:
-                            return
-                        scope.watches.start()
                     node.start(stop)
                 except Exception as exc:  # a bug: this node cannot run, so none does
                     get_logger("kubelet_sim.nodeset", node=node.node_name).exception(
@@ -239,8 +247,9 @@ class NodeSet:
 
     def _process_failed(self, why: str) -> None:
         """A loop of the process's (the listener, the timers, the events stream, the watches
-        of every node) failed for good: every node stops."""
-        self.failures.append(("(process)", why))
+        of every node) failed for good: every node stops (the one node's name is said)."""
+        names = [n.settings.node_name for n in self.settings.nodes]
+        self.failures.append((names[0] if len(names) == 1 else "(process)", why))
         if self._stop is not None:
             self._stop.set()
 
@@ -294,7 +303,10 @@ class NodeSet:
         return self.failures
 
     def _stop_all(self) -> None:
-        """Every node at once (each within its own deadline), then what they shared."""
+        """Every node at once (each within its own deadline), then what they shared; once."""
+        if self._stopped:
+            return
+        self._stopped = True
         remaining = list(self.nodes)
         lock = threading.Lock()
 
@@ -315,8 +327,11 @@ class NodeSet:
         for thread in threads:
             while thread.is_alive():
                 thread.join(0.5)
+        for scope in self.scopes:  # every watch asked at once, then waited for within one deadline
+            scope.watches.stop(0)
+        deadline = time.monotonic() + SHUTDOWN_SECONDS
         for scope in self.scopes:
-            scope.watches.stop()
+            scope.watches.stop(max(0.0, deadline - time.monotonic()))
             _log_counters(scope)
         self.process.stop()
         for node in self.nodes:

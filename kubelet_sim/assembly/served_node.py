@@ -35,13 +35,13 @@ class ServedNode:
         kube: KubeConnection,
         watches: SharedWatches,
         timers: Timers,
-        supervisor: Supervisor,
+        supervisors: tuple[Supervisor, Supervisor],
     ) -> None:
         self.node_name = node_name
         self._pods, self._watcher, self._runtime = pods, watcher, runtime
         self.syncer, self.workers = syncer, workers
         self._kube, self._watches, self._timers = kube, watches, timers
-        self._supervisor = supervisor
+        self._supervisors = supervisors  # the node's, then the process's
 
     def pods(self) -> list[Json]:
         return self._pods.pods()
@@ -50,8 +50,10 @@ class ServedNode:
         return self._watcher.pod_containers(uid)
 
     def health(self) -> tuple[bool, str]:
-        supervisor = self._supervisor
-        return supervisor.healthy, supervisor.failure or "a loop is restarting"
+        for supervisor in self._supervisors:  # the node's loops, then the process's
+            if not supervisor.healthy:
+                return False, supervisor.failure or "a loop is restarting"
+        return True, ""
 
     def metrics(self) -> NodeSample:
         stats = self._runtime.stats

@@ -128,6 +128,7 @@ class SharedWatches:
         self.node = node
         self._nodes_by_name: dict[str, NodeHandlers] = {}
         self._lock = threading.Lock()
+        self._started = False
         self.route_nodes: Informer | None = None  # the Nodes a service proxy reads
         ctx: dict[str, Any] = {"node": node} if node is not None else {}
         if node is None:
@@ -181,8 +182,13 @@ class SharedWatches:
             self._nodes_by_name.pop(node_name, None)
 
     def start(self) -> None:
-        for informer in self.informers:
-            informer.start()
+        """Once (later calls do nothing): the set starts watches of every node after checking
+        the credentials' rights, a node its own after its Node is registered."""
+        with self._lock:
+            started, self._started = self._started, True
+        if not started:
+            for informer in self.informers:
+                informer.start()
 
     def stop(self, timeout: float = 5.0) -> None:
         for informer in self.informers:

@@ -57,7 +57,7 @@ class LoopFailed(Exception):
 
 
 class Supervisor:
-    """Runs, restarts and reports the loops of one agent (or of one component on its own)."""
+    """Runs, restarts and reports the loops of one node (or of the process's shared parts)."""
 
     def __init__(
         self,

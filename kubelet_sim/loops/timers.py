@@ -59,8 +59,10 @@ class Periodic:
     def wake(self, delay: float = 0.0) -> None:
         self._timers.wake(self, delay)
 
-    def cancel(self) -> None:
-        self._timers.cancel(self)
+    def cancel(self, wait: float = 0.0) -> None:
+        """No more runs; with `wait`, return once a run in progress ended (or `wait` passed),
+        as a loop's stop joined its thread."""
+        self._timers.cancel(self, wait)
 
 
 class Timers:
@@ -89,6 +91,7 @@ class Timers:
         # one worker (a pool of 24 woken for each renewal spent a tenth of a core on wake-ups).
         self._cond = threading.Condition(lock)
         self._work_ready = threading.Condition(lock)
+        self._ended = threading.Condition(lock)  # a run ended (for a cancel that waits)
         self._stop = threading.Event()
         self._rng = random.Random()
         supervisor = supervisor or Supervisor()
@@ -146,10 +149,16 @@ class Timers:
             if due < timer.due:
                 self._push(timer, due)
 
-    def cancel(self, timer: Periodic) -> None:
+    def cancel(self, timer: Periodic, wait: float = 0.0) -> None:
+        deadline = self.clock.monotonic() + wait
         with self._cond:
             timer.cancelled = True
             timer.version += 1
+            while timer.running and threading.current_thread() not in self._threads:
+                left = deadline - self.clock.monotonic()
+                if left <= 0:
+                    break
+                self._ended.wait(left)
 
     def pending(self) -> int:
         with self._cond:
@@ -196,6 +205,7 @@ class Timers:
             with self._cond:
                 timer.running = False
                 if timer.cancelled:
+                    self._ended.notify_all()
                     continue
                 if timer.rerun:
                     timer.rerun = False

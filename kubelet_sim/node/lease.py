@@ -60,7 +60,7 @@ class LeaseController:
     def stop(self, timeout: float = 5.0) -> None:
         self._stop.set()
         if self._timer is not None:
-            self._timer.cancel()
+            self._timer.cancel(wait=timeout)  # a write in flight ends first (then the Node may go)
 
     def sync(self) -> None:
         """One renewal: update from the last written Lease, else get-or-create then update."""

@@ -102,11 +102,11 @@ class NodeLifecycle:
         self._stop.set()
 
     def node_deleted(self) -> None:
-        """For the agent's Node informer: our Node was deleted, register it again."""
+        """For the node's Node watch: our Node was deleted, register it again."""
         self._status.node_deleted()
 
     def node_changed(self, node: Json) -> None:
-        """For the agent's Node informer: log spec changes (cordon, taints)."""
+        """For the node's Node watch: log spec changes (cordon, taints)."""
         self._status.node_changed(node)
 
     def _initial_node(self) -> Json:

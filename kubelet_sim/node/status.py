@@ -83,7 +83,7 @@ class NodeStatusController:
         self._spec: Json | None = None
         self._server: tuple[int, Json] = (0, {})  # (resourceVersion, status) newest seen
 
-    # --- called by the lifecycle and the agent ---------------------------------------------
+    # --- called by the lifecycle and the node -----------------------------------------------
 
     def observe_runtime(self) -> tuple[str, list[str]]:
         """Ping the runtime: its version (last known if it is down) and the kubelet's errors."""
@@ -133,7 +133,7 @@ class NodeStatusController:
     def stop(self, timeout: float = 5.0) -> None:
         self._stop.set()
         if self._timer is not None:
-            self._timer.cancel()
+            self._timer.cancel(wait=timeout)  # a write in flight ends first (then the Node may go)
 
     def node_deleted(self) -> None:
         """The informer saw our Node deleted: register it again at once."""

@@ -6,7 +6,6 @@ calls backOff.GC()), so that the backoff maps of a long-lived node stay bounded.
 
 from __future__ import annotations
 
-import threading
 from collections.abc import Sequence
 
 from kubelet_sim.logs import get_logger
@@ -38,7 +37,6 @@ class ContainerGC:
         self.stopper = stopper
         self.period = period
         self.removed = 0
-        self._stop = threading.Event()
         self._node = node
         self._timers = timers
         self._timer: Periodic | None = None
@@ -50,9 +48,8 @@ class ContainerGC:
         )
 
     def stop(self, timeout: float = 5.0) -> None:
-        self._stop.set()
         if self._timer is not None:
-            self._timer.cancel()
+            self._timer.cancel(wait=timeout)
 
     def collect(self) -> int:
         """One pass; the number of containers removed."""

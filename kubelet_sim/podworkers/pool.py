@@ -2,7 +2,7 @@
 critical path is only its own containers.
 
 A pod that may use one (pod/sandbox_pool.pool_refusal) claims the oldest; a thread of its own,
-under the agent's Supervisor, makes the next one after each claim, one at a time and never
+under the node's Supervisor, makes the next one after each claim, one at a time and never
 while pods and pool together would pass the node's pod limit. Unclaimed sandboxes are no pod's
 (the runtime reports none for them), so nothing counts them as pods; they are removed when the
 agent stops, and adopted (or removed) by the next start after a crash.

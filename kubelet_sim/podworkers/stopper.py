@@ -8,7 +8,7 @@ kubelet's killContainer does when its grace period is cut.
 
 The timer serves every pod of the node, so no pod's number may stop it: grace periods arrive
 bounded (PodView, kubelet_sim.formats.durations), the timer never sleeps longer than
-MAX_TIMER_WAIT at once, and it runs under the agent's supervisor, restarted if it ever fails.
+MAX_TIMER_WAIT at once, and it runs under the node's supervisor, restarted if it ever fails.
 It is a thread on demand: it lives while a SIGKILL is booked (and a few seconds more).
 """
 

@@ -60,8 +60,7 @@ class ServiceProxy:
         self._events = events
         self.log = get_logger("kubelet_sim.proxy", node=settings.node_name)
         self.disabled = netns.unavailable() if settings.runner is netns.run_command else None
-        self._stop = threading.Event()
-        self._dirty = threading.Event()
+        self._dirty = threading.Event()  # a change no pass has programmed yet
         self._lock = threading.Lock()  # the namespaces by pid; each has its own lock to apply
         self._namespaces: dict[int, netns.Namespace] = {}
         self._warned: set[tuple[str, str, str, str]] = set()
@@ -77,10 +76,8 @@ class ServiceProxy:
         self._timer = self._timers.every("service-proxy", node, RESYNC, self._pass)
 
     def stop(self, timeout: float = 5.0) -> None:
-        self._stop.set()
-        self._dirty.set()
         if self._timer is not None:
-            self._timer.cancel()
+            self._timer.cancel(wait=timeout)
 
     def changed(self) -> None:
         self._dirty.set()
@@ -97,6 +94,8 @@ class ServiceProxy:
         # not list them: --proxy-kubeconfig): a pod never waits for a list that will not come.
         self.slices.answered.wait(FIRST_LIST_GRACE)
         self._program([sandbox], full=False)
+        if self._dirty.is_set() and self._timer is not None:  # changed while it had no pods
+            self._timer.wake(self.settings.debounce)
 
     # ---------------------------------------------------------------------------------------
 

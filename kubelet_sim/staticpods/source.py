@@ -9,8 +9,8 @@ As the kubelet (`pkg/kubelet/config/file.go`, `pod/pod_manager.go`, `pod/mirror_
   one that is being deleted or stands for another version is deleted (grace 0, UID
   precondition) and made again; one whose static pod is gone and terminated is deleted.
 
-Mirror pods reach the agent through its pod watch (they are bound to the node) and are handed
-here, never to the pod workers. The pod workers see the static pods in the agent's one pod
+Mirror pods reach the node through its pod watch (they are bound to the node) and are handed
+here, never to the pod workers. The pod workers see the static pods in the node's one pod
 index, put there and taken out through `on_pod`.
 """
 
@@ -45,7 +45,7 @@ FullName = tuple[str, str]  # namespace, name
 class StaticPods:
     """The static pods of one node and their mirrors.
 
-    `on_pod(uid, pod)` puts a static pod in the agent's index (None: takes it out, it is gone);
+    `on_pod(uid, pod)` puts a static pod in the node's pod index (None: takes it out, it is gone);
     `wake(uid)` brings a static pod to its worker (its mirror changed: status to write);
     `node()` is the node's own Node as last seen (its UID owns the mirror pods);
     `known(uid)` tells whether the pod workers still hold state for a uid (a pod that comes
@@ -96,7 +96,7 @@ class StaticPods:
 
     def stop(self, timeout: float) -> None:
         if self._timer is not None:
-            self._timer.cancel()
+            self._timer.cancel(wait=timeout)  # no mirror made after the node stopped
 
     def _poke(self) -> None:
         """Run a pass soon (a mirror changed, a static pod terminated)."""
