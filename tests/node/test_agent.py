@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import itertools
+import time
 from pathlib import Path
 
 import pytest
@@ -146,6 +147,7 @@ def test_repeated_status_write_failures_back_off_and_are_said_once(
     from structlog.testing import capture_logs
 
     fake = cluster.require_fake("fails status writes")
+    began = time.time()  # the fake's log is the session's: this test's requests only
     with capture_logs() as logs:
         running = start_agent(cluster, docker_env, tmp_path / "root")
         try:
@@ -154,7 +156,8 @@ def test_repeated_status_write_failures_back_off_and_are_said_once(
             wait_status(cluster, "stubborn", running_ready, 40, "Running and Ready")
         finally:
             running.stop()
-    failed = [r.time for r in fake.requests(verb="patch", resource="pods") if r.code == 500]
+    patches = fake.requests(verb="patch", resource="pods", since=began)
+    failed = [r.time for r in patches if r.code == 500]
     assert len(failed) == 4
     gaps = [b - a for a, b in itertools.pairwise(failed)]
     # Each retry waits at least its booked delay (1 s doubling, jitter only adds); a slow sync

@@ -551,7 +551,7 @@ def test_an_oom_event_after_the_exit_makes_the_container_oom_killed(
     changes.clear()
     attrs = docker_env.client.api.inspect_container(container_id)
     labels = attrs["Config"]["Labels"]
-    watcher._events._dispatch(
+    watcher.events._dispatch(
         {
             "Type": "container",
             "Action": "oom",
