@@ -238,11 +238,7 @@ def build_node(
         syncer.stopper,
         name,
         process.timers,
-        backoffs=(
-            syncer.mount_backoff,
-            syncer.starter.crash_backoff,
-            syncer.starter.puller.backoff,
-        ),
+        backoffs=syncer.backoffs(),
     )
     settings = wiring.settings
     server = None

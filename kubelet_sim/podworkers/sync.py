@@ -158,6 +158,11 @@ class PodSyncer:
             return min(delay, retry) if delay is not None else retry
         return delay
 
+    def backoffs(self) -> tuple[KeyedBackoff, ...]:
+        """Its per-pod and per-container backoffs (mounts, crash loops, pulls): the GC forgets
+        their old entries."""
+        return (self.mount_backoff, self.starter.crash_backoff, self.starter.puller.backoff)
+
     def start(self) -> None:
         self.prober.start()
 
