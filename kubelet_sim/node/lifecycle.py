@@ -16,7 +16,7 @@ from kubelet_sim.kube.node_api import NodeApi
 from kubelet_sim.kube.rest import ApiError
 from kubelet_sim.logs import get_logger
 from kubelet_sim.loops.timers import Timers
-from kubelet_sim.node.host import HostFacts, detect_host, resolve_name
+from kubelet_sim.node.host import HostFacts, resolve_name
 from kubelet_sim.node.lease import LeaseController
 from kubelet_sim.node.node_object import build_node
 from kubelet_sim.node.registration import Registrar
@@ -35,13 +35,13 @@ class NodeLifecycle:
         node_api: NodeApi,
         runtime_probe: RuntimeProbe,
         timers: Timers,
-        host: HostFacts | None = None,
+        host: HostFacts,
         resolve: Callable[[str], tuple[str, ...]] = resolve_name,
     ) -> None:
         """`timers`: the process's, which renew the Lease and write the status."""
         self.settings = settings
         self.timers = timers  # the process's
-        self.host = host or detect_host()
+        self.host = host  # the process's, read once for every node
         self._resolve = resolve
         self._api = node_api
         self._stop = threading.Event()

@@ -48,7 +48,9 @@ ENGINE_ELSEWHERE: dict[str, str] = {}
 
 # Parameters that name a shared part: a component receives it, never makes its own.
 SHARED_PARAMETERS = {"timers", "listener", "container_events", "shared", "watches", "events"}
-SHARED_TYPES = {"Timers", "Listener", "ContainerEvents", "SharedWatches"}
+SHARED_PARAMETERS |= {"host", "engine", "probe", "runtime_probe"}
+SHARED_TYPES = {"Timers", "Listener", "ContainerEvents", "SharedWatches", "HostFacts"}
+SHARED_TYPES |= {"DockerEngine", "RuntimeProbe"}
 
 MODULES = sorted(PACKAGE.rglob("*.py"))
 
