@@ -72,7 +72,6 @@ class NodeWiring:
     kube: KubeConnection
     watches: SharedWatches
     server: ServerSettings | None  # None: no kubelet API
-    proxy: bool  # runs a service proxy (its watches are in `watches`)
     supervisor: Supervisor  # the node's loops' (its own watches' too)
     proxy_off: str | None = None  # why no service proxy runs though one was asked for
 
@@ -152,7 +151,7 @@ def build_node(
 
     proxy = None
     proxy_watches = watches.proxy_watches
-    if wiring.proxy and proxy_watches is not None:
+    if proxy_watches is not None:  # the set watches for a proxy only where one runs
         proxy = ServiceProxy(
             ProxySettings(name, process.engine.network_subnet()),
             services,

@@ -24,7 +24,7 @@ from kubelet_sim.kube.client import KubeConnection, wait_for_api_server
 from kubelet_sim.kube.events import EventRecorder
 from kubelet_sim.kube.informer import DELETED
 from kubelet_sim.kube.object_watches import ReferencedObjectWatches
-from kubelet_sim.kube.shared_watches import NodeHandlers, SharedFeed, SharedWatches
+from kubelet_sim.kube.shared_watches import NodeHandlers, SharedWatches
 from kubelet_sim.logs import get_logger
 from kubelet_sim.loops.supervise import LoopHealth, Supervisor
 from kubelet_sim.node.lifecycle import NodeLifecycle
@@ -85,8 +85,6 @@ class Node:
         self.objects, self.events, self.watcher = p.objects, p.events, p.watcher
         self.pool, self.syncer, self.workers, self.gc = p.pool, p.syncer, p.workers, p.gc
         self.proxy, self.server, self.static = p.proxy, p.server, p.static
-        self.pod_informer = SharedFeed(p.watches.pods)
-        self.service_informer = SharedFeed(p.watches.services)
         self.log = get_logger("kubelet_sim.node", node=self.node_name)
         self.node_object: Json | None = None  # our Node as the watch last told
         self._started_lock = threading.Lock()
@@ -127,12 +125,12 @@ class Node:
             if self.proxy is not None:
                 self.proxy.start()
             self.watcher.start()
-        for synced in (self.pod_informer.synced.wait, self.watcher.wait_synced):
+        for synced in (self.watches.pods.synced.wait, self.watcher.wait_synced):
             while not stop.is_set() and not synced(0.5):  # wakes only to notice a stop
                 pass
         # The Services too, briefly: a container started before them would wait out a retry
         # (the kubelet does not wait; a node that may not list them must still run pods).
-        self.service_informer.synced.wait(SERVICES_GRACE)
+        self.watches.services.synced.wait(SERVICES_GRACE)
         if stop.is_set():
             return False
         if self.static is not None:  # its pods in the index before the workers look for orphans

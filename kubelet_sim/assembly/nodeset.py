@@ -192,7 +192,6 @@ class NodeSet:
                 connection,
                 scopes[key].watches,
                 server,
-                proxy=proxies,
                 supervisor=supervisor,
                 proxy_off=proxy_off,
             )

@@ -7,21 +7,21 @@ bound to any node (`spec.nodeName!=`), every Node, every Service, every Endpoint
 event goes to the node it names (kwok's way). Node credentials may not (the Node authorizer
 lets a node watch only its own pods and Node), and a process of one node needs no more: such
 watches serve one node, with the kubelet's own field selectors. Either way a node reads its
-watches the same way (`register`, `SharedFeed`).
+watches the same way (`register`).
 """
 
 from __future__ import annotations
 
 import threading
 from collections.abc import Callable
-from typing import Any, Protocol
+from typing import Any
 
 from kubernetes import client
 from kubernetes.client.exceptions import ApiException
 
 from kubelet_sim.formats.jsontypes import Json
 from kubelet_sim.kube import paths
-from kubelet_sim.kube.informer import DELETED, Handler, Informer, InformerStats, ListWatchSource
+from kubelet_sim.kube.informer import DELETED, Handler, Informer, ListWatchSource
 from kubelet_sim.kube.paths import Collection
 from kubelet_sim.kube.watches import (
     all_endpoint_slices,
@@ -32,38 +32,6 @@ from kubelet_sim.kube.watches import (
 )
 from kubelet_sim.logs import get_logger
 from kubelet_sim.loops.supervise import Supervisor
-
-
-class Feed(Protocol):
-    """What a node reads of a watch: its own Informer, or its share of a shared one."""
-
-    synced: threading.Event
-    stats: InformerStats
-
-    def start(self) -> Any: ...
-
-    def stop(self, timeout: float = 5.0) -> None: ...
-
-    def items(self) -> list[Json]: ...
-
-
-class SharedFeed:
-    """A node's share of a shared watch: its sync state, counters and cache are the set's,
-    and so are its start and stop (a node starts and stops nothing)."""
-
-    def __init__(self, informer: Informer) -> None:
-        self._informer = informer
-        self.synced = informer.synced
-        self.stats = informer.stats
-
-    def start(self) -> SharedFeed:
-        return self
-
-    def stop(self, timeout: float = 5.0) -> None:
-        return None
-
-    def items(self) -> list[Json]:
-        return self._informer.items()
 
 
 def pods_on_any_node(api: client.ApiClient) -> ListWatchSource:

@@ -29,6 +29,7 @@ from kubelet_sim.podworkers.ports import (
     StatusSink,
     TokenIssuer,
     Wake,
+    object_lookup,
 )
 from kubelet_sim.podworkers.settings import SyncSettings
 from kubelet_sim.podworkers.starter import ContainerStarter
@@ -69,9 +70,6 @@ def pod_syncer(
     p = ports
     watcher = p.watcher
 
-    def lookup(kind: str, namespace: str, name: str) -> Json | None:
-        return p.objects.get((kind, namespace, name))
-
     def probe_event(
         view: PodView, container: ContainerView, kind: str, reason: str, message: str
     ) -> None:
@@ -96,7 +94,7 @@ def pod_syncer(
         p.events,
         p.status,
         stopper,
-        lookup,
+        object_lookup(p.objects),
         hooks,
         network=p.network,
         wake=p.wake,

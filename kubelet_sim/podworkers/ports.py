@@ -141,6 +141,15 @@ class ObjectSource(Protocol):
     def is_synced(self, ref: Ref) -> bool: ...
 
 
+def object_lookup(objects: ObjectSource) -> ObjectLookup:
+    """The ConfigMaps and Secrets as pod logic asks for them: by kind, namespace and name."""
+
+    def lookup(kind: str, namespace: str, name: str) -> Json | None:
+        return objects.get((kind, namespace, name))
+
+    return lookup
+
+
 class PodVolumes(Protocol):
     """The node's volume manager: a pod's volumes set up (again) on every sync, torn down."""
 

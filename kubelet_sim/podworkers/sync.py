@@ -44,6 +44,7 @@ from kubelet_sim.podworkers.ports import (
     PodVolumes,
     StatusSink,
     TokenIssuer,
+    object_lookup,
 )
 from kubelet_sim.podworkers.settings import SyncSettings
 from kubelet_sim.podworkers.starter import ERROR_RETRY, ContainerStarter
@@ -426,7 +427,7 @@ class PodSyncer:
 
         setup = self.volumes.setup(
             view,
-            self._lookup,
+            object_lookup(self.objects),
             token,
             host_ip=self.settings.node_ip,
             pod_ip=sandbox.ip if sandbox else "",
@@ -638,9 +639,6 @@ class PodSyncer:
             state.messages[c.id] = message
 
     # -- small helpers ---------------------------------------------------------------------
-
-    def _lookup(self, kind: str, namespace: str, name: str) -> Json | None:
-        return self.objects.get((kind, namespace, name))
 
 
 def _next_sync(

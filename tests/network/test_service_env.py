@@ -62,7 +62,7 @@ def test_a_container_sees_the_services_of_its_namespace(
     master = cluster.core.read_namespaced_service("kubernetes", "default").spec.cluster_ip
     running = start_agent(cluster, docker_env, tmp_path / "root")
     try:
-        wait_for(running.agent.service_informer.synced.is_set, 20, "services listed")
+        wait_for(running.agent.watches.services.synced.is_set, 20, "services listed")
         env = container(command=["sh", "-c", "env | sort"],
                         env=[{"name": "MINE", "value": "$(BACKEND_SERVICE_HOST)"}])  # fmt: skip
         seen = _env_of(cluster, docker_env, "links", env)

@@ -14,7 +14,6 @@ from typing import Any
 import pytest
 
 from kubelet_sim.kube.informer import ADDED, Informer, ListWatchSource
-from kubelet_sim.kube.shared_watches import SharedFeed
 from kubelet_sim.kube.watches import pods_on_node
 from kubelet_sim.loops.backoff import Backoff
 from kubelet_sim.loops.supervise import FAILED, RUNNING, Supervisor
@@ -188,7 +187,6 @@ def test_poisoned_pod_watch_event_does_not_stop_later_pods(
         watches.pods = Informer(
             source, watches._on_pod, supervisor=agent.supervisor, node=agent.node_name
         )
-        agent.pod_informer = SharedFeed(watches.pods)
 
     running = start_agent(cluster, docker_env, tmp_path / "root", prepare=prepare)
     try:
