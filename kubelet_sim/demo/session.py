@@ -63,7 +63,17 @@ class DemoSettings:
 def grant_node_proxier(admin: KubeConnection) -> None:
     """The nodes' service proxies read EndpointSlices with kube-proxy's role, as kube-proxy
     itself does on a kubeadm cluster (there bound to its own ServiceAccount)."""
-    body = {
+    request_json(
+        admin.api,
+        "POST",
+        "/apis/rbac.authorization.k8s.io/v1/clusterrolebindings",
+        node_proxier_binding(),
+    )
+
+
+def node_proxier_binding() -> Json:
+    """The ClusterRoleBinding `grant_node_proxier` creates."""
+    return {
         "apiVersion": "rbac.authorization.k8s.io/v1",
         "kind": "ClusterRoleBinding",
         "metadata": {"name": "kubelet-sim:node-proxier"},
@@ -76,7 +86,6 @@ def grant_node_proxier(admin: KubeConnection) -> None:
             {"apiGroup": "rbac.authorization.k8s.io", "kind": "Group", "name": "system:nodes"}
         ],
     }
-    request_json(admin.api, "POST", "/apis/rbac.authorization.k8s.io/v1/clusterrolebindings", body)
 
 
 def with_node_credentials(

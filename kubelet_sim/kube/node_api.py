@@ -55,8 +55,10 @@ class NodeApi:
             content_type=STRATEGIC_MERGE_PATCH,
         )
 
-    def delete_node(self, name: str) -> None:
-        request_json(self._api, "DELETE", f"/api/v1/nodes/{name}")
+    def delete_node(self, name: str, uid: str) -> None:
+        """Only the Node of that UID: one made again under the name by someone else stays."""
+        body = {"kind": "DeleteOptions", "apiVersion": "v1", "preconditions": {"uid": uid}}
+        request_json(self._api, "DELETE", f"/api/v1/nodes/{name}", body)
 
     def get_lease(self, namespace: str, name: str) -> Json | None:
         path = f"{LEASE_API}/namespaces/{namespace}/leases/{name}"

@@ -119,10 +119,12 @@ class NodeLifecycle:
     def _delete_node(self) -> None:
         name = self.settings.node_name
         try:
-            self._api.delete_node(name)
+            self._api.delete_node(name, self._registrar.uid)
         except ApiError as exc:
             if exc.not_found:
                 self._log.info("node already deleted")
+            elif exc.conflict:
+                self._log.info("node deleted and made again by someone else: left alone")
             elif exc.status == 403:
                 self._log.error(
                     "cannot delete the Node on exit: node credentials (system:node:<name>) may"

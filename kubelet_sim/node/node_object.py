@@ -30,6 +30,7 @@ LABEL_BETA_ARCH = "beta.kubernetes.io/arch"
 LABEL_VIRTUAL = "kubelet-sim.io/virtual"
 # Set by the kubelet at registration (enableControllerAttachDetach defaults to true).
 ANNOTATION_CMAD = "volumes.kubernetes.io/controller-managed-attach-detach"
+ANNOTATION_CREATOR = "kubelet-sim.io/creator"  # NodeSettings.creator
 
 # Default hard eviction thresholds, which the kubelet subtracts from capacity for allocatable.
 EVICTION_MEMORY_BYTES = 100 * 1024 * 1024
@@ -90,7 +91,7 @@ def build_node(
         "metadata": {
             "name": settings.node_name,
             "labels": {**settings.node_labels, **default_labels(settings, host)},
-            "annotations": {ANNOTATION_CMAD: "true"},
+            "annotations": {ANNOTATION_CMAD: "true", **creator_annotation(settings)},
         },
         "spec": {},
         "status": node_status(
@@ -100,6 +101,16 @@ def build_node(
     if settings.register_with_taints:
         node["spec"]["taints"] = copy.deepcopy(settings.register_with_taints)
     return node
+
+
+def creator_annotation(settings: NodeSettings) -> dict[str, str]:
+    return {} if settings.creator is None else {ANNOTATION_CREATOR: settings.creator}
+
+
+def created_by(node: Json, creator: str) -> bool:
+    """Whether `node` is one that a node with this `NodeSettings.creator` made."""
+    annotations = (node.get("metadata") or {}).get("annotations") or {}
+    return bool(creator) and annotations.get(ANNOTATION_CREATOR) == creator
 
 
 def reconcile_existing(existing: Json, settings: NodeSettings, host: HostFacts) -> Json | None:

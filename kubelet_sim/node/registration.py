@@ -2,7 +2,9 @@
 
 Create it; if it already exists (a restart), adopt it: re-assert our default labels and leave
 its spec (taints, unschedulable) alone. Retry with backoff (100 ms doubling to 7 s) until the
-API server accepts, since a node may start before its control plane.
+API server accepts, since a node may start before its control plane. A node with a `creator`
+token adopts only a Node that carries it (`NotOurNode` otherwise, retried and logged like any
+refusal): joining a cluster it does not own, it never takes over someone else's Node.
 """
 
 from __future__ import annotations
@@ -17,10 +19,22 @@ from kubelet_sim.kube.node_api import NodeApi
 from kubelet_sim.kube.rest import ApiError
 from kubelet_sim.loops.backoff import Backoff
 from kubelet_sim.node.host import HostFacts
-from kubelet_sim.node.node_object import reconcile_existing
+from kubelet_sim.node.node_object import created_by, reconcile_existing
 from kubelet_sim.node.settings import NodeSettings
 
 REGISTRATION_MAX_BACKOFF = 7.0
+
+
+class NotOurNode(ApiError):
+    """A Node of our name exists that this node's creator did not make: never adopted."""
+
+    def __init__(self, name: str) -> None:
+        super().__init__(
+            409,
+            "AlreadyExists",
+            f"a Node named {name} exists that this process did not create; it is left alone"
+            " (delete it, or run this node under another name)",
+        )
 
 
 class Registrar:
@@ -39,6 +53,7 @@ class Registrar:
         self._host = host
         self._build = build
         self._log = log
+        self.uid = ""  # of the Node last registered: what a delete on exit may remove
 
     def register(self, stop: threading.Event) -> Json | None:
         """The registered Node (created or existing), or None if stopped first."""
@@ -53,7 +68,9 @@ class Registrar:
                     error=str(exc),
                     retry_in_seconds=round(delay, 2),
                 )
-                if isinstance(exc, ApiError) and exc.status == 403:
+                if isinstance(exc, NotOurNode):
+                    self._log.error(str(exc))
+                elif isinstance(exc, ApiError) and exc.status == 403:
                     self._log.error(
                         "the API server forbids this: the credentials need create/get/update"
                         f" on nodes (as user system:node:{self._settings.node_name})"
@@ -68,8 +85,10 @@ class Registrar:
         except ApiError as exc:
             if not exc.already_exists:
                 raise
-            return self._adopt_existing()
-        self._log.info("successfully registered node")
+            node = self._adopt_existing()
+        else:
+            self._log.info("successfully registered node")
+        self.uid = str((node.get("metadata") or {}).get("uid") or "")
         return node
 
     def _adopt_existing(self) -> Json:
@@ -77,6 +96,9 @@ class Registrar:
             existing = self._api.get_node(self._settings.node_name)
             if existing is None:
                 raise ApiError(404, "NotFound", "node deleted while registering")
+            creator = self._settings.creator
+            if creator is not None and not created_by(existing, creator):
+                raise NotOurNode(self._settings.node_name)
             updated = reconcile_existing(existing, self._settings, self._host)
             if updated is None:
                 self._log.info("node was previously registered")

@@ -65,6 +65,11 @@ class NodeSettings:
     node_ip: str | None = None
     kubelet_port: int = 10250
     delete_node_on_exit: bool = False
+    # A token written on the Node this node creates (annotation kubelet-sim.io/creator) and
+    # required before it adopts an existing Node of its name: a node joining a cluster it does
+    # not own never takes over a Node someone else made. None: adopt any Node of the name, as
+    # the kubelet does on a restart.
+    creator: str | None = None
     lease_duration_seconds: int = 40
     lease_renew_interval: float = 10.0
     status_update_interval: float = 10.0

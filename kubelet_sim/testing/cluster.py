@@ -14,8 +14,10 @@ removed, the control plane ends and its data goes.
 
 joins a cluster the user has instead: no control plane of ours; the nodes use that
 kubeconfig's credentials, put their pods on `docker_network` (default: `kind` where Docker
-has such a network) and are reached by its API server at this host's address there. On exit
-their Node objects are deleted too; the user's kubeconfig is left as it was.
+has such a network) and are reached by its API server at this host's address there. It
+never adopts or deletes what it did not make (`testing/joined.py`): it refuses to start where
+a Node of its nodes' names exists, and on exit deletes only the Nodes (and the
+ClusterRoleBinding) it created; the user's kubeconfig is left as it was.
 """
 
 from __future__ import annotations
@@ -45,6 +47,7 @@ from kubelet_sim.demo.sample_images import DEFAULT_SAMPLE_IMAGE, ensure_images
 from kubelet_sim.demo.session import (
     NODE_IP,
     grant_node_proxier,
+    node_proxier_binding,
     wait_default_account,
     wait_nodes_ready,
     with_node_credentials,
@@ -56,6 +59,7 @@ from kubelet_sim.linux.safe_paths import remove_tree
 from kubelet_sim.node.settings import NodeSettings
 from kubelet_sim.runtime.engine import DockerEngine, RuntimeUnavailable
 from kubelet_sim.server.settings import ServerSettings
+from kubelet_sim.testing import joined
 from kubelet_sim.testing.kubeconfigs import api_server, through_relay
 from kubelet_sim.testing.leftovers import PROCESS_LABEL, remove_dead_clusters, this_process
 from kubelet_sim.volumes.hostmount import mount_points_under, unmount
@@ -147,6 +151,7 @@ class Cluster:
         self._engine: DockerEngine | None = None
         self._admin: KubeConnection | None = None
         self._nodes: dict[str, _Node] = {}
+        self._binding_uid: str | None = None  # the ClusterRoleBinding we made in a joined one
         self._pause = DEFAULT_PAUSE_IMAGE
         self.image = DEFAULT_SAMPLE_IMAGE  # busybox: pulled, or the local look-alike
         # Why pods cannot reach the API server ("" when they can: in-cluster config works).
@@ -225,10 +230,15 @@ class Cluster:
             host, port = api_server(self.kubeconfig, self.context)
         self._admin = admin = connect(str(self.kubeconfig), self.context)
         try:
-            grant_node_proxier(admin)
+            if plane is not None:
+                grant_node_proxier(admin)
+            else:
+                joined.refuse_taken_names(admin, self.nodes)
+                self._binding_uid = joined.create_binding(admin, node_proxier_binding())
+        except joined.NameTaken as exc:
+            raise ClusterError(str(exc)) from None
         except ApiError as exc:
-            if exc.status != 409:  # a cluster joined again has it
-                raise ClusterError(f"granting the nodes kube-proxy's role: {exc}") from None
+            raise ClusterError(f"granting the nodes kube-proxy's role: {exc}") from None
         assert self._engine is not None
         # Where the API server reaches the nodes: loopback with our control plane, this
         # host's address on the pods' network when joining (kind's nodes are there).
@@ -243,6 +253,7 @@ class Cluster:
                             node_ip=address,
                             kubelet_port=0,
                             register_with_taints=[],
+                            creator=self.labels[cri.LABEL_OWNER],
                         )
                     ),
                 ),
@@ -277,9 +288,14 @@ class Cluster:
             node.relay.close()
         self._nodes.clear()
         if self.joined is not None and self._admin is not None:
-            for name in self.nodes:  # a cluster of the user's keeps no NotReady leftovers
+            # A cluster of the user's keeps no NotReady leftovers of ours, and all of its own.
+            with contextlib.suppress(Exception):
+                joined.delete_created_nodes(self._admin, self.nodes, self.labels[cri.LABEL_OWNER])
+            if self._binding_uid is not None:
                 with contextlib.suppress(Exception):
-                    request_json(self._admin.api, "DELETE", f"/api/v1/nodes/{name}")
+                    name = node_proxier_binding()["metadata"]["name"]
+                    joined.delete_binding(self._admin, name, self._binding_uid)
+                self._binding_uid = None
         if self._engine is not None:
             with contextlib.suppress(Exception):
                 self._engine.remove_owned(self.labels)

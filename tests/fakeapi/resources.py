@@ -62,6 +62,11 @@ SERVICES = Resource(
     "services", "Service", subresources=frozenset({"status"}), has_status=True, short_names=("svc",)
 )
 ENDPOINTSLICES = Resource("endpointslices", "EndpointSlice", group="discovery.k8s.io")
+# Stored as any object (authorization reads none of them: see authz.py); the testing kit
+# grants its nodes kube-proxy's role with one and removes it if it made it.
+CLUSTERROLEBINDINGS = Resource(
+    "clusterrolebindings", "ClusterRoleBinding", group="rbac.authorization.k8s.io", namespaced=False
+)
 # Create-only reviews: answered, never stored (as the real server's).
 TOKENREVIEWS = Resource(
     "tokenreviews", "TokenReview", group="authentication.k8s.io", namespaced=False
@@ -82,6 +87,7 @@ ALL: tuple[Resource, ...] = (
     SERVICEACCOUNTS,
     SERVICES,
     ENDPOINTSLICES,
+    CLUSTERROLEBINDINGS,
 )
 
 BY_GROUP: dict[tuple[str, str], Resource] = {
