@@ -202,6 +202,7 @@ def build_node(
             return
         delete_pod_finally(kube.api, namespace, pod_name, uid)
 
+    generation = _Generation(schema, name)
     syncer = pod_syncer(
         SyncSettings(
             node_name=name,
@@ -227,7 +228,7 @@ def build_node(
             services=services,
             network=proxy.setup if proxy is not None else None,
             pool=pool if pods.sandbox_pool_size > 0 else None,
-            generation=_Generation(schema, name),
+            generation=generation,
         ),
         supervisor,
     )
@@ -254,6 +255,7 @@ def build_node(
         process.probe,
         process.timers,
         host=process.host,
+        generation=generation,
     )
     node = Node(
         NodeParts(

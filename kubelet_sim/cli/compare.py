@@ -74,6 +74,7 @@ def compare(
         ScenarioError,
         as_json,
         builtin_scenarios,
+        node_lines,
         resolve,
         run_compare,
         table,
@@ -114,6 +115,8 @@ def compare(
     verdicts = result.verdicts()
     if output is OutputChoice.json:
         about = {"node": node, "reference_node": reference_node, "runs": runs}
-        typer.echo(json.dumps(as_json(verdicts, **about), indent=None))
+        node_object = result.node_objects.as_dict()
+        typer.echo(json.dumps(as_json(verdicts, **about, node_object=node_object), indent=None))
     else:
         typer.echo(table(verdicts, runs=runs))
+        typer.echo(node_lines(result.node_objects))

@@ -5,6 +5,7 @@ kubelet's) of one cluster, at once, and what agrees and what differs, scenario b
 - `states`: a pod's status normalised to a comparable state, and a pod's record (pure);
 - `verdict`: records in, a verdict per scenario out (pure);
 - `runner`: the API part: namespace, pods on both nodes, the package's informers, clean-up;
+- `node_view`: the two Node objects normalised and judged (pure);
 - `report`: the table for people and the JSON object.
 
 Programmatically: `run_compare(connect(kubeconfig), "n1", "kind-worker", resolve([...]),
@@ -12,7 +13,8 @@ image=...)` returns a `Comparison`; its `verdicts()` are what `report.table` and
 `report.as_json` show.
 """
 
-from kubelet_sim.compare.report import as_json, table
+from kubelet_sim.compare.node_view import NodeComparison, compare_nodes
+from kubelet_sim.compare.report import as_json, node_lines, table
 from kubelet_sim.compare.runner import CompareError, Comparison, run_compare
 from kubelet_sim.compare.scenarios import (
     Scenario,
@@ -29,6 +31,7 @@ __all__ = [
     "GONE",
     "CompareError",
     "Comparison",
+    "NodeComparison",
     "PodRecord",
     "PodState",
     "Scenario",
@@ -36,9 +39,11 @@ __all__ = [
     "Verdict",
     "as_json",
     "builtin_scenarios",
+    "compare_nodes",
     "judge",
     "judge_all",
     "load_scenario_file",
+    "node_lines",
     "normalise",
     "parse_scenario",
     "resolve",

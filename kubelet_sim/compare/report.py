@@ -6,6 +6,7 @@ from collections import Counter
 from collections.abc import Sequence
 from typing import Any
 
+from kubelet_sim.compare.node_view import NodeComparison
 from kubelet_sim.compare.states import PodRecord, PodState
 from kubelet_sim.compare.verdict import Verdict
 
@@ -112,4 +113,16 @@ def table(verdicts: Sequence[Verdict], *, runs: int = 1) -> str:
             lines.append(f"{indent}… {len(shown) - MAX_FOREIGN_LINES} more (--output json)")
     agree = sum(verdict.agrees for verdict in verdicts)
     lines.append(f"{agree}/{len(verdicts)} scenarios agree")
+    return "\n".join(lines)
+
+
+def node_lines(nodes: NodeComparison) -> str:
+    """The Node objects: whether ours agrees, each field that differs (ours, then the
+    reference's), and each that differs by nature with why."""
+    verdict = "agrees" if nodes.agrees else f"differs in {len(nodes.differs)}"
+    lines = [f"NODE OBJECT: {verdict} ({nodes.fields} fields, {len(nodes.by_nature)} by nature)"]
+    lines += [f"  differs {f.field}: {f.ours!r} / {f.reference!r}" for f in nodes.differs]
+    lines += [
+        f"  by nature {f.field}: {f.ours!r} / {f.reference!r}: {f.why}" for f in nodes.by_nature
+    ]
     return "\n".join(lines)

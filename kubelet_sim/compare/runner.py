@@ -19,6 +19,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from kubelet_sim.compare.node_view import NodeComparison, compare_nodes
 from kubelet_sim.compare.scenarios import (
     OBJECT_KINDS,
     WHEN_RUNNING,
@@ -68,6 +69,8 @@ class Comparison:
     runs: int
     records: list[PodRecord] = field(default_factory=list)
     interrupted: bool = False
+    # The two Node objects as they were before the scenarios (node_view.py).
+    node_objects: NodeComparison = field(default_factory=NodeComparison)
 
     def verdicts(self) -> list[Verdict]:
         return judge_all(self.records, [scenario.name for scenario in self.scenarios])
@@ -173,10 +176,11 @@ def run_compare(
         raise CompareError("the node and the reference node must differ")
     stop = stop or threading.Event()
     api = kube.api
-    taints = [taint for name in (node, reference_node) for taint in _node_taints(kube, name)]
-    tolerations = tolerations_for(taints)
+    nodes = (_read_node(kube, node), _read_node(kube, reference_node))
+    tolerations = tolerations_for([taint for read in nodes for taint in _taints(read)])
     namespace = f"{NAMESPACE_PREFIX}{secrets.token_hex(3)}"
     comparison = Comparison(namespace, node, reference_node, list(scenarios), runs)
+    comparison.node_objects = compare_nodes(*nodes)
     recorder = _Recorder(clock)
     try:
         request_json(
@@ -222,14 +226,17 @@ def run_compare(
     return comparison
 
 
-def _node_taints(kube: KubeConnection, name: str) -> list[Json]:
+def _read_node(kube: KubeConnection, name: str) -> Json:
     try:
-        found = request_json(kube.api, "GET", f"/api/v1/nodes/{name}")
+        return request_json(kube.api, "GET", f"/api/v1/nodes/{name}")
     except ApiError as exc:
         if exc.not_found:
             raise CompareError(f"node {name} not found") from exc
         raise CompareError(f"cannot read node {name}: {exc}") from exc
-    taints: list[Json] = (found.get("spec") or {}).get("taints") or []
+
+
+def _taints(node: Json) -> list[Json]:
+    taints: list[Json] = (node.get("spec") or {}).get("taints") or []
     return taints
 
 

@@ -72,11 +72,26 @@ def detect_host() -> HostFacts:
         architecture=go_arch(platform.machine()),
         node_ip=default_route_ip(),
         machine_id=_read("/etc/machine-id"),
-        system_uuid=_read("/sys/class/dmi/id/product_uuid"),
+        system_uuid=system_uuid(),
         boot_id=_read("/proc/sys/kernel/random/boot_id"),
         hugepages=_hugepages(),
         apparmor=apparmor_enabled(),
     )
+
+
+def system_uuid(root: str = "") -> str:
+    """cAdvisor's GetSystemUUID (utils/sysfs): the DMI product UUID, then the device tree's
+    ids, then /etc/machine-id (its s390x path, read on every architecture): where a VM has
+    no DMI, the kubelet reports the machine ID as the system UUID."""
+    for path in (
+        "/sys/class/dmi/id/product_uuid",
+        "/proc/device-tree/system-id",
+        "/proc/device-tree/vm,uuid",
+        "/etc/machine-id",
+    ):
+        if found := _read(root + path):
+            return found
+    return ""
 
 
 def apparmor_enabled(sys_root: str = "/sys") -> bool:

@@ -22,6 +22,7 @@ from kubelet_sim.node.node_object import build_node
 from kubelet_sim.node.registration import Registrar
 from kubelet_sim.node.settings import NodeSettings
 from kubelet_sim.node.status import NodeStatusController, RuntimeProbe
+from kubelet_sim.pod.generation import KubeletGeneration
 
 __all__ = ["NodeLifecycle", "RuntimeProbe"]
 
@@ -36,6 +37,7 @@ class NodeLifecycle:
         runtime_probe: RuntimeProbe,
         timers: Timers,
         host: HostFacts,
+        generation: Callable[[], KubeletGeneration],
         resolve: Callable[[str], tuple[str, ...]] = resolve_name,
     ) -> None:
         """`timers`: the process's, which renew the Lease and write the status."""
@@ -55,6 +57,7 @@ class NodeLifecycle:
             self._registrar.register,
             self._log,
             timers,
+            generation,
         )
         self._lease = LeaseController(settings, node_api, self._log, timers)
         self._registered = False
@@ -114,7 +117,10 @@ class NodeLifecycle:
         images = self._status.images() if not errors else []
         now = datetime.now(UTC)
         resolved = self._status.name_addresses
-        return build_node(self.settings, self.host, version, errors, now, images, resolved)
+        generation = self._status.generation()
+        return build_node(
+            self.settings, self.host, version, errors, now, images, resolved, generation
+        )
 
     def _delete_node(self) -> None:
         name = self.settings.node_name

@@ -16,6 +16,7 @@ from kubelet_sim import __version__, cri
 from kubelet_sim.formats.jsontypes import Json
 from kubelet_sim.node.host import HostFacts
 from kubelet_sim.node.settings import NodeSettings, cpu_millicores, memory_bytes, reserved_amount
+from kubelet_sim.pod.generation import CURRENT, KubeletGeneration
 from kubelet_sim.validation import KUBELET_COMPAT_VERSION
 
 # The kubelet release whose behaviour we follow. Build metadata (like k3s' "+k3s1") shows that
@@ -81,6 +82,7 @@ def build_node(
     now: datetime,
     images: Sequence[cri.ImageSummary] = (),
     name_addresses: Collection[str] = (),
+    generation: KubeletGeneration = CURRENT,
 ) -> Json:
     """The Node to create at registration; node labels and taints apply only here, as upstream.
 
@@ -95,7 +97,15 @@ def build_node(
         },
         "spec": {},
         "status": node_status(
-            settings, host, runtime_version, runtime_errors, [], now, images, name_addresses
+            settings,
+            host,
+            runtime_version,
+            runtime_errors,
+            [],
+            now,
+            images,
+            name_addresses,
+            generation,
         ),
     }
     if settings.register_with_taints:
@@ -139,6 +149,7 @@ def node_status(
     now: datetime,
     images: Sequence[cri.ImageSummary] = (),
     name_addresses: Collection[str] = (),
+    generation: KubeletGeneration = CURRENT,
 ) -> Json:
     """The whole `status` the kubelet owns, computed afresh at each status update."""
     capacity, allocatable = resources(settings, host)
@@ -150,7 +161,7 @@ def node_status(
         "conditions": compute_conditions(previous_conditions, runtime_errors, now),
         "addresses": addresses(settings, host, name_addresses),
         "daemonEndpoints": {"kubeletEndpoint": {"Port": settings.kubelet_port}},
-        "nodeInfo": node_info(host, runtime_version),
+        "nodeInfo": node_info(host, runtime_version, generation),
     }
 
 
@@ -232,7 +243,9 @@ def _same_ip(a: str, b: str) -> bool:
         return False
 
 
-def node_info(host: HostFacts, runtime_version: str) -> dict[str, str]:
+def node_info(
+    host: HostFacts, runtime_version: str, generation: KubeletGeneration = CURRENT
+) -> dict[str, str]:
     """nodeInfo. kubeProxyVersion is deprecated and empty since 1.31, but still present: Go
     serialises it without omitempty and clients (the Python client's model) require it."""
     return {
@@ -243,7 +256,7 @@ def node_info(host: HostFacts, runtime_version: str) -> dict[str, str]:
         "osImage": host.os_image,
         "containerRuntimeVersion": f"docker://{runtime_version}",
         "kubeletVersion": KUBELET_VERSION,
-        "kubeProxyVersion": "",
+        "kubeProxyVersion": KUBELET_VERSION if generation.kube_proxy_version else "",
         "operatingSystem": "linux",
         "architecture": host.architecture,
     }

@@ -31,6 +31,7 @@ from kubelet_sim.node.node_object import (
     status_changed,
 )
 from kubelet_sim.node.settings import NodeSettings
+from kubelet_sim.pod.generation import KubeletGeneration
 
 OUR_CONDITIONS = frozenset({kind for kind, _, _ in PRESSURE_CONDITIONS} | {"Ready"})
 
@@ -60,8 +61,11 @@ class NodeStatusController:
         register: Callable[[threading.Event], Json | None],
         log: BoundLogger,
         timers: Timers,
+        generation: Callable[[], KubeletGeneration],
     ) -> None:
+        """`generation`: whose rules the status follows (the API server's version's kubelet)."""
         self._settings = settings
+        self.generation = generation
         self._timers = timers
         self._timer: Periodic | None = None
         self._api = api
@@ -192,6 +196,7 @@ class NodeStatusController:
             datetime.now(UTC),
             self.images() if not errors else (),
             self.name_addresses,
+            self.generation(),
         )
         if (
             not self._report_due()

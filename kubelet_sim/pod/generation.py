@@ -31,6 +31,13 @@ class KubeletGeneration:
         return self.minor >= 27
 
     @property
+    def kube_proxy_version(self) -> bool:
+        """Until v1.30 the kubelet wrote its own version as nodeInfo.kubeProxyVersion; since
+        v1.31 (DisableNodeKubeProxyVersion) it leaves it empty (the rig's v1.24 kubelet writes
+        it, its v1.34 one does not)."""
+        return self.minor <= 30
+
+    @property
     def sidecars(self) -> bool:
         """v1.28 (sidecar containers): `started` on init container statuses, and a pod whose
         regular containers have run is Initialized whatever its init containers say."""

@@ -1,4 +1,5 @@
-"""Issue 32's bar: every scenario `kubelet-sim compare` ships agrees with the real kubelet.
+"""Issue 32's bar: every scenario `kubelet-sim compare` ships agrees with the real kubelet,
+and (issue 39) so do the two Node objects, but for what differs by nature.
 
 Our node and the rig's upstream kubelet (`reference_node`) run each scenario at once, one run
 each (CI's real pass; repeated runs are for a person: `--runs N`). A scenario agrees when our
@@ -57,4 +58,8 @@ def test_every_shipped_scenario_agrees_with_the_real_kubelet(
         again = _differing(_compare(cluster, reference_node, *first)) if first else []
     finally:
         running.stop()
+    # The Node objects too (issue 39): what differs by nature is listed with why.
+    nodes = report["node_object"]
+    assert nodes["differs"] == [], json.dumps(nodes, indent=1)
+    assert all(field["why"] for field in nodes["by_nature"])
     assert [s["name"] for s in again] == [], f"first run: {first}"

@@ -19,6 +19,7 @@ from kubelet_sim.node.host import HostFacts, detect_host, resolve_name
 from kubelet_sim.node.lifecycle import NodeLifecycle, RuntimeProbe
 from kubelet_sim.node.node_object import KUBELET_VERSION
 from kubelet_sim.node.settings import NodeSettings
+from kubelet_sim.pod.generation import CURRENT
 from tests.cluster import Cluster, wait_for
 
 MICRO_TIME = re.compile(r"^\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d\.\d{6}Z$")
@@ -78,7 +79,13 @@ def start_node(cluster: Cluster, host: HostFacts, timers: Timers) -> Iterator[St
         settings = NodeSettings(node_name=cluster.node_name, **{**FAST, **overrides})
         api = cluster.api if admin else connect(cluster.node_kubeconfig).api
         lifecycle = NodeLifecycle(
-            settings, NodeApi(api), probe or FakeProbe(), timers, host, resolve=resolve
+            settings,
+            NodeApi(api),
+            probe or FakeProbe(),
+            timers,
+            host,
+            lambda: CURRENT,
+            resolve=resolve,
         )
         started.append(lifecycle)
         assert lifecycle.start()
@@ -419,7 +426,9 @@ def test_stop_is_prompt_and_can_interrupt_registration(
     fake = cluster.require_fake("keeps registration failing")
     fake.fail_next(1000, 503, verb="create", resource="nodes")
     settings = NodeSettings(node_name=cluster.node_name)
-    lifecycle = NodeLifecycle(settings, NodeApi(cluster.api), FakeProbe(), timers, host)
+    lifecycle = NodeLifecycle(
+        settings, NodeApi(cluster.api), FakeProbe(), timers, host, lambda: CURRENT
+    )
     result: list[bool] = []
     thread = threading.Thread(target=lambda: result.append(lifecycle.start()))
     thread.start()
@@ -435,7 +444,9 @@ def test_stop_is_prompt_with_default_intervals(
     cluster: Cluster, host: HostFacts, timers: Timers
 ) -> None:
     settings = NodeSettings(node_name=cluster.node_name)
-    lifecycle = NodeLifecycle(settings, NodeApi(cluster.api), FakeProbe(), timers, host)
+    lifecycle = NodeLifecycle(
+        settings, NodeApi(cluster.api), FakeProbe(), timers, host, lambda: CURRENT
+    )
     assert lifecycle.start()
     wait_for(lambda: _lease(cluster), 5, "the node lease")
     began = time.monotonic()
