@@ -116,7 +116,11 @@ def compare(
     if output is OutputChoice.json:
         about = {"node": node, "reference_node": reference_node, "runs": runs}
         node_object = result.node_objects.as_dict()
-        typer.echo(json.dumps(as_json(verdicts, **about, node_object=node_object), indent=None))
+        skipped = [{"name": name, "why": why} for name, why in result.skipped]
+        about |= {"node_object": node_object, "skipped": skipped}
+        typer.echo(json.dumps(as_json(verdicts, **about), indent=None))
     else:
         typer.echo(table(verdicts, runs=runs))
+        for name, why in result.skipped:
+            typer.echo(f"skipped {name}: {why}")
         typer.echo(node_lines(result.node_objects))

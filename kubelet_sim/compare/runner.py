@@ -33,8 +33,10 @@ from kubelet_sim.formats.jsontypes import Json
 from kubelet_sim.kube.client import KubeConnection
 from kubelet_sim.kube.informer import DELETED, Informer
 from kubelet_sim.kube.rest import ApiError, request_json
+from kubelet_sim.kube.schema import ServerSchema
 from kubelet_sim.kube.watches import events_in_namespace, pods_in_namespace
 from kubelet_sim.loops.clock import SYSTEM_CLOCK, Clock
+from kubelet_sim.pod.generation import generation_of
 
 LABEL = "kubelet-sim.io/compare"
 SIDE_LABEL = "kubelet-sim.io/compare-side"
@@ -71,6 +73,7 @@ class Comparison:
     interrupted: bool = False
     # The two Node objects as they were before the scenarios (node_view.py).
     node_objects: NodeComparison = field(default_factory=NodeComparison)
+    skipped: list[tuple[str, str]] = field(default_factory=list)  # (scenario, why)
 
     def verdicts(self) -> list[Verdict]:
         return judge_all(self.records, [scenario.name for scenario in self.scenarios])
@@ -177,10 +180,12 @@ def run_compare(
     stop = stop or threading.Event()
     api = kube.api
     nodes = (_read_node(kube, node), _read_node(kube, reference_node))
+    scenarios, skipped = _for_server(kube, scenarios, progress)
     tolerations = tolerations_for([taint for read in nodes for taint in _taints(read)])
     namespace = f"{NAMESPACE_PREFIX}{secrets.token_hex(3)}"
     comparison = Comparison(namespace, node, reference_node, list(scenarios), runs)
     comparison.node_objects = compare_nodes(*nodes)
+    comparison.skipped = skipped
     recorder = _Recorder(clock)
     try:
         request_json(
@@ -224,6 +229,27 @@ def run_compare(
         for informer in informers:
             informer.stop()
     return comparison
+
+
+def _for_server(
+    kube: KubeConnection, scenarios: Sequence[Scenario], progress: Progress
+) -> tuple[list[Scenario], list[tuple[str, str]]]:
+    """The scenarios this server's kubelets can show, and those skipped with why."""
+    if not any(scenario.since for scenario in scenarios):
+        return list(scenarios), []
+    schema = ServerSchema.of_server(kube.api)
+    minor = generation_of(schema.version(), schema.properties()).minor
+    runnable = [s for s in scenarios if s.since <= minor]
+    skipped = [
+        (s.name, f"shows what v1.{s.since} brought; the API server (and so its kubelets) is older")
+        for s in scenarios
+        if s.since > minor
+    ]
+    if not runnable:
+        raise CompareError("no scenario for this API server's version: " + skipped[0][1])
+    for name, why in skipped:
+        progress(f"skipped {name}: {why}")
+    return runnable, skipped
 
 
 def _read_node(kube: KubeConnection, name: str) -> Json:

@@ -7,7 +7,10 @@ the pods created):
   (default 45);
 - `compare.kubelet-sim.io/delete-after`: delete the pod (with its own grace period) that many
   seconds after its creation, or `Running` once the API shows it Running;
-- `compare.kubelet-sim.io/description`: one line for people.
+- `compare.kubelet-sim.io/description`: one line for people;
+- `compare.kubelet-sim.io/since`: the Kubernetes minor version that brought what the scenario
+  shows (`1.28` for sidecar containers): on an older API server (whose kubelets are older
+  still) it is skipped, saying so.
 `{image}` in a container's image is replaced by the image given (`--image`). Further documents
 in the file (ConfigMaps, Secrets) are created in the namespace before the pods. The pod's name
 is the scenario's name. Pure: no I/O but reading the files.
@@ -32,6 +35,7 @@ PREFIX = "compare.kubelet-sim.io/"
 OBSERVE = f"{PREFIX}observe-seconds"
 DELETE_AFTER = f"{PREFIX}delete-after"
 DESCRIPTION = f"{PREFIX}description"
+SINCE = f"{PREFIX}since"
 DEFAULT_OBSERVE = 45.0
 MAX_OBSERVE = 3600.0
 WHEN_RUNNING = "Running"
@@ -57,6 +61,14 @@ class Scenario:
     objects: tuple[Json, ...] = ()  # created in the namespace first
     source: str = "builtin"
     annotations: dict[str, str] = field(default_factory=dict, compare=False)
+    since: int = 0  # the minor version (1.<since>) a kubelet needs to show it
+
+
+def _since(value: str, source: str) -> int:
+    major, _, minor = value.strip().lstrip("v").partition(".")
+    if major != "1" or not minor.isdigit():
+        raise ScenarioError(f"{source}: {SINCE} must be a version like 1.28, not {value!r}")
+    return int(minor)
 
 
 def _number(value: str, what: str, source: str) -> float:
@@ -104,7 +116,7 @@ def parse_scenario(text: str, source: str) -> Scenario:
         raise ScenarioError(f"{source}: the pod has no containers")
     annotations = {str(k): str(v) for k, v in (meta.get("annotations") or {}).items()}
     ours = {k: v for k, v in annotations.items() if k.startswith(PREFIX)}
-    unknown = set(ours) - {OBSERVE, DELETE_AFTER, DESCRIPTION}
+    unknown = set(ours) - {OBSERVE, DELETE_AFTER, DESCRIPTION, SINCE}
     if unknown:
         raise ScenarioError(f"{source}: unknown annotations {sorted(unknown)}")
     rest = {k: v for k, v in annotations.items() if k not in ours}
@@ -131,6 +143,7 @@ def parse_scenario(text: str, source: str) -> Scenario:
         objects=tuple(objects),
         source=source,
         annotations=ours,
+        since=_since(ours[SINCE], source) if SINCE in ours else 0,
     )
 
 

@@ -11,6 +11,7 @@ import pytest
 from kubelet_sim.compare.report import as_json, table
 from kubelet_sim.compare.scenarios import (
     WHEN_RUNNING,
+    Scenario,
     ScenarioError,
     builtin_scenarios,
     parse_scenario,
@@ -346,7 +347,11 @@ def test_the_shipped_scenarios_load_and_cover_the_issue() -> None:
         "exit-0-always", "init-passes", "init-fails", "bad-image-ifnotpresent",
         "bad-image-always", "never-pull-missing", "missing-configmap-key", "liveness-fails",
         "readiness-fails", "sigterm-ignored", "plain-delete", "active-deadline", "oom-kill",
+        "sidecar-running", "sidecar-crashing", "sidecar-app-exits", "sidecar-delete",
+        "fail-succeed-run",
     } <= names  # fmt: skip
+    sidecars = {name for name, s in _by_name().items() if s.since == 28}
+    assert sidecars == {n for n in names if n.startswith("sidecar-")}, "v1.28 brought them"
     by_name = {scenario.name: scenario for scenario in builtin_scenarios()}
     assert by_name["sigterm-ignored"].delete_after == WHEN_RUNNING
     assert by_name["missing-configmap-key"].objects[0]["kind"] == "ConfigMap"
@@ -373,6 +378,10 @@ spec:
   containers: [{name: c, image: "{image}", command: [sleep, "1"]}, {name: d, image: nginx}]
 status: {phase: Running}
 """
+
+
+def _by_name() -> dict[str, Scenario]:
+    return {scenario.name: scenario for scenario in builtin_scenarios()}
 
 
 def test_a_users_pod_file_is_a_scenario(tmp_path: Path) -> None:
@@ -415,6 +424,11 @@ def test_a_users_pod_file_is_a_scenario(tmp_path: Path) -> None:
         ),
         ("metadata: {name: p}\nspec: {containers: [{name: c}]}\n---\nkind: Service\n", "beside"),
         ("[unclosed", "not YAML"),
+        (
+            "metadata: {name: p, annotations: {compare.kubelet-sim.io/since: soon}}\n"
+            "spec: {containers: [{name: c}]}",
+            "version like 1.28",
+        ),
     ],
 )
 def test_a_bad_scenario_says_what_is_wrong(text: str, says: str) -> None:
