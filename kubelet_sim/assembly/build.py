@@ -202,7 +202,6 @@ def build_node(
             return
         delete_pod_finally(kube.api, namespace, pod_name, uid)
 
-    generation = _Generation(schema, name)
     syncer = pod_syncer(
         SyncSettings(
             node_name=name,
@@ -228,7 +227,7 @@ def build_node(
             services=services,
             network=proxy.setup if proxy is not None else None,
             pool=pool if pods.sandbox_pool_size > 0 else None,
-            generation=generation,
+            generation=_Generation(schema, name),
         ),
         supervisor,
     )
@@ -255,7 +254,7 @@ def build_node(
         process.probe,
         process.timers,
         host=process.host,
-        generation=generation,
+        generation=syncer.generation,  # the node's status follows the same kubelet's rules
     )
     node = Node(
         NodeParts(

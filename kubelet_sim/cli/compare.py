@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import json
-from typing import Annotated
+from typing import TYPE_CHECKING, Annotated
 
 import typer
 import urllib3
@@ -20,6 +20,9 @@ from kubelet_sim.kube.client import KubeConfigError, connect
 from kubelet_sim.kube.rest import ApiError
 from kubelet_sim.logs import configure_logging
 from kubelet_sim.runtime.local_images import BUSYBOX_IMAGE
+
+if TYPE_CHECKING:
+    from kubelet_sim.compare import Comparison
 
 compare_app = typer_app()
 
@@ -72,12 +75,9 @@ def compare(
     from kubelet_sim.compare import (  # noqa: PLC0415
         CompareError,
         ScenarioError,
-        as_json,
         builtin_scenarios,
-        node_lines,
         resolve,
         run_compare,
-        table,
     )
 
     configure_logging("json" if output is OutputChoice.json else "auto", "warning")
@@ -112,15 +112,23 @@ def compare(
     if result.interrupted:
         progress("interrupted: nothing compared")
         raise SystemExit(INTERRUPTED)
+    _show(result, output)
+
+
+def _show(result: Comparison, output: OutputChoice) -> None:
+    """The verdicts, the Node objects and the scenarios skipped, as a table or one object."""
+    from kubelet_sim.compare import as_json, node_lines, table  # noqa: PLC0415
+
     verdicts = result.verdicts()
     if output is OutputChoice.json:
-        about = {"node": node, "reference_node": reference_node, "runs": runs}
+        about = {"node": result.node, "reference_node": result.reference_node, "runs": result.runs}
         node_object = result.node_objects.as_dict()
         skipped = [{"name": name, "why": why} for name, why in result.skipped]
         about |= {"node_object": node_object, "skipped": skipped}
         typer.echo(json.dumps(as_json(verdicts, **about), indent=None))
-    else:
-        typer.echo(table(verdicts, runs=runs))
-        for name, why in result.skipped:
-            typer.echo(f"skipped {name}: {why}")
+        return
+    typer.echo(table(verdicts, runs=result.runs))
+    typer.echo(node_lines(result.node_objects))
+    for name, why in result.skipped:
+        typer.echo(f"skipped {name}: {why}")
         typer.echo(node_lines(result.node_objects))
