@@ -47,6 +47,7 @@ DEFAULTS_WAIT = 5.0  # how long a controller gets to fill the new namespace
 GONE_WAIT = 30.0  # past the longest grace period, for the pods of a run to be gone
 FORCED_WAIT = 10.0
 TICK = 0.5  # the longest wait without looking at `stop`
+STRATEGIC_MERGE = "application/strategic-merge-patch+json"
 
 Progress = Callable[[str], None]
 
@@ -87,6 +88,7 @@ class _Watched:
     delete_at: float | None  # monotonic, for a delete after N seconds
     deleted: bool = False
     start: float = 0.0  # monotonic: its creation
+    patched: bool = False
 
     def since_start(self, now: float) -> float:
         return now - self.start
@@ -96,11 +98,24 @@ class _Watched:
         return any(state.phase == "Running" for state in self.record.states)
 
     def delete_due(self, now: float) -> bool:
-        if self.deleted or self.scenario.delete_after is None:
+        if self.deleted:
             return False
-        if self.scenario.delete_after == WHEN_RUNNING:
+        return self._due(self.scenario.delete_after, self.delete_at, now)
+
+    def patch_due(self, now: float) -> bool:
+        if self.patched or self.deleted or self.scenario.patch is None:
+            return False
+        return self._due(self.scenario.patch_after, self.patch_at, now)
+
+    @property
+    def patch_at(self) -> float | None:
+        after = self.scenario.patch_after
+        return self.start + after if isinstance(after, float | int) else None
+
+    def _due(self, when: float | str | None, at: float | None, now: float) -> bool:
+        if when == WHEN_RUNNING:
             return self.seen_running
-        return self.delete_at is not None and now >= self.delete_at
+        return at is not None and now >= at
 
 
 class _Recorder:
@@ -388,15 +403,33 @@ def _observe(
         if now >= end:
             return
         with recorder.changed:
+            patches = [w for w in created if now <= w.deadline and w.patch_due(now)]
+            for watched in patches:
+                watched.patched = True
             due = [w for w in created if now <= w.deadline and w.delete_due(now)]
             for watched in due:
                 watched.deleted = True
+        for watched in patches:
+            _patch(kube, namespace, watched)
         for watched in due:
             _delete(kube, namespace, watched.record.pod)
         timed = [w.delete_at for w in created if not w.deleted and w.delete_at is not None]
+        timed += [w.patch_at for w in created if not w.patched and w.patch_at is not None]
         wake = min([end, *timed]) - clock.monotonic()
         with recorder.changed:  # a new state may make a delete due (`Running`)
             recorder.changed.wait(max(min(wake, TICK), 0.0))
+
+
+def _patch(kube: KubeConnection, namespace: str, watched: _Watched) -> None:
+    scenario = watched.scenario
+    path = f"/api/v1/namespaces/{namespace}/pods/{watched.record.pod}"
+    if scenario.patch_subresource:
+        path += f"/{scenario.patch_subresource}"
+    try:
+        request_json(kube.api, "PATCH", path, scenario.patch, content_type=STRATEGIC_MERGE)
+    except ApiError as exc:
+        if not exc.not_found:
+            raise CompareError(f"scenario {scenario.name}: patch refused: {exc}") from exc
 
 
 def _delete(kube: KubeConnection, namespace: str, name: str, grace: int | None = None) -> None:

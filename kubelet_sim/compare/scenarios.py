@@ -8,6 +8,10 @@ the pods created):
 - `compare.kubelet-sim.io/delete-after`: delete the pod (with its own grace period) that many
   seconds after its creation, or `Running` once the API shows it Running;
 - `compare.kubelet-sim.io/description`: one line for people;
+- `compare.kubelet-sim.io/patch`: a strategic merge patch (JSON) of the pod, made
+  `compare.kubelet-sim.io/patch-after` seconds after its creation or once `Running`, to the
+  pod or to its subresource `compare.kubelet-sim.io/patch-subresource` (`resize`): a spec
+  change the kubelet acts on (observedGeneration, in-place resize);
 - `compare.kubelet-sim.io/since`: the Kubernetes minor version that brought what the scenario
   shows (`1.28` for sidecar containers): on an older API server (whose kubelets are older
   still) it is skipped, saying so.
@@ -36,6 +40,10 @@ OBSERVE = f"{PREFIX}observe-seconds"
 DELETE_AFTER = f"{PREFIX}delete-after"
 DESCRIPTION = f"{PREFIX}description"
 SINCE = f"{PREFIX}since"
+PATCH = f"{PREFIX}patch"
+PATCH_AFTER = f"{PREFIX}patch-after"
+PATCH_SUBRESOURCE = f"{PREFIX}patch-subresource"
+SUBRESOURCES = ("", "resize")
 DEFAULT_OBSERVE = 45.0
 MAX_OBSERVE = 3600.0
 WHEN_RUNNING = "Running"
@@ -62,6 +70,9 @@ class Scenario:
     source: str = "builtin"
     annotations: dict[str, str] = field(default_factory=dict, compare=False)
     since: int = 0  # the minor version (1.<since>) a kubelet needs to show it
+    patch: Json | None = None  # made `patch_after` (seconds, or `Running`) to `subresource`
+    patch_after: float | str | None = None
+    patch_subresource: str = ""
 
 
 def _since(value: str, source: str) -> int:
@@ -116,7 +127,8 @@ def parse_scenario(text: str, source: str) -> Scenario:
         raise ScenarioError(f"{source}: the pod has no containers")
     annotations = {str(k): str(v) for k, v in (meta.get("annotations") or {}).items()}
     ours = {k: v for k, v in annotations.items() if k.startswith(PREFIX)}
-    unknown = set(ours) - {OBSERVE, DELETE_AFTER, DESCRIPTION, SINCE}
+    unknown = set(ours) - {OBSERVE, DELETE_AFTER, DESCRIPTION, SINCE, PATCH, PATCH_AFTER}
+    unknown -= {PATCH_SUBRESOURCE}
     if unknown:
         raise ScenarioError(f"{source}: unknown annotations {sorted(unknown)}")
     rest = {k: v for k, v in annotations.items() if k not in ours}
@@ -125,14 +137,8 @@ def parse_scenario(text: str, source: str) -> Scenario:
     else:
         meta.pop("annotations", None)
     meta["name"] = name
-    delete_after: float | str | None = None
-    if DELETE_AFTER in ours:
-        value = ours[DELETE_AFTER].strip()
-        delete_after = (
-            WHEN_RUNNING
-            if value.lower() == WHEN_RUNNING.lower()
-            else _number(value, DELETE_AFTER, source)
-        )
+    delete_after = _when(ours, DELETE_AFTER, source)
+    patch = _patch(ours, source)
     observe = _number(ours.get(OBSERVE, str(DEFAULT_OBSERVE)), OBSERVE, source)
     return Scenario(
         name=name,
@@ -144,7 +150,38 @@ def parse_scenario(text: str, source: str) -> Scenario:
         source=source,
         annotations=ours,
         since=_since(ours[SINCE], source) if SINCE in ours else 0,
+        patch=patch,
+        patch_after=_when(ours, PATCH_AFTER, source) if patch is not None else None,
+        patch_subresource=ours.get(PATCH_SUBRESOURCE, ""),
     )
+
+
+def _when(ours: dict[str, str], key: str, source: str) -> float | str | None:
+    """Seconds after the pod's creation, `Running`, or None where the annotation is absent."""
+    if key not in ours:
+        return None
+    value = ours[key].strip()
+    if value.lower() == WHEN_RUNNING.lower():
+        return WHEN_RUNNING
+    return _number(value, key, source)
+
+
+def _patch(ours: dict[str, str], source: str) -> Json | None:
+    if PATCH not in ours:
+        if PATCH_AFTER in ours or PATCH_SUBRESOURCE in ours:
+            raise ScenarioError(f"{source}: {PATCH_AFTER} and {PATCH_SUBRESOURCE} need {PATCH}")
+        return None
+    if PATCH_AFTER not in ours:
+        raise ScenarioError(f"{source}: {PATCH} needs {PATCH_AFTER} (seconds or Running)")
+    if ours.get(PATCH_SUBRESOURCE, "") not in SUBRESOURCES:
+        raise ScenarioError(f"{source}: {PATCH_SUBRESOURCE} may only be resize")
+    try:
+        patch = json.loads(ours[PATCH])
+    except ValueError:
+        raise ScenarioError(f"{source}: {PATCH} must be a JSON object") from None
+    if not isinstance(patch, dict):
+        raise ScenarioError(f"{source}: {PATCH} must be a JSON object")
+    return patch
 
 
 def _without_server_fields(doc: Json) -> Json:

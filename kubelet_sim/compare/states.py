@@ -9,7 +9,10 @@ set of `key → value` strings, so two states compare by equality and differ fie
 - per container, `<prefix>.<name>` with prefix `init`, `c` (app) or `eph` (ephemeral):
   the state, `waiting:<Reason>`, `running` or `terminated:<Reason>(<exitCode>)` (`none`
   when the status has no state); `.ready`, `.started` (only when written), `.restarts`,
-  `.last` (`lastState.terminated`'s reason, or `exit <code>` when it has none)
+  `.last` (`lastState.terminated`'s reason, or `exit <code>` when it has none), and where
+  the status has them (v1.30+ kubelets) `.resources`, `.allocatedResources`, `.volumeMounts`,
+  `.user` as compact JSON
+- `observedGeneration`: `current` or `behind` (the pod's `metadata.generation`), where written
 
 `GONE` stands for the pod deleted from the API (the watch's DELETED): whether and when a node
 finishes a deletion is part of what it does. Pure: no I/O.
@@ -18,6 +21,7 @@ finishes a deletion is part of what it does. Pure: no I/O.
 from __future__ import annotations
 
 import bisect
+import json
 import math
 from collections import Counter
 from collections.abc import Iterable, Mapping
@@ -129,6 +133,9 @@ def normalise(pod: Json) -> PodState:
     values: dict[str, str] = {"phase": str(status.get("phase") or "")}
     if status.get("reason"):
         values["reason"] = str(status["reason"])
+    generation = _generation_seen(pod)
+    if generation:
+        values["observedGeneration"] = generation
     for condition in status.get("conditions") or []:
         text = str(condition.get("status") or "")
         if condition.get("reason"):
@@ -142,10 +149,26 @@ def normalise(pod: Json) -> PodState:
             if container.get("started") is not None:
                 values[f"{base}.started"] = "true" if container["started"] else "false"
             values[f"{base}.restarts"] = str(container.get("restartCount") or 0)
+            for field_name in ("resources", "allocatedResources", "volumeMounts", "user"):
+                if container.get(field_name):
+                    values[f"{base}.{field_name}"] = json.dumps(
+                        container[field_name], sort_keys=True, separators=(",", ":")
+                    )
             last: Json = (container.get("lastState") or {}).get("terminated") or {}
             if last:
                 values[f"{base}.last"] = str(last.get("reason") or f"exit {last.get('exitCode')}")
     return PodState.of(values)
+
+
+def _generation_seen(pod: Json) -> str:
+    """`current` or `behind`: whether the status tells of the pod's latest spec (v1.33+
+    kubelets write observedGeneration). Not judged during a deletion, which bumps the
+    generation of a pod whose node may not write again before it is gone."""
+    meta: Json = pod.get("metadata") or {}
+    seen = (pod.get("status") or {}).get("observedGeneration")
+    if seen is None or meta.get("deletionTimestamp"):
+        return ""
+    return "current" if seen >= (meta.get("generation") or 0) else "behind"
 
 
 def collapse(states: Iterable[PodState]) -> list[PodState]:

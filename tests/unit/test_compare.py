@@ -348,7 +348,7 @@ def test_the_shipped_scenarios_load_and_cover_the_issue() -> None:
         "bad-image-always", "never-pull-missing", "missing-configmap-key", "liveness-fails",
         "readiness-fails", "sigterm-ignored", "plain-delete", "active-deadline", "oom-kill",
         "sidecar-running", "sidecar-crashing", "sidecar-app-exits", "sidecar-delete",
-        "fail-succeed-run",
+        "fail-succeed-run", "spec-change", "resize-accepted", "resize-infeasible",
     } <= names  # fmt: skip
     sidecars = {name for name, s in _by_name().items() if s.since == 28}
     assert sidecars == {n for n in names if n.startswith("sidecar-")}, "v1.28 brought them"
@@ -424,6 +424,16 @@ def test_a_users_pod_file_is_a_scenario(tmp_path: Path) -> None:
         ),
         ("metadata: {name: p}\nspec: {containers: [{name: c}]}\n---\nkind: Service\n", "beside"),
         ("[unclosed", "not YAML"),
+        (
+            "metadata: {name: p, annotations: {compare.kubelet-sim.io/patch-after: '3'}}\n"
+            "spec: {containers: [{name: c}]}",
+            "need compare.kubelet-sim.io/patch",
+        ),
+        (
+            "metadata: {name: p, annotations: {compare.kubelet-sim.io/patch: '[1]',"
+            " compare.kubelet-sim.io/patch-after: '3'}}\nspec: {containers: [{name: c}]}",
+            "JSON object",
+        ),
         (
             "metadata: {name: p, annotations: {compare.kubelet-sim.io/since: soon}}\n"
             "spec: {containers: [{name: c}]}",
@@ -516,6 +526,39 @@ def test_a_delete_comes_due_after_its_seconds_or_once_running() -> None:
     running.deleted = True
     assert not running.delete_due(now)  # and once only
     assert not never.delete_due(now + 1000)
+
+
+def test_a_patch_comes_due_once_running_and_only_once() -> None:
+    from tests.fakeruntime.clock import FakeClock
+
+    clock = FakeClock()
+    patch = 'compare.kubelet-sim.io/patch: \'{"spec": {"activeDeadlineSeconds": 9}}\''
+    when = "compare.kubelet-sim.io/patch-after: Running"
+    watched = _watched(clock, POD_TEXT.format(a=f"{patch}, {when}"))
+    assert watched.scenario.patch == {"spec": {"activeDeadlineSeconds": 9}}
+    now = clock.monotonic()
+    assert not watched.patch_due(now)
+    watched.record.add(normalise(_pod("Running")))
+    assert watched.patch_due(now)
+    watched.patched = True
+    assert not watched.patch_due(now)
+
+
+def test_the_generation_seen_and_the_v1_34_container_fields_are_part_of_a_state() -> None:
+    pod = _pod("Running")
+    pod["metadata"] = {"name": "p", "generation": 2}
+    pod["status"]["observedGeneration"] = 1
+    (main,) = pod["status"]["containerStatuses"]
+    main["allocatedResources"] = {"cpu": "100m"}
+    main["volumeMounts"] = [{"name": "v", "mountPath": "/v"}]
+    state = normalise(pod).as_dict()
+    assert state["observedGeneration"] == "behind"
+    assert state["c.main.allocatedResources"] == '{"cpu":"100m"}'
+    assert state["c.main.volumeMounts"] == '[{"mountPath":"/v","name":"v"}]'
+    pod["status"]["observedGeneration"] = 2
+    assert normalise(pod).as_dict()["observedGeneration"] == "current"
+    pod["metadata"]["deletionTimestamp"] = "2026-11-28T00:00:00Z"  # a deletion bumps it: unjudged
+    assert "observedGeneration" not in normalise(pod).as_dict()
 
 
 def _timed(side: str, window: float, *steps: tuple[float, PodState], events=()) -> PodRecord:  # type: ignore[no-untyped-def]
