@@ -16,6 +16,7 @@ from kubelet_sim import __version__, cri
 from kubelet_sim.formats.jsontypes import Json
 from kubelet_sim.node.host import HostFacts
 from kubelet_sim.node.settings import NodeSettings, cpu_millicores, memory_bytes, reserved_amount
+from kubelet_sim.pod.admission import LABEL_OS, NODE_OS
 from kubelet_sim.validation import KUBELET_COMPAT_VERSION
 
 # The kubelet release whose behaviour we follow. Build metadata (like k3s' "+k3s1") shows that
@@ -23,7 +24,6 @@ from kubelet_sim.validation import KUBELET_COMPAT_VERSION
 KUBELET_VERSION = f"{KUBELET_COMPAT_VERSION}+kubelet-sim-{__version__}"
 
 LABEL_HOSTNAME = "kubernetes.io/hostname"
-LABEL_OS = "kubernetes.io/os"
 LABEL_ARCH = "kubernetes.io/arch"
 LABEL_BETA_OS = "beta.kubernetes.io/os"
 LABEL_BETA_ARCH = "beta.kubernetes.io/arch"
@@ -64,9 +64,9 @@ def default_labels(settings: NodeSettings, host: HostFacts) -> dict[str, str]:
     """The labels the kubelet owns and re-asserts on every start (`updateDefaultLabels`)."""
     return {
         LABEL_HOSTNAME: settings.node_name,
-        LABEL_OS: "linux",
+        LABEL_OS: NODE_OS,
         LABEL_ARCH: host.architecture,
-        LABEL_BETA_OS: "linux",
+        LABEL_BETA_OS: NODE_OS,
         LABEL_BETA_ARCH: host.architecture,
         LABEL_VIRTUAL: "true",
     }
@@ -233,7 +233,7 @@ def node_info(host: HostFacts, runtime_version: str) -> dict[str, str]:
         "containerRuntimeVersion": f"docker://{runtime_version}",
         "kubeletVersion": KUBELET_VERSION,
         "kubeProxyVersion": "",
-        "operatingSystem": "linux",
+        "operatingSystem": NODE_OS,
         "architecture": host.architecture,
     }
 

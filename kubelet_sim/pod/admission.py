@@ -1,10 +1,12 @@
 """Whether the node accepts a pod bound to it: the kubelet's admit handlers, in miniature.
 
-A pod the scheduler placed here can still be refused: the kubelet re-runs the scheduler's resource
-fit against the pods it already runs (lifecycle/predicate.go, noderesources/fit.go) and, before
-v1.15, refused privileged pods unless started with --allow-privileged (privilegeAdmitHandler);
-kubelet-sim's switch covers whatever reaches the host (pod/host_access.py). A refused pod is marked
-Failed with the reason and the message returned here (kubelet.rejectPod).
+A pod the scheduler placed here can still be refused: the kubelet checks the pod's OS and re-runs
+the scheduler's resource and host-port fit against the pods it already runs (lifecycle/predicate.go,
+scheduler.AdmissionCheck) and, before v1.15, refused privileged pods unless started with
+--allow-privileged (privilegeAdmitHandler); kubelet-sim's switch covers whatever reaches the host
+(pod/host_access.py). A refused pod is marked Failed with the reason and the message returned here
+(kubelet.rejectPod). Which of the v1.34 kubelet's handlers are here, and which are not:
+docs/behaviour.md, "Admission".
 """
 
 from __future__ import annotations
@@ -26,6 +28,13 @@ from kubelet_sim.pod.spec import ContainerView, PodView
 REJECTED_PREFIX = "Pod was rejected: "  # kubelet.rejectPod writes this before every message
 FORBIDDEN = "Forbidden"
 UNEXPECTED = "UnexpectedAdmissionError"  # lifecycle/predicate.go, when a check itself fails
+NODE_OS = "linux"  # the kubelet's runtime.GOOS: a Docker node runs Linux containers
+LABEL_OS = "kubernetes.io/os"
+OS_LABEL_MISMATCH = "PodOSSelectorNodeLabelDoesNotMatch"
+OS_NOT_SUPPORTED = "PodOSNotSupported"
+SUPPLEMENTAL_GROUPS_NOT_SUPPORTED = "SupplementalGroupsPolicyNotSupported"
+ANY_IP = "0.0.0.0"  # an empty hostIP: every address of the node
+NODE_PORTS = "NodePorts"  # the scheduler plugin's name, the reason of its predicate failure
 
 
 @dataclass(frozen=True)
@@ -57,17 +66,21 @@ class Requests:
 
     cpu_milli: int = 0
     memory_bytes: int = 0
+    ephemeral_storage_bytes: int = 0
 
     def __add__(self, other: Requests) -> Requests:
         """Within int64, as the kubelet counts: a sum of huge requests stays huge."""
         return Requests(
             add_saturating(self.cpu_milli, other.cpu_milli),
             add_saturating(self.memory_bytes, other.memory_bytes),
+            add_saturating(self.ephemeral_storage_bytes, other.ephemeral_storage_bytes),
         )
 
     def max(self, other: Requests) -> Requests:
         return Requests(
-            max(self.cpu_milli, other.cpu_milli), max(self.memory_bytes, other.memory_bytes)
+            max(self.cpu_milli, other.cpu_milli),
+            max(self.memory_bytes, other.memory_bytes),
+            max(self.ephemeral_storage_bytes, other.ephemeral_storage_bytes),
         )
 
 
@@ -91,9 +104,9 @@ def admit(
         forbidden = forbidden_message(pod)
         if forbidden:
             return Rejection(FORBIDDEN, REJECTED_PREFIX + forbidden)
-    misfit = _fit(pod, active_pods, allocatable)
-    if misfit is not None:
-        return misfit
+    refused = _predicates(pod, active_pods, allocatable)
+    if refused is not None:
+        return refused
     refused_apparmor = apparmor_rejection(pod, apparmor)  # after the resource fit
     if refused_apparmor:
         return Rejection(APPARMOR_REASON, REJECTED_PREFIX + refused_apparmor)
@@ -155,22 +168,94 @@ def unexpected(exc: Exception) -> Rejection:
     )
 
 
+def _predicates(
+    pod: PodView, active_pods: Sequence[PodView], allocatable: Allocatable
+) -> Rejection | None:
+    """predicateAdmitHandler.Admit: the checks preemption cannot help first (the OS, the
+    supplemental groups policy), then the scheduler's admission check (resources, host ports)."""
+    os_label = ((pod.raw.get("metadata") or {}).get("labels") or {}).get(LABEL_OS)
+    if os_label is not None and os_label != NODE_OS:  # the pod's label, not its nodeSelector
+        return Rejection(
+            OS_LABEL_MISMATCH,
+            REJECTED_PREFIX
+            + "Failed to admit pod as the `kubernetes.io/os` label doesn't match node label",
+        )
+    os_field = pod.spec.get("os")
+    if os_field is not None and (os_field or {}).get("name") != NODE_OS:
+        return Rejection(
+            OS_NOT_SUPPORTED,
+            REJECTED_PREFIX + "Failed to admit pod as the OS field doesn't match node OS",
+        )
+    if (pod.spec.get("securityContext") or {}).get("supplementalGroupsPolicy") == "Strict":
+        # The node reports no features.supplementalGroupsPolicy: Docker cannot keep out the
+        # groups an image's /etc/group adds.
+        return Rejection(
+            SUPPLEMENTAL_GROUPS_NOT_SUPPORTED,
+            REJECTED_PREFIX + "SupplementalGroupsPolicy=Strict is not supported in this node",
+        )
+    misfit = _fit(pod, active_pods, allocatable)
+    if misfit is not None:
+        return misfit
+    if not _ports_fit(pod, active_pods):
+        return Rejection(
+            NODE_PORTS,
+            f"{REJECTED_PREFIX}Predicate {NODE_PORTS} failed: "
+            "node(s) didn't have free ports for the requested pod ports",
+        )
+    return None
+
+
+def host_ports(pod: PodView) -> list[tuple[str, str, int]]:
+    """GetHostPorts as (host IP, protocol, port): app containers' and sidecars' (the init
+    containers that run as long as the pod), an empty IP all of them, TCP by default."""
+    containers = (*pod.sidecars, *pod.containers)
+    return [
+        (str(p.get("hostIP") or ANY_IP), str(p.get("protocol") or "TCP"), int(p["hostPort"]))
+        for c in containers
+        for p in c.raw.get("ports") or []
+        if int(p.get("hostPort") or 0) > 0
+    ]
+
+
+def _ports_fit(pod: PodView, active_pods: Sequence[PodView]) -> bool:
+    """nodeports.Fits: a wanted (IP, protocol, port) conflicts with one used on the same IP or
+    on 0.0.0.0, and a wanted 0.0.0.0 with any IP's."""
+    used = {port for other in active_pods for port in host_ports(other)}
+    for ip, protocol, port in host_ports(pod):
+        for used_ip, used_protocol, used_port in used:
+            same_port = (protocol, port) == (used_protocol, used_port)
+            if same_port and (ip == used_ip or ANY_IP in (ip, used_ip)):
+                return False
+    return True
+
+
 def _fit(
     pod: PodView, active_pods: Sequence[PodView], allocatable: Allocatable
 ) -> Rejection | None:
-    """fitsRequest: pod count, then cpu, then memory; the kubelet reports only the first."""
+    """fitsRequest: pod count, then cpu, memory and ephemeral storage; the kubelet reports only
+    the first. A resource the pod does not ask for never fails, even on a node that shrank."""
     if len(active_pods) + 1 > allocatable.pods:
         return _insufficient("pods", 1, len(active_pods), allocatable.pods)
     wanted = pod_requests(pod)
-    if wanted.cpu_milli == 0 and wanted.memory_bytes == 0:
+    if wanted == Requests():
         return None
     used = total_requests(active_pods)
-    if wanted.cpu_milli > allocatable.cpu_milli - used.cpu_milli:
-        return _insufficient("cpu", wanted.cpu_milli, used.cpu_milli, allocatable.cpu_milli)
-    if wanted.memory_bytes > allocatable.memory_bytes - used.memory_bytes:
-        return _insufficient(
-            "memory", wanted.memory_bytes, used.memory_bytes, allocatable.memory_bytes
+    checks = [
+        ("cpu", wanted.cpu_milli, used.cpu_milli, allocatable.cpu_milli),
+        ("memory", wanted.memory_bytes, used.memory_bytes, allocatable.memory_bytes),
+    ]
+    if allocatable.ephemeral_storage_bytes is not None:
+        checks.append(
+            (
+                "ephemeral-storage",
+                wanted.ephemeral_storage_bytes,
+                used.ephemeral_storage_bytes,
+                allocatable.ephemeral_storage_bytes,
+            )
         )
+    for resource, requested, in_use, capacity in checks:
+        if requested > 0 and requested > capacity - in_use:
+            return _insufficient(resource, requested, in_use, capacity)
     return None
 
 
@@ -214,6 +299,9 @@ def _requests_of(resources: Mapping[str, Any]) -> Requests:
     return Requests(
         cpu_milli=milli_value(resources["cpu"]) if "cpu" in resources else 0,
         memory_bytes=value(resources["memory"]) if "memory" in resources else 0,
+        ephemeral_storage_bytes=(
+            value(resources["ephemeral-storage"]) if "ephemeral-storage" in resources else 0
+        ),
     )
 
 

@@ -1,0 +1,57 @@
+"""Pods the v1.34 kubelet refuses before anything runs, as the API shows them: a pod for another
+OS (the upstream e2e spec "PodOSRejection ... should reject pod when the node OS doesn't match
+pod's OS") and a pod whose host port another pod holds."""
+
+from __future__ import annotations
+
+import pytest
+
+from tests.agent_fixture import RunningAgent
+from tests.cluster import Cluster, server_has_field
+from tests.docker_env import DockerEnv
+from tests.pods import container, make_pod, pod_containers, running_ready, status_of, wait_status
+
+pytestmark = pytest.mark.docker
+
+
+def _failed(status: dict[str, object]) -> bool:
+    return status.get("phase") == "Failed"
+
+
+def test_a_windows_pod_is_failed_while_another_pod_runs(
+    cluster: Cluster, docker_env: DockerEnv, agent: RunningAgent
+) -> None:
+    if not server_has_field(cluster.api, "io.k8s.api.core.v1.PodSpec", "os"):
+        pytest.skip("the API server's PodSpec has no `os` (added in v1.23, behind a gate)")
+    make_pod(cluster, "linux-pod")
+    wait_status(cluster, "linux-pod", running_ready, 30, "Running")
+    windows = make_pod(cluster, "windows-pod", os={"name": "windows"})
+    if "os" not in windows["spec"]:
+        pytest.skip(
+            "the API server dropped spec.os: its IdentifyPodOS gate is off (alpha until v1.24,"
+            " as in this rig's v1.24 build), and so is its kubelet's OS check"
+        )
+    status = wait_status(cluster, "windows-pod", _failed, 20, "Failed")
+    assert (status["reason"], status["message"]) == (
+        "PodOSNotSupported",
+        "Pod was rejected: Failed to admit pod as the OS field doesn't match node OS",
+    )
+    assert pod_containers(docker_env, windows["metadata"]["uid"]) == []
+    assert running_ready(status_of(cluster, "linux-pod"))
+
+
+def test_a_host_port_held_by_a_running_pod_refuses_the_next(
+    cluster: Cluster, docker_env: DockerEnv, agent: RunningAgent
+) -> None:
+    port = {"containerPort": 8080, "hostPort": 38571}
+    make_pod(cluster, "holder", container(ports=[port]))
+    wait_status(cluster, "holder", running_ready, 30, "Running")
+    second = make_pod(cluster, "second", container(ports=[port]))
+    status = wait_status(cluster, "second", _failed, 20, "Failed")
+    assert (status["reason"], status["message"]) == (
+        "NodePorts",
+        "Pod was rejected: Predicate NodePorts failed: node(s) didn't have free ports for the"
+        " requested pod ports",
+    )
+    assert pod_containers(docker_env, second["metadata"]["uid"]) == []
+    assert running_ready(status_of(cluster, "holder"))

@@ -1,0 +1,167 @@
+"""The v1.34 kubelet's predicate admission beyond resources: the pod's OS, the supplemental groups
+policy and host ports (lifecycle/predicate.go), pure and through a node's pod workers."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+
+from kubelet_sim.formats.jsontypes import Json
+from kubelet_sim.pod.admission import Allocatable, Rejection, admit, admit_in_order
+from kubelet_sim.pod.spec import PodView
+from tests.unit.harness import Node, container, pod_body
+
+NODE = Allocatable(cpu_milli=2000, memory_bytes=4 * 2**30, pods=10)
+OS_REJECTION = Rejection(
+    "PodOSNotSupported",
+    "Pod was rejected: Failed to admit pod as the OS field doesn't match node OS",
+)
+PORTS_REJECTION = Rejection(
+    "NodePorts",
+    "Pod was rejected: Predicate NodePorts failed: node(s) didn't have free ports for the"
+    " requested pod ports",
+)
+
+
+def view(uid: str = "u", labels: Json | None = None, **spec: Any) -> PodView:
+    body = pod_body(uid, **spec)
+    body["metadata"]["uid"] = uid
+    body["metadata"]["labels"] = labels or {}
+    return PodView.from_api(body)
+
+
+def check(pod: PodView, *active: PodView) -> Rejection | None:
+    return admit(pod, active_pods=active, allocatable=NODE, allow_privileged=False)
+
+
+def with_port(host_port: int, **port: Any) -> list[Json]:
+    return [container(ports=[{"containerPort": 80, "hostPort": host_port, **port}])]
+
+
+@pytest.mark.parametrize("os_name", ["windows", "darwin", ""])
+def test_a_pod_for_another_os_is_not_supported(os_name: str) -> None:
+    assert check(view(os={"name": os_name})) == OS_REJECTION
+
+
+def test_a_linux_pod_and_a_pod_without_an_os_are_admitted() -> None:
+    assert check(view(os={"name": "linux"})) is None
+    assert check(view()) is None
+
+
+def test_the_os_label_on_the_pod_itself_must_be_the_nodes() -> None:
+    assert check(view(labels={"kubernetes.io/os": "linux"})) is None
+    assert check(view(labels={"kubernetes.io/os": "windows"})) == Rejection(
+        "PodOSSelectorNodeLabelDoesNotMatch",
+        "Pod was rejected: Failed to admit pod as the `kubernetes.io/os` label doesn't match"
+        " node label",
+    )
+
+
+def test_the_os_is_checked_before_resources() -> None:
+    huge = [container(resources={"requests": {"cpu": "64"}})]
+    assert check(view(containers=huge, os={"name": "windows"})) == OS_REJECTION
+
+
+def test_strict_supplemental_groups_are_not_supported_by_a_docker_node() -> None:
+    assert check(view(securityContext={"supplementalGroupsPolicy": "Merge"})) is None
+    assert check(view(securityContext={"supplementalGroupsPolicy": "Strict"})) == Rejection(
+        "SupplementalGroupsPolicyNotSupported",
+        "Pod was rejected: SupplementalGroupsPolicy=Strict is not supported in this node",
+    )
+
+
+def test_a_host_port_in_use_refuses_the_second_pod() -> None:
+    first = view("a", containers=with_port(8080))
+    assert check(view("b", containers=with_port(8080)), first) == PORTS_REJECTION
+    assert check(view("b", containers=with_port(8081)), first) is None
+
+
+@pytest.mark.parametrize(
+    ("used", "wanted", "conflicts"),
+    [
+        ({}, {"protocol": "UDP"}, False),  # TCP by default: another protocol is free
+        ({"hostIP": "10.0.0.1"}, {"hostIP": "10.0.0.2"}, False),
+        ({"hostIP": "10.0.0.1"}, {}, True),  # no hostIP: every address
+        ({}, {"hostIP": "10.0.0.2"}, True),
+        (
+            {"hostIP": "10.0.0.1", "protocol": "SCTP"},
+            {"hostIP": "10.0.0.1", "protocol": "SCTP"},
+            True,
+        ),
+    ],
+)
+def test_host_ports_conflict_by_protocol_and_address(
+    used: Json, wanted: Json, conflicts: bool
+) -> None:
+    first = view("a", containers=with_port(9000, **used))
+    rejection = check(view("b", containers=with_port(9000, **wanted)), first)
+    assert rejection == (PORTS_REJECTION if conflicts else None)
+
+
+def test_a_sidecars_host_port_is_held_and_a_plain_init_containers_is_not() -> None:
+    sidecar = container(
+        "side", restartPolicy="Always", ports=[{"containerPort": 1, "hostPort": 7000}]
+    )
+    init = container("init", ports=[{"containerPort": 1, "hostPort": 7001}])
+    first = view("a", initContainers=[sidecar, init])
+    assert check(view("b", containers=with_port(7000)), first) == PORTS_REJECTION
+    assert check(view("b", containers=with_port(7001)), first) is None
+
+
+def test_ports_count_only_the_pods_admitted_before() -> None:
+    older = pod_body("older", containers=with_port(8080))
+    younger = pod_body("younger", containers=with_port(8080))
+    older["metadata"].update(uid="o", creationTimestamp="2026-01-01T00:00:00Z")
+    younger["metadata"].update(uid="y", creationTimestamp="2026-01-01T00:00:01Z")
+    decisions = admit_in_order(
+        [PodView.from_api(younger), PodView.from_api(older)],
+        admitted=[],
+        already_here=(),
+        allocatable=NODE,
+        allow_privileged=False,
+    )
+    assert decisions == {"o": None, "y": PORTS_REJECTION}
+
+
+def test_a_windows_pod_is_failed_and_never_started_while_another_runs(node: Node) -> None:
+    other = node.add(pod_body("other"))
+    node.sync_until_ready(other)
+    uid = node.add(pod_body("windows", os={"name": "windows"}))
+    node.sync(uid)
+    status = node.last_status(uid)
+    assert (status["phase"], status["reason"], status["message"]) == (
+        "Failed",
+        OS_REJECTION.reason,
+        OS_REJECTION.message,
+    )
+    warning = node.events.of("PodOSNotSupported")
+    assert [(e.uid, e.type, e.message) for e in warning] == [
+        (uid, "Warning", "Failed to admit pod as the OS field doesn't match node OS")
+    ]
+    assert node.runtime.operations("run_sandbox") == [other]
+    assert node.last_status(other)["phase"] == "Running"
+
+
+def test_ephemeral_storage_is_fit_after_memory() -> None:
+    disk = Allocatable(cpu_milli=2000, memory_bytes=2**30, pods=10, ephemeral_storage_bytes=10**9)
+    used = view("a", containers=[container(resources={"requests": {"ephemeral-storage": "600M"}})])
+    wanted = view(
+        "b", containers=[container(resources={"requests": {"ephemeral-storage": "500M"}})]
+    )
+    rejection = admit(wanted, active_pods=[used], allocatable=disk, allow_privileged=False)
+    assert rejection == Rejection(
+        "OutOfephemeral-storage",
+        "Pod was rejected: Node didn't have enough resource: ephemeral-storage, requested:"
+        " 500000000, used: 600000000, capacity: 1000000000",
+    )
+    unreported = Allocatable(cpu_milli=2000, memory_bytes=2**30, pods=10)
+    assert admit(wanted, active_pods=[used], allocatable=unreported, allow_privileged=False) is None
+
+
+def test_a_resource_the_pod_does_not_ask_for_never_fails_it() -> None:
+    """A node restarted smaller keeps pods that overfill its cpu (already_here); a new pod that
+    asks only for memory still fits, as fitsRequest checks only what is asked (> 0)."""
+    hog = view("a", containers=[container(resources={"requests": {"cpu": "3"}})])
+    wanted = view("b", containers=[container(resources={"requests": {"memory": "1Mi"}})])
+    assert check(wanted, hog) is None
