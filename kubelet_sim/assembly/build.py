@@ -13,6 +13,7 @@ import dataclasses
 import functools
 import threading
 from dataclasses import dataclass
+from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
@@ -37,6 +38,7 @@ from kubelet_sim.loops.supervise import Supervisor
 from kubelet_sim.loops.workqueue import WorkQueue
 from kubelet_sim.node.host import HostFacts
 from kubelet_sim.node.lifecycle import NodeLifecycle
+from kubelet_sim.node.node_object import build_node as registered_node
 from kubelet_sim.node.node_object import resources
 from kubelet_sim.node.settings import NodeSettings
 from kubelet_sim.pod.admission import Allocatable
@@ -228,6 +230,11 @@ def build_node(
             network=proxy.setup if proxy is not None else None,
             pool=pool if pods.sandbox_pool_size > 0 else None,
             generation=_Generation(schema, name),
+            # getNodeAnyWay: the Node the watch last told, else the one the node registers
+            node=lambda: (
+                node.node_object
+                or registered_node(wiring.settings, process.host, "", [], datetime.now(UTC))
+            ),
         ),
         supervisor,
     )

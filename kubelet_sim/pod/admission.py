@@ -15,6 +15,7 @@ from collections.abc import Collection, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
+from kubelet_sim.formats.jsontypes import Json
 from kubelet_sim.formats.quantity import add_saturating, milli_value, value
 from kubelet_sim.pod.host_access import forbidden_message
 from kubelet_sim.pod.security import (
@@ -24,6 +25,7 @@ from kubelet_sim.pod.security import (
     sysctl_rejection,
 )
 from kubelet_sim.pod.spec import ContainerView, PodView
+from kubelet_sim.pod.static import is_static_pod
 
 REJECTED_PREFIX = "Pod was rejected: "  # kubelet.rejectPod writes this before every message
 FORBIDDEN = "Forbidden"
@@ -34,7 +36,10 @@ OS_LABEL_MISMATCH = "PodOSSelectorNodeLabelDoesNotMatch"
 OS_NOT_SUPPORTED = "PodOSNotSupported"
 SUPPLEMENTAL_GROUPS_NOT_SUPPORTED = "SupplementalGroupsPolicyNotSupported"
 ANY_IP = "0.0.0.0"  # an empty hostIP: every address of the node
-NODE_PORTS = "NodePorts"  # the scheduler plugin's name, the reason of its predicate failure
+# The scheduler plugins' names: the reasons of their predicate failures, with their words.
+NODE_AFFINITY = ("NodeAffinity", "node(s) didn't match Pod's node affinity/selector")
+NODE_PORTS = ("NodePorts", "node(s) didn't have free ports for the requested pod ports")
+TAINTS = ("TaintToleration", "node(s) had taints that the pod didn't tolerate")
 
 
 @dataclass(frozen=True)
@@ -92,10 +97,12 @@ def admit(
     allow_privileged: bool,
     allowed_unsafe_sysctls: Sequence[str] = (),
     apparmor: bool = False,
+    node: Json | None = None,
 ) -> Rejection | None:
     """None if the pod may run; else the first reason the kubelet would give for refusing it.
 
-    `active_pods` are the other pods already admitted and not terminated (not `pod` itself).
+    `active_pods` are the other pods already admitted and not terminated (not `pod` itself);
+    `node` is the node's own Node as last seen (None before: its labels and taints unchecked).
     """
     refused_sysctl = sysctl_rejection(pod, allowed_unsafe_sysctls)
     if refused_sysctl:  # the sysctl handler comes before the resource fit
@@ -104,7 +111,7 @@ def admit(
         forbidden = forbidden_message(pod)
         if forbidden:
             return Rejection(FORBIDDEN, REJECTED_PREFIX + forbidden)
-    refused = _predicates(pod, active_pods, allocatable)
+    refused = _predicates(pod, active_pods, allocatable, node)
     if refused is not None:
         return refused
     refused_apparmor = apparmor_rejection(pod, apparmor)  # after the resource fit
@@ -122,6 +129,7 @@ def admit_in_order(
     allow_privileged: bool,
     allowed_unsafe_sysctls: Sequence[str] = (),
     apparmor: bool = False,
+    node: Json | None = None,
 ) -> dict[str, Rejection | None]:
     """HandlePodAdditions: decide each new pod in creation order, counting only what was admitted.
 
@@ -149,6 +157,7 @@ def admit_in_order(
                 allow_privileged=allow_privileged,
                 allowed_unsafe_sysctls=allowed_unsafe_sysctls,
                 apparmor=apparmor,
+                node=node,
             )
         except Exception as exc:  # one pod's input never blocks the others' admission
             rejection = unexpected(exc)
@@ -169,10 +178,11 @@ def unexpected(exc: Exception) -> Rejection:
 
 
 def _predicates(
-    pod: PodView, active_pods: Sequence[PodView], allocatable: Allocatable
+    pod: PodView, active_pods: Sequence[PodView], allocatable: Allocatable, node: Json | None
 ) -> Rejection | None:
     """predicateAdmitHandler.Admit: the checks preemption cannot help first (the OS, the
-    supplemental groups policy), then the scheduler's admission check (resources, host ports)."""
+    supplemental groups policy), then the scheduler's admission check (resources, node
+    affinity, host ports) and the NoExecute taints, the first failure told."""
     os_label = ((pod.raw.get("metadata") or {}).get("labels") or {}).get(LABEL_OS)
     if os_label is not None and os_label != NODE_OS:  # the pod's label, not its nodeSelector
         return Rejection(
@@ -196,13 +206,99 @@ def _predicates(
     misfit = _fit(pod, active_pods, allocatable)
     if misfit is not None:
         return misfit
+    if node is not None and not node_affinity_matches(pod, node):
+        return _predicate_failure(NODE_AFFINITY)
     if not _ports_fit(pod, active_pods):
-        return Rejection(
-            NODE_PORTS,
-            f"{REJECTED_PREFIX}Predicate {NODE_PORTS} failed: "
-            "node(s) didn't have free ports for the requested pod ports",
-        )
+        return _predicate_failure(NODE_PORTS)
+    if node is not None and not is_static_pod(pod.raw) and _untolerated_no_execute(pod, node):
+        return _predicate_failure(TAINTS)
     return None
+
+
+def _predicate_failure(predicate: tuple[str, str]) -> Rejection:
+    """PredicateFailureError: the plugin's name is the reason."""
+    name, words = predicate
+    return Rejection(name, f"{REJECTED_PREFIX}Predicate {name} failed: {words}")
+
+
+def node_affinity_matches(pod: PodView, node: Json) -> bool:
+    """GetRequiredNodeAffinity(pod).Match(node): every nodeSelector label, and one of the
+    required affinity's non-empty terms (all of its expressions and fields)."""
+    meta: Json = node.get("metadata") or {}
+    labels: Json = meta.get("labels") or {}
+    selector: Json = pod.spec.get("nodeSelector") or {}
+    if any(labels.get(key) != value for key, value in selector.items()):
+        return False
+    affinity: Json = (pod.spec.get("affinity") or {}).get("nodeAffinity") or {}
+    required = affinity.get("requiredDuringSchedulingIgnoredDuringExecution")
+    if required is None:
+        return True
+    fields = {"metadata.name": str(meta.get("name") or "")}
+    terms = [
+        t
+        for t in required.get("nodeSelectorTerms") or []
+        if t.get("matchExpressions") or t.get("matchFields")
+    ]
+    return any(
+        all(_label_matches(e, labels) for e in term.get("matchExpressions") or [])
+        and all(_field_matches(e, fields) for e in term.get("matchFields") or [])
+        for term in terms
+    )
+
+
+def _label_matches(expression: Json, labels: Json) -> bool:
+    """labels.Requirement: In, NotIn (an absent label too), Exists, DoesNotExist, Gt and Lt
+    (integers; a label that is not one fails)."""
+    key, operator = str(expression.get("key") or ""), expression.get("operator")
+    values = [str(v) for v in expression.get("values") or []]
+    present, label = key in labels, str(labels.get(key, ""))
+    match operator:
+        case "In":
+            return present and label in values
+        case "NotIn":
+            return not present or label not in values
+        case "Exists":
+            return present
+        case "DoesNotExist":
+            return not present
+        case "Gt" | "Lt" if present and len(values) == 1:
+            try:
+                have, bound = int(label), int(values[0])
+            except ValueError:
+                return False
+            return have > bound if operator == "Gt" else have < bound
+    return False
+
+
+def _field_matches(expression: Json, fields: Mapping[str, str]) -> bool:
+    """matchFields: metadata.name only, In or NotIn with one value."""
+    values = [str(v) for v in expression.get("values") or []]
+    key, operator = str(expression.get("key") or ""), str(expression.get("operator") or "")
+    if len(values) != 1 or key not in fields or operator not in ("In", "NotIn"):
+        return False
+    return (fields[key] == values[0]) == (operator == "In")
+
+
+def _untolerated_no_execute(pod: PodView, node: Json) -> bool:
+    """FindMatchingUntoleratedTaint for the NoExecute taints, the only ones the kubelet checks
+    (the scheduler has kept NoSchedule ones away)."""
+    tolerations: list[Json] = pod.spec.get("tolerations") or []
+    return any(
+        taint.get("effect") == "NoExecute" and not any(_tolerates(t, taint) for t in tolerations)
+        for taint in (node.get("spec") or {}).get("taints") or []
+    )
+
+
+def _tolerates(toleration: Json, taint: Json) -> bool:
+    """Toleration.ToleratesTaint: an empty effect or key matches all; Exists any value."""
+    if toleration.get("effect") and toleration.get("effect") != taint.get("effect"):
+        return False
+    if toleration.get("key") and toleration.get("key") != taint.get("key"):
+        return False
+    operator = toleration.get("operator") or "Equal"
+    if operator == "Exists":
+        return True
+    return operator == "Equal" and (toleration.get("value") or "") == (taint.get("value") or "")
 
 
 def host_ports(pod: PodView) -> list[tuple[str, str, int]]:

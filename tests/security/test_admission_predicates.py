@@ -1,12 +1,16 @@
 """Pods the v1.34 kubelet refuses before anything runs, as the API shows them: a pod for another
 OS (the upstream e2e spec "PodOSRejection ... should reject pod when the node OS doesn't match
-pod's OS") and a pod whose host port another pod holds."""
+pod's OS"), a pod whose host port another pod holds, and pods bound by hand to a node they do not
+match or whose NoExecute taint they do not tolerate."""
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import pytest
 
-from tests.agent_fixture import RunningAgent
+from kubelet_sim.node.settings import VIRTUAL_NODE_TAINT
+from tests.agent_fixture import RunningAgent, start_agent
 from tests.cluster import Cluster, server_has_field
 from tests.docker_env import DockerEnv
 from tests.pods import container, make_pod, pod_containers, running_ready, status_of, wait_status
@@ -28,8 +32,8 @@ def test_a_windows_pod_is_failed_while_another_pod_runs(
     windows = make_pod(cluster, "windows-pod", os={"name": "windows"})
     if "os" not in windows["spec"]:
         pytest.skip(
-            "the API server dropped spec.os: its IdentifyPodOS gate is off (alpha until v1.24,"
-            " as in this rig's v1.24 build), and so is its kubelet's OS check"
+            "the API server dropped spec.os: its IdentifyPodOS gate is off (alpha in v1.23,"
+            " still alpha in this rig's v1.24 build), and so is its kubelet's OS check"
         )
     status = wait_status(cluster, "windows-pod", _failed, 20, "Failed")
     assert (status["reason"], status["message"]) == (
@@ -55,3 +59,31 @@ def test_a_host_port_held_by_a_running_pod_refuses_the_next(
     )
     assert pod_containers(docker_env, second["metadata"]["uid"]) == []
     assert running_ready(status_of(cluster, "holder"))
+
+
+def test_a_pod_the_node_does_not_match_or_tolerate_is_failed(
+    cluster: Cluster, docker_env: DockerEnv, tmp_path: Path
+) -> None:
+    """Bound by hand past the scheduler: a nodeSelector the node lacks (NodeAffinity) and a
+    NoExecute taint the pod does not tolerate (TaintToleration); a pod that tolerates it runs."""
+    taints = [dict(VIRTUAL_NODE_TAINT), {"key": "dedicated", "value": "db", "effect": "NoExecute"}]
+    running = start_agent(
+        cluster, docker_env, tmp_path / "root", node={"register_with_taints": taints}
+    )
+    try:
+        tolerant = [{"key": "dedicated", "operator": "Exists", "effect": "NoExecute"}]
+        make_pod(cluster, "elsewhere", nodeSelector={"disktype": "ssd"}, tolerations=tolerant)
+        make_pod(cluster, "untolerated")
+        make_pod(cluster, "tolerant", tolerations=tolerant)
+        for name, reason, words in (
+            ("elsewhere", "NodeAffinity", "node(s) didn't match Pod's node affinity/selector"),
+            ("untolerated", "TaintToleration", "node(s) had taints that the pod didn't tolerate"),
+        ):
+            status = wait_status(cluster, name, _failed, 30, "Failed")
+            assert (status["reason"], status["message"]) == (
+                reason,
+                f"Pod was rejected: Predicate {reason} failed: {words}",
+            )
+        wait_status(cluster, "tolerant", running_ready, 30, "Running")
+    finally:
+        running.stop()

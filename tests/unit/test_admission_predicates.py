@@ -165,3 +165,118 @@ def test_a_resource_the_pod_does_not_ask_for_never_fails_it() -> None:
     hog = view("a", containers=[container(resources={"requests": {"cpu": "3"}})])
     wanted = view("b", containers=[container(resources={"requests": {"memory": "1Mi"}})])
     assert check(wanted, hog) is None
+
+
+NODE_OBJECT: Json = {
+    "metadata": {"name": "n1", "labels": {"kubernetes.io/os": "linux", "zone": "a", "gen": "5"}},
+    "spec": {
+        "taints": [{"key": "kubelet-sim.io/virtual", "value": "true", "effect": "NoSchedule"}]
+    },
+}
+AFFINITY_REJECTION = Rejection(
+    "NodeAffinity",
+    "Pod was rejected: Predicate NodeAffinity failed: node(s) didn't match Pod's node"
+    " affinity/selector",
+)
+TAINT_REJECTION = Rejection(
+    "TaintToleration",
+    "Pod was rejected: Predicate TaintToleration failed: node(s) had taints that the pod didn't"
+    " tolerate",
+)
+
+
+def on_node(pod: PodView, node: Json = NODE_OBJECT, *active: PodView) -> Rejection | None:
+    return admit(pod, active_pods=active, allocatable=NODE, allow_privileged=False, node=node)
+
+
+def required(*terms: Json) -> Json:
+    return {
+        "nodeAffinity": {
+            "requiredDuringSchedulingIgnoredDuringExecution": {"nodeSelectorTerms": list(terms)}
+        }
+    }
+
+
+def test_a_node_selector_must_match_every_label() -> None:
+    assert on_node(view(nodeSelector={"zone": "a", "kubernetes.io/os": "linux"})) is None
+    assert on_node(view(nodeSelector={"zone": "b"})) == AFFINITY_REJECTION
+    assert on_node(view(nodeSelector={"disk": "ssd"})) == AFFINITY_REJECTION
+
+
+@pytest.mark.parametrize(
+    ("expression", "matches"),
+    [
+        ({"key": "zone", "operator": "In", "values": ["a", "b"]}, True),
+        ({"key": "zone", "operator": "In", "values": ["b"]}, False),
+        ({"key": "zone", "operator": "NotIn", "values": ["b"]}, True),
+        ({"key": "disk", "operator": "NotIn", "values": ["ssd"]}, True),  # absent: not in
+        ({"key": "zone", "operator": "Exists"}, True),
+        ({"key": "disk", "operator": "Exists"}, False),
+        ({"key": "disk", "operator": "DoesNotExist"}, True),
+        ({"key": "gen", "operator": "Gt", "values": ["4"]}, True),
+        ({"key": "gen", "operator": "Gt", "values": ["5"]}, False),
+        ({"key": "gen", "operator": "Lt", "values": ["6"]}, True),
+        ({"key": "zone", "operator": "Lt", "values": ["6"]}, False),  # not an integer
+    ],
+)
+def test_required_node_affinity_expressions(expression: Json, matches: bool) -> None:
+    rejection = on_node(view(affinity=required({"matchExpressions": [expression]})))
+    assert rejection == (None if matches else AFFINITY_REJECTION)
+
+
+def test_affinity_terms_are_ored_and_an_empty_term_matches_nothing() -> None:
+    miss = {"matchExpressions": [{"key": "zone", "operator": "In", "values": ["b"]}]}
+    by_name = {"matchFields": [{"key": "metadata.name", "operator": "In", "values": ["n1"]}]}
+    assert on_node(view(affinity=required(miss, by_name))) is None
+    assert on_node(view(affinity=required(miss, {}))) == AFFINITY_REJECTION
+    other = {"matchFields": [{"key": "metadata.name", "operator": "In", "values": ["n2"]}]}
+    assert on_node(view(affinity=required(other))) == AFFINITY_REJECTION
+    not_other = {"matchFields": [{"key": "metadata.name", "operator": "NotIn", "values": ["n2"]}]}
+    assert on_node(view(affinity=required(not_other))) is None
+
+
+def test_affinity_is_told_before_host_ports_and_after_resources() -> None:
+    holder = view("a", containers=with_port(8080))
+    both = view("b", containers=with_port(8080), nodeSelector={"zone": "b"})
+    assert on_node(both, NODE_OBJECT, holder) == AFFINITY_REJECTION
+    huge = [container(resources={"requests": {"cpu": "64"}})]
+    rejection = on_node(view(containers=huge, nodeSelector={"zone": "b"}))
+    assert rejection is not None
+    assert rejection.reason == "OutOfcpu"
+
+
+def tainted(*taints: Json) -> Json:
+    return {**NODE_OBJECT, "spec": {"taints": list(taints)}}
+
+
+NO_EXECUTE = {"key": "dedicated", "value": "db", "effect": "NoExecute"}
+
+
+@pytest.mark.parametrize(
+    ("toleration", "tolerated"),
+    [
+        ({"key": "dedicated", "operator": "Equal", "value": "db", "effect": "NoExecute"}, True),
+        ({"key": "dedicated", "value": "db"}, True),  # any effect, Equal by default
+        ({"key": "dedicated", "operator": "Exists"}, True),
+        ({"operator": "Exists"}, True),  # every taint
+        ({"key": "dedicated", "value": "web"}, False),
+        ({"key": "dedicated", "operator": "Exists", "effect": "NoSchedule"}, False),
+        ({"key": "other", "operator": "Exists"}, False),
+    ],
+)
+def test_a_no_execute_taint_needs_a_toleration(toleration: Json, tolerated: bool) -> None:
+    rejection = on_node(view(tolerations=[toleration]), tainted(NO_EXECUTE))
+    assert rejection == (None if tolerated else TAINT_REJECTION)
+
+
+def test_only_no_execute_taints_count_and_static_pods_are_exempt() -> None:
+    assert on_node(view()) is None  # the node's own NoSchedule taint: the scheduler's business
+    node = tainted(NO_EXECUTE)
+    assert on_node(view(), node) == TAINT_REJECTION
+    static = pod_body("static")
+    static["metadata"]["annotations"] = {"kubernetes.io/config.source": "file"}
+    assert on_node(PodView.from_api(static), node) is None
+
+
+def test_without_a_node_object_labels_and_taints_are_not_checked() -> None:
+    assert check(view(nodeSelector={"zone": "b"})) is None
