@@ -41,7 +41,7 @@ from kubelet_sim.node.lifecycle import NodeLifecycle
 from kubelet_sim.node.node_object import build_node as registered_node
 from kubelet_sim.node.node_object import resources
 from kubelet_sim.node.settings import NodeSettings
-from kubelet_sim.pod.admission import Allocatable
+from kubelet_sim.pod.admission import HUGEPAGES_PREFIX, Allocatable
 from kubelet_sim.pod.generation import KubeletGeneration, generation_of
 from kubelet_sim.podworkers.assemble import SyncerPorts, pod_syncer
 from kubelet_sim.podworkers.gc import ContainerGC
@@ -315,6 +315,11 @@ def _allocatable(settings: NodeSettings, host: HostFacts) -> Allocatable:
         memory_bytes=value(allocatable["memory"]),
         pods=int(allocatable["pods"]),
         ephemeral_storage_bytes=value(allocatable["ephemeral-storage"]),
+        hugepages={
+            name: value(amount)
+            for name, amount in allocatable.items()
+            if name.startswith(HUGEPAGES_PREFIX)
+        },
     )
 
 

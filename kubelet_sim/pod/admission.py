@@ -12,7 +12,7 @@ docs/behaviour.md, "Admission".
 from __future__ import annotations
 
 from collections.abc import Collection, Iterable, Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 from kubelet_sim.formats.jsontypes import Json
@@ -32,6 +32,7 @@ FORBIDDEN = "Forbidden"
 UNEXPECTED = "UnexpectedAdmissionError"  # lifecycle/predicate.go, when a check itself fails
 NODE_OS = "linux"  # the kubelet's runtime.GOOS: a Docker node runs Linux containers
 LABEL_OS = "kubernetes.io/os"
+HUGEPAGES_PREFIX = "hugepages-"
 OS_LABEL_MISMATCH = "PodOSSelectorNodeLabelDoesNotMatch"
 OS_NOT_SUPPORTED = "PodOSNotSupported"
 SUPPLEMENTAL_GROUPS_NOT_SUPPORTED = "SupplementalGroupsPolicyNotSupported"
@@ -50,6 +51,7 @@ class Allocatable:
     memory_bytes: int
     pods: int
     ephemeral_storage_bytes: int | None = None  # None: not reported (no downward API default)
+    hugepages: Mapping[str, int] = field(default_factory=dict)  # "hugepages-2Mi": bytes
 
 
 @dataclass(frozen=True)
@@ -72,6 +74,7 @@ class Requests:
     cpu_milli: int = 0
     memory_bytes: int = 0
     ephemeral_storage_bytes: int = 0
+    hugepages: Mapping[str, int] = field(default_factory=dict)  # "hugepages-2Mi": bytes
 
     def __add__(self, other: Requests) -> Requests:
         """Within int64, as the kubelet counts: a sum of huge requests stays huge."""
@@ -79,6 +82,10 @@ class Requests:
             add_saturating(self.cpu_milli, other.cpu_milli),
             add_saturating(self.memory_bytes, other.memory_bytes),
             add_saturating(self.ephemeral_storage_bytes, other.ephemeral_storage_bytes),
+            {
+                name: add_saturating(self.hugepages.get(name, 0), other.hugepages.get(name, 0))
+                for name in {**self.hugepages, **other.hugepages}
+            },
         )
 
     def max(self, other: Requests) -> Requests:
@@ -86,6 +93,10 @@ class Requests:
             max(self.cpu_milli, other.cpu_milli),
             max(self.memory_bytes, other.memory_bytes),
             max(self.ephemeral_storage_bytes, other.ephemeral_storage_bytes),
+            {
+                name: max(self.hugepages.get(name, 0), other.hugepages.get(name, 0))
+                for name in {**self.hugepages, **other.hugepages}
+            },
         )
 
 
@@ -328,8 +339,10 @@ def _ports_fit(pod: PodView, active_pods: Sequence[PodView]) -> bool:
 def _fit(
     pod: PodView, active_pods: Sequence[PodView], allocatable: Allocatable
 ) -> Rejection | None:
-    """fitsRequest: pod count, then cpu, memory and ephemeral storage; the kubelet reports only
-    the first. A resource the pod does not ask for never fails, even on a node that shrank."""
+    """fitsRequest: pod count, then cpu, memory, ephemeral storage and huge pages (a size the
+    node lacks has none); the kubelet reports only the first. A resource the pod does not ask
+    for never fails, even on a node that shrank. Extended resources are not counted: the node
+    offers none, and the kubelet drops a request for one its node does not offer."""
     if len(active_pods) + 1 > allocatable.pods:
         return _insufficient("pods", 1, len(active_pods), allocatable.pods)
     wanted = pod_requests(pod)
@@ -349,6 +362,15 @@ def _fit(
                 allocatable.ephemeral_storage_bytes,
             )
         )
+    checks += [
+        (
+            name,
+            wanted.hugepages[name],
+            used.hugepages.get(name, 0),
+            allocatable.hugepages.get(name, 0),
+        )
+        for name in sorted(wanted.hugepages)
+    ]
     for resource, requested, in_use, capacity in checks:
         if requested > 0 and requested > capacity - in_use:
             return _insufficient(resource, requested, in_use, capacity)
@@ -398,6 +420,11 @@ def _requests_of(resources: Mapping[str, Any]) -> Requests:
         ephemeral_storage_bytes=(
             value(resources["ephemeral-storage"]) if "ephemeral-storage" in resources else 0
         ),
+        hugepages={
+            name: value(amount)
+            for name, amount in resources.items()
+            if name.startswith(HUGEPAGES_PREFIX)
+        },
     )
 
 

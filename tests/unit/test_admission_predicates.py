@@ -280,3 +280,29 @@ def test_only_no_execute_taints_count_and_static_pods_are_exempt() -> None:
 
 def test_without_a_node_object_labels_and_taints_are_not_checked() -> None:
     assert check(view(nodeSelector={"zone": "b"})) is None
+
+
+def test_huge_pages_a_node_lacks_refuse_the_pod_and_those_it_has_are_counted() -> None:
+    wants = [container(resources={"requests": {"memory": "1Mi", "hugepages-2Mi": "4Mi"}})]
+    assert check(view(containers=wants)) == Rejection(
+        "OutOfhugepages-2Mi",
+        "Pod was rejected: Node didn't have enough resource: hugepages-2Mi, requested: 4194304,"
+        " used: 0, capacity: 0",
+    )
+    some = Allocatable(
+        cpu_milli=2000, memory_bytes=2**30, pods=10, hugepages={"hugepages-2Mi": 6 * 2**20}
+    )
+    first = view("a", containers=wants)
+    assert admit(first, active_pods=[], allocatable=some, allow_privileged=False) is None
+    rejection = admit(
+        view("b", containers=wants), active_pods=[first], allocatable=some, allow_privileged=False
+    )
+    assert rejection is not None
+    assert rejection.message.endswith("requested: 4194304, used: 4194304, capacity: 6291456")
+
+
+def test_an_extended_resource_the_node_does_not_offer_is_admitted_as_the_kubelet_admits_it() -> (
+    None
+):
+    gpu = [container(resources={"requests": {"example.com/gpu": "1"}})]
+    assert check(view(containers=gpu)) is None
