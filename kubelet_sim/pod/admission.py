@@ -26,6 +26,7 @@ from kubelet_sim.pod.security import (
 )
 from kubelet_sim.pod.spec import ContainerView, PodView
 from kubelet_sim.pod.static import is_static_pod
+from kubelet_sim.pod.status import OWNED_CONDITIONS
 
 REJECTED_PREFIX = "Pod was rejected: "  # kubelet.rejectPod writes this before every message
 FORBIDDEN = "Forbidden"
@@ -33,6 +34,7 @@ UNEXPECTED = "UnexpectedAdmissionError"  # lifecycle/predicate.go, when a check 
 NODE_OS = "linux"  # the kubelet's runtime.GOOS: a Docker node runs Linux containers
 LABEL_OS = "kubernetes.io/os"
 HUGEPAGES_PREFIX = "hugepages-"
+QOS_KEPT_SINCE = 32  # the kubelet minor whose rejectPod keeps the pod's qosClass
 OS_LABEL_MISMATCH = "PodOSSelectorNodeLabelDoesNotMatch"
 OS_NOT_SUPPORTED = "PodOSNotSupported"
 SUPPLEMENTAL_GROUPS_NOT_SUPPORTED = "SupplementalGroupsPolicyNotSupported"
@@ -176,6 +178,27 @@ def admit_in_order(
         if rejection is None:
             active.append(pod)
     return decisions
+
+
+def rejected_status(generated: Json, previous: Json, kubelet_minor: int) -> Json:
+    """What rejectPod writes, from the status a sync would write: the phase, reason and message,
+    startTime and observedGeneration, nothing of containers or IPs. As the status manager's
+    merge, the conditions the kubelet owns go (PodScheduled too), those of others stay; qosClass
+    is kept from v1.32 (kubernetes#128083: older kubelets dropped it)."""
+    status: Json = {
+        key: generated[key]
+        for key in ("phase", "reason", "message", "startTime", "observedGeneration")
+        if key in generated
+    }
+    if kubelet_minor >= QOS_KEPT_SINCE and (previous.get("qosClass") or generated.get("qosClass")):
+        status["qosClass"] = previous.get("qosClass") or generated["qosClass"]
+    others = [c for c in previous.get("conditions") or [] if c.get("type") not in OWNED_CONDITIONS]
+    if others:
+        status["conditions"] = others
+    for key in ("resourceClaimStatuses", "extendedResourceClaimStatus"):  # not the kubelet's
+        if key in previous:
+            status[key] = previous[key]
+    return status
 
 
 def unexpected(exc: Exception) -> Rejection:

@@ -8,7 +8,7 @@ from typing import Any
 import pytest
 
 from kubelet_sim.formats.jsontypes import Json
-from kubelet_sim.pod.admission import Allocatable, Rejection, admit, admit_in_order
+from kubelet_sim.pod.admission import Allocatable, Rejection, admit, admit_in_order, rejected_status
 from kubelet_sim.pod.spec import PodView
 from tests.unit.harness import Node, container, pod_body
 
@@ -127,20 +127,48 @@ def test_ports_count_only_the_pods_admitted_before() -> None:
 def test_a_windows_pod_is_failed_and_never_started_while_another_runs(node: Node) -> None:
     other = node.add(pod_body("other"))
     node.sync_until_ready(other)
-    uid = node.add(pod_body("windows", os={"name": "windows"}))
+    body = pod_body("windows", os={"name": "windows"})
+    body["metadata"]["generation"] = 2
+    scheduled = {"type": "PodScheduled", "status": "True"}
+    gate = {"type": "example.com/gate", "status": "False"}
+    body["status"] = {"phase": "Pending", "qosClass": "BestEffort", "conditions": [scheduled, gate]}
+    uid = node.add(body)
     node.sync(uid)
-    status = node.last_status(uid)
-    assert (status["phase"], status["reason"], status["message"]) == (
-        "Failed",
-        OS_REJECTION.reason,
-        OS_REJECTION.message,
-    )
+    assert node.last_status(uid) == {  # rejectPod's status, merged as the status manager merges
+        "phase": "Failed",
+        "reason": OS_REJECTION.reason,
+        "message": OS_REJECTION.message,
+        "qosClass": "BestEffort",
+        "startTime": node.last_status(uid)["startTime"],
+        "observedGeneration": 2,
+        "conditions": [gate],
+    }
     warning = node.events.of("PodOSNotSupported")
     assert [(e.uid, e.type, e.message) for e in warning] == [
         (uid, "Warning", "Failed to admit pod as the OS field doesn't match node OS")
     ]
     assert node.runtime.operations("run_sandbox") == [other]
     assert node.last_status(other)["phase"] == "Running"
+
+
+def test_a_kubelet_before_v1_32_dropped_the_qos_class_of_a_pod_it_rejected() -> None:
+    generated: Json = {
+        "phase": "Failed",
+        "reason": "OutOfcpu",
+        "message": "Pod was rejected: ...",
+        "startTime": "2026-11-28T00:00:00Z",
+        "qosClass": "Burstable",
+        "hostIP": "192.0.2.10",
+        "conditions": [{"type": "Ready", "status": "False"}],
+        "containerStatuses": [{"name": "c"}],
+    }
+    previous: Json = {"qosClass": "Burstable", "resourceClaimStatuses": [{"name": "gpu"}]}
+    kept = {k: generated[k] for k in ("phase", "reason", "message", "startTime")}
+    assert rejected_status(generated, previous, 31) == {
+        **kept,
+        "resourceClaimStatuses": [{"name": "gpu"}],
+    }
+    assert rejected_status(generated, previous, 32)["qosClass"] == "Burstable"
 
 
 def test_ephemeral_storage_is_fit_after_memory() -> None:
