@@ -1,12 +1,13 @@
 """Whether the node accepts a pod bound to it: the kubelet's admit handlers, in miniature.
 
-A pod the scheduler placed here can still be refused: the kubelet checks the pod's OS and re-runs
-the scheduler's resource and host-port fit against the pods it already runs (lifecycle/predicate.go,
-scheduler.AdmissionCheck) and, before v1.15, refused privileged pods unless started with
---allow-privileged (privilegeAdmitHandler); kubelet-sim's switch covers whatever reaches the host
+A pod the scheduler placed here can still be refused: the kubelet checks the pod's OS, re-runs the
+scheduler's resource, node affinity and host-port fit against its Node and the pods it already runs
+and checks the Node's NoExecute taints (lifecycle/predicate.go, scheduler.AdmissionCheck) and,
+before v1.15, refused privileged pods unless started with --allow-privileged
+(privilegeAdmitHandler); kubelet-sim's switch covers whatever reaches the host
 (pod/host_access.py). A refused pod is marked Failed with the reason and the message returned here
-(kubelet.rejectPod). Which of the v1.34 kubelet's handlers are here, and which are not:
-docs/behaviour.md, "Admission".
+(kubelet.rejectPod, `rejected_status`). Which of the v1.34 kubelet's handlers are here, and which
+are not: docs/behaviour.md, "Admission".
 """
 
 from __future__ import annotations
@@ -115,7 +116,7 @@ def admit(
     """None if the pod may run; else the first reason the kubelet would give for refusing it.
 
     `active_pods` are the other pods already admitted and not terminated (not `pod` itself);
-    `node` is the node's own Node as last seen (None before: its labels and taints unchecked).
+    `node` is the node's own Node (getNodeAnyWay's); None leaves its labels and taints unchecked.
     """
     refused_sysctl = sysctl_rejection(pod, allowed_unsafe_sysctls)
     if refused_sysctl:  # the sysctl handler comes before the resource fit
