@@ -13,6 +13,7 @@ import dataclasses
 import functools
 import threading
 from dataclasses import dataclass
+from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
@@ -37,9 +38,10 @@ from kubelet_sim.loops.supervise import Supervisor
 from kubelet_sim.loops.workqueue import WorkQueue
 from kubelet_sim.node.host import HostFacts
 from kubelet_sim.node.lifecycle import NodeLifecycle
+from kubelet_sim.node.node_object import build_node as registered_node
 from kubelet_sim.node.node_object import resources
 from kubelet_sim.node.settings import NodeSettings
-from kubelet_sim.pod.admission import Allocatable
+from kubelet_sim.pod.admission import HUGEPAGES_PREFIX, Allocatable
 from kubelet_sim.pod.generation import KubeletGeneration, generation_of
 from kubelet_sim.podworkers.assemble import SyncerPorts, pod_syncer
 from kubelet_sim.podworkers.gc import ContainerGC
@@ -228,6 +230,11 @@ def build_node(
             network=proxy.setup if proxy is not None else None,
             pool=pool if pods.sandbox_pool_size > 0 else None,
             generation=_Generation(schema, name),
+            # getNodeAnyWay: the Node the watch last told, else the one the node registers
+            node=lambda: (
+                node.node_object
+                or registered_node(wiring.settings, process.host, "", [], datetime.now(UTC))
+            ),
         ),
         supervisor,
     )
@@ -309,6 +316,11 @@ def _allocatable(settings: NodeSettings, host: HostFacts) -> Allocatable:
         memory_bytes=value(allocatable["memory"]),
         pods=int(allocatable["pods"]),
         ephemeral_storage_bytes=value(allocatable["ephemeral-storage"]),
+        hugepages={
+            name: value(amount)
+            for name, amount in allocatable.items()
+            if name.startswith(HUGEPAGES_PREFIX)
+        },
     )
 
 

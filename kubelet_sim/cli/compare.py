@@ -37,7 +37,9 @@ INTERRUPTED = 130
     " (last) state among the reference runs' and the same event reasons as one reference run."
     " Runs in a fresh namespace, removed at the end (also on Ctrl-C). The image must be on both"
     " nodes. Exit code: 0 when the comparison ran, whatever it found; 1 when it could not run"
-    " (a node missing, a pod refused, no rights); 2 for wrong options; 130 when interrupted."
+    " (a node missing, a pod refused, no rights); 2 for wrong options or a comparison that"
+    " cannot be fair (a node not Ready, an image missing on either node, a reference kubelet"
+    " outside the version skew policy), said before anything runs; 130 when interrupted."
 )
 def compare(
     node: Annotated[str | None, typer.Option(help="Our node (a kubelet-sim node).")] = None,
@@ -95,6 +97,14 @@ def compare(
         kube = connect(kubeconfig, context)
     except KubeConfigError as exc:
         fail(str(exc))
+    from kubelet_sim.compare.fairness import why_unfair  # noqa: PLC0415
+
+    try:
+        unfair = why_unfair(kube, node, reference_node, chosen, image=image)
+    except (ApiError, urllib3.exceptions.HTTPError, OSError) as exc:
+        fail(f"the comparison failed: {exc}")
+    if unfair:
+        fail(f"not a fair comparison: {unfair}", code=2)
     stop = stop_on_signals()
 
     def progress(line: str) -> None:

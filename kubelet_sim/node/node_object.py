@@ -16,6 +16,7 @@ from kubelet_sim import __version__, cri
 from kubelet_sim.formats.jsontypes import Json
 from kubelet_sim.node.host import HostFacts
 from kubelet_sim.node.settings import NodeSettings, cpu_millicores, memory_bytes, reserved_amount
+from kubelet_sim.pod.admission import LABEL_OS, NODE_OS
 from kubelet_sim.pod.generation import CURRENT, KubeletGeneration
 from kubelet_sim.validation import KUBELET_COMPAT_VERSION
 
@@ -24,7 +25,6 @@ from kubelet_sim.validation import KUBELET_COMPAT_VERSION
 KUBELET_VERSION = f"{KUBELET_COMPAT_VERSION}+kubelet-sim-{__version__}"
 
 LABEL_HOSTNAME = "kubernetes.io/hostname"
-LABEL_OS = "kubernetes.io/os"
 LABEL_ARCH = "kubernetes.io/arch"
 LABEL_BETA_OS = "beta.kubernetes.io/os"
 LABEL_BETA_ARCH = "beta.kubernetes.io/arch"
@@ -66,9 +66,9 @@ def default_labels(settings: NodeSettings, host: HostFacts) -> dict[str, str]:
     """The labels the kubelet owns and re-asserts on every start (`updateDefaultLabels`)."""
     return {
         LABEL_HOSTNAME: settings.node_name,
-        LABEL_OS: "linux",
+        LABEL_OS: NODE_OS,
         LABEL_ARCH: host.architecture,
-        LABEL_BETA_OS: "linux",
+        LABEL_BETA_OS: NODE_OS,
         LABEL_BETA_ARCH: host.architecture,
         LABEL_VIRTUAL: "true",
     }
@@ -257,7 +257,7 @@ def node_info(
         "containerRuntimeVersion": f"docker://{runtime_version}",
         "kubeletVersion": KUBELET_VERSION,
         "kubeProxyVersion": KUBELET_VERSION if generation.kube_proxy_version else "",
-        "operatingSystem": "linux",
+        "operatingSystem": NODE_OS,
         "architecture": host.architecture,
     }
 

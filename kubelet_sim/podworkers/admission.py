@@ -26,9 +26,11 @@ class PodAdmitter:
         pods: Callable[[], list[Json]],
         has_containers: Callable[[str], bool],
         has_running: Callable[[str], bool],
+        node: Callable[[], Json | None],
     ) -> None:
         self.settings = settings
         self._pods = pods  # the node's pods in the order it saw them
+        self._node = node  # our Node as the watch last told (None before it did)
         self._has_containers = has_containers
         self._has_running = has_running
         self._decisions: dict[str, Rejection | None] = {}
@@ -65,6 +67,7 @@ class PodAdmitter:
                 allow_privileged=self.settings.allow_privileged,
                 allowed_unsafe_sysctls=self.settings.allowed_unsafe_sysctls,
                 apparmor=self.settings.apparmor,
+                node=self._node(),
             )
         )
 

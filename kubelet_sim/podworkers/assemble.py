@@ -56,6 +56,7 @@ class SyncerPorts:
     network: Callable[[cri.ObservedContainer], None] | None = None
     pool: SandboxPool | None = None
     generation: Callable[[], KubeletGeneration] = lambda: CURRENT
+    node: Callable[[], Json | None] = lambda: None  # our Node as last seen, for admission
 
 
 def pod_syncer(
@@ -82,6 +83,7 @@ def pod_syncer(
         has_running=lambda uid: any(
             c.state is cri.ContainerState.RUNNING for c in watcher.pod_containers(uid)
         ),
+        node=p.node,
     )
     hooks = HookRunner(p.runtime, p.events, settings.node_ip, node=settings.node_name)
     stopper = ContainerStopper(

@@ -20,6 +20,7 @@ from kubelet_sim.logs import get_logger
 from kubelet_sim.loops.backoff import Backoff
 from kubelet_sim.loops.clock import SYSTEM_CLOCK, Clock
 from kubelet_sim.pod.actions import PodActions, compute_actions
+from kubelet_sim.pod.admission import rejected_status
 from kubelet_sim.pod.attempts import latest_attempt, latest_sandbox, pod_address
 from kubelet_sim.pod.container_config import spec_hash
 from kubelet_sim.pod.generation import CURRENT, KubeletGeneration
@@ -478,6 +479,7 @@ class PodSyncer:
             is_terminal=True,
             evicted=terminated.reason,
             finished=not terminated.rejected,
+            rejected=terminated.rejected,
         )
         self._journal_once(state, view.uid, "terminal-status-written")
         return self._finish_if_deleted(view, state)
@@ -533,9 +535,11 @@ class PodSyncer:
         is_terminal: bool = False,
         evicted: WaitingReason | None = None,
         finished: bool = False,
+        rejected: bool = False,
     ) -> None:
         """Write the status of `observed`, the runtime state the sync started from."""
         self._read_messages(view, observed, state)
+        previous, generation = self.status.base(pod), self.generation()
         status = generate_status(
             StatusInput(
                 pod=view,
@@ -545,14 +549,16 @@ class PodSyncer:
                 waiting=state.waiting,
                 messages=state.messages,
                 is_terminal=is_terminal,
-                previous=self.status.base(pod),
+                previous=previous,
                 evicted=evicted,
                 finished=finished,
                 probes=self.prober.results(view.uid),
                 starting=_starting(state, observed),
-                generation=self.generation(),
+                generation=generation,
             )
         )
+        if rejected:  # rejectPod's status: nothing ran, so nothing of containers is told
+            status = rejected_status(status, previous, generation.minor)
         failure = state.status_failure
         if failure is not None and failure.retry_in(self.clock.monotonic()) > 0:
             return  # backing off: the sync comes back when the wait is over
