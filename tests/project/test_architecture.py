@@ -38,7 +38,7 @@ ALLOWED: dict[str, set[str]] = {
     "tools": SHARED | {"kube", "runtime", "pod"},
     "ui": SHARED | {"kube", "runtime", "tools"},
     "controlplane": SHARED,
-    "compare": SHARED | {"kube"},
+    "compare": SHARED | {"kube", "pod"},  # pod/generation.py: the server version's rules
     "demo": SHARED
     | {"controlplane", "assembly", "tools", "kube", "runtime", "node", "server", "pod"}
     | {"volumes"},
