@@ -175,9 +175,18 @@ def spec_hash(container: ContainerView) -> str:
     """FNV-1a/32 of the container's canonical JSON, in hex (kubecontainer.HashContainer).
 
     Only a changed spec (in practice: a new image) changes it, so it is safe to store in a label
-    and compare after an agent restart.
+    and compare after an agent restart. Resources and resizePolicy are left out: since v1.31
+    the kubelet hashes only name and image (pickFieldsToHash), so an in-place resize never
+    restarts a container by itself; the API server allows no other change of a container but
+    its image, and before the resize subresource (v1.33) resources were immutable, so leaving
+    them out changes nothing for older servers' rules. A container that has neither field keeps
+    the hash it always had.
     """
-    return _fnv1a_32(json.dumps(container.raw, sort_keys=True, separators=(",", ":")).encode())
+    picked = {k: v for k, v in container.raw.items() if k not in HASH_EXCLUDED}
+    return _fnv1a_32(json.dumps(picked, sort_keys=True, separators=(",", ":")).encode())
+
+
+HASH_EXCLUDED = frozenset({"resources", "resizePolicy"})
 
 
 @functools.lru_cache(maxsize=1024)

@@ -31,6 +31,7 @@ from kubelet_sim.podworkers.ports import (
     Wake,
     object_lookup,
 )
+from kubelet_sim.podworkers.resizer import PodResizer
 from kubelet_sim.podworkers.settings import SyncSettings
 from kubelet_sim.podworkers.starter import ContainerStarter
 from kubelet_sim.podworkers.stopper import ContainerStopper
@@ -110,6 +111,15 @@ def pod_syncer(
         wake=p.wake,
         clock=clock,
     )
+    resizer = PodResizer(
+        p.runtime,
+        watcher,
+        p.events,
+        p.pods,
+        settings.allocatable,
+        clock=clock,
+        enabled=lambda: p.generation().in_place_resize,
+    )
     return PodSyncer(
         settings,
         p.runtime,
@@ -126,6 +136,7 @@ def pod_syncer(
         stopper=stopper,
         starter=starter,
         prober=prober,
+        resizer=resizer,
         clock=clock,
         generation=p.generation,
     )

@@ -46,6 +46,7 @@ from kubelet_sim.podworkers.ports import (
     TokenIssuer,
     object_lookup,
 )
+from kubelet_sim.podworkers.resizer import PodResizer
 from kubelet_sim.podworkers.settings import SyncSettings
 from kubelet_sim.podworkers.starter import ERROR_RETRY, ContainerStarter
 from kubelet_sim.podworkers.state import (
@@ -94,6 +95,7 @@ class PodSyncer:
         stopper: ContainerStopper,
         starter: ContainerStarter,
         prober: ProbeManager,
+        resizer: PodResizer,
         clock: Clock = SYSTEM_CLOCK,
         generation: Callable[[], KubeletGeneration] = lambda: CURRENT,
     ) -> None:
@@ -121,6 +123,7 @@ class PodSyncer:
         self.starter = starter
         self.start_duration = Histogram(POD_START_BUCKETS)
         self.prober = prober
+        self.resizer = resizer  # in-place resize: the allocation the pod runs at
         self.log = get_logger("kubelet_sim.podworkers", node=settings.node_name)
 
     # -- entry point -----------------------------------------------------------------------
@@ -145,6 +148,8 @@ class PodSyncer:
             state.begin_terminating()  # never back: the kubelet's too
         if deadline_left == 0:
             self._deadline_exceeded(view, state)
+        runs = isinstance(state.lifecycle, Syncing) and not state.rejected
+        view = self.resizer.resolve(view, syncing=runs)  # the spec at its allocation
         match state.lifecycle:
             case Syncing() as syncing:
                 delay = self.sync_pod(pod, view, state, syncing, deadline_left)
@@ -215,6 +220,7 @@ class PodSyncer:
         if refs and not all(self.objects.is_synced(ref) for ref in refs):
             return None  # the first list's end queues the pod again (ReferencedObjectWatches)
         observed = self._observe(view.uid, state)
+        self.resizer.check_in_progress(view, observed)
         if not self.status.has_written(view.uid):
             self._write(pod, view, state, observed)  # the first word: Pending, ContainerCreating
         # The write goes with the reasons the sync before left (the reasonCache). A sync that
@@ -231,7 +237,7 @@ class PodSyncer:
         starting = _starting(state, observed)  # not probed until started, as the kubelet's
         self.prober.sync_pod(view, [c for c in observed if c.id not in starting], address)
         actions = compute_actions(view, observed, spec_hash, self.prober.results(view.uid))
-        retry: list[float | None] = [deadline]
+        retry: list[float | None] = [deadline, self.resizer.act(view, observed, actions)]
         volumes = self._setup_volumes(view, observed)
         wants_to_start = (
             actions.create_sandbox or actions.init_to_start or actions.containers_to_start
@@ -512,6 +518,7 @@ class PodSyncer:
             self.runtime.remove_pod_dir(uid)
         self.tokens.forget_pod(uid)
         self.prober.forget_pod(uid)
+        self.resizer.forget(uid)
         self.mount_backoff.forget_prefix(uid)
         self.states.pop(uid, None)
         self.admitter.forget(uid)
@@ -536,6 +543,7 @@ class PodSyncer:
     ) -> None:
         """Write the status of `observed`, the runtime state the sync started from."""
         self._read_messages(view, observed, state)
+        given, resizing = self.resizer.status_inputs(view, observed, terminal=is_terminal)
         status = generate_status(
             StatusInput(
                 pod=view,
@@ -551,6 +559,8 @@ class PodSyncer:
                 probes=self.prober.results(view.uid),
                 starting=_starting(state, observed),
                 generation=self.generation(),
+                resources=given,
+                resize_conditions=resizing,
             )
         )
         failure = state.status_failure
