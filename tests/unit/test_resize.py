@@ -120,8 +120,10 @@ def test_an_accepted_resize_is_applied_in_place_and_told(node: Node) -> None:
 
     node.sync(uid)  # allocated, told in progress, then applied
     progress = _condition(node, uid, "PodResizeInProgress")
-    assert progress is not None and progress["status"] == "True"
-    assert progress["observedGeneration"] == 2 and "reason" not in progress
+    assert progress is not None
+    assert progress["status"] == "True"
+    assert progress["observedGeneration"] == 2
+    assert "reason" not in progress
     told = node.container_status(uid, "main")
     assert told["allocatedResources"] == {"cpu": "150m", "memory": "32Mi"}
     assert told["resources"] == _resources("100m", "200m")  # not yet given
@@ -132,7 +134,8 @@ def test_an_accepted_resize_is_applied_in_place_and_told(node: Node) -> None:
     told = node.container_status(uid, "main")
     assert told["resources"] == _resources("150m", "250m")
     assert told["allocatedResources"] == {"cpu": "150m", "memory": "32Mi"}
-    assert told["restartCount"] == 0 and told["containerID"].endswith(first.id)
+    assert told["restartCount"] == 0
+    assert told["containerID"].endswith(first.id)
     (event,) = node.events.of("ResizeCompleted")
     assert (event.type, event.field_path) == ("Normal", "")
     assert event.message == (
@@ -142,7 +145,8 @@ def test_an_accepted_resize_is_applied_in_place_and_told(node: Node) -> None:
     assert node.runtime.resources_of(first.id) == cri.Resources(
         cpu_period=100000, cpu_quota=25000, cpu_shares=153, memory_limit_bytes=64 << 20
     )
-    assert node.containers(uid, "main") == [first] and "Killing" not in node.events.reasons(uid)
+    assert node.containers(uid, "main") == [first]
+    assert "Killing" not in node.events.reasons(uid)
     assert delay is None  # nothing left to do
     node.sync(uid)
     assert len(node.events.of("ResizeCompleted")) == 1  # told once
@@ -164,7 +168,8 @@ def test_an_infeasible_resize_changes_nothing_but_a_condition(node: Node) -> Non
     assert pending["message"] == (
         "Node didn't have enough capacity: cpu, requested: 100000, capacity: 4000"
     )
-    assert pending["lastProbeTime"] and pending["lastTransitionTime"]
+    assert pending["lastProbeTime"]
+    assert pending["lastTransitionTime"]
     kinds = [c["type"] for c in node.last_status(uid)["conditions"]]
     assert kinds.index("PodResizePending") < kinds.index("PodReadyToStartContainers")
     told = node.container_status(uid, "main")
@@ -181,7 +186,8 @@ def test_an_infeasible_resize_changes_nothing_but_a_condition(node: Node) -> Non
     _resize(node, uid, _resources("100m", "200m"))
     node.sync(uid)
     assert _condition(node, uid, "PodResizePending") is None
-    assert node.events.of("ResizeCompleted") == [] and node.containers(uid, "main") == [first]
+    assert node.events.of("ResizeCompleted") == []
+    assert node.containers(uid, "main") == [first]
 
 
 def test_a_crashed_container_restarts_at_its_allocation_not_a_pending_spec(node: Node) -> None:
@@ -207,7 +213,8 @@ def test_a_deferred_resize_is_tried_again_and_accepted_once_room_is_made(node: N
     _resize(node, uid, _resources("1500m", "1500m"))
     delay = node.sync(uid)
     pending = _condition(node, uid, "PodResizePending")
-    assert pending is not None and pending["reason"] == "Deferred"
+    assert pending is not None
+    assert pending["reason"] == "Deferred"
     assert pending["message"] == (
         "Node didn't have enough resource: cpu, requested: 1500, used: 3000, capacity: 4000"
     )
