@@ -76,6 +76,15 @@ def pod_syncer(
     ) -> None:
         p.events.event(event_ref(view, container), kind, reason, message)
 
+    resizer = PodResizer(
+        p.runtime,
+        watcher,
+        p.events,
+        p.pods,
+        settings.allocatable,
+        clock=clock,
+        enabled=lambda: p.generation().in_place_resize,
+    )
     admitter = PodAdmitter(
         settings,
         p.pods.pods,
@@ -83,6 +92,7 @@ def pod_syncer(
         has_running=lambda uid: any(
             c.state is cri.ContainerState.RUNNING for c in watcher.pod_containers(uid)
         ),
+        as_allocated=resizer.as_allocated,
     )
     hooks = HookRunner(p.runtime, p.events, settings.node_ip, node=settings.node_name)
     stopper = ContainerStopper(
@@ -110,15 +120,6 @@ def pod_syncer(
         supervisor=supervisor,
         wake=p.wake,
         clock=clock,
-    )
-    resizer = PodResizer(
-        p.runtime,
-        watcher,
-        p.events,
-        p.pods,
-        settings.allocatable,
-        clock=clock,
-        enabled=lambda: p.generation().in_place_resize,
     )
     return PodSyncer(
         settings,

@@ -81,10 +81,19 @@ class PodResizer:
         if not self.enabled():
             return view
         with self._lock:
-            record = self._record(view)
+            record = self._record(view, create=syncing)  # a rejected pod never had one
+            if record is None:
+                return view
             if syncing:
                 self._handle(view, record)
             return resize.with_allocation(view, record.allocated)
+
+    def as_allocated(self, view: PodView) -> PodView:
+        """A pod at its allocation as known so far (the spec for a pod not yet synced): what
+        admission counts of the pods already here (getAllocatedPods)."""
+        with self._lock:
+            record = self._records.get(view.uid)
+        return resize.with_allocation(view, record.allocated) if record else view
 
     def act(
         self, view: PodView, observed: Sequence[cri.ObservedContainer], actions: PodActions
@@ -266,12 +275,14 @@ class PodResizer:
             return None
         return max(0.0, record.retry_at - self.clock.monotonic())
 
-    def _record(self, view: PodView) -> _Record:
+    def _record(self, view: PodView, *, create: bool) -> _Record | None:
         """The pod's record: in memory, else its checkpoint, else its spec (AddPod)."""
         record = self._records.get(view.uid)
         if record is not None:
             return record
         record = self._load(view)
+        if record is None and not create:
+            return None
         if record is None:
             record = _Record(allocated=resize.allocation_of(view))
             record.decided = dict(record.allocated)

@@ -289,8 +289,8 @@ class FakeRuntime:
         self._call("update", container_id)
         with self._lock:
             found = self._containers.get(container_id)
-            if found is None or found.observed.state is not cri.ContainerState.RUNNING:
-                raise cri.ContainerStartError(f"container {container_id} is not running")
+            if found is None:
+                raise cri.ContainerStartError(f"No such container: {container_id}")
             if found.cfg is not None:
                 found.cfg = replace(found.cfg, resources=resources)
 

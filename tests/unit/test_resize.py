@@ -278,3 +278,22 @@ def test_the_allocation_outlives_the_agent_in_the_pods_checkpoint(node: Node) ->
     )
     assert given == {"main": _resources("150m", "250m")}
     assert [(c["type"], c["reason"]) for c in conditions] == [("PodResizePending", "Infeasible")]
+
+
+def test_a_new_pod_is_admitted_beside_a_pending_resize_at_its_allocation(node: Node) -> None:
+    big = _pod()
+    big["metadata"]["name"] = "big"
+    big["spec"]["containers"][0]["resources"] = _resources("3", "3")
+    node.sync_until_ready(node.add(big))
+    uid = node.add(_pod())
+    node.sync_until_ready(uid)
+    _resize(node, uid, _resources("1500m", "1500m"))
+    node.sync(uid)
+    pending = _condition(node, uid, "PodResizePending")
+    assert pending is not None
+    assert pending["reason"] == "Deferred"
+    late = _pod()
+    late["metadata"]["name"] = "late"
+    late["spec"]["containers"][0]["resources"] = _resources("800m", "800m")
+    # 3 + 100m (allocated, not the pending 1500m) + 800m fit in 4 CPUs.
+    node.sync_until_ready(node.add(late))
