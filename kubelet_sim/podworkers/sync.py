@@ -21,7 +21,7 @@ from kubelet_sim.loops.backoff import Backoff
 from kubelet_sim.loops.clock import SYSTEM_CLOCK, Clock
 from kubelet_sim.pod.actions import PodActions, compute_actions
 from kubelet_sim.pod.attempts import latest_attempt, latest_sandbox, pod_address
-from kubelet_sim.pod.container_config import spec_hash
+from kubelet_sim.pod.container_config import spec_hash, with_current_hashes
 from kubelet_sim.pod.generation import CURRENT, KubeletGeneration
 from kubelet_sim.pod.references import referenced_objects
 from kubelet_sim.pod.restart_backoff import KeyedBackoff
@@ -236,7 +236,8 @@ class PodSyncer:
         address = pod_address(view.host_network, observed, self.settings.node_ip)
         starting = _starting(state, observed)  # not probed until started, as the kubelet's
         self.prober.sync_pod(view, [c for c in observed if c.id not in starting], address)
-        actions = compute_actions(view, observed, spec_hash, self.prober.results(view.uid))
+        hashed = with_current_hashes(view, observed)  # labels of agents before v1.31's hash
+        actions = compute_actions(view, hashed, spec_hash, self.prober.results(view.uid))
         retry: list[float | None] = [deadline, self.resizer.act(view, observed, actions)]
         volumes = self._setup_volumes(view, observed)
         wants_to_start = (

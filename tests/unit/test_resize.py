@@ -5,13 +5,14 @@ requests cpu 100m memory 32Mi, limits cpu 200m memory 64Mi)."""
 from __future__ import annotations
 
 import copy
+from dataclasses import replace
 from typing import Any
 
 from kubelet_sim import cri
 from kubelet_sim.formats.jsontypes import Json
 from kubelet_sim.pod import resize
 from kubelet_sim.pod.admission import Allocatable
-from kubelet_sim.pod.container_config import spec_hash
+from kubelet_sim.pod.container_config import legacy_spec_hash, spec_hash, with_current_hashes
 from kubelet_sim.pod.spec import PodView
 from kubelet_sim.podworkers.resizer import PodResizer
 from tests.unit.harness import Node, container, pod_body
@@ -297,3 +298,15 @@ def test_a_new_pod_is_admitted_beside_a_pending_resize_at_its_allocation(node: N
     late["spec"]["containers"][0]["resources"] = _resources("800m", "800m")
     # 3 + 100m (allocated, not the pending 1500m) + 800m fit in 4 CPUs.
     node.sync_until_ready(node.add(late))
+
+
+def test_a_container_an_older_agent_labelled_with_the_whole_specs_hash_is_not_changed() -> None:
+    view = PodView.from_api(_pod())
+    spec = view.containers[0]
+    pod_ref = cri.PodRef(node="n1", name="p", namespace="ns", uid=view.uid)
+    old_label = legacy_spec_hash(spec)
+    assert old_label != spec_hash(spec)  # resources were in it
+    seen = cri.ObservedContainer("c1", pod_ref, "main", 0, cri.ContainerState.RUNNING, "img")
+    labelled = [replace(seen, spec_hash=old_label), replace(seen, id="c2", spec_hash="0")]
+    current = with_current_hashes(view, labelled)
+    assert [c.spec_hash for c in current] == [spec_hash(spec), "0"]  # a changed one stays so
