@@ -14,6 +14,7 @@ import functools
 import json
 import re
 from collections.abc import Callable, Mapping, Sequence
+from dataclasses import replace
 from typing import Any
 
 from kubelet_sim import cri
@@ -175,8 +176,37 @@ def spec_hash(container: ContainerView) -> str:
     """FNV-1a/32 of the container's canonical JSON, in hex (kubecontainer.HashContainer).
 
     Only a changed spec (in practice: a new image) changes it, so it is safe to store in a label
-    and compare after an agent restart.
+    and compare after an agent restart. Resources and resizePolicy are left out: since v1.31
+    the kubelet hashes only name and image (pickFieldsToHash), so an in-place resize never
+    restarts a container by itself; the API server allows no other change of a container but
+    its image, and before the resize subresource (v1.33) resources were immutable, so leaving
+    them out changes nothing for older servers' rules. A container that has neither field keeps
+    the hash it always had.
     """
+    picked = {k: v for k, v in container.raw.items() if k not in HASH_EXCLUDED}
+    return _fnv1a_32(json.dumps(picked, sort_keys=True, separators=(",", ":")).encode())
+
+
+HASH_EXCLUDED = frozenset({"resources", "resizePolicy"})
+
+
+def with_current_hashes(
+    pod: PodView, observed: Sequence[cri.ObservedContainer]
+) -> list[cri.ObservedContainer]:
+    """Containers an agent before the hash left resources out labelled with the whole spec's
+    hash: one that matches the container as allocated now is unchanged, and is seen with
+    today's hash, rather than restarted once by an upgraded agent."""
+    specs = {c.name: c for c in pod.all_containers}
+    out = []
+    for c in observed:
+        spec = specs.get(c.name)
+        legacy = spec is not None and bool(c.spec_hash) and c.spec_hash == legacy_spec_hash(spec)
+        out.append(replace(c, spec_hash=spec_hash(spec)) if spec is not None and legacy else c)
+    return out
+
+
+def legacy_spec_hash(container: ContainerView) -> str:
+    """The hash before resources were left out: the whole container spec's."""
     return _fnv1a_32(json.dumps(container.raw, sort_keys=True, separators=(",", ":")).encode())
 
 

@@ -43,6 +43,13 @@ class KubeletGeneration:
         regular containers have run is Initialized whatever its init containers say."""
         return self.minor >= 28
 
+    @property
+    def in_place_resize(self) -> bool:
+        """InPlacePodVerticalScaling, beta and on by default in v1.33: the `resize` subresource
+        changes a running pod's resources, and the kubelet decides and applies it
+        (pod/resize.py). Before, the API server keeps resources immutable."""
+        return self.minor >= 33
+
 
 CURRENT = KubeletGeneration()
 

@@ -25,6 +25,8 @@ STATUS_UNKNOWN = "ContainerStatusUnknown"
 KUBELET_CONDITIONS = ("PodReadyToStartContainers", "Initialized", "Ready", "ContainersReady")
 # PodScheduled is also written by the kubelet (always True) but first set by the scheduler.
 OWNED_CONDITIONS = (*KUBELET_CONDITIONS, "PodScheduled")
+# In-place resize's (pod/resize.py decides them): pending (Deferred, Infeasible), in progress.
+RESIZE_CONDITIONS = ("PodResizePending", "PodResizeInProgress")
 
 
 @dataclass(frozen=True)
@@ -58,6 +60,10 @@ class StatusInput:
     starting: frozenset[str] = frozenset()
     # Whose rules: the kubelet of the API server's version (pod/generation.py).
     generation: KubeletGeneration = CURRENT
+    # In-place resize (podworkers/resizer.py): each container's resources as given, by name
+    # (None: the spec's), and the PodResizePending/PodResizeInProgress conditions to write.
+    resources: Mapping[str, Json] | None = None
+    resize_conditions: Sequence[Json] = ()
 
 
 def format_time(ts: datetime | None) -> str | None:
@@ -388,7 +394,7 @@ def _observed_status(
         if i == 0:
             converted["image"] = container.image
             _add_volume_mounts(converted, container)
-            _add_resources(converted, container)
+            _add_resources(converted, container, inp.resources)
             st = converted
         else:
             st["lastState"] = converted["state"]
@@ -519,12 +525,12 @@ def _terminated(observed: ObservedContainer, termination_message: str) -> Json:
     return terminated
 
 
-def _add_resources(st: Json, container: ContainerView) -> None:
+def _add_resources(st: Json, container: ContainerView, given: Mapping[str, Json] | None) -> None:
     """InPlacePodVerticalScaling (on by default since v1.33): a container the runtime has
-    reports the resources it was given, and its requests as allocated. Docker applies the
-    spec's values as they are (cri-dockerd reports none back), so these are the spec's."""
+    reports the resources it was given (`given`, by name, once a resize was applied; else the
+    spec's, which the pod view holds as allocated), and its requests as allocated."""
     resources = container.raw.get("resources") or {}
-    st["resources"] = copy.deepcopy(resources)
+    st["resources"] = copy.deepcopy((given or {}).get(container.name, resources))
     if resources.get("requests"):
         st["allocatedResources"] = copy.deepcopy(resources["requests"])
 
@@ -586,7 +592,11 @@ def _conditions(
     inp: StatusInput, status: Json, old: Json, sandbox: ObservedContainer | None
 ) -> list[Json]:
     pod, phase = inp.pod, status["phase"]
-    kept = [c for c in pod.status.get("conditions") or [] if c.get("type") not in OWNED_CONDITIONS]
+    kept = [
+        c
+        for c in pod.status.get("conditions") or []
+        if c.get("type") not in (*OWNED_CONDITIONS, *RESIZE_CONDITIONS)
+    ]
     sandbox_ready = sandbox is not None and sandbox.state is ContainerState.RUNNING
     generated = [_initialized(pod, status, phase, inp.generation)]
     if inp.generation.ready_to_start_condition:
@@ -605,7 +615,8 @@ def _conditions(
             condition["lastTransitionTime"] = previous.get("lastTransitionTime") or now
         else:
             condition["lastTransitionTime"] = now
-    return kept + generated
+    # determinePodResizeStatus' conditions come before the ones the kubelet generates.
+    return kept + [dict(c) for c in inp.resize_conditions] + generated
 
 
 def _ready(pod: PodView, containers_ready: Json, others: Sequence[Json]) -> Json:

@@ -27,12 +27,15 @@ class PodAdmitter:
         has_containers: Callable[[str], bool],
         has_running: Callable[[str], bool],
         node: Callable[[], Json | None],
+        as_allocated: Callable[[PodView], PodView] = lambda view: view,
     ) -> None:
         self.settings = settings
         self._pods = pods  # the node's pods in the order it saw them
         self._node = node  # our Node as the watch last told (None before it did)
         self._has_containers = has_containers
         self._has_running = has_running
+        # In-place resize: a pod already here counts at its allocation, not a pending spec.
+        self._as_allocated = as_allocated
         self._decisions: dict[str, Rejection | None] = {}
         self._lock = threading.Lock()
 
@@ -48,7 +51,7 @@ class PodAdmitter:
             self._decisions.pop(uid, None)
 
     def _decide_pending(self) -> None:
-        views = [PodView.from_api(p) for p in self._pods()]
+        views = [self._as_allocated(PodView.from_api(p)) for p in self._pods()]
         undecided = [v for v in views if v.uid not in self._decisions]
         for view in undecided:
             if view.api_phase in TERMINAL:  # finished before we saw it: nothing to admit

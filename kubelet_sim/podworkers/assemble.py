@@ -31,6 +31,7 @@ from kubelet_sim.podworkers.ports import (
     Wake,
     object_lookup,
 )
+from kubelet_sim.podworkers.resizer import PodResizer
 from kubelet_sim.podworkers.settings import SyncSettings
 from kubelet_sim.podworkers.starter import ContainerStarter
 from kubelet_sim.podworkers.stopper import ContainerStopper
@@ -76,6 +77,15 @@ def pod_syncer(
     ) -> None:
         p.events.event(event_ref(view, container), kind, reason, message)
 
+    resizer = PodResizer(
+        p.runtime,
+        watcher,
+        p.events,
+        p.pods,
+        settings.allocatable,
+        clock=clock,
+        enabled=lambda: p.generation().in_place_resize,
+    )
     admitter = PodAdmitter(
         settings,
         p.pods.pods,
@@ -84,6 +94,7 @@ def pod_syncer(
             c.state is cri.ContainerState.RUNNING for c in watcher.pod_containers(uid)
         ),
         node=p.node,
+        as_allocated=resizer.as_allocated,
     )
     hooks = HookRunner(p.runtime, p.events, settings.node_ip, node=settings.node_name)
     stopper = ContainerStopper(
@@ -128,6 +139,7 @@ def pod_syncer(
         stopper=stopper,
         starter=starter,
         prober=prober,
+        resizer=resizer,
         clock=clock,
         generation=p.generation,
     )

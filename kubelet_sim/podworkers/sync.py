@@ -22,7 +22,7 @@ from kubelet_sim.loops.clock import SYSTEM_CLOCK, Clock
 from kubelet_sim.pod.actions import PodActions, compute_actions
 from kubelet_sim.pod.admission import rejected_status
 from kubelet_sim.pod.attempts import latest_attempt, latest_sandbox, pod_address
-from kubelet_sim.pod.container_config import spec_hash
+from kubelet_sim.pod.container_config import spec_hash, with_current_hashes
 from kubelet_sim.pod.generation import CURRENT, KubeletGeneration
 from kubelet_sim.pod.references import referenced_objects
 from kubelet_sim.pod.restart_backoff import KeyedBackoff
@@ -47,6 +47,7 @@ from kubelet_sim.podworkers.ports import (
     TokenIssuer,
     object_lookup,
 )
+from kubelet_sim.podworkers.resizer import PodResizer
 from kubelet_sim.podworkers.settings import SyncSettings
 from kubelet_sim.podworkers.starter import ERROR_RETRY, ContainerStarter
 from kubelet_sim.podworkers.state import (
@@ -95,6 +96,7 @@ class PodSyncer:
         stopper: ContainerStopper,
         starter: ContainerStarter,
         prober: ProbeManager,
+        resizer: PodResizer,
         clock: Clock = SYSTEM_CLOCK,
         generation: Callable[[], KubeletGeneration] = lambda: CURRENT,
     ) -> None:
@@ -122,6 +124,7 @@ class PodSyncer:
         self.starter = starter
         self.start_duration = Histogram(POD_START_BUCKETS)
         self.prober = prober
+        self.resizer = resizer  # in-place resize: the allocation the pod runs at
         self.log = get_logger("kubelet_sim.podworkers", node=settings.node_name)
 
     # -- entry point -----------------------------------------------------------------------
@@ -146,6 +149,8 @@ class PodSyncer:
             state.begin_terminating()  # never back: the kubelet's too
         if deadline_left == 0:
             self._deadline_exceeded(view, state)
+        runs = isinstance(state.lifecycle, Syncing) and not state.rejected
+        view = self.resizer.resolve(view, syncing=runs)  # the spec at its allocation
         match state.lifecycle:
             case Syncing() as syncing:
                 delay = self.sync_pod(pod, view, state, syncing, deadline_left)
@@ -216,6 +221,7 @@ class PodSyncer:
         if refs and not all(self.objects.is_synced(ref) for ref in refs):
             return None  # the first list's end queues the pod again (ReferencedObjectWatches)
         observed = self._observe(view.uid, state)
+        self.resizer.check_in_progress(view, observed)
         if not self.status.has_written(view.uid):
             self._write(pod, view, state, observed)  # the first word: Pending, ContainerCreating
         # The write goes with the reasons the sync before left (the reasonCache). A sync that
@@ -231,8 +237,9 @@ class PodSyncer:
         address = pod_address(view.host_network, observed, self.settings.node_ip)
         starting = _starting(state, observed)  # not probed until started, as the kubelet's
         self.prober.sync_pod(view, [c for c in observed if c.id not in starting], address)
-        actions = compute_actions(view, observed, spec_hash, self.prober.results(view.uid))
-        retry: list[float | None] = [deadline]
+        hashed = with_current_hashes(view, observed)  # labels of agents before v1.31's hash
+        actions = compute_actions(view, hashed, spec_hash, self.prober.results(view.uid))
+        retry: list[float | None] = [deadline, self.resizer.act(view, observed, actions)]
         volumes = self._setup_volumes(view, observed)
         wants_to_start = (
             actions.create_sandbox or actions.init_to_start or actions.containers_to_start
@@ -514,6 +521,7 @@ class PodSyncer:
             self.runtime.remove_pod_dir(uid)
         self.tokens.forget_pod(uid)
         self.prober.forget_pod(uid)
+        self.resizer.forget(uid)
         self.mount_backoff.forget_prefix(uid)
         self.states.pop(uid, None)
         self.admitter.forget(uid)
@@ -540,6 +548,7 @@ class PodSyncer:
         """Write the status of `observed`, the runtime state the sync started from."""
         self._read_messages(view, observed, state)
         previous, generation = self.status.base(pod), self.generation()
+        given, resizing = self.resizer.status_inputs(view, observed, terminal=is_terminal)
         status = generate_status(
             StatusInput(
                 pod=view,
@@ -555,6 +564,8 @@ class PodSyncer:
                 probes=self.prober.results(view.uid),
                 starting=_starting(state, observed),
                 generation=generation,
+                resources=given,
+                resize_conditions=resizing,
             )
         )
         if rejected:  # rejectPod's status: nothing ran, so nothing of containers is told

@@ -297,6 +297,19 @@ class NodeRuntime:
             if "is not running" not in explain(exc):
                 raise
 
+    def update_container_resources(self, container_id: str, resources: cri.Resources) -> None:
+        """An in-place resize (cri-dockerd's UpdateContainerResources: `docker update`). A CPU
+        limit dropped is -1 (no quota); memory and swap move together, as at creation."""
+        self.stats.add("updates")
+        self._api.update_container(
+            container_id,
+            cpu_period=resources.cpu_period,
+            cpu_quota=resources.cpu_quota if resources.cpu_quota else -1,
+            cpu_shares=resources.cpu_shares,
+            mem_limit=resources.memory_limit_bytes,
+            memswap_limit=resources.memory_limit_bytes,
+        )
+
     def remove_container(self, container_id: str) -> None:
         """Force-remove (with anonymous volumes); a container already gone is fine."""
         self.stats.add("removes")

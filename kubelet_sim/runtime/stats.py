@@ -20,6 +20,7 @@ class RuntimeStats:
     removes: int = 0
     pulls: int = 0
     execs: int = 0
+    updates: int = 0  # in-place resizes (docker update)
     streams: int = 0  # exec and attach sessions of the kubelet API (probes count as execs)
     port_forwards: int = 0
     logs: int = 0

@@ -481,3 +481,26 @@ def _field_diff(old: Obj, new: Obj) -> str:
         if old.get(key) != new.get(key):
             lines += [f"-\t{key}: {old.get(key)!r}", f"+\t{key}: {new.get(key)!r}"]
     return "\n".join(lines) + "\n"
+
+
+def update_resize(current: Obj, new: Obj) -> Obj:
+    """pods/resize (podResizeStrategy, v1.33+): only the containers' resources and resizePolicy
+    change; the generation moves with the spec. (Not checked here: the QoS class kept, limits
+    not removed, cpu and memory only.)"""
+    result = copy.deepcopy(current)
+    wanted = {
+        c.get("name"): c
+        for key in ("containers", "initContainers")
+        for c in (new.get("spec") or {}).get(key) or []
+    }
+    for key in ("containers", "initContainers"):
+        for container in (result.get("spec") or {}).get(key) or []:
+            changed = wanted.get(container["name"])
+            if changed is None:
+                continue
+            for field in ("resources", "resizePolicy"):
+                if changed.get(field):
+                    container[field] = copy.deepcopy(changed[field])
+                else:
+                    container.pop(field, None)
+    return result

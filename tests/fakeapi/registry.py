@@ -345,6 +345,8 @@ class Registry:
     def _prepare(self, res: Resource, current: Obj, new: Obj, sub: str) -> Obj:
         if sub == "ephemeralcontainers":
             return defaults.update_ephemeral_containers(current, new)
+        if sub == "resize":
+            return defaults.update_resize(current, new)
         if sub == "status":
             return self._prepare_status(res, current, new)
         meta = new["metadata"]

@@ -38,7 +38,16 @@ PODS = Resource(
     "pods",
     "Pod",
     subresources=frozenset(
-        {"status", "binding", "exec", "attach", "portforward", "log", "ephemeralcontainers"}
+        {
+            "status",
+            "binding",
+            "exec",
+            "attach",
+            "portforward",
+            "log",
+            "ephemeralcontainers",
+            "resize",  # v1.33+ servers only (routes.py)
+        }
     ),
     has_status=True,
 )

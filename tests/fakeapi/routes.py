@@ -61,7 +61,8 @@ def parse(method: str, path: str, params: dict[str, str], types: openapi.Schema)
     name = rest[1] if len(rest) > 1 else None
     sub = rest[2] if len(rest) > 2 else ""
     route = Route(_verb(method, name is not None, params), res, namespace, name, sub, None, rest[0])
-    if not _servable(res, rest, namespace, name, sub):
+    resize_unserved = sub == "resize" and types.minor < 33  # in-place resize: beta in v1.33
+    if resize_unserved or not _servable(res, rest, namespace, name, sub):
         route.resource = None
     return route
 
@@ -79,7 +80,7 @@ def _servable(
     return not (namespace is None and res.namespaced and name is not None)
 
 
-def _resource_list(group_version: str, group: str) -> Obj:
+def _resource_list(group_version: str, group: str, minor: int) -> Obj:
     items = []
     for res in (*resources.ALL, resources.BINDINGS):
         if res.group != group:
@@ -91,7 +92,7 @@ def _resource_list(group_version: str, group: str) -> Obj:
             {"name": res.name, "singularName": res.kind.lower(), "namespaced": res.namespaced,
              "kind": res.kind, "verbs": verbs}
         )  # fmt: skip
-        for sub in sorted(res.subresources):
+        for sub in sorted(res.subresources - ({"resize"} if minor < 33 else set())):
             sub_verbs = ["create"] if sub == "binding" else ["get", "patch", "update"]
             items.append(
                 {"name": f"{res.name}/{sub}", "singularName": "", "namespaced": res.namespaced,
@@ -125,7 +126,7 @@ def discovery(parts: list[str], types: openapi.Schema) -> Obj:
     if parts == ["apis"]:
         return {"kind": "APIGroupList", "apiVersion": "v1", "groups": [coordination]}
     if parts == ["api", "v1"]:
-        return _resource_list("v1", "")
+        return _resource_list("v1", "", types.minor)
     if len(parts) == 2:
         return {"kind": "APIGroup", "apiVersion": "v1", **coordination}
-    return _resource_list("coordination.k8s.io/v1", "coordination.k8s.io")
+    return _resource_list("coordination.k8s.io/v1", "coordination.k8s.io", types.minor)

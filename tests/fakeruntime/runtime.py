@@ -284,6 +284,22 @@ class FakeRuntime:
         if self._is_running(container_id):
             self._finish(container_id, SIGKILL_EXIT)
 
+    def update_container_resources(self, container_id: str, resources: cri.Resources) -> None:
+        """As `docker update`: a running container's config takes the new limits."""
+        self._call("update", container_id)
+        with self._lock:
+            found = self._containers.get(container_id)
+            if found is None:
+                raise cri.ContainerStartError(f"No such container: {container_id}")
+            if found.cfg is not None:
+                found.cfg = replace(found.cfg, resources=resources)
+
+    def resources_of(self, container_id: str) -> cri.Resources | None:
+        """What the container runs with now (its creation's, or its last update's)."""
+        with self._lock:
+            found = self._containers.get(container_id)
+            return found.cfg.resources if found is not None and found.cfg is not None else None
+
     def remove_container(self, container_id: str) -> None:
         self._call("remove", container_id)
         with self._lock:

@@ -181,6 +181,26 @@ def test_a_removed_container_is_gone_and_removing_again_is_fine(subject: Subject
     subject.runtime.remove_container(container_id)
 
 
+def test_a_running_container_is_resized_in_place_and_a_removed_one_cannot_be(
+    subject: Subject,
+) -> None:
+    """UpdateContainerResources (an in-place resize): the same container runs on; a container
+    that is gone raises."""
+    container_id = subject.started(subject.container("resized", ["sleep", "1000"], Behaviour()))
+    bigger = cri.Resources(
+        cpu_period=100000, cpu_quota=25000, cpu_shares=153, memory_limit_bytes=64 << 20
+    )
+    subject.runtime.update_container_resources(container_id, bigger)
+    assert subject.state(container_id).state is cri.ContainerState.RUNNING
+    if subject.fake is not None:
+        assert subject.fake.resources_of(container_id) == bigger
+    subject.runtime.kill_container(container_id)
+    subject.exited(container_id)
+    subject.runtime.remove_container(container_id)
+    with pytest.raises(Exception):  # noqa: B017, PT011 (Docker's NotFound, the fake's own)
+        subject.runtime.update_container_resources(container_id, bigger)
+
+
 def test_exec_gives_the_exit_code_and_fails_in_a_stopped_container(subject: Subject) -> None:
     container_id = subject.started(subject.container("execs", ["sleep", "1000"], Behaviour()))
     assert subject.runtime.exec_probe(container_id, ["sh", "-c", "exit 2"], 10).exit_code == 2
