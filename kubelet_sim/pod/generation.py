@@ -36,6 +36,25 @@ class KubeletGeneration:
         regular containers have run is Initialized whatever its init containers say."""
         return self.minor >= 28
 
+    @property
+    def spam_key_by_type(self) -> bool:
+        """v1.32 (client-go's tools/record/events_cache.go getSpamKey): the recorder's spam
+        filter (25 events at once per object, then one per 5 minutes) keeps a bucket per
+        event type, so Warnings (BackOff, Unhealthy, MissingClusterDNS) no longer use up the
+        Normal events' tokens, nor Normals theirs. Before, one bucket per object."""
+        return self.minor >= 32
+
+    @property
+    def terminal_phase_after_termination(self) -> bool:
+        """status_manager.go mergePodStatus: a write that would take the pod's phase in the API
+        from Pending or Running to Succeeded or Failed keeps the API's phase, reason and
+        message while the pod worker could still have running containers (until its
+        SyncTerminatingPod has returned); the terminal phase goes out with the terminated
+        sync's status (sandbox down: PodReadyToStartContainers False). Seen on the v1.34
+        kubelet (exit 0 and 1 under Never, a failed init container, an OOM kill, a deadline);
+        the v1.24 kubelet of the rig wrote the terminal phase at once."""
+        return self.minor >= 27
+
 
 CURRENT = KubeletGeneration()
 
