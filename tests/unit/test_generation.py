@@ -98,7 +98,11 @@ def test_a_terminal_phase_waits_for_the_pod_to_be_terminated_from_v1_27(node: No
     for minor in (24, 34):
         _on(node, minor)
         uid = node.add(pod_body(name=f"p{minor}", restartPolicy="Never"))
-        node.sync_until(uid, lambda u=uid: node.last_status(u)["phase"] == "Failed", "Failed")
+
+        def failed(u: str = uid) -> bool:
+            return bool(node.last_status(u)["phase"] == "Failed")
+
+        node.sync_until(uid, failed, "Failed")
         history = node.status.history(uid)
         told = _first_with_app_ended(history)
         ready = {c["type"]: c for c in told["conditions"]}["Ready"]
@@ -139,7 +143,11 @@ def test_warnings_have_a_spam_bucket_of_their_own_from_v1_32() -> None:
     assert KubeletGeneration(32).spam_key_by_type
     pod = EventRef("ns", "p", "uid-1")
     for by_type, normal_allowed in ((False, False), (True, True)):
-        spam = SpamFilter(lambda: 0.0, by_type=lambda b=by_type: b)
+
+        def keyed_by_type(b: bool = by_type) -> bool:
+            return b
+
+        spam = SpamFilter(lambda: 0.0, by_type=keyed_by_type)
         assert all(spam.allow(pod, "Warning") for _ in range(SPAM_BURST))
         assert not spam.allow(pod, "Warning")
         assert spam.allow(pod, "Normal") is normal_allowed
