@@ -130,7 +130,13 @@ def build_node(
         supervisor=supervisor,
         pool_size=OBJECT_WATCHES_PER_POD * allocatable.pods,
     )
-    events = EventRecorder(kube.api, name, supervisor=supervisor)
+    generation = _Generation(schema, name)  # whose rules: the API server's version's kubelet
+    events = EventRecorder(
+        kube.api,
+        name,
+        supervisor=supervisor,
+        spam_by_type=lambda: generation().spam_key_by_type,
+    )
     watcher = ContainerWatcher(
         runtime,
         waker(queue, after=RELIST_LAG),
@@ -229,7 +235,7 @@ def build_node(
             services=services,
             network=proxy.setup if proxy is not None else None,
             pool=pool if pods.sandbox_pool_size > 0 else None,
-            generation=_Generation(schema, name),
+            generation=generation,
             # getNodeAnyWay: the Node the watch last told, else the one the node registers
             node=lambda: (
                 node.node_object

@@ -81,22 +81,53 @@ class ReferenceNodeError(RuntimeError):
 # --- what is needed -------------------------------------------------------------------------
 
 
-def find_kubelet(env: dict[str, str] | None = None) -> Path | None:
-    """The upstream kubelet: $KUBELET_SIM_KUBELET, then where the control plane's binaries are
-    looked for ($KUBEBUILDER_ASSETS, $KUBELET_SIM_KUBE_BIN, the download cache), then PATH."""
+def find_kubelet(
+    env: dict[str, str] | None = None,
+    *,
+    beside: Path | None = None,
+    version: str | None = None,
+) -> Path | None:
+    """The upstream kubelet: $KUBELET_SIM_KUBELET; then the one `beside` the API server in use
+    (the same directory as its kube-apiserver: the same version); then the cache's directory of
+    the server's `version` ("v1.34.9", from /version); then where the control plane's binaries
+    are looked for ($KUBEBUILDER_ASSETS, $KUBELET_SIM_KUBE_BIN, the download cache, newest
+    first), then PATH. A kubelet is never to be newer than its API server (the version skew
+    policy): the first two are what a comparison needs."""
     env = dict(os.environ) if env is None else env
     if env.get("KUBELET_SIM_KUBELET"):
         given = Path(env["KUBELET_SIM_KUBELET"])
         return given if given.is_file() else None
-    dirs = [Path(env[v]) for v in ("KUBEBUILDER_ASSETS", "KUBELET_SIM_KUBE_BIN") if env.get(v)]
     cache = binaries.cache_dir(env)
+    dirs = [] if beside is None else [beside.parent]
+    numbered = (version or "").lstrip("v").split("+")[0].split("-")[0]
+    if numbered and not numbered.startswith("0."):
+        dirs.append(cache / numbered)
+    dirs += [Path(env[v]) for v in ("KUBEBUILDER_ASSETS", "KUBELET_SIM_KUBE_BIN") if env.get(v)]
     with contextlib.suppress(OSError):
-        dirs += sorted((d for d in cache.iterdir() if d.is_dir()), reverse=True)
+        dirs += sorted((d for d in cache.iterdir() if d.is_dir()), key=_version_order, reverse=True)
     for d in dirs:
         if (d / "kubelet").is_file() and os.access(d / "kubelet", os.X_OK):
             return d / "kubelet"
     found = shutil.which("kubelet", path=env.get("PATH", os.defpath))
     return Path(found) if found else None
+
+
+def _version_order(directory: Path) -> tuple[int, ...]:
+    parts = directory.name.split(".")
+    return tuple(int(p) for p in parts) if all(p.isdigit() for p in parts) else (-1,)
+
+
+def kubelet_flags(kubelet: Path) -> set[str]:
+    """The long flags the kubelet binary still takes (from its --help): the runtime flags
+    v1.24 needs (`--container-runtime remote`) were removed in v1.27, and what replaced them
+    lives in the KubeletConfiguration (`containerRuntimeEndpoint`, `imageServiceEndpoint`).
+    Read from the binary, not from its --version: a build that stamped no version
+    (`v0.0.0-master`, as the rig's v1.24) says nothing by its number."""
+    shown = subprocess.run(
+        [str(kubelet), "--help"], capture_output=True, text=True, timeout=30, check=False
+    )
+    words = (shown.stdout + shown.stderr).split()
+    return {w for w in words if w.startswith("--") and len(w) > 2}
 
 
 # --- the node -------------------------------------------------------------------------------
@@ -191,6 +222,21 @@ class ReferenceNode:
             return "no Docker engine answers (the reference node's images come from it)"
         return None
 
+    def _kubelet(self) -> Path | None:
+        """`kubelet` if given, else the API server's own version's: the binary beside its
+        kube-apiserver, or the cache's directory of the version /version answers."""
+        if self.kubelet is not None:
+            return self.kubelet
+        apiserver = self.control_plane.binaries.apiserver
+        beside = apiserver.parent / "kubelet"
+        if "KUBELET_SIM_KUBELET" not in os.environ and os.access(beside, os.X_OK):
+            return beside
+        version = None
+        with contextlib.suppress(Exception):  # no answer: the other places, newest first
+            self.workdir.mkdir(mode=0o700, parents=True, exist_ok=True)
+            version = str((self.api("GET", "/version") or {}).get("gitVersion") or "")
+        return find_kubelet(beside=apiserver, version=version)
+
     # --- lifecycle ---------------------------------------------------------------------------
 
     def __enter__(self) -> ReferenceNode:
@@ -200,7 +246,7 @@ class ReferenceNode:
         self.stop()
 
     def start(self, timeout: float = 60.0) -> ReferenceNode:
-        why = self.unavailable(self.kubelet)
+        why = self.unavailable(self._kubelet())
         if why:
             raise ReferenceNodeError(why)
         self._started = time.monotonic()
@@ -528,8 +574,9 @@ disabled_plugins = [
     def _start_kubelet(self) -> None:
         assert self.node_ip is not None
         cp = self.control_plane
-        kubelet = self.kubelet or find_kubelet()
+        kubelet = self._kubelet()
         assert kubelet is not None
+        flags = kubelet_flags(kubelet)
         creds = cp.node_credentials(self.name, (self.node_ip,))
         self.port, self.healthz_port = host.free_port(self.node_ip), host.free_port("127.0.0.1")
         root = self.workdir / "kubelet"
@@ -576,8 +623,22 @@ disabled_plugins = [
         if self.static_pod_path is not None:
             self.static_pod_path.mkdir(parents=True, exist_ok=True)
             config["staticPodPath"] = str(self.static_pod_path)
-        (root / "config.yaml").write_text(json.dumps(config, indent=2))  # JSON is YAML
         endpoint = f"unix://{self.socket}"
+        if "--container-runtime" in flags:  # v1.26 and older: the runtime is told by flags
+            runtime_flags = [
+                "--container-runtime", "remote",
+                "--container-runtime-endpoint", endpoint,
+                "--image-service-endpoint", endpoint,
+            ]  # fmt: skip
+        else:  # v1.27 on: in the configuration (the flags are deprecated, --container-runtime gone)
+            config["containerRuntimeEndpoint"] = endpoint
+            config["imageServiceEndpoint"] = endpoint
+            runtime_flags = []
+        # Only image GC's keep-list since v1.27 (containerd's sandbox_image is the sandbox's);
+        # going in v1.35.
+        if "--pod-infra-container-image" in flags:
+            runtime_flags += ["--pod-infra-container-image", self.pause_image]
+        (root / "config.yaml").write_text(json.dumps(config, indent=2))  # JSON is YAML
         self._spawn(
             "kubelet",
             [
@@ -586,10 +647,7 @@ disabled_plugins = [
                 "--kubeconfig", str(creds.kubeconfig),
                 "--hostname-override", self.name,
                 "--node-ip", self.node_ip,
-                "--container-runtime", "remote",
-                "--container-runtime-endpoint", endpoint,
-                "--image-service-endpoint", endpoint,
-                "--pod-infra-container-image", self.pause_image,
+                *runtime_flags,
                 "--root-dir", str(root / "root"),
                 "--cert-dir", str(root / "pki"),
                 *(["--register-with-taints", ",".join(self.taints)] if self.taints else []),

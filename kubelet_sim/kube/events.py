@@ -36,16 +36,24 @@ SPAM_REFILL_SECONDS = 300.0
 
 
 class SpamFilter:
-    """A token bucket per object (kind, namespace, name, uid, apiVersion), the oldest objects
-    forgotten past 4096 as client-go's LRU does."""
+    """A token bucket per object (kind, namespace, name, uid, apiVersion) and, where
+    `by_type()` says so (client-go v1.32 on: getSpamKey ends with the event's type), per event
+    type; the oldest keys forgotten past 4096 as client-go's LRU does."""
 
-    def __init__(self, now: Callable[[], float] = time.monotonic) -> None:
+    def __init__(
+        self,
+        now: Callable[[], float] = time.monotonic,
+        by_type: Callable[[], bool] = lambda: False,
+    ) -> None:
         self._now = now
+        self._by_type = by_type
         self._buckets: OrderedDict[tuple[str, ...], tuple[float, float]] = OrderedDict()
         self._lock = threading.Lock()
 
-    def allow(self, ref: EventRef) -> bool:
-        key = (ref.kind, ref.namespace, ref.name, ref.uid, ref.api_version)
+    def allow(self, ref: EventRef, event_type: str = "") -> bool:
+        key: tuple[str, ...] = (ref.kind, ref.namespace, ref.name, ref.uid, ref.api_version)
+        if self._by_type():
+            key += (event_type,)
         now = self._now()
         with self._lock:
             tokens, last = self._buckets.pop(key, (float(SPAM_BURST), now))
@@ -87,6 +95,7 @@ class EventRecorder:
         *,
         queue_size: int = QUEUE_SIZE,
         supervisor: Supervisor | None = None,
+        spam_by_type: Callable[[], bool] = lambda: False,
     ) -> None:
         self._api = api
         self._node = node
@@ -102,7 +111,7 @@ class EventRecorder:
         self._writer = supervisor.on_demand("event recorder", self._run, self._stop)
         self.sent = 0
         self.dropped = 0
-        self.spam = SpamFilter()
+        self.spam = SpamFilter(by_type=spam_by_type)
         self.spam_dropped = 0  # refused by the spam filter, as the kubelet's recorder does
 
     def start(self) -> EventRecorder:
@@ -122,7 +131,7 @@ class EventRecorder:
 
     def event(self, ref: EventRef, event_type: str, reason: str, message: str) -> None:
         """Queue an event; the caller (a pod worker) never waits for the API."""
-        if not self.spam.allow(ref):
+        if not self.spam.allow(ref, event_type):
             self.spam_dropped += 1
             return
         timestamp = datetime.now(UTC).strftime("%Y-%m-%dT%H:%M:%SZ")

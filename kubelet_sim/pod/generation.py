@@ -2,7 +2,10 @@
 
 A kubelet is never newer than its API server (the version skew policy), so on a v1.24 server
 a user diffing our pods against a real node's compares with a v1.24 kubelet, and the rules
-that changed since must be that kubelet's. Each rule says the version that brought it.
+that changed since must be that kubelet's. Each rule says the version that brought it, and
+what `kubelet-sim compare` showed of it on the rig's two real kubelets, v1.24 and v1.34.9
+(docs/compare.md); the version between them where a rule begins is read from the sources,
+not seen: no kubelet of v1.25 to v1.33 has been compared.
 """
 
 from __future__ import annotations
@@ -18,7 +21,8 @@ class KubeletGeneration:
 
     @property
     def ready_to_start_condition(self) -> bool:
-        """The PodReadyToStartContainers condition (beta and on by default in v1.29)."""
+        """The PodReadyToStartContainers condition (beta and on by default in v1.29). Seen:
+        written by the v1.34 kubelet in every scenario, never by the v1.24 one."""
         return self.minor >= 29
 
     @property
@@ -27,7 +31,10 @@ class KubeletGeneration:
         Failed, Ready and ContainersReady say PodFailed for a Failed pod, and TerminatePod
         defaults only the containers that could have run. Before, a deleted pod kept its
         phase (Running), readiness came from the containers alone, and TerminatePod gave
-        every container without an end ContainerStatusUnknown."""
+        every container without an end ContainerStatusUnknown. Seen: `sigterm-ignored` ends
+        Failed with Ready False/PodFailed on v1.34; `init-fails-never` ends with the app
+        container `terminated: ContainerStatusUnknown (137)` on v1.24 (5 of 5 runs) and
+        `waiting: PodInitializing` on v1.34."""
         return self.minor >= 27
 
     @property
@@ -40,7 +47,9 @@ class KubeletGeneration:
     @property
     def sidecars(self) -> bool:
         """v1.28 (sidecar containers): `started` on init container statuses, and a pod whose
-        regular containers have run is Initialized whatever its init containers say."""
+        regular containers have run is Initialized whatever its init containers say. Seen:
+        `started: false` on init containers on v1.34, no `started` on v1.24 (the Initialized
+        part is not in a shipped scenario)."""
         return self.minor >= 28
 
     @property
@@ -49,6 +58,27 @@ class KubeletGeneration:
         changes a running pod's resources, and the kubelet decides and applies it
         (pod/resize.py). Before, the API server keeps resources immutable."""
         return self.minor >= 33
+
+    @property
+    def spam_key_by_type(self) -> bool:
+        """v1.32 (client-go's tools/record/events_cache.go getSpamKey): the recorder's spam
+        filter (25 events at once per object, then one per 5 minutes) keeps a bucket per
+        event type, so Warnings (BackOff, Unhealthy, MissingClusterDNS) no longer use up the
+        Normal events' tokens, nor Normals theirs. Before, one bucket per object. Seen: the
+        v1.34 kubelet gave one `liveness-fails` pod 25 Warnings (BackOff among them) and 20
+        Normals; the v1.24 kubelet 25 events in all."""
+        return self.minor >= 32
+
+    @property
+    def terminal_phase_after_termination(self) -> bool:
+        """status_manager.go mergePodStatus: a write that would take the pod's phase in the API
+        from Pending or Running to Succeeded or Failed keeps the API's phase, reason and
+        message while the pod worker could still have running containers (until its
+        SyncTerminatingPod has returned); the terminal phase goes out with the terminated
+        sync's status (sandbox down: PodReadyToStartContainers False). Seen on the v1.34
+        kubelet (exit 0 and 1 under Never, a failed init container, an OOM kill, a deadline);
+        the v1.24 kubelet of the rig wrote the terminal phase at once."""
+        return self.minor >= 27
 
 
 CURRENT = KubeletGeneration()

@@ -161,6 +161,26 @@ def _phase_with_reason(inp: StatusInput, status: Json, old: Json) -> str:
 TERMINAL_PHASES = ("Failed", "Succeeded")
 
 
+def hold_terminal_phase(status: Json, api_status: Json) -> Json:
+    """status_manager.go mergePodStatus (`transitioningToTerminalPhase` while
+    `couldHaveRunningContainers`): a status that would move the API's phase from Pending or
+    Running to Succeeded or Failed, written while the pod worker has not finished terminating
+    the pod, carries the API's phase, reason and message instead. Everything else is written
+    as generated (the conditions too: `Ready: False/PodFailed` beside `phase: Running`).
+    The caller applies it by the kubelet's version (KubeletGeneration.
+    terminal_phase_after_termination) and only before the pod is terminated."""
+    api_phase = api_status.get("phase")
+    if status.get("phase") not in TERMINAL_PHASES or api_phase in TERMINAL_PHASES:
+        return status
+    held = dict(status)
+    held["phase"] = api_phase or "Pending"
+    for key in ("reason", "message"):
+        held.pop(key, None)
+        if api_status.get(key):
+            held[key] = api_status[key]
+    return held
+
+
 def _add_observed_generation(pod: PodView, status: Json) -> None:
     """PodObservedGenerationTracking (v1.33+ servers count a pod's generations): the pod's and
     that of each condition the kubelet owns."""

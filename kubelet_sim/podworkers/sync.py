@@ -28,10 +28,12 @@ from kubelet_sim.pod.references import referenced_objects
 from kubelet_sim.pod.restart_backoff import KeyedBackoff
 from kubelet_sim.pod.spec import ContainerView, PodView
 from kubelet_sim.pod.status import (
+    TERMINAL_PHASES,
     StatusInput,
     WaitingReason,
     format_time_precise,
     generate_status,
+    hold_terminal_phase,
 )
 from kubelet_sim.podworkers.admission import PodAdmitter
 from kubelet_sim.podworkers.event_refs import container_spec, event_ref, pod_name
@@ -232,7 +234,12 @@ class PodSyncer:
         restarting = self._restarts_pending(observed, syncing)
         continues_pull = self.starter.puller.pulling(view.uid, images)
         if not continues_pull and not restarting:
-            self._write(pod, view, state, observed)
+            phase = self._write(pod, view, state, observed)
+            if phase in TERMINAL_PHASES and self.generation().terminal_phase_after_termination:
+                # SyncPod returns isTerminal once its status says a terminal phase (written
+                # as the API's until the pod is terminated): the pod worker terminates the
+                # pod at once (kubelet.go SyncPod, pod_workers.go).
+                return self.sync_terminating_pod(pod, view, state, state.begin_terminating())
         sandbox = latest_sandbox(observed)
         address = pod_address(view.host_network, observed, self.settings.node_ip)
         starting = _starting(state, observed)  # not probed until started, as the kubelet's
@@ -544,8 +551,9 @@ class PodSyncer:
         evicted: WaitingReason | None = None,
         finished: bool = False,
         rejected: bool = False,
-    ) -> None:
-        """Write the status of `observed`, the runtime state the sync started from."""
+    ) -> str:
+        """Write the status of `observed`, the runtime state the sync started from; the
+        answer is the phase generated (which a terminal phase held back does not change)."""
         self._read_messages(view, observed, state)
         previous, generation = self.status.base(pod), self.generation()
         given, resizing = self.resizer.status_inputs(view, observed, terminal=is_terminal)
@@ -570,18 +578,25 @@ class PodSyncer:
         )
         if rejected:  # rejectPod's status: nothing ran, so nothing of containers is told
             status = rejected_status(status, previous, generation.minor)
+        phase = str(status.get("phase"))
+        if (
+            generation.terminal_phase_after_termination
+            and not rejected  # a pod never admitted could have no running containers
+            and not isinstance(state.lifecycle, Terminated)
+        ):  # the pod worker could still have running containers (mergePodStatus)
+            status = hold_terminal_phase(status, previous)
         failure = state.status_failure
         if failure is not None and failure.retry_in(self.clock.monotonic()) > 0:
-            return  # backing off: the sync comes back when the wait is over
+            return phase  # backing off: the sync comes back when the wait is over
         try:
             written = self.status.write(pod, status)
         except ApiError as exc:
             if not (exc.not_found or exc.uid_changed):
                 self._status_failed(view, state, str(exc))
-            return  # gone or replaced: nothing more to say about this pod
+            return phase  # gone or replaced: nothing more to say about this pod
         except Exception as exc:  # API unreachable: retried with backoff
             self._status_failed(view, state, str(exc)[:200])
-            return
+            return phase
         if written is not None:
             self._journal_status(view, state, status)
         if state.status_failure is not None:
@@ -591,6 +606,7 @@ class PodSyncer:
                 attempts=state.status_failure.attempts,
             )
             state.status_failure = None
+        return phase
 
     def _journal_status(self, view: PodView, state: PodState, status: Json) -> None:
         """The first status write and the first one saying Ready, for `kubelet-sim trace`; the

@@ -16,6 +16,7 @@ from kubernetes.client.exceptions import ApiException
 
 from kubelet_sim.controlplane import reference_node as reference
 from kubelet_sim.controlplane.reference_node import ReferenceNode
+from kubelet_sim.kube.rest import request_json
 from kubelet_sim.runtime import local_images
 from tests.cluster import Cluster, wait_for
 from tests.pods import BUSYBOX, SLEEP_FOREVER, get_pod
@@ -79,6 +80,17 @@ def test_the_node_is_ready_with_the_kubelets_conditions(
     assert ("InternalIP", reference_node.node_ip) in addresses
     assert node.status.daemon_endpoints.kubelet_endpoint.port == reference_node.port
     assert node.status.node_info.container_runtime_version.startswith("containerd://")
+
+
+def test_the_kubelet_is_of_the_api_servers_version(
+    reference_node: ReferenceNode, cluster: Cluster
+) -> None:
+    """A comparison is with the kubelet of the server's version (v1.34.9's on a v1.34.9 server;
+    the rig's v1.24 build stamps `v0.0.0-master` on both)."""
+    node = cluster.core.read_node(reference_node.name)
+    server = request_json(cluster.core.api_client, "GET", "/version", timeout=(5, 30))
+    kubelet = node.status.node_info.kubelet_version
+    assert kubelet.split("+")[0] == str(server["gitVersion"]).split("+")[0], (kubelet, server)
 
 
 def test_a_pinned_pod_runs_shows_its_log_and_goes_at_deletion(

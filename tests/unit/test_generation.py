@@ -3,9 +3,12 @@ a v1.24 server our pods read as a v1.24 kubelet's do, on a current one as today'
 
 from __future__ import annotations
 
+from kubelet_sim.formats.jsontypes import Json
+from kubelet_sim.kube.events import SPAM_BURST, EventRef, SpamFilter
 from kubelet_sim.pod.generation import CURRENT, KubeletGeneration, generation_of
 from kubelet_sim.pod.spec import PodView
 from kubelet_sim.pod.status import default_unknown_states
+from tests.fakeruntime.runtime import Behaviour
 from tests.unit.harness import Node, container, pod_body
 
 V124 = KubeletGeneration(24)
@@ -80,3 +83,71 @@ def test_terminate_pod_defaults_every_container_without_an_end_before_v1_27(node
         }
         default_unknown_states(PodView.from_api(node.pods[uid]), status, generation)
         assert app_state in status["containerStatuses"][0]["state"], generation
+
+
+def _first_with_app_ended(history: list[Json]) -> Json:
+    return next(s for s in history if "terminated" in s["containerStatuses"][0]["state"])
+
+
+def test_a_terminal_phase_waits_for_the_pod_to_be_terminated_from_v1_27(node: Node) -> None:
+    """Seen on the v1.34 kubelet (exit 1 under Never): the status that first tells the end
+    keeps the API's phase beside `Ready: False/PodFailed` (mergePodStatus holds a terminal
+    phase while the pod worker could have running containers); Failed comes with the
+    terminated pod's status, its sandbox down. The v1.24 kubelet wrote Failed at once."""
+    node.runtime.behave("app", Behaviour(exit_code=1))
+    for minor in (24, 34):
+        _on(node, minor)
+        uid = node.add(pod_body(name=f"p{minor}", restartPolicy="Never"))
+
+        def failed(u: str = uid) -> bool:
+            return bool(node.last_status(u)["phase"] == "Failed")
+
+        node.sync_until(uid, failed, "Failed")
+        history = node.status.history(uid)
+        told = _first_with_app_ended(history)
+        ready = {c["type"]: c for c in told["conditions"]}["Ready"]
+        if minor == 24:
+            assert told["phase"] == "Failed"
+            continue
+        assert told["phase"] == "Pending"  # what the API had
+        assert ready["reason"] == "PodFailed"
+        assert not any(
+            s["phase"] == "Failed"
+            and {c["type"]: c["status"] for c in s["conditions"]}["PodReadyToStartContainers"]
+            == "True"
+            for s in history
+        )  # Failed only once the sandbox is down
+
+
+def test_a_deadline_is_told_once_the_pod_is_terminated_from_v1_27(node: Node) -> None:
+    """activeDeadlineSeconds on the v1.34 kubelet: the status written while its containers
+    are killed keeps the API's phase and no reason; Failed/DeadlineExceeded comes after."""
+    _on(node, 34)
+    uid = node.add(pod_body(activeDeadlineSeconds=5))
+    node.sync_until_ready(uid)
+    node.update_status(uid)  # the informer has the Running status
+    node.clock.advance(6)
+    node.sync_until(uid, lambda: node.last_status(uid)["phase"] == "Failed", "Failed")
+    history = node.status.history(uid)
+    assert all(s.get("reason") == "DeadlineExceeded" for s in history if s["phase"] == "Failed")
+    killing = [s for s in history if s["phase"] == "Running" and "reason" not in s]
+    assert {c["type"]: c.get("reason") for c in killing[-1]["conditions"]}["Ready"] == "PodFailed"
+    assert history[-1]["reason"] == "DeadlineExceeded"
+
+
+def test_warnings_have_a_spam_bucket_of_their_own_from_v1_32() -> None:
+    """client-go's getSpamKey ends with the event's type from v1.32: 25 Warnings (BackOff
+    after many Unhealthy and MissingClusterDNS) leave the Normal events theirs. Seen on the
+    v1.34 kubelet: 25 Warnings and 20 Normals for one pod, BackOff among them."""
+    assert not KubeletGeneration(31).spam_key_by_type
+    assert KubeletGeneration(32).spam_key_by_type
+    pod = EventRef("ns", "p", "uid-1")
+    for by_type, normal_allowed in ((False, False), (True, True)):
+
+        def keyed_by_type(b: bool = by_type) -> bool:
+            return b
+
+        spam = SpamFilter(lambda: 0.0, by_type=keyed_by_type)
+        assert all(spam.allow(pod, "Warning") for _ in range(SPAM_BURST))
+        assert not spam.allow(pod, "Warning")
+        assert spam.allow(pod, "Normal") is normal_allowed

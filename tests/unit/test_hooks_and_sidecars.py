@@ -152,5 +152,6 @@ def test_a_pod_whose_app_is_done_is_killed_and_starts_nothing_until_it_is_down(n
     node.clock.advance(31)
     node.syncer.stopper.kill_due()
     node.sync_until(uid, lambda: node.last_status(uid)["phase"] == "Succeeded", "Succeeded")
-    assert not syncing.killing_pod
+    # Down, and terminated as the kubelet's SyncPod does once its status is terminal.
+    assert not isinstance(node.syncer.states[uid].lifecycle, Syncing)
     assert len(node.runtime.operations("create")) == created
