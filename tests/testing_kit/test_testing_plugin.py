@@ -34,6 +34,7 @@ from kubernetes.config import new_client_from_config
 from kubelet_sim.controlplane.binaries import BinariesMissing, find_binaries
 from kubelet_sim.runtime.local_images import BUSYBOX_IMAGE
 from tests.cluster import api_mode, deadline_scale, wait_for
+from tests.kubeenv import kube_version
 
 pytest_plugins = ["pytester"]
 pytestmark = [
@@ -93,7 +94,7 @@ def _kube_bin() -> Path | None:
     """Where the binaries are, found now: pytester gives each run a HOME of its own (and with
     it an empty download cache), so the run is told the directory."""
     try:
-        return find_binaries().apiserver.parent
+        return find_binaries(version=kube_version()).apiserver.parent
     except BinariesMissing:
         return None
 
@@ -331,7 +332,11 @@ def test_a_node_cut_off_the_api_server_resyncs_and_loses_nothing(
 def _static_kubectl() -> Path | None:
     """A kubectl that runs in an empty image: statically linked (the tests' binaries', else
     PATH's)."""
-    found = find_binaries(require_controllers=False).kubectl if KUBE_BIN else None
+    found = (
+        find_binaries(version=kube_version(), require_controllers=False).kubectl
+        if KUBE_BIN
+        else None
+    )
     on_path = shutil.which("kubectl")
     for candidate in [p.resolve() for p in (found, on_path and Path(on_path)) if p]:
         ldd = subprocess.run(["ldd", str(candidate)], capture_output=True, text=True, check=False)
