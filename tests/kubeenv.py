@@ -171,11 +171,13 @@ def main() -> None:
 
 def _reference_node(env: ControlPlane) -> ReferenceNode | str:
     """A Ready upstream kubelet node of `env`, untainted; or why none can run here."""
-    why = ReferenceNode.unavailable()
+    why = ReferenceNode.unavailable(env.binaries.kubelet)
     if why:
         return why
     workdir = Path(tempfile.mkdtemp(prefix="ksref-"))  # short: containerd's socket is there
-    node = ReferenceNode(env, f"ks-kubelet-{secrets.token_hex(3)}", workdir)
+    node = ReferenceNode(
+        env, f"ks-kubelet-{secrets.token_hex(3)}", workdir, kubelet=env.binaries.kubelet
+    )
     try:
         return node.start()
     except ReferenceNodeError as exc:

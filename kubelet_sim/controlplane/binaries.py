@@ -67,6 +67,7 @@ class Binaries:
     controller_manager: Path | None
     scheduler: Path | None
     kubectl: Path | None = None
+    kubelet: Path | None = None  # the upstream kubelet of the same version: the reference node
 
 
 def cache_dir(env: Mapping[str, str] | None = None) -> Path:
@@ -122,7 +123,7 @@ def find_binaries(
         found = shutil.which(name, path=search_path)
         return Path(found) if found else None
 
-    found = {name: find(name) for name in (*KUBE_COMPONENTS, "etcd")}
+    found = {name: find(name) for name in (*KUBE_COMPONENTS, "etcd", "kubelet")}
     apiserver, etcd = found["kube-apiserver"], found["etcd"]
     controllers = KUBE_COMPONENTS[1:3] if require_controllers else ()
     missing = [n for n in ("kube-apiserver", "etcd", *controllers) if found[n] is None]
@@ -140,7 +141,7 @@ def find_binaries(
             " instead"
         )
     kcm, scheduler = found["kube-controller-manager"], found["kube-scheduler"]
-    return Binaries(apiserver, etcd, kcm, scheduler, found["kubectl"])
+    return Binaries(apiserver, etcd, kcm, scheduler, found["kubectl"], found["kubelet"])
 
 
 def download(

@@ -435,10 +435,11 @@ def test_the_cache_gives_the_version_asked_not_the_newest(tmp_path: Path) -> Non
     """A run asked to be on v1.24 must not silently get the v1.34 beside it, nor the reverse."""
     cache = tmp_path / "xdg" / "kubelet-sim" / "kube-bin"
     for version in ("1.24.0", DEFAULT_KUBE_VERSION, "1.99.0", ".1.24.0.partial-x", "junk"):
-        make_bin(cache / version, *ALL)
+        make_bin(cache / version, *ALL, "kubelet")
     env = {"XDG_CACHE_HOME": str(tmp_path / "xdg"), "PATH": ""}
 
     assert find_binaries(env=env).apiserver == cache / DEFAULT_KUBE_VERSION / "kube-apiserver"
+    assert find_binaries(version="1.24.0", env=env).kubelet == cache / "1.24.0/kubelet"
     assert find_binaries(version="1.24.0", env=env).apiserver == cache / "1.24.0/kube-apiserver"
     assert find_binaries(version="v1.24.0", env=env).apiserver == cache / "1.24.0/kube-apiserver"
 
