@@ -75,6 +75,10 @@ def _call(
 
 _UUID = re.compile(r"[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}")
 _IN_RECORD = re.compile(r"in record \(\d+\)")
+# The v1.34.9 server here is OpenShift's fork (../shared/kube-bin/README.md): its ServiceAccount
+# admission adds this ConfigMap to every kube-api-access volume (its controller-manager
+# publishes it in each namespace). Upstream v1.34 does neither, so the fake does not.
+SERVICE_CA = "openshift-service-ca.crt"
 # Written by controllers of the real cluster at their own pace (the TTL controller, the node
 # lifecycle controller's taints); the fake's stand-ins act at once.
 CONTROLLER_ANNOTATIONS = {"node.alpha.kubernetes.io/ttl"}
@@ -96,6 +100,7 @@ def _normalize(value: Any) -> Any:
             _normalize(v)
             for v in value
             if not (isinstance(v, dict) and str(v.get("key", "")).startswith(CONTROLLER_TAINTS))
+            if not (isinstance(v, dict) and (v.get("configMap") or {}).get("name") == SERVICE_CA)
         ]
     if isinstance(value, str):
         if value.startswith("kube-api-access-"):

@@ -456,6 +456,8 @@ class Registry:
             deletion_time = now(grace)
         marked = copy.deepcopy(current)
         marked["metadata"].update(deletionTimestamp=deletion_time, deletionGracePeriodSeconds=grace)
+        if "generation" in meta and not meta.get("deletionTimestamp"):
+            marked["metadata"]["generation"] += 1  # v1.34: the deletion's start is a change
         updated = self.store.put("pods", marked, current)
         if grace == 0 and not meta.get("finalizers"):
             # Pod deletion is always graceful: the update (a MODIFIED event with grace 0) comes
