@@ -389,11 +389,10 @@ class Registry:
             result["status"]["qosClass"] = (current.get("status") or {}).get("qosClass")
         return result
 
-    @staticmethod
-    def _prepare_pod(current: Obj, new: Obj) -> None:
+    def _prepare_pod(self, current: Obj, new: Obj) -> None:
         spec = new.setdefault("spec", {})
         defaults.default_pod_spec(spec)
-        problems = defaults.validate_pod_update(new, current)
+        problems = defaults.validate_pod_update(new, current, self.types.minor)
         if problems:
             raise errors.invalid(PODS, current["metadata"]["name"], problems)
 
