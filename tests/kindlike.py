@@ -75,6 +75,10 @@ DNS_IP = "10.96.0.10"  # kind's kube-dns ClusterIP
 CLUSTER_DOMAIN = "cluster.local"
 ISSUER = "https://kubernetes.default.svc.cluster.local"
 CONTROLLERS = "serviceaccount,endpointslice,root-ca-cert-publisher"
+# The v1.34.9 build here is OpenShift's fork (../shared/kube-bin/README.md): its admission adds
+# the ConfigMap `openshift-service-ca.crt` to every kube-api-access volume, and this controller
+# of its controller-manager publishes it in each namespace (pods mount nothing without it).
+SERVICE_CA_PUBLISHER = "service-ca-certificate-publisher-controller"
 _RECIPE_VERSION = "1"
 _BIN = "usr/local/bin"
 # The container waits for its start script: the certificates need its IP first.
@@ -91,6 +95,7 @@ class Parts:
     controller_manager: Path
     etcd: Path
     busybox: Path
+    controllers: str = CONTROLLERS  # kube-controller-manager's --controllers
 
 
 def find_parts() -> Parts:
@@ -104,7 +109,13 @@ def find_parts() -> Parts:
     busybox = Path(shutil.which("busybox") or "/bin/busybox")
     if not busybox.is_file() or _shared_libraries(busybox):
         raise Unavailable("no static busybox (Debian's busybox-static) for the image's shell")
-    return Parts(found.apiserver, found.controller_manager, found.etcd, busybox)
+    controllers = CONTROLLERS
+    kcm_help = subprocess.run(
+        [str(found.controller_manager), "--help"], capture_output=True, text=True, check=False
+    )
+    if SERVICE_CA_PUBLISHER in kcm_help.stdout + kcm_help.stderr:
+        controllers += "," + SERVICE_CA_PUBLISHER
+    return Parts(found.apiserver, found.controller_manager, found.etcd, busybox, controllers)
 
 
 def _shared_libraries(binary: Path) -> list[str]:
@@ -287,7 +298,7 @@ class KindLike:
         ]
         self._certificates()
         script = self.workdir / "start.sh"
-        script.with_suffix(".tmp").write_text(self._start_script())
+        script.with_suffix(".tmp").write_text(self._start_script(parts.controllers))
         script.with_suffix(".tmp").rename(script)  # whole, or not there
         self._wait_ready(timeout)
         from kubernetes import client, config
@@ -328,7 +339,7 @@ class KindLike:
             server=f"https://127.0.0.1:{API_PORT}",
         )  # fmt: skip
 
-    def _start_script(self) -> str:
+    def _start_script(self, controllers: str) -> str:
         etcd = [
             "etcd", "--data-dir", "/var/lib/etcd/data", "--unsafe-no-fsync",
             "--listen-client-urls", "http://127.0.0.1:2379",
@@ -370,7 +381,7 @@ class KindLike:
             "--use-service-account-credentials=false",
             "--service-account-private-key-file", "/ks/pki/sa.key",
             "--root-ca-file", "/ks/pki/ca.crt",
-            "--controllers", CONTROLLERS,
+            "--controllers", controllers,
         ]  # fmt: skip
         # kube-controller-manager gives up if the API server is not up within 10 s: again.
         return "\n".join(

@@ -2,7 +2,9 @@
 temporary directory, with controller-manager and scheduler when their binaries are there.
 
 Binaries come from `KUBEBUILDER_ASSETS` (envtest's convention), `KUBELET_SIM_KUBE_BIN`, the
-demo's download cache or PATH (etcd: Debian's `etcd-server`).
+demo's download cache or PATH (etcd: Debian's `etcd-server`). From the cache, the version
+`KUBELET_SIM_TEST_KUBE_VERSION` names (default: the demo's, v1.34): CI runs the real pass on
+each supported version.
 
 `python -m tests.kubeenv [NODE...]` runs one by hand and prints where its admin kubeconfig is;
 `--otherwise` starts it configured as the tests' own is not (`OTHERWISE`), and
@@ -12,6 +14,7 @@ demo's download cache or PATH (etcd: Debian's `etcd-server`).
 from __future__ import annotations
 
 import argparse
+import os
 import secrets
 import signal
 import tempfile
@@ -27,7 +30,7 @@ from tests.server_probes import KUBELET_CLIENT_CA_ENV
 
 KubeEnvError = BinariesMissing
 
-__all__ = ["OTHERWISE", "Binaries", "KubeEnv", "KubeEnvError", "find_binaries"]
+__all__ = ["OTHERWISE", "Binaries", "KubeEnv", "KubeEnvError", "find_binaries", "kube_version"]
 
 # A control plane set up otherwise than the tests' own, as a user's may be: the API server's
 # default address preference (Hostname first), the controller-manager's default controller set
@@ -91,9 +94,17 @@ def add_kindnet_like(env: ControlPlane) -> None:
         api.close()
 
 
+KUBE_VERSION_ENV = "KUBELET_SIM_TEST_KUBE_VERSION"
+
+
+def kube_version() -> str:
+    """The Kubernetes version the real pass runs (the variable, else the demo's default)."""
+    return os.environ.get(KUBE_VERSION_ENV) or binaries.DEFAULT_KUBE_VERSION
+
+
 def find_binaries() -> Binaries:
     """kube-apiserver and etcd at least: the tests run without the controllers if need be."""
-    return binaries.find_binaries(require_controllers=False)
+    return binaries.find_binaries(version=kube_version(), require_controllers=False)
 
 
 @dataclass
@@ -160,11 +171,13 @@ def main() -> None:
 
 def _reference_node(env: ControlPlane) -> ReferenceNode | str:
     """A Ready upstream kubelet node of `env`, untainted; or why none can run here."""
-    why = ReferenceNode.unavailable()
+    why = ReferenceNode.unavailable(env.binaries.kubelet)
     if why:
         return why
     workdir = Path(tempfile.mkdtemp(prefix="ksref-"))  # short: containerd's socket is there
-    node = ReferenceNode(env, f"ks-kubelet-{secrets.token_hex(3)}", workdir)
+    node = ReferenceNode(
+        env, f"ks-kubelet-{secrets.token_hex(3)}", workdir, kubelet=env.binaries.kubelet
+    )
     try:
         return node.start()
     except ReferenceNodeError as exc:

@@ -37,7 +37,8 @@ def reference_node(cluster_session: _Session, docker_session: DockerEnv) -> Iter
         pytest.skip("the reference node needs the real API server (KUBELET_SIM_TEST_API=real)")
     if cluster_session.env is None:
         pytest.skip("the reference node needs the control plane the suite starts (its CA)")
-    why = ReferenceNode.unavailable()
+    kubelet = cluster_session.env.binaries.kubelet  # the control plane's version's
+    why = ReferenceNode.unavailable(kubelet)
     if why and os.environ.get("KUBELET_SIM_REQUIRE_REFERENCE_NODE") == "1":
         pytest.fail(f"no reference node, and CI requires one: {why}", pytrace=False)
     if why:
@@ -52,6 +53,7 @@ def reference_node(cluster_session: _Session, docker_session: DockerEnv) -> Iter
         busybox_image=docker_session.busybox_image,
         taints=(REFERENCE_TAINT,),
         static_pod_path=workdir / "manifests",
+        kubelet=kubelet,
     )
     try:
         node.start(timeout=60 * deadline_scale())

@@ -86,7 +86,11 @@ def demo(
         ),
     ] = False,
     kube_version: Annotated[
-        str, typer.Option(help="The Kubernetes version --download fetches.")
+        str,
+        typer.Option(
+            help="The Kubernetes version the control plane runs: taken from the download cache,"
+            " fetched there by --download (a --kube-bin directory is taken as it is)."
+        ),
     ] = kube_bin.DEFAULT_KUBE_VERSION,
 ) -> None:
     # The control plane's certificates need `cryptography`: imported by the demo alone, so
@@ -111,7 +115,7 @@ def demo(
         if kube_bin_dir is None:
             kube_bin_dir = where
     try:
-        found = kube_bin.find_binaries(kube_bin_dir)
+        found = kube_bin.find_binaries(kube_bin_dir, version=kube_version)
     except kube_bin.BinariesMissing as exc:
         fail(str(exc), code=2)
     try:

@@ -27,10 +27,19 @@ from pathlib import Path, PurePosixPath
 from typing import TextIO
 
 KUBE_COMPONENTS = ("kube-apiserver", "kube-controller-manager", "kube-scheduler", "kubectl")
-DEFAULT_KUBE_VERSION = "1.31.4"
+# The version the demo, the pytest plugin and the tests' real pass run unless told otherwise,
+# and the one `--download` fetches: one constant, so the three never disagree.
+DEFAULT_KUBE_VERSION = "1.34.9"
 # The etcd each Kubernetes minor ships with. A minor not listed gets the newest listed etcd:
-# etcd 3.5 serves every current Kubernetes, and a demo should not stop at a missing entry.
-ETCD_FOR_KUBE = {"1.29": "3.5.10", "1.30": "3.5.15", "1.31": "3.5.17", "1.32": "3.5.17"}
+# etcd 3.5 and 3.6 serve every current Kubernetes, and a demo should not stop at a missing entry.
+ETCD_FOR_KUBE = {
+    "1.29": "3.5.10",
+    "1.30": "3.5.15",
+    "1.31": "3.5.17",
+    "1.32": "3.5.17",
+    "1.33": "3.5.21",
+    "1.34": "3.6.4",
+}
 KUBE_DOWNLOAD_URL = "https://dl.k8s.io/release"
 ETCD_DOWNLOAD_URL = "https://github.com/etcd-io/etcd/releases/download"
 KUBE_URL_ENV, ETCD_URL_ENV = "KUBELET_SIM_KUBE_DOWNLOAD_URL", "KUBELET_SIM_ETCD_DOWNLOAD_URL"
@@ -58,6 +67,7 @@ class Binaries:
     controller_manager: Path | None
     scheduler: Path | None
     kubectl: Path | None = None
+    kubelet: Path | None = None  # the upstream kubelet of the same version: the reference node
 
 
 def cache_dir(env: Mapping[str, str] | None = None) -> Path:
@@ -86,19 +96,23 @@ def _cached_versions(cache: Path) -> list[Path]:
 def find_binaries(
     kube_bin: Path | None = None,
     *,
+    version: str | None = None,
     require_controllers: bool = True,
     env: Mapping[str, str] | None = None,
 ) -> Binaries:
     """Look in order: kube_bin (the --kube-bin option), $KUBEBUILDER_ASSETS,
-    $KUBELET_SIM_KUBE_BIN (the tests' variable), each version directory of the cache (newest
-    first), then PATH. Each component comes from the first place that has it, since etcd often
-    comes from PATH alone (Debian's etcd-server). require_controllers=False lets
-    controller-manager and scheduler be None (the tests' control plane runs without them)."""
+    $KUBELET_SIM_KUBE_BIN (the tests' variable), the cache's directory of `version` (default
+    DEFAULT_KUBE_VERSION), then PATH. Each component comes from the first place that has it,
+    since etcd often comes from PATH alone (Debian's etcd-server). A directory named outright
+    holds one version and is taken as it is; the version picks among the cache's, so that a
+    run on v1.24 never silently gets v1.34. require_controllers=False lets controller-manager
+    and scheduler be None (the tests' control plane runs without them)."""
     env = os.environ if env is None else env
+    version = (version or DEFAULT_KUBE_VERSION).removeprefix("v")
     named = [("--kube-bin", "" if kube_bin is None else str(kube_bin))]
     named += [(v, env.get(v, "")) for v in ("KUBEBUILDER_ASSETS", "KUBELET_SIM_KUBE_BIN")]
     cache = cache_dir(env)
-    cached = _cached_versions(cache)
+    cached = [d for d in _cached_versions(cache) if d.name == version]
     dirs = [Path(d) for _, d in named if d] + cached
     search_path = env.get("PATH", os.defpath)
 
@@ -109,23 +123,25 @@ def find_binaries(
         found = shutil.which(name, path=search_path)
         return Path(found) if found else None
 
-    found = {name: find(name) for name in (*KUBE_COMPONENTS, "etcd")}
+    found = {name: find(name) for name in (*KUBE_COMPONENTS, "etcd", "kubelet")}
     apiserver, etcd = found["kube-apiserver"], found["etcd"]
     controllers = KUBE_COMPONENTS[1:3] if require_controllers else ()
     missing = [n for n in ("kube-apiserver", "etcd", *controllers) if found[n] is None]
     if missing or apiserver is None or etcd is None:
-        versions = ", ".join(d.name for d in cached) or "no versions"
-        looked = [f"{what}={d}" for what, d in named if d] + [f"{cache} ({versions})", "PATH"]
+        present = ", ".join(d.name for d in _cached_versions(cache)) or "no versions"
+        where = f"{cache / version} (Kubernetes {version}; the cache has: {present})"
+        looked = [f"{what}={d}" for what, d in named if d] + [where, "PATH"]
         raise BinariesMissing(
             f"{', '.join(missing)} not found; looked in: {', '.join(looked)}.\nWays out:\n"
-            f"  (1) `kubelet-sim demo --download` fetches them into {cache}\n"
+            f"  (1) `kubelet-sim demo --download --kube-version {version}` fetches them into"
+            f" {cache / version}, or `--kube-version` names a version the cache has\n"
             "  (2) `--kube-bin DIR` or KUBEBUILDER_ASSETS=DIR naming a directory that has them"
             " (e.g. from `setup-envtest use -p path`)\n"
             "  (3) with a cluster of your own (kind), run `kubelet-sim --node-name n1` against it"
             " instead"
         )
     kcm, scheduler = found["kube-controller-manager"], found["kube-scheduler"]
-    return Binaries(apiserver, etcd, kcm, scheduler, found["kubectl"])
+    return Binaries(apiserver, etcd, kcm, scheduler, found["kubectl"], found["kubelet"])
 
 
 def download(

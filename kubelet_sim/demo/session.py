@@ -187,7 +187,7 @@ class Demo:
 
     def _start(self, stop: threading.Event) -> None:
         s = self.settings
-        if s.reference_node and (why := ReferenceNode.unavailable()):
+        if s.reference_node and (why := ReferenceNode.unavailable(s.binaries.kubelet)):
             raise DemoError(f"--reference-node: {why}")
         leftovers = s.state.claim()
         self.engine = engine = engine_for(
@@ -245,6 +245,7 @@ class Demo:
             self.settings.state.data / "reference-node",
             pause_image=pause,
             busybox_image=image,
+            kubelet=plane.binaries.kubelet,  # the control plane's version (--kube-version)
         )
         self.reference.start(READY_TIMEOUT)
         self.say(f"{REFERENCE_NODE} Ready (pods on {self.reference.subnet})")

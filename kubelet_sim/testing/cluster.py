@@ -94,6 +94,8 @@ class Cluster:
     """A control plane and `nodes` nodes (n1, n2, ...); `start()`/`close()` or a `with` block.
 
     `kube_bin`: where the control plane's binaries are (else where `kubelet-sim demo` looks).
+    `kube_version`: the Kubernetes version taken from the download cache (default: the demo's,
+    DEFAULT_KUBE_VERSION); a directory named by `kube_bin` is taken as it is.
     `workdir`: where its data goes (default: a new temporary directory, removed on exit).
     `node_monitor_grace_period`: seconds (None: the controller-manager's own 40 s).
     `not_ready_toleration`: seconds a pod stays on a NotReady node before it is evicted (None:
@@ -110,6 +112,7 @@ class Cluster:
         nodes: int = 2,
         *,
         kube_bin: Path | str | None = None,
+        kube_version: str | None = None,
         workdir: Path | str | None = None,
         node_monitor_grace_period: float | None = NODE_MONITOR_GRACE_PERIOD,
         not_ready_toleration: int | None = NOT_READY_TOLERATION,
@@ -128,6 +131,7 @@ class Cluster:
         try:
             self.binaries = find_binaries(
                 None if kube_bin is None else Path(kube_bin),
+                version=kube_version,
                 require_controllers=self.joined is None,
             )
         except BinariesMissing:

@@ -8,6 +8,7 @@ Fixtures:
 
 Options: `--kubelet-sim-nodes N` (2), `--kubelet-sim-keep` (at the end of the session, keep the
 cluster up until Ctrl-C, its kubeconfig printed), `--kubelet-sim-kube-bin DIR`,
+`--kubelet-sim-kube-version X.Y.Z` (from the download cache; default the demo's, v1.34),
 `--kubelet-sim-kubeconfig PATH` (join that cluster, kind's for example, instead of starting a
 control plane) with `--kubelet-sim-context NAME` and `--kubelet-sim-docker-network NAME`.
 
@@ -55,6 +56,13 @@ def pytest_addoption(parser: pytest.Parser) -> None:
         " are; also searched: $KUBEBUILDER_ASSETS, kubelet-sim's download cache, PATH.",
     )
     group.addoption(
+        "--kubelet-sim-kube-version",
+        default=None,
+        metavar="X.Y.Z",
+        help="The Kubernetes version taken from kubelet-sim's download cache (default: the"
+        " demo's); a --kubelet-sim-kube-bin directory is taken as it is.",
+    )
+    group.addoption(
         "--kubelet-sim-kubeconfig",
         type=Path,
         default=None,
@@ -97,6 +105,7 @@ def kubelet_sim_cluster(pytestconfig: pytest.Config) -> Iterator[Cluster]:
     cluster = Cluster(
         nodes=nodes,
         kube_bin=pytestconfig.getoption("kubelet_sim_kube_bin"),
+        kube_version=pytestconfig.getoption("kubelet_sim_kube_version"),
         kubeconfig=pytestconfig.getoption("kubelet_sim_kubeconfig"),
         context=pytestconfig.getoption("kubelet_sim_context"),
         docker_network=pytestconfig.getoption("kubelet_sim_docker_network"),

@@ -97,10 +97,18 @@ def test_selector_transitions_become_added_and_deleted(cluster: Cluster) -> None
 def test_pod_watch_by_node_name_sees_binding_as_added(cluster: Cluster) -> None:
     ns = cluster.namespace
     selector = f"spec.nodeName={cluster.node_name}"
-    stream = open_watch(cluster.core.list_pod_for_all_namespaces, field_selector=selector)
+    # Bound by the test alone: no scheduler of a real cluster takes it first.
+    pod = cluster.core.create_namespaced_pod(ns, pod_body("p", schedulerName=NO_SCHEDULER))
+    # From the pod's resourceVersion, as an informer watches from its list's: a watch from "now"
+    # makes a v1.34 server wait for its watch cache, which with an etcd that cannot report
+    # progress (Debian's 3.4.23) only an event moves, and answer 504 "Too large resource
+    # version" after 3 s.
+    stream = open_watch(
+        cluster.core.list_pod_for_all_namespaces,
+        field_selector=selector,
+        resource_version=pod.metadata.resource_version,
+    )
     try:
-        # Bound by the test alone: no scheduler of a real cluster takes it first.
-        cluster.core.create_namespaced_pod(ns, pod_body("p", schedulerName=NO_SCHEDULER))
         body = {"metadata": {"name": "p"}, "target": {"kind": "Node", "name": cluster.node_name}}
         cluster.core.create_namespaced_binding(ns, body, _preload_content=False)
         added = stream.next()

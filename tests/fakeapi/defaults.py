@@ -43,12 +43,23 @@ DEFAULT_TOLERATIONS = [
         "tolerationSeconds": 300,
     },
 ]
-POD_UPDATE_FORBIDDEN = (
-    "Forbidden: pod updates may not change fields other than `spec.containers[*].image`, "
-    "`spec.initContainers[*].image`, `spec.activeDeadlineSeconds`, `spec.tolerations` (only "
-    "additions to existing tolerations) or `spec.terminationGracePeriodSeconds` (allow it to be "
-    "set to 1 if it was previously negative)"
+# The fields a pod update may change, as ValidatePodUpdate names them (the spec diff the real
+# server appends after a newline is left out).
+_POD_UPDATABLE = (
+    "`spec.containers[*].image`",
+    "`spec.initContainers[*].image`",
+    "`spec.activeDeadlineSeconds`",
+    "`spec.tolerations` (only additions to existing tolerations)",
+    "`spec.terminationGracePeriodSeconds` (allow it to be set to 1 if it was previously negative)",
 )
+
+
+def pod_update_forbidden(minor: int) -> str:
+    """v1.24 lists the fields as prose ("a, b or c"); v1.34 joins them with bare commas."""
+    if minor >= 34:
+        return "Forbidden: pod updates may not change fields other than " + ",".join(_POD_UPDATABLE)
+    *first, last = _POD_UPDATABLE
+    return f"Forbidden: pod updates may not change fields other than {', '.join(first)} or {last}"
 
 
 def random_suffix(n: int = 5) -> str:
@@ -319,7 +330,7 @@ def validate_pod(pod: Obj) -> list[dict[str, str]]:
     return problems
 
 
-def validate_pod_update(new: Obj, old: Obj) -> list[dict[str, str]]:
+def validate_pod_update(new: Obj, old: Obj, minor: int) -> list[dict[str, str]]:
     """ValidatePodUpdate: only images, activeDeadlineSeconds and new tolerations may change."""
     new_spec, old_spec = new.get("spec") or {}, old.get("spec") or {}
     munged = copy.deepcopy(new_spec)
@@ -341,7 +352,7 @@ def validate_pod_update(new: Obj, old: Obj) -> list[dict[str, str]]:
             munged.pop("tolerations", None)
     if munged == old_spec:
         return []
-    return [cause("FieldValueForbidden", "spec", POD_UPDATE_FORBIDDEN)]
+    return [cause("FieldValueForbidden", "spec", pod_update_forbidden(minor))]
 
 
 # --- other kinds --------------------------------------------------------------------------

@@ -1,10 +1,12 @@
 """The real API server's schema, as the fake's source of truth for patches and unknown fields.
 
-`openapi_v1_24.json` holds the definitions of the resources the fake serves, copied (without
-descriptions) from the `/openapi/v2` of a real kube-apiserver v1.24 — not written by hand, so
-the fake cannot share the agent's beliefs about merge keys. Regenerate it with
-`python -m tests.fakeapi.openapi` (starts a real control plane, see tests/kubeenv.py);
-tests/api/test_contract.py checks it against the real server of the test run.
+`openapi_v1_34.json` and `openapi_v1_24.json` hold the definitions of the resources the fake
+serves, copied (without descriptions) from the `/openapi/v2` of a real kube-apiserver v1.34.9
+and v1.24 — not written by hand, so the fake cannot share the agent's beliefs about merge keys.
+Regenerate one with `python -m tests.fakeapi.openapi 1.34.9` (or `1.24.0`: starts a real
+control plane from the binary cache, see tests/kubeenv.py); tests/api/test_contract.py checks
+the one of the run's version against its real server. The fake serves v1.34's unless told
+`schema="v1.24"` (the contract test's fake against a v1.24 server).
 
 The fake uses it as the real server uses its Go types: strategic merge follows the
 `x-kubernetes-patch-strategy`/`-merge-key` extensions, and fields a type does not have are
@@ -26,7 +28,11 @@ from tests.fakeapi.resources import Resource
 
 Obj = dict[str, Any]
 
-SCHEMA_FILE = Path(__file__).with_name("openapi_v1_24.json")
+
+def schema_file(minor: int) -> Path:
+    return Path(__file__).with_name(f"openapi_v1_{minor}.json")
+
+
 REF_PREFIX = "#/definitions/"
 MICRO_TIME = "io.k8s.apimachinery.pkg.apis.meta.v1.MicroTime"
 QUANTITY = "io.k8s.apimachinery.pkg.api.resource.Quantity"
@@ -181,7 +187,7 @@ def _encode_empty_lists(obj: Obj, ref: str, schema: Obj) -> None:
             del obj[name]
 
 
-def version_document(minor: int, build: str) -> Obj:
+def version_document(minor: int, build: str, go: str) -> Obj:
     return {
         "major": "1",
         "minor": str(minor),
@@ -189,16 +195,37 @@ def version_document(minor: int, build: str) -> Obj:
         "gitCommit": "0000000000000000000000000000000000000000",
         "gitTreeState": "clean",
         "buildDate": build,
-        "goVersion": "go1.24.0",
+        "goVersion": go,
         "compiler": "gc",
         "platform": "linux/amd64",
     }
 
 
+def _captured(minor: int, build: str, go: str) -> Schema:
+    definitions = json.loads(schema_file(minor).read_text())
+    return Schema(version_document(minor, build, go), definitions)
+
+
+@cache
+def v1_34() -> Schema:
+    """The schema captured from a real v1.34.9 server: the fake's by default."""
+    return _captured(34, "2026-11-28T00:00:00Z", "go1.25.5")
+
+
 @cache
 def v1_24() -> Schema:
-    """The schema captured from a real v1.24 server: the fake of the contract test."""
-    return Schema(version_document(24, "2022-05-03T00:00:00Z"), json.loads(SCHEMA_FILE.read_text()))
+    """The schema captured from a real v1.24 server: the contract test's fake against one."""
+    return _captured(24, "2022-05-03T00:00:00Z", "go1.24.0")
+
+
+SCHEMAS = {"v1.34": v1_34, "v1.24": v1_24}
+
+
+def by_name(name: str) -> Schema:
+    """`v1.34` or `v1.24` (what FakeApiServer(schema=...) takes)."""
+    if name not in SCHEMAS:
+        raise ValueError(f"unknown schema {name!r}: one of {sorted(SCHEMAS)}")
+    return SCHEMAS[name]()
 
 
 def _check_micro_time(value: Any) -> None:
@@ -221,16 +248,23 @@ def definition_of(res: Resource) -> str:
     return f"io.k8s.api.{group}.{res.version}.{res.kind}"
 
 
-def capture(out: Path = SCHEMA_FILE) -> None:
-    """Copy the definitions from a real server's /openapi/v2 (descriptions left out)."""
+def capture(version: str) -> Path:
+    """Copy the definitions from the /openapi/v2 of a real server of `version` (from the
+    binary cache), descriptions left out, into the schema file of its minor."""
+    from kubelet_sim.controlplane.binaries import find_binaries
     from kubelet_sim.kube.client import connect
     from kubelet_sim.kube.rest import request_json
-    from tests.kubeenv import KubeEnv, find_binaries
+    from tests.kubeenv import KubeEnv
 
-    with KubeEnv(find_binaries(), controllers=False) as env:
+    minor = int(version.removeprefix("v").split(".")[1])
+    with KubeEnv(
+        find_binaries(version=version, require_controllers=False), controllers=False
+    ) as env:
         api = connect(str(env.admin_kubeconfig)).api
         document = request_json(api, "GET", "/openapi/v2", timeout=(5, 60))
+    out = schema_file(minor)
     out.write_text(json.dumps(trimmed(document["definitions"]), indent=1, sort_keys=True) + "\n")
+    return out
 
 
 def trimmed(all_definitions: dict[str, Obj]) -> dict[str, Obj]:
@@ -264,5 +298,7 @@ def _refs(schema: Any) -> list[str]:
 
 
 if __name__ == "__main__":
-    capture()
-    print(f"wrote {SCHEMA_FILE} ({len(json.loads(SCHEMA_FILE.read_text()))} definitions)")
+    import sys
+
+    written = capture(sys.argv[1] if len(sys.argv) > 1 else "1.34.9")
+    print(f"wrote {written} ({len(json.loads(written.read_text()))} definitions)")

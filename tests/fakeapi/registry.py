@@ -391,11 +391,10 @@ class Registry:
             result["status"]["qosClass"] = (current.get("status") or {}).get("qosClass")
         return result
 
-    @staticmethod
-    def _prepare_pod(current: Obj, new: Obj) -> None:
+    def _prepare_pod(self, current: Obj, new: Obj) -> None:
         spec = new.setdefault("spec", {})
         defaults.default_pod_spec(spec)
-        problems = defaults.validate_pod_update(new, current)
+        problems = defaults.validate_pod_update(new, current, self.types.minor)
         if problems:
             raise errors.invalid(PODS, current["metadata"]["name"], problems)
 
@@ -458,6 +457,8 @@ class Registry:
             deletion_time = now(grace)
         marked = copy.deepcopy(current)
         marked["metadata"].update(deletionTimestamp=deletion_time, deletionGracePeriodSeconds=grace)
+        if "generation" in meta and not meta.get("deletionTimestamp"):
+            marked["metadata"]["generation"] += 1  # v1.34: the deletion's start is a change
         updated = self.store.put("pods", marked, current)
         if grace == 0 and not meta.get("finalizers"):
             # Pod deletion is always graceful: the update (a MODIFIED event with grace 0) comes

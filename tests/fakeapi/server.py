@@ -22,10 +22,10 @@ from tests.fakeapi import (
     authz,
     errors,
     nodeproxy,
+    openapi,
     resources,
     reviews,
     routes,
-    schemas,
     selectors,
     services,
 )
@@ -96,13 +96,13 @@ class FakeApiServer:
         bookmark_interval: float = 60.0,
         history_size: int = 1000,
         port: int = 0,
-        schema: str = "current",
+        schema: str = "v1.34",
     ) -> None:
         self.bookmark_interval = bookmark_interval
         self.store = Store(history_size)
-        # "current": the types of the Kubernetes the client was generated for; "v1.24": those
-        # of the real server the suite runs against (the contract test's fake).
-        self.types = schemas.by_name(schema)
+        # "v1.34": the types (and /version) of the default real server; "v1.24": those of the
+        # oldest supported one (the contract test's fake against it).
+        self.types = openapi.by_name(schema)
         self.registry = Registry(self.store, self.types)
         self.faults = Faults()
         self.log = RequestLog()

@@ -3,8 +3,8 @@ start order, restarts, the startup probe gate, and termination in reverse order.
 
 What each container does goes to a file on a hostPath volume owned by the test (so the agent
 runs with --allow-privileged), read even after the pod is gone. Servers before v1.29 drop
-`restartPolicy` from init containers (the shared real server is v1.24), so there these tests are
-skipped; the fake serves the current types.
+`restartPolicy` from init containers, so on v1.24 (CI's second real pass) these tests are
+skipped; the fake and the default real server (v1.34) keep it.
 """
 
 from __future__ import annotations

@@ -22,6 +22,7 @@ import pytest
 
 from kubelet_sim.controlplane import binaries
 from kubelet_sim.controlplane.binaries import (
+    DEFAULT_KUBE_VERSION,
     KUBE_COMPONENTS,
     Binaries,
     BinariesMissing,
@@ -227,7 +228,9 @@ def test_version_must_be_a_release(release: Release, tmp_path: Path, version: st
 
 
 def test_unknown_minor_gets_the_newest_etcd(release: Release, tmp_path: Path) -> None:
+    newest = binaries.ETCD_FOR_KUBE[max(binaries.ETCD_FOR_KUBE, key=lambda m: int(m[2:]))]
     release.add_kube(version="1.99.0")
+    release.add_etcd(newest)
     dest = download(
         "1.99.0",
         dest=tmp_path / "1.99.0",
@@ -236,7 +239,7 @@ def test_unknown_minor_gets_the_newest_etcd(release: Release, tmp_path: Path) ->
         arch="amd64",
     )
     assert (dest / "etcd").read_bytes() == release.content["etcd"]
-    assert f"/etcd/v{ETCD}/SHA256SUMS" in release.requests
+    assert f"/etcd/v{newest}/SHA256SUMS" in release.requests
 
 
 def test_bad_checksum_fails_and_leaves_nothing(release: Release, tmp_path: Path) -> None:
@@ -386,7 +389,13 @@ def make_bin(directory: Path, *names: str, executable: bool = True) -> Path:
 
 def test_find_binaries_order(tmp_path: Path) -> None:
     """--kube-bin, then KUBEBUILDER_ASSETS, then KUBELET_SIM_KUBE_BIN, then the cache, then PATH."""
-    places = ["opt", "assets", "tests", "cache/kubelet-sim/kube-bin/1.31.4", "path"]
+    places = [
+        "opt",
+        "assets",
+        "tests",
+        f"cache/kubelet-sim/kube-bin/{DEFAULT_KUBE_VERSION}",
+        "path",
+    ]
     dirs = [make_bin(tmp_path / p, *ALL) for p in places]
     env = {
         "KUBEBUILDER_ASSETS": str(dirs[1]),
@@ -411,7 +420,7 @@ def test_each_binary_from_the_first_place_that_has_it(tmp_path: Path) -> None:
     path = make_bin(tmp_path / "bin", "etcd", "kubectl", "kube-scheduler")
     env = {"KUBEBUILDER_ASSETS": str(assets), "XDG_CACHE_HOME": str(tmp_path / "xdg")}
 
-    found = find_binaries(env=env | {"PATH": str(path)})
+    found = find_binaries(version="1.30.0", env=env | {"PATH": str(path)})
 
     assert found == Binaries(
         assets / "kube-apiserver",
@@ -422,12 +431,32 @@ def test_each_binary_from_the_first_place_that_has_it(tmp_path: Path) -> None:
     )
 
 
-def test_newest_cached_version_wins_numerically(tmp_path: Path) -> None:
+def test_the_cache_gives_the_version_asked_not_the_newest(tmp_path: Path) -> None:
+    """A run asked to be on v1.24 must not silently get the v1.34 beside it, nor the reverse."""
     cache = tmp_path / "xdg" / "kubelet-sim" / "kube-bin"
-    for version in ("1.9.9", "1.10.0", "1.2.30", ".1.99.0.partial-x", "junk", "2.0.0.bak"):
+    for version in ("1.24.0", DEFAULT_KUBE_VERSION, "1.99.0", ".1.24.0.partial-x", "junk"):
+        make_bin(cache / version, *ALL, "kubelet")
+    env = {"XDG_CACHE_HOME": str(tmp_path / "xdg"), "PATH": ""}
+
+    assert find_binaries(env=env).apiserver == cache / DEFAULT_KUBE_VERSION / "kube-apiserver"
+    assert find_binaries(version="1.24.0", env=env).kubelet == cache / "1.24.0/kubelet"
+    assert find_binaries(version="1.24.0", env=env).apiserver == cache / "1.24.0/kube-apiserver"
+    assert find_binaries(version="v1.24.0", env=env).apiserver == cache / "1.24.0/kube-apiserver"
+
+
+def test_a_version_not_there_is_named_with_those_that_are(tmp_path: Path) -> None:
+    cache = tmp_path / "xdg" / "kubelet-sim" / "kube-bin"
+    for version in ("1.24.0", "1.34.9"):
         make_bin(cache / version, *ALL)
-    found = find_binaries(env={"XDG_CACHE_HOME": str(tmp_path / "xdg"), "PATH": ""})
-    assert found.apiserver == cache / "1.10.0" / "kube-apiserver"
+    env = {"XDG_CACHE_HOME": str(tmp_path / "xdg"), "PATH": ""}
+
+    with pytest.raises(BinariesMissing) as e:
+        find_binaries(version="1.33.1", env=env)
+
+    message = str(e.value)
+    assert message.startswith("kube-apiserver, etcd, kube-controller-manager, kube-scheduler not")
+    assert f"{cache / '1.33.1'} (Kubernetes 1.33.1; the cache has: 1.34.9, 1.24.0)" in message
+    assert "`kubelet-sim demo --download --kube-version 1.33.1`" in message
 
 
 def test_missing_binaries_message_says_where_and_the_three_ways_out(tmp_path: Path) -> None:
@@ -442,7 +471,7 @@ def test_missing_binaries_message_says_where_and_the_three_ways_out(tmp_path: Pa
     assert str(opt) in message
     assert "PATH" in message
     cache = tmp_path / "home" / ".cache" / "kubelet-sim" / "kube-bin"
-    assert f"`kubelet-sim demo --download` fetches them into {cache}" in message
+    assert f"--kube-version {DEFAULT_KUBE_VERSION}` fetches them into {cache}" in message
     assert "`--kube-bin DIR` or KUBEBUILDER_ASSETS=DIR" in message
     assert "setup-envtest use -p path" in message
     assert "(kind), run `kubelet-sim --node-name n1`" in message

@@ -136,6 +136,7 @@ def test_stop_leaves_nothing_behind_even_with_a_pod_running(
         f"{cluster.node_name}-ref",
         Path(tempfile.mkdtemp(prefix="ksref-")),
         taints=("kubelet-sim.io/reference=true:NoSchedule",),
+        kubelet=reference_node.kubelet,
     )
     try:
         node.start(timeout=60)

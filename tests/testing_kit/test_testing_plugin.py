@@ -34,6 +34,8 @@ from kubernetes.config import new_client_from_config
 from kubelet_sim.controlplane.binaries import BinariesMissing, find_binaries
 from kubelet_sim.runtime.local_images import BUSYBOX_IMAGE
 from tests.cluster import api_mode, deadline_scale, wait_for
+from tests.kubeenv import kube_version
+from tests.testing_kit.test_binaries import ALL, make_bin
 
 pytest_plugins = ["pytester"]
 pytestmark = [
@@ -93,7 +95,7 @@ def _kube_bin() -> Path | None:
     """Where the binaries are, found now: pytester gives each run a HOME of its own (and with
     it an empty download cache), so the run is told the directory."""
     try:
-        return find_binaries().apiserver.parent
+        return find_binaries(version=kube_version()).apiserver.parent
     except BinariesMissing:
         return None
 
@@ -331,7 +333,11 @@ def test_a_node_cut_off_the_api_server_resyncs_and_loses_nothing(
 def _static_kubectl() -> Path | None:
     """A kubectl that runs in an empty image: statically linked (the tests' binaries', else
     PATH's)."""
-    found = find_binaries(require_controllers=False).kubectl if KUBE_BIN else None
+    found = (
+        find_binaries(version=kube_version(), require_controllers=False).kubectl
+        if KUBE_BIN
+        else None
+    )
     on_path = shutil.which("kubectl")
     for candidate in [p.resolve() for p in (found, on_path and Path(on_path)) if p]:
         ldd = subprocess.run(["ldd", str(candidate)], capture_output=True, text=True, check=False)
@@ -450,3 +456,29 @@ def test_a_killed_sessions_containers_go_when_the_next_cluster_starts(tmp_path: 
             assert client.containers.list(all=True, filters={"label": selector}) == []
     finally:
         client.close()
+
+
+def test_the_plugins_cluster_takes_the_version_asked(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, pytester: pytest.Pytester
+) -> None:
+    """`Cluster(kube_version=...)` and `--kubelet-sim-kube-version` pick from the cache as the
+    demo does; a version the cache lacks fails before anything starts, naming those it has."""
+    from kubelet_sim.testing.cluster import Cluster
+
+    cache = tmp_path / "xdg" / "kubelet-sim" / "kube-bin"
+    make_bin(cache / "1.24.0", *ALL)
+    for name in ("KUBEBUILDER_ASSETS", "KUBELET_SIM_KUBE_BIN"):
+        monkeypatch.delenv(name, raising=False)
+    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "xdg"))
+
+    cluster = Cluster(1, kube_version="1.24.0", workdir=tmp_path / "w")
+    assert cluster.binaries is not None
+    assert cluster.binaries.apiserver == cache / "1.24.0" / "kube-apiserver"
+    with pytest.raises(BinariesMissing, match=r"Kubernetes 1\.34\.9; the cache has: 1\.24\.0"):
+        Cluster(1, workdir=tmp_path / "w")
+
+    pytester.makepyfile("def test_x(kubelet_sim_cluster):\n    pass\n")
+    args = [*_plugin_args(), "-p", "no:cacheprovider", "--kubelet-sim-kube-version", "1.33.1"]
+    result = pytester.runpytest_subprocess(*args)
+    result.assert_outcomes(errors=1)
+    result.stdout.fnmatch_lines(["*Kubernetes 1.33.1; the cache has: 1.24.0*"])

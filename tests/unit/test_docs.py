@@ -14,6 +14,7 @@ import pytest
 import yaml
 
 from kubelet_sim.assembly.process import TIMER_THREADS_PER_NODE
+from kubelet_sim.controlplane.binaries import DEFAULT_KUBE_VERSION
 from kubelet_sim.kube.object_watches import POLL_PERIOD, WATCHES_PER_POD
 from kubelet_sim.loops.timers import POOL_THREADS
 from kubelet_sim.podworkers.image_manager import PARALLEL_PULLS
@@ -143,6 +144,28 @@ def test_a_number_the_docs_quote_is_the_codes(name: str, pattern: str, value: fl
     found = re.findall(pattern, page(name))
     assert found, f"docs/{name} no longer says /{pattern}/: keep this test in step with it"
     assert [float(WORDS.get(x, x)) for x in found] == [value] * len(found), f"docs/{name}"
+
+
+# --- Kubernetes versions -----------------------------------------------------------------------
+
+
+def test_the_kubernetes_versions_the_docs_name_are_the_ones_run() -> None:
+    """The default the pages quote is the code's; the versions CI runs are those provision
+    unpacks, and testing.md names each with the setting that picks it."""
+    assert re.findall(r"`--kube-version` \| `([\d.]+)`", page("options.md")) == [
+        DEFAULT_KUBE_VERSION
+    ]
+    assert f"v1.34 ({DEFAULT_KUBE_VERSION})" in (ROOT / "README.md").read_text()
+    assert f"**v1.34** ({DEFAULT_KUBE_VERSION}, the default everywhere)" in page("testing.md")
+    ci = (ROOT / ".ci" / "run").read_text()
+    others = set(re.findall(r"KUBELET_SIM_TEST_KUBE_VERSION=([\d.]+) scripts/test", ci))
+    unpacked = re.findall(
+        r'unpack "\$xz_dir[^"]*" ([\d.]+)', (ROOT / "scripts/provision").read_text()
+    )
+    assert sorted(unpacked) == sorted(others | {DEFAULT_KUBE_VERSION})
+    assert others == {"1.24.0"}, "docs/testing.md names v1.24 as the oldest supported"
+    for version in others:
+        assert f"KUBELET_SIM_TEST_KUBE_VERSION={version} scripts/test" in page("testing.md")
 
 
 # --- options and paths --------------------------------------------------------------------------
