@@ -573,8 +573,14 @@ class EventStream:
 
 
 def open_watch(list_call: Callable[..., Any], *args: Any, **kwargs: Any) -> EventStream:
-    """Start a watch through a client list call, e.g. open_watch(core.list_namespaced_pod, ns)."""
+    """Start a watch through a client list call, e.g. open_watch(core.list_namespaced_pod, ns).
+
+    From resourceVersion "0" (the current objects as ADDED, then what follows), not from an
+    unset one: a v1.34 server first waits for its watch cache to be as fresh as etcd, which
+    Debian's etcd 3.4 cannot tell it on a quiet resource (no progress notifications): the
+    watch then ends after about 3 s with an ERROR event (504, "Too large resource version")."""
     kwargs.setdefault("_request_timeout", 30)
+    kwargs.setdefault("resource_version", "0")
     response = list_call(*args, watch=True, _preload_content=False, **kwargs)
     return EventStream(response)
 

@@ -22,7 +22,13 @@ from kubelet_sim.formats.jsontypes import Json
 from kubelet_sim.kube.client import KubeConnection
 from kubelet_sim.kube.informer import Informer, WatchTimeouts
 from kubelet_sim.kube.rest import ApiError, request_json
-from kubelet_sim.kube.watches import all_nodes, events_with_reason, pods_in_namespace, pods_on_node
+from kubelet_sim.kube.watches import (
+    all_nodes,
+    events_with_reason,
+    own_node,
+    pods_in_namespace,
+    pods_on_node,
+)
 from kubelet_sim.logs import get_logger
 from kubelet_sim.loops.backoff import Backoff
 from kubelet_sim.runtime.node_runtime import NodeRuntime
@@ -71,7 +77,15 @@ class Sources:
 
     def start(self) -> None:
         kube, state = self.kube, self.state
-        self._informers.append(Informer(all_nodes(kube.api), state.on_node, tool="ui"))
+        refused = _allowed(kube, "/api/v1/nodes")
+        if refused is None:
+            self._informers.append(Informer(all_nodes(kube.api), state.on_node, tool="ui"))
+        else:  # v1.32+ (AuthorizeNodeWithSelectors): a kubelet may read only its own Node
+            state.note("nodes", f"only this process's nodes: listing all nodes: {refused}")
+            self._informers += [
+                Informer(own_node(kube.api, node), state.on_node, tool="ui")
+                for node in state.our_nodes
+            ]
         refused = _allowed(kube, "/api/v1/pods")
         if refused is None:
             self._informers.append(

@@ -19,6 +19,7 @@ import urllib.request
 from pathlib import Path
 
 import pytest
+from kubernetes.client.exceptions import ApiException
 
 from kubelet_sim.kube.reviews import Decision, User
 from kubelet_sim.server.auth import Gate
@@ -173,7 +174,16 @@ def test_pod_logs_through_the_api_server(cluster: Cluster, node: Node) -> None:
     )
     if cluster.is_fake:
         return  # the fake has pods/log but no nodes/proxy
-    summary = cluster.core.connect_get_node_proxy_with_path(cluster.node_name, "stats/summary")
+    try:
+        summary = cluster.core.connect_get_node_proxy_with_path(cluster.node_name, "stats/summary")
+    except ApiException as exc:
+        if exc.status == 400 and "address not allowed" in str(exc.body):
+            pytest.skip(
+                "nodes/proxy: this API server (v1.34) proxies only to addresses it deems"
+                " proxyable (proxyutil.IsProxyableIP: not loopback), and the suite's nodes are"
+                " on loopback; pods/log above reached the node"
+            )
+        raise
     assert "via-api" in summary, "nodes/proxy reaches the Summary API too (kubectl top's path)"
 
 
