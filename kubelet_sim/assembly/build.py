@@ -226,7 +226,7 @@ def build_node(
             wake=wake,
             services=services,
             network=proxy.setup if proxy is not None else None,
-            pool=pool if pods.sandbox_pool_size > 0 else None,
+            pool=pool if pool.enabled else None,
             generation=_Generation(schema, name),
         ),
         supervisor,
