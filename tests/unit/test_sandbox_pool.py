@@ -10,6 +10,7 @@ from pathlib import Path
 import pytest
 
 from kubelet_sim import cri
+from kubelet_sim.cli.node_options import parse_pool_size
 from kubelet_sim.loops.supervise import Supervisor
 from kubelet_sim.pod.sandbox_pool import (
     AUTO_CAP,
@@ -21,6 +22,7 @@ from kubelet_sim.pod.sandbox_pool import (
 from kubelet_sim.pod.spec import PodView
 from kubelet_sim.podworkers.pool import REFILL_AFTER_CLAIM, SandboxPool
 from kubelet_sim.runtime.local_images import PAUSE_IMAGE
+from kubelet_sim.validation import ConfigError
 from tests.cluster import wait_for
 from tests.fakeruntime import FakeRuntime
 from tests.unit.harness import Node, container, pod_body
@@ -55,6 +57,16 @@ def test_an_ordinary_pod_may_use_the_pool() -> None:
     ports = [{"containerPort": 80}]  # exposed only: nothing is published for it
     assert pool_refusal(_view(containers=[container(ports=ports)], hostname="h")) is None
     assert pool_refusal(_view(shareProcessNamespace=True, subdomain="s")) is None
+
+
+def test_the_pool_size_option_is_auto_or_a_fixed_size() -> None:
+    assert parse_pool_size("auto") is None
+    assert parse_pool_size(" Auto ") is None
+    assert parse_pool_size("0") == 0
+    assert parse_pool_size("3") == 3
+    for bad in ("-1", "two", ""):
+        with pytest.raises(ConfigError, match="--sandbox-pool-size"):
+            parse_pool_size(bad)
 
 
 def test_a_fixed_pool_fills_to_its_size_within_the_pod_limit() -> None:
