@@ -112,18 +112,31 @@ def test_a_pooled_sandbox_is_wholly_the_pods_and_the_pool_refills(
 RECORD_START = ["sh", "-c", 'echo "$HOSTNAME" > /tmp/started-as; exec sleep 3600']
 
 
+# What the pod's container sees of its identity, from inside: one exec, a section each.
+LOOK_INSIDE = {
+    "hostname": "hostname",
+    "uname -n": "uname -n",
+    "/etc/hostname": "cat /etc/hostname",
+    "/etc/hosts": "cat /etc/hosts",
+    "/etc/resolv.conf": "cat /etc/resolv.conf",
+    "HOSTNAME at start": "cat /tmp/started-as",
+    "HOSTNAME": "echo $HOSTNAME",
+    "ip": "ip -o -4 addr show eth0 | awk '{print $4}'",
+}
+
+
 def seen_from_inside(docker_env: DockerEnv, app: str) -> dict[str, str]:
-    """What the pod's container sees of its identity, from inside."""
-    return {
-        "hostname": run_in(docker_env, app, "hostname"),
-        "uname -n": run_in(docker_env, app, "uname", "-n"),
-        "/etc/hostname": run_in(docker_env, app, "cat", "/etc/hostname"),
-        "/etc/hosts": run_in(docker_env, app, "cat", "/etc/hosts"),
-        "/etc/resolv.conf": run_in(docker_env, app, "cat", "/etc/resolv.conf"),
-        "HOSTNAME at start": run_in(docker_env, app, "cat", "/tmp/started-as"),
-        "HOSTNAME": run_in(docker_env, app, "sh", "-c", "echo $HOSTNAME"),
-        "ip": run_in(docker_env, app, "ip", "-o", "-4", "addr", "show", "eth0").split()[3],
-    }
+    """Each of LOOK_INSIDE's outputs (an exec whose output Docker lost is run again)."""
+    script = "".join(f"echo '=={key}'; {command}; " for key, command in LOOK_INSIDE.items())
+
+    def sections() -> dict[str, str] | None:
+        said = "\n" + run_in(docker_env, app, "sh", "-c", script + "echo '==end'")
+        parts = said.split("\n==")[1:]
+        found = {p.partition("\n")[0]: p.partition("\n")[2].strip() for p in parts}
+        return found if "end" in found else None
+
+    found = wait_for(sections, 10, "the container's answers")
+    return {key: found[key] for key in LOOK_INSIDE}
 
 
 def test_a_pooled_pods_hostname_hosts_file_ip_and_dns_are_its_own_as_a_fresh_ones(
