@@ -90,6 +90,11 @@ class SandboxPool:
         self._wake.set()
         self._loop.wake()
 
+    def running(self) -> bool:
+        """Whether the pool's thread is alive: after a stop, until a sandbox it was making
+        when the node's stop deadline passed is made and removed."""
+        return self._loop.running() > 0
+
     def ready(self) -> list[str]:
         with self._lock:
             return list(self._ready)

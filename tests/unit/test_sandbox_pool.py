@@ -193,6 +193,7 @@ def test_the_pool_is_removed_at_stop(tmp_path: Path) -> None:
     _filled(node, 2)
     node.close()
     assert node.runtime.pool_sandboxes() == []
+    assert not node.pool.running()
 
 
 def test_pool_size_zero_makes_none(node: Node) -> None:
