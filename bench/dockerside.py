@@ -10,6 +10,7 @@ import contextlib
 import threading
 import time
 from collections import Counter
+from dataclasses import dataclass
 from typing import Any
 
 import docker
@@ -20,6 +21,8 @@ from bench.times import parse_time
 LABEL_NODE = "io.kubelet-sim.node"
 LABEL_POD_UID = "io.kubernetes.pod.uid"
 LABEL_TYPE = "io.kubernetes.docker.type"
+LABEL_POOL = "io.kubelet-sim.sandbox-pool"
+POOL_NAME_PREFIX = "k8s-pool_"  # an unclaimed pool sandbox (kubelet_sim.cri)
 DIRECT_SOCKET = "unix:///var/run/docker.sock"
 # A remove that fails or times out (an engine that stopped answering) is left, not fatal: the
 # cleanup goes on with the next container and the bench still reports.
@@ -48,6 +51,28 @@ def app_started_at(dk: docker.DockerClient, node: str, uids: set[str]) -> dict[s
                 at = parse_time(started)
                 found[uid] = min(found.get(uid, at), at)
     return found
+
+
+@dataclass(frozen=True)
+class PoolCost:
+    """The node's unclaimed warm sandboxes at one moment: what its pool holds idle."""
+
+    sandboxes: int
+    memory_mib: float  # their cgroups' memory, page cache that may be reclaimed left out
+
+
+def pool_cost(dk: docker.DockerClient, node: str) -> PoolCost:
+    """What the node's sandbox pool holds now, as Docker counts it (docker stats' memory)."""
+    listed = dk.api.containers(filters={"label": [f"{LABEL_NODE}={node}", f"{LABEL_POOL}=true"]})
+    pooled = [s for s in listed if s["Names"][0].lstrip("/").startswith(POOL_NAME_PREFIX)]
+    memory = 0
+    for summary in pooled:
+        with contextlib.suppress(*REMOVE_FAILED):
+            stats = dk.api.stats(summary["Id"], stream=False, one_shot=True)["memory_stats"]
+            detail = stats.get("stats") or {}
+            cache = detail.get("inactive_file", detail.get("total_inactive_file", 0))
+            memory += max(0, int(stats.get("usage") or 0) - int(cache))
+    return PoolCost(len(pooled), memory / (1 << 20))
 
 
 def pod_uids_with_containers(dk: docker.DockerClient, node: str) -> set[str]:

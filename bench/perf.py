@@ -28,6 +28,7 @@ from bench.kube import BUSYBOX, api_client
 from bench.measure import RunResult
 from bench.processes import AGENT_USER_AGENT_PREFIX
 from bench.report import percentile
+from kubelet_sim.pod.sandbox_pool import AUTO_CAP, RECENT_SECONDS
 
 SECTIONS = ("pods", "floor", "scale")
 
@@ -79,6 +80,8 @@ class PodRuns:
     thirty: RunResult | None = None
     compare: RunResult | None = None
     hundred: RunResult | None = None
+    pool_after_burst: dockerside.PoolCost | None = None  # the 30 pods deleted
+    pool_after_idle: dockerside.PoolCost | None = None  # the 100 pods' idle window over
 
 
 @dataclass
@@ -118,12 +121,14 @@ def run_pods(
         runs.ones.append(_one(ctx, ours, 1, 0.0))
     if not ctx.deadline.passed:
         runs.thirty = _one(ctx, ours, 30, args.rss_seconds)
+        runs.pool_after_burst = dockerside.pool_cost(ctx.dk, args.node_name)
     if args.compare_node and not ctx.deadline.passed:
         other = measure.Target(args.compare_node, None, args.compare_user_agent)
         runs.compare = _one(ctx, other, 30, 0.0)
     if not ctx.deadline.passed:
         print(f"bench: 100 pods, then {args.idle_seconds:.0f} s idle ...", flush=True)
         runs.hundred = _one(ctx, ours, 100, args.idle_seconds)
+        runs.pool_after_idle = dockerside.pool_cost(ctx.dk, args.node_name)
 
 
 def _seconds(value: float | None) -> str:
@@ -223,7 +228,35 @@ def pod_rows(
             _below(cpu, 0.5) if window >= 65 else None,  # the goal includes the resyncs
         )
     )
+    rows.extend(pool_rows(runs, args))
     return rows
+
+
+def _pool_text(cost: dockerside.PoolCost | None) -> str:
+    if cost is None:
+        return "not run"
+    return f"{cost.sandboxes} pause container(s), {cost.memory_mib:.1f} MiB"
+
+
+def pool_rows(runs: PodRuns, args: argparse.Namespace) -> list[Row]:
+    """The warm sandbox pool's cost: what it holds idle after a burst, and after a quiet
+    minute (the automatic size gives everything back after RECENT_SECONDS without a start)."""
+    auto = str(args.sandbox_pool_size) == "auto"
+    burst, idle = runs.pool_after_burst, runs.pool_after_idle
+    return [
+        Row(
+            "sandbox pool held, just after 30 pods deleted",
+            _pool_text(burst),
+            f"≤ {AUTO_CAP}" if auto else "its fixed size",
+            burst.sandboxes <= AUTO_CAP if auto and burst else None,
+        ),
+        Row(
+            f"sandbox pool held, after {args.idle_seconds:.0f} s without a start",
+            _pool_text(idle),
+            "none" if auto else "its fixed size",
+            idle.sandboxes == 0 if auto and idle and args.idle_seconds > RECENT_SECONDS else None,
+        ),
+    ]
 
 
 def _lease_text(r: scale.ScaleResult) -> str:
@@ -420,10 +453,11 @@ def main(argv: list[str] | None = None) -> int:
         rows = pod_rows(pods, args, floor) + scale_rows(scaled, args)
         api = "fake" if owned.fake else ("real (tests/kubeenv.py)" if owned.env else "given")
         m = report.machine()
+        pool = "off" if str(args.sandbox_pool_size) == "0" else args.sandbox_pool_size
         print(f"\n== issue 22: {api} API server; {m['cpus']} CPUs ({m['cpu_model']}), "
               f"{m['memory_gib']} GiB, kernel {m['kernel']}, Python {m['python']}, "
               f"load average {m['load_average_1_5_15']}; the agent's sandbox pool "
-              f"{args.sandbox_pool_size or 'off'}")  # fmt: skip
+              f"{pool}")  # fmt: skip
         print(render(rows))
         if scaled:
             print("\n" + render_scale(scaled))

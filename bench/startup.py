@@ -59,9 +59,9 @@ def add_server_options(p: argparse.ArgumentParser) -> None:
     p.add_argument("--pause-image", default=PAUSE)
     p.add_argument(
         "--sandbox-pool-size",
-        type=int,
-        default=0,
-        help="the agent's warm sandbox pool (its --sandbox-pool-size; default 0, the agent's)",
+        default="auto",
+        help="the agent's warm sandbox pool (its --sandbox-pool-size: auto, the agent's"
+        " default, or a fixed size; 0: none)",
     )
     p.add_argument("--results-dir", type=Path, default=RESULTS)
 
@@ -152,7 +152,7 @@ def start_api_and_agent(args: argparse.Namespace, owned: Owned, deadline: measur
             args.pause_image,
             owned.proxy.url if owned.proxy else None,
             owned.tmp / "agent.log",
-            ("--sandbox-pool-size", str(args.sandbox_pool_size)),
+            ("--sandbox-pool-size", args.sandbox_pool_size),
         )
         owned.agent.wait_running(deadline.left(60))
         print(f"bench: kubelet-sim running as {args.node_name} (pid {owned.agent.pid})")

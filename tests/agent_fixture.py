@@ -35,6 +35,9 @@ class RunningAgent:
         self.thread.join(15)
         assert not self.thread.is_alive(), "the agent did not stop"
         self.nodes.close()
+        # A pool sandbox still being made when the node's stop deadline passed is removed by
+        # the pool's thread once made: waited for, so that none outlives the test.
+        wait_for(lambda: not self.agent.pool.running(), 60, "the sandbox pool's thread to end")
 
 
 def start_agent(

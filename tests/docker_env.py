@@ -36,7 +36,12 @@ class DockerEnv:
         return found
 
     def remove_labelled(self, label: str) -> None:
-        for container in self.client.containers.list(all=True, filters={"label": label}):
+        """Force-remove what carries `label`; one removed meanwhile (a node's pool giving a
+        sandbox back as it stops) is skipped."""
+        listed = self.client.containers.list(
+            all=True, filters={"label": label}, ignore_removed=True
+        )
+        for container in listed:
             with contextlib.suppress(NotFound):
                 container.remove(force=True)
 

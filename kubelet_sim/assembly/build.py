@@ -234,7 +234,7 @@ def build_node(
             wake=wake,
             services=services,
             network=proxy.setup if proxy is not None else None,
-            pool=pool if pods.sandbox_pool_size > 0 else None,
+            pool=pool if pool.enabled else None,
             generation=generation,
             # getNodeAnyWay: the Node the watch last told, else the one the node registers
             node=lambda: (

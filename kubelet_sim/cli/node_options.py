@@ -29,6 +29,7 @@ from kubelet_sim.node.settings import (
 from kubelet_sim.podworkers.settings import PodSettings
 from kubelet_sim.runtime.log_rotation import LogRotation
 from kubelet_sim.server.settings import ServerSettings
+from kubelet_sim.validation import ConfigError
 
 DEFAULT_PAUSE_IMAGE = "registry.k8s.io/pause:3.10"
 
@@ -178,17 +179,16 @@ class NodeOptions:
         ),
     ] = True
     sandbox_pool_size: Annotated[
-        int,
+        str,
         _opt(
             "SANDBOX_POOL_SIZE",
             "Started, network-ready pod sandboxes kept ready per node, so that a pod that may"
             " use one (not hostNetwork, hostPID, hostIPC, sysctls, hostPorts, a runtimeClass or"
-            " hostUsers: false) starts only its own containers; 0 (the default) keeps none."
-            " Opt-in: a process that reads its hostname at once may see the pool's"
-            " (docs/sandbox-pool.md).",
-            min=0,
+            " hostUsers: false) starts only its own containers. `auto` (the default): as many"
+            " as the node started such pods in the last 30 s, at most 4, none when idle; a"
+            " number fixes the size, 0 keeps none (docs/sandbox-pool.md).",
         ),
-    ] = 0
+    ] = "auto"
     pod_manifest_path: Annotated[
         Path | None,
         _opt(
@@ -244,7 +244,7 @@ class NodeOptions:
 
     def pod_settings(self, pause_image: str | None = None) -> PodSettings:
         """The pod workers' settings of each node."""
-        pool = self.sandbox_pool_size
+        pool = parse_pool_size(self.sandbox_pool_size)
         return PodSettings(
             pause_image=pause_image or self.pod_infra_image,
             allow_privileged=self.allow_privileged,
@@ -303,3 +303,13 @@ class NodeOptions:
 
 
 with_node_options = with_options_of(NodeOptions, "node")
+
+
+def parse_pool_size(text: str) -> int | None:
+    """--sandbox-pool-size: None for `auto` (sized to the recent starts), else a fixed size."""
+    value = text.strip().lower()
+    if value == "auto":
+        return None
+    if not value.isdigit():
+        raise ConfigError(f"--sandbox-pool-size must be auto or a number >= 0, got {text!r}")
+    return int(value)

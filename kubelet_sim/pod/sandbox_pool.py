@@ -40,18 +40,27 @@ def pool_refusal(pod: PodView) -> str | None:
     return None
 
 
-def to_make(size: int, pooled: int, pods_in_use: int, max_pods: int) -> int:
-    """How many sandboxes the pool should make now: up to `size` ready, never so many that
-    pods and pool together pass the node's pod limit (allocatable pods)."""
+# The default (automatic) size: as many sandboxes as the node started pods that could take one
+# in the last RECENT_SECONDS, at most AUTO_CAP; none once that long passed without one.
+RECENT_SECONDS = 30.0
+AUTO_CAP = 4
+
+
+def pool_target(size: int | None, recent_starts: int, pods_in_use: int, max_pods: int) -> int:
+    """How many sandboxes the pool should hold now: `size` if fixed (--sandbox-pool-size),
+    else the recent starts up to AUTO_CAP; never so many that pods and pool together pass the
+    node's pod limit (allocatable pods)."""
+    wanted = min(AUTO_CAP, recent_starts) if size is None else size
     room = max(0, max_pods - pods_in_use)
-    return max(0, min(size, room) - pooled)
+    return max(0, min(wanted, room))
 
 
 def adoption(
     found: Sequence[cri.PooledSandbox], size: int
 ) -> tuple[list[cri.PooledSandbox], list[cri.PooledSandbox]]:
     """After a (re)start, what Docker holds of the pool: the running ones to keep, oldest
-    first (the claim order), at most `size`; and the rest (stopped, or too many) to remove."""
+    first (the claim order), at most `size` (0 for the automatic size: a node just started
+    has no recent starts); and the rest (stopped, or too many) to remove."""
     running = sorted((s for s in found if s.running), key=lambda s: (s.created, s.id))
     keep = running[:size]
     kept = {s.id for s in keep}

@@ -1,11 +1,14 @@
-"""The node's warm sandbox pool: a few started, network-ready sandboxes, so that a pod's
-critical path is only its own containers.
+"""The node's warm sandbox pool: started, network-ready sandboxes, so that a pod's critical
+path is only its own containers.
 
-A pod that may use one (pod/sandbox_pool.pool_refusal) claims the oldest; a thread of its own,
-under the node's Supervisor, makes the next one after each claim, one at a time and never
-while pods and pool together would pass the node's pod limit. Unclaimed sandboxes are no pod's
-(the runtime reports none for them), so nothing counts them as pods; they are removed when the
-agent stops, and adopted (or removed) by the next start after a crash.
+A pod that may use one (pod/sandbox_pool.pool_refusal) claims the oldest. By default the pool
+holds as many as the node started such pods lately (pod/sandbox_pool.pool_target): none on a
+node that starts none, so that an idle node, or a thousand idle nodes in one process, hold no
+pause container and no thread for it. A thread of its own, under the node's Supervisor and
+only while the pool holds or wants a sandbox, makes them one at a time and removes those no
+longer wanted. Unclaimed sandboxes are no pod's (the runtime reports none for them), so
+nothing counts them as pods; they are removed when the agent stops, and adopted (or removed)
+by the next start after a crash.
 """
 
 from __future__ import annotations
@@ -18,11 +21,12 @@ from collections.abc import Callable
 from kubelet_sim import cri
 from kubelet_sim.logs import get_logger
 from kubelet_sim.loops.backoff import Backoff
+from kubelet_sim.loops.clock import SYSTEM_CLOCK, Clock
 from kubelet_sim.loops.supervise import Supervisor
-from kubelet_sim.pod.sandbox_pool import adoption, to_make
+from kubelet_sim.pod.sandbox_pool import RECENT_SECONDS, adoption, pool_target
 from kubelet_sim.podworkers.ports import RuntimeService
 
-RECHECK_SECONDS = 5.0  # how often an idle pool looks at the pod count again
+RECHECK_SECONDS = 5.0  # how often a pool that holds or wants sandboxes looks again
 # A refill waits this long after the last claim: making a sandbox while the claiming pod's
 # containers are created and started slowed them down (Docker does much of both one at a
 # time), and took back most of what the claim had saved (0.41 s against 0.22 s a pod).
@@ -30,58 +34,89 @@ REFILL_AFTER_CLAIM = 0.5
 
 
 class SandboxPool:
+    """`size`: a fixed number kept ready (0: none, only what an earlier run left is removed);
+    None: sized to the recent starts (the default)."""
+
     def __init__(
         self,
         runtime: RuntimeService,
         *,
-        size: int,
+        size: int | None,
         image: str,
         pods_in_use: Callable[[], int],
         max_pods: int,
         supervisor: Supervisor,
         backoff: Backoff | None = None,
+        clock: Clock = SYSTEM_CLOCK,
     ) -> None:
         self.runtime = runtime
         self.size = size
         self.image = image
         self.pods_in_use = pods_in_use
         self.max_pods = max_pods
+        self.clock = clock
         self.backoff = backoff or Backoff(initial=1.0, cap=30.0)
         self.log = get_logger("kubelet_sim.podworkers.pool", node=runtime.node_name)
         self._ready: deque[str] = deque()  # ids, oldest first: the claim order
         self._failed: list[str] = []  # claims that failed: removed on the pool's thread
+        self._starts: deque[float] = deque()  # clock.monotonic() of recent claims, oldest first
         self._lock = threading.Lock()
         self._wake = threading.Event()
         self._stopping = threading.Event()
         self._adopted = False
         self._last_claim = float("-inf")  # time.monotonic() of the last claim
-        self._thread = supervisor.thread(
+        self._loop = supervisor.on_demand(
             f"sandbox-pool-{runtime.node_name}", self._run, self._stopping
         )
 
+    @property
+    def enabled(self) -> bool:
+        """Whether pods may claim from it (not with a fixed size of 0)."""
+        return self.size != 0
+
     def start(self) -> None:
-        """Adopt what an earlier run left, then keep the pool full (on the pool's thread);
-        with size 0, only remove what an earlier run left."""
-        self._thread.start()
+        """Adopt what an earlier run left (on the pool's thread), then keep the pool sized."""
+        self._loop.start()
+        self.wake()
 
     def stop(self, timeout: float) -> None:
         """Stop making sandboxes; the pool's thread removes the unclaimed ones as it ends."""
         self._stopping.set()
         self._wake.set()
-        if self._thread.is_alive():
-            self._thread.join(timeout)
+        self._loop.stop(timeout)
+
+    def wake(self) -> None:
+        """Look at the pool's size again now (a claim, a start, a test's moved clock)."""
+        self._wake.set()
+        self._loop.wake()
+
+    def running(self) -> bool:
+        """Whether the pool's thread is alive: after a stop, until a sandbox it was making
+        when the node's stop deadline passed is made and removed."""
+        return self._loop.running() > 0
 
     def ready(self) -> list[str]:
         with self._lock:
             return list(self._ready)
 
+    def target(self) -> int:
+        """How many sandboxes the pool wants now (pod/sandbox_pool.pool_target)."""
+        with self._lock:
+            horizon = self.clock.monotonic() - RECENT_SECONDS
+            while self._starts and self._starts[0] < horizon:
+                self._starts.popleft()
+            recent = len(self._starts)
+        return pool_target(self.size, recent, self.pods_in_use(), self.max_pods)
+
     def claim(self, cfg: cri.SandboxConfig) -> cri.ObservedContainer | None:
         """The oldest pool sandbox, made the pod's; None if the pool is empty or the claim
-        failed (the caller makes a sandbox then). A failed one is removed off this path."""
+        failed (the caller makes a sandbox then). Every call counts as a start that a pooled
+        sandbox would have served. A failed one is removed off this path."""
         with self._lock:
             sandbox_id = self._ready.popleft() if self._ready else None
             self._last_claim = time.monotonic()
-        self._wake.set()  # refill, or remove the one that failed
+            self._starts.append(self.clock.monotonic())
+        self.wake()  # refill, or remove the one that failed
         if sandbox_id is None:
             return None
         try:
@@ -90,23 +125,25 @@ class SandboxPool:
             self.log.warning("pool sandbox not claimed", id=sandbox_id[:12], error=str(exc))
             with self._lock:
                 self._failed.append(sandbox_id)
-            self._wake.set()
+            self.wake()
             return None
 
-    # -- the pool's thread -------------------------------------------------------------------
+    # -- the pool's thread (on demand: it ends when the pool holds and wants none) -----------
 
     def _run(self) -> None:
         if not self._adopted:
             self._adopt()
             self._adopted = True
-        if self.size <= 0:
-            return  # nothing to keep: the loop is done
         while not self._stopping.is_set():
             self._wake.clear()
             self._remove_failed()
             with self._lock:
                 pooled = len(self._ready)
-            if to_make(self.size, pooled, self.pods_in_use(), self.max_pods) > 0:
+            wanted = self.target()
+            if pooled > wanted:
+                self._trim(pooled - wanted)
+                continue
+            if pooled < wanted:
                 with self._lock:
                     quiet = time.monotonic() - self._last_claim
                 if quiet < REFILL_AFTER_CLAIM:  # the claiming pod's containers go first
@@ -117,11 +154,13 @@ class SandboxPool:
                     continue
                 self._stopping.wait(self.backoff.next_delay())
                 continue
+            if pooled == 0 and wanted == 0:
+                return  # nothing held, nothing wanted: the thread may end (a claim wakes it)
             self._wake.wait(RECHECK_SECONDS)
         self._remove_all()
 
     def _adopt(self) -> None:
-        keep, remove = adoption(self.runtime.pool_sandboxes(), self.size)
+        keep, remove = adoption(self.runtime.pool_sandboxes(), self.size or 0)
         for stale in remove:
             self._remove(stale.id)
         with self._lock:
@@ -139,6 +178,14 @@ class SandboxPool:
             self._ready.append(sandbox_id)
         self.log.debug("pool sandbox ready", id=sandbox_id[:12])
         return True
+
+    def _trim(self, surplus: int) -> None:
+        """Remove the newest `surplus` sandboxes: no longer wanted (the node went quiet)."""
+        with self._lock:
+            extra = [self._ready.pop() for _ in range(min(surplus, len(self._ready)))]
+        for sandbox_id in extra:
+            self._remove(sandbox_id)
+        self.log.debug("pool trimmed", removed=len(extra))
 
     def _remove_failed(self) -> None:
         with self._lock:

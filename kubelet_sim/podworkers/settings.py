@@ -32,5 +32,7 @@ class PodSettings:
     workers: int = 8
     dns: NodeDNS = field(default_factory=NodeDNS)  # resolvers and hosts files
     allowed_unsafe_sysctls: tuple[str, ...] = ()
-    sandbox_pool_size: int = 0  # warm sandboxes kept ready (podworkers/pool.py); 0: none
+    # Warm sandboxes kept ready (podworkers/pool.py): None sizes the pool to the node's recent
+    # pod starts (the default); a number fixes it (0: none).
+    sandbox_pool_size: int | None = None
     pod_manifest_path: Path | None = None  # static pods' manifests (staticpods/); None: none

@@ -66,7 +66,8 @@ class NodeRuntime:
     _sandbox_ns: dict[str, tuple[bool, bool]] = field(default_factory=dict, init=False, repr=False)
     # Claimed pool sandbox id → the pod's hostname, and a container made in one → the same:
     # Docker gives a container that joins a sandbox the sandbox's *configured* hostname (the
-    # pool's), so the pod's is set in the container's UTS namespace as it starts.
+    # pool's) in its UTS namespace and its HOSTNAME variable, so the pod's is set in its
+    # environment at its create and in its UTS namespace as it starts.
     _pool_hostnames: dict[str, str] = field(default_factory=dict, init=False, repr=False)
     _pending_hostnames: dict[str, str] = field(default_factory=dict, init=False, repr=False)
     # Container id → its stop signal, from the inspect that the events stream makes of each
@@ -182,6 +183,9 @@ class NodeRuntime:
     def create_container(self, cfg: cri.ContainerConfig, sandbox_id: str) -> str:
         """Create (not start) a container in the sandbox's namespaces, or ContainerStartError."""
         host_network, host_pid = self._sandbox_namespaces(sandbox_id)
+        hostname = self._pool_hostnames.get(sandbox_id)
+        if hostname is not None:  # Docker would say the pool's; the pod's own env still wins
+            cfg = replace(cfg, env=(("HOSTNAME", hostname), *cfg.env))
         log_path: str | None = None
         try:
             if cfg.termination_message_path:
@@ -210,7 +214,6 @@ class NodeRuntime:
         container_id = self.engine.capabilities.create(
             lambda made: self._create(name, made), first, body, self.log
         )
-        hostname = self._pool_hostnames.get(sandbox_id)
         if hostname is not None:
             self._pending_hostnames[container_id] = hostname
         self.log.debug(

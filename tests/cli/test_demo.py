@@ -44,7 +44,7 @@ STEPS = [
     "container hello started",
     "Ready written",
 ]
-# A pod that took a warm sandbox from its node's pool (--sandbox-pool-size, 2 in the demo):
+# A pod that took a warm sandbox from its node's pool (the default, sized to recent starts):
 # the claim is its sandbox step, as the trace shows it.
 POOLED_STEPS = [
     *STEPS[: STEPS.index("sandbox created")],

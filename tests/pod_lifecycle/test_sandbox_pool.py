@@ -108,6 +108,71 @@ def test_a_pooled_sandbox_is_wholly_the_pods_and_the_pool_refills(
     assert get_pod(cluster, "web") is not None
 
 
+# The container's first process writes down the HOSTNAME it was started with, then sleeps.
+RECORD_START = ["sh", "-c", 'echo "$HOSTNAME" > /tmp/started-as; exec sleep 3600']
+
+
+# What the pod's container sees of its identity, from inside: one exec, a section each.
+LOOK_INSIDE = {
+    "hostname": "hostname",
+    "uname -n": "uname -n",
+    "/etc/hostname": "cat /etc/hostname",
+    "/etc/hosts": "cat /etc/hosts",
+    "/etc/resolv.conf": "cat /etc/resolv.conf",
+    "HOSTNAME at start": "cat /tmp/started-as",
+    "HOSTNAME": "echo $HOSTNAME",
+    "ip": "ip -o -4 addr show eth0 | awk '{print $4}'",
+}
+
+
+def seen_from_inside(docker_env: DockerEnv, app: str) -> dict[str, str]:
+    """Each of LOOK_INSIDE's outputs (an exec whose output Docker lost is run again)."""
+    script = "".join(f"echo '=={key}'; {command}; " for key, command in LOOK_INSIDE.items())
+
+    def sections() -> dict[str, str] | None:
+        said = "\n" + run_in(docker_env, app, "sh", "-c", script + "echo '==end'")
+        parts = said.split("\n==")[1:]
+        found = {p.partition("\n")[0]: p.partition("\n")[2].strip() for p in parts}
+        return found if "end" in found else None
+
+    found = wait_for(sections, 10, "the container's answers")
+    return {key: found[key] for key in LOOK_INSIDE}
+
+
+def test_a_pooled_pods_hostname_hosts_file_ip_and_dns_are_its_own_as_a_fresh_ones(
+    cluster: Cluster, docker_env: DockerEnv, tmp_path: Path
+) -> None:
+    """The default pool: none on an idle node, so the first pod's sandbox is made for it;
+    that start makes the pool keep one, which the second pod takes. Each sees itself."""
+    node = cluster.node_name
+    running = start_agent(cluster, docker_env, tmp_path / "root", sandbox_pool_size=None)
+    try:
+        agent = running.agent
+        assert pool_ids(docker_env, node) == []  # an idle node holds none
+        seen: dict[str, dict[str, str]] = {}
+        for name in ("fresh", "pooled"):
+            if name == "pooled":
+                wait_for(agent.pool.ready, 60, "the pool to keep one after a start")
+            ready = agent.pool.ready()
+            pod = make_pod(cluster, name, container(command=RECORD_START), subdomain="sub")
+            uid = pod["metadata"]["uid"]
+            status = wait_status(cluster, name, running_ready, 60, "Running and Ready")
+            sandbox = sandbox_of(docker_env, cluster, name, uid)
+            took = sandbox["Id"] in ready
+            assert took == (name == "pooled"), f"{name}: from the pool {took}"
+            inside = seen_from_inside(docker_env, app_of(docker_env, uid))
+            assert inside["ip"] == f"{status['podIP']}/{inside['ip'].split('/')[1]}"
+
+            def general(text: str, ip: str = status["podIP"], pod: str = name) -> str:
+                return text.replace(ip, "<ip>").replace(pod, "<pod>")
+
+            seen[name] = {key: general(value) for key, value in inside.items()}
+            assert seen[name]["hostname"] == "<pod>"
+        assert seen["pooled"] == seen["fresh"]
+    finally:
+        running.stop()
+
+
 def test_a_kill_9_leaves_the_pool_to_the_next_start_and_size_0_makes_none(
     cluster: Cluster, docker_env: DockerEnv
 ) -> None:

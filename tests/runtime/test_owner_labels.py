@@ -71,4 +71,7 @@ def test_a_node_leaves_alone_a_container_another_owner_made_under_its_name(
 
 
 def _gone(docker_env: DockerEnv, container_id: str) -> bool:
-    return not docker_env.client.containers.list(all=True, filters={"id": container_id})
+    listed = docker_env.client.containers.list(
+        all=True, filters={"id": container_id}, ignore_removed=True
+    )  # removed between Docker's list and the SDK's inspect of it: gone
+    return not listed

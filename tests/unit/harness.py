@@ -203,7 +203,11 @@ class Node:
     them from real parts."""
 
     def __init__(
-        self, root: Path, *, workers_clock: FakeClock | None = None, pool_size: int = 0
+        self,
+        root: Path,
+        *,
+        workers_clock: FakeClock | None = None,
+        pool_size: int | None = 0,
     ) -> None:
         self.clock = workers_clock or FakeClock()
         self.woken: list[str] = []
@@ -229,6 +233,7 @@ class Node:
             pods_in_use=lambda: len(self.pods),
             max_pods=110,
             supervisor=self.supervisor,
+            clock=self.clock,
         )
         self.syncer = pod_syncer(
             SyncSettings(
@@ -251,7 +256,7 @@ class Node:
                 tokens=FakeTokens(),
                 wake=self._wake,
                 services=lambda: self.services,
-                pool=self.pool if pool_size else None,
+                pool=self.pool if self.pool.enabled else None,
             ),
             self.supervisor,
             clock=self.clock,

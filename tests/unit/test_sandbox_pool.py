@@ -10,11 +10,19 @@ from pathlib import Path
 import pytest
 
 from kubelet_sim import cri
+from kubelet_sim.cli.node_options import parse_pool_size
 from kubelet_sim.loops.supervise import Supervisor
-from kubelet_sim.pod.sandbox_pool import adoption, pool_refusal, to_make
+from kubelet_sim.pod.sandbox_pool import (
+    AUTO_CAP,
+    RECENT_SECONDS,
+    adoption,
+    pool_refusal,
+    pool_target,
+)
 from kubelet_sim.pod.spec import PodView
 from kubelet_sim.podworkers.pool import REFILL_AFTER_CLAIM, SandboxPool
 from kubelet_sim.runtime.local_images import PAUSE_IMAGE
+from kubelet_sim.validation import ConfigError
 from tests.cluster import wait_for
 from tests.fakeruntime import FakeRuntime
 from tests.unit.harness import Node, container, pod_body
@@ -51,14 +59,31 @@ def test_an_ordinary_pod_may_use_the_pool() -> None:
     assert pool_refusal(_view(shareProcessNamespace=True, subdomain="s")) is None
 
 
-def test_the_pool_fills_to_its_size_within_the_pod_limit() -> None:
-    assert to_make(size=2, pooled=0, pods_in_use=0, max_pods=110) == 2
-    assert to_make(size=2, pooled=1, pods_in_use=5, max_pods=110) == 1
-    assert to_make(size=2, pooled=2, pods_in_use=5, max_pods=110) == 0
-    assert to_make(size=2, pooled=0, pods_in_use=109, max_pods=110) == 1
-    assert to_make(size=2, pooled=0, pods_in_use=110, max_pods=110) == 0
-    assert to_make(size=2, pooled=1, pods_in_use=120, max_pods=110) == 0
-    assert to_make(size=0, pooled=0, pods_in_use=0, max_pods=110) == 0
+def test_the_pool_size_option_is_auto_or_a_fixed_size() -> None:
+    assert parse_pool_size("auto") is None
+    assert parse_pool_size(" Auto ") is None
+    assert parse_pool_size("0") == 0
+    assert parse_pool_size("3") == 3
+    for bad in ("-1", "two", ""):
+        with pytest.raises(ConfigError, match="--sandbox-pool-size"):
+            parse_pool_size(bad)
+
+
+def test_a_fixed_pool_fills_to_its_size_within_the_pod_limit() -> None:
+    assert pool_target(size=2, recent_starts=0, pods_in_use=0, max_pods=110) == 2
+    assert pool_target(size=2, recent_starts=0, pods_in_use=109, max_pods=110) == 1
+    assert pool_target(size=2, recent_starts=9, pods_in_use=110, max_pods=110) == 0
+    assert pool_target(size=2, recent_starts=0, pods_in_use=120, max_pods=110) == 0
+    assert pool_target(size=0, recent_starts=9, pods_in_use=0, max_pods=110) == 0
+
+
+def test_the_automatic_pool_follows_the_recent_starts_up_to_its_cap_and_the_pod_limit() -> None:
+    assert pool_target(size=None, recent_starts=0, pods_in_use=0, max_pods=110) == 0
+    assert pool_target(size=None, recent_starts=1, pods_in_use=1, max_pods=110) == 1
+    assert pool_target(size=None, recent_starts=3, pods_in_use=3, max_pods=110) == 3
+    assert pool_target(size=None, recent_starts=30, pods_in_use=30, max_pods=110) == AUTO_CAP
+    assert pool_target(size=None, recent_starts=30, pods_in_use=108, max_pods=110) == 2
+    assert pool_target(size=None, recent_starts=30, pods_in_use=110, max_pods=110) == 0
 
 
 def test_adoption_keeps_the_oldest_running_and_removes_the_rest() -> None:
@@ -168,6 +193,7 @@ def test_the_pool_is_removed_at_stop(tmp_path: Path) -> None:
     _filled(node, 2)
     node.close()
     assert node.runtime.pool_sandboxes() == []
+    assert not node.pool.running()
 
 
 def test_pool_size_zero_makes_none(node: Node) -> None:
@@ -233,3 +259,36 @@ def test_a_claimed_pool_sandbox_is_its_pods_by_name_an_unclaimed_one_no_pods() -
         )
         is None
     )
+
+
+def _pool_thread(node: Node) -> bool:
+    """Whether the node's pool has a thread now (it has one only while it holds or wants)."""
+    return f"sandbox-pool-{node.runtime.node_name}" in node.supervisor.health()
+
+
+def test_the_automatic_pool_holds_none_on_an_idle_node_and_follows_its_starts(
+    tmp_path: Path,
+) -> None:
+    node = Node(tmp_path, pool_size=None)
+    try:
+        node.pool.start()
+        wait_for(lambda: not _pool_thread(node), 10, "an idle pool's thread to end")
+        assert node.runtime.pool_sandboxes() == []
+        first = node.add(pod_body(name="first"))
+        node.sync_until(first, lambda: node.condition(first, "Ready") == "True", "Ready")
+        assert node.runtime.operations("run_sandbox") == [first]  # nothing pooled yet
+        wait_for(lambda: len(node.pool.ready()) == 1, 10, "one made after one start")
+        (pooled,) = node.pool.ready()
+        second = node.add(pod_body(name="second"))
+        node.sync_until(second, lambda: node.condition(second, "Ready") == "True", "Ready")
+        assert node.runtime.operations("claim_sandbox") == [pooled]
+        wait_for(lambda: len(node.pool.ready()) == 2, 10, "two made after two starts")
+        assert len(node.runtime.pool_sandboxes()) == 2
+        # Quiet for the window: the pool gives its sandboxes back, and its thread ends.
+        node.clock.advance(RECENT_SECONDS + 1)
+        node.pool.wake()
+        wait_for(lambda: node.runtime.pool_sandboxes() == [], 10, "the idle pool emptied")
+        assert node.pool.ready() == []
+        wait_for(lambda: not _pool_thread(node), 10, "the pool's thread to end")
+    finally:
+        node.close()
