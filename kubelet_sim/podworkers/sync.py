@@ -233,7 +233,10 @@ class PodSyncer:
         images = [c.image for c in (*view.init_containers, *view.containers)]
         restarting = self._restarts_pending(observed, syncing)
         continues_pull = self.starter.puller.pulling(view.uid, images)
-        if not continues_pull and not restarting:
+        # Nor does one whose killPod goes on (sidecars stopping after the app): the kubelet's
+        # killPodWithSyncResult stops the containers and then the sandbox in one SyncPod, so
+        # its next status tells both (a sidecar's end with PodReadyToStartContainers False).
+        if not continues_pull and not restarting and not syncing.killing_pod:
             phase = self._write(pod, view, state, observed)
             if phase in TERMINAL_PHASES and self.generation().terminal_phase_after_termination:
                 # SyncPod returns isTerminal once its status says a terminal phase (written
