@@ -184,11 +184,12 @@ class NodeOptions:
             "SANDBOX_POOL_SIZE",
             "Started, network-ready pod sandboxes kept ready per node, so that a pod that may"
             " use one (not hostNetwork, hostPID, hostIPC, sysctls, hostPorts, a runtimeClass or"
-            " hostUsers: false) starts only its own containers. `auto` (the default): as many"
-            " as the node started such pods in the last 30 s, at most 4, none when idle; a"
-            " number fixes the size, 0 keeps none (docs/sandbox-pool.md).",
+            " hostUsers: false) starts only its own containers. `auto`: as many as the node"
+            " started such pods in the last 30 s, at most 4, none when idle; a number fixes the"
+            " size; 0 (the default) keeps none: a pooled pod's first process may still read the"
+            " pool's hostname from the kernel (docs/sandbox-pool.md).",
         ),
-    ] = "auto"
+    ] = "0"
     pod_manifest_path: Annotated[
         Path | None,
         _opt(

@@ -33,6 +33,7 @@ class PodSettings:
     dns: NodeDNS = field(default_factory=NodeDNS)  # resolvers and hosts files
     allowed_unsafe_sysctls: tuple[str, ...] = ()
     # Warm sandboxes kept ready (podworkers/pool.py): None sizes the pool to the node's recent
-    # pod starts (the default); a number fixes it (0: none).
-    sandbox_pool_size: int | None = None
+    # pod starts; a number fixes it (0, the default: none, since a pooled pod's first process
+    # may still read the pool's hostname from the kernel: docs/sandbox-pool.md).
+    sandbox_pool_size: int | None = 0
     pod_manifest_path: Path | None = None  # static pods' manifests (staticpods/); None: none
