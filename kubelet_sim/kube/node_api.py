@@ -8,13 +8,11 @@ re-formats MicroTime values (`renewTime`) in a way the server can refuse.
 
 from __future__ import annotations
 
-from collections.abc import Callable
-
 from kubernetes import client
 
 from kubelet_sim.formats.jsontypes import Json
 from kubelet_sim.formats.smp import node_status_patch
-from kubelet_sim.kube.rest import ApiError, request_json
+from kubelet_sim.kube.rest import delete_options, read_json, request_json
 from kubelet_sim.kube.schema import NODE_STATUS, ServerSchema
 
 LEASE_API = "/apis/coordination.k8s.io/v1"
@@ -29,7 +27,7 @@ class NodeApi:
         self._schema = schema or ServerSchema()
 
     def get_node(self, name: str) -> Json | None:
-        return _none_if_missing(lambda: request_json(self._api, "GET", f"/api/v1/nodes/{name}"))
+        return read_json(self._api, f"/api/v1/nodes/{name}")
 
     def create_node(self, body: Json) -> Json:
         return request_json(self._api, "POST", "/api/v1/nodes", body)
@@ -57,12 +55,11 @@ class NodeApi:
 
     def delete_node(self, name: str, uid: str) -> None:
         """Only the Node of that UID: one made again under the name by someone else stays."""
-        body = {"kind": "DeleteOptions", "apiVersion": "v1", "preconditions": {"uid": uid}}
-        request_json(self._api, "DELETE", f"/api/v1/nodes/{name}", body)
+        request_json(self._api, "DELETE", f"/api/v1/nodes/{name}", delete_options(uid))
 
     def get_lease(self, namespace: str, name: str) -> Json | None:
         path = f"{LEASE_API}/namespaces/{namespace}/leases/{name}"
-        return _none_if_missing(lambda: request_json(self._api, "GET", path))
+        return read_json(self._api, path)
 
     def create_lease(self, body: Json) -> Json:
         namespace = body["metadata"]["namespace"]
@@ -72,12 +69,3 @@ class NodeApi:
         meta = body["metadata"]
         path = f"{LEASE_API}/namespaces/{meta['namespace']}/leases/{meta['name']}"
         return request_json(self._api, "PUT", path, body)
-
-
-def _none_if_missing(read: Callable[[], Json]) -> Json | None:
-    try:
-        return read()
-    except ApiError as exc:
-        if exc.not_found:
-            return None
-        raise

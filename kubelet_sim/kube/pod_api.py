@@ -8,7 +8,7 @@ from kubernetes import client
 
 from kubelet_sim.formats.jsontypes import Json
 from kubelet_sim.formats.smp import POD_STATUS_SCHEMA, two_way_patch
-from kubelet_sim.kube.rest import request_json, resource_version
+from kubelet_sim.kube.rest import delete_options, request_json, resource_version
 from kubelet_sim.kube.schema import POD_STATUS, ServerSchema
 
 STRATEGIC_MERGE_PATCH = "application/strategic-merge-patch+json"
@@ -97,10 +97,5 @@ def delete_pod_finally(api: client.ApiClient, namespace: str, name: str, uid: st
 
     Without it a gracefully deleted pod would stay Terminating forever.
     """
-    body = {
-        "apiVersion": "v1",
-        "kind": "DeleteOptions",
-        "gracePeriodSeconds": 0,
-        "preconditions": {"uid": uid},
-    }
-    request_json(api, "DELETE", f"/api/v1/namespaces/{namespace}/pods/{name}", body)
+    path = f"/api/v1/namespaces/{namespace}/pods/{name}"
+    request_json(api, "DELETE", path, delete_options(uid, grace=0))

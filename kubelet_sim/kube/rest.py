@@ -122,6 +122,25 @@ def request_json(
     return result
 
 
+def read_json(api: client.ApiClient, path: str) -> Json | None:
+    """GET `path`; None where the object is not there (404)."""
+    try:
+        return request_json(api, "GET", path)
+    except ApiError as exc:
+        if exc.not_found:
+            return None
+        raise
+
+
+def delete_options(uid: str, grace: int | None = None) -> Json:
+    """DeleteOptions that delete only the object of this UID (one made again under the name
+    is someone else's), with a grace period where given."""
+    body: Json = {"apiVersion": "v1", "kind": "DeleteOptions", "preconditions": {"uid": uid}}
+    if grace is not None:
+        body["gracePeriodSeconds"] = grace
+    return body
+
+
 def request_bytes(
     api: client.ApiClient, path: str, *, timeout: tuple[float, float] = REQUEST_TIMEOUT
 ) -> bytes:

@@ -10,12 +10,11 @@ if this session created it.
 
 from __future__ import annotations
 
-import contextlib
 from collections.abc import Iterable
 
 from kubelet_sim.formats.jsontypes import Json
 from kubelet_sim.kube.client import KubeConnection
-from kubelet_sim.kube.rest import ApiError, request_json
+from kubelet_sim.kube.rest import ApiError, delete_options, read_json, request_json
 from kubelet_sim.node.node_object import created_by
 
 BINDINGS = "/apis/rbac.authorization.k8s.io/v1/clusterrolebindings"
@@ -27,7 +26,7 @@ class NameTaken(RuntimeError):
 
 def refuse_taken_names(admin: KubeConnection, names: Iterable[str]) -> None:
     """`NameTaken` if any of `names` is a Node already: never adopt what we did not make."""
-    taken = [name for name in names if _get(admin, f"/api/v1/nodes/{name}") is not None]
+    taken = [name for name in names if read_json(admin.api, f"/api/v1/nodes/{name}") is not None]
     if taken:
         raise NameTaken(
             f"the joined cluster already has Node(s) {', '.join(taken)}: kubelet-sim's test"
@@ -41,7 +40,7 @@ def delete_created_nodes(admin: KubeConnection, names: Iterable[str], creator: s
     """Delete those of `names` whose Node carries `creator`, each by its UID; the deleted."""
     deleted = []
     for name in names:
-        node = _get(admin, f"/api/v1/nodes/{name}")
+        node = read_json(admin.api, f"/api/v1/nodes/{name}")
         if node is None or not created_by(node, creator):
             continue
         if _delete(admin, f"/api/v1/nodes/{name}", node["metadata"]["uid"]):
@@ -66,18 +65,12 @@ def delete_binding(admin: KubeConnection, name: str, uid: str) -> None:
     _delete(admin, f"{BINDINGS}/{name}", uid)
 
 
-def _get(admin: KubeConnection, path: str) -> Json | None:
-    try:
-        return request_json(admin.api, "GET", path)
-    except ApiError as exc:
-        if exc.not_found:
-            return None
-        raise
-
-
 def _delete(admin: KubeConnection, path: str, uid: str) -> bool:
-    body = {"kind": "DeleteOptions", "apiVersion": "v1", "preconditions": {"uid": uid}}
-    with contextlib.suppress(ApiError):  # gone, or made again by someone else: theirs
-        request_json(admin.api, "DELETE", path, body)
-        return True
-    return False
+    """Whether it was deleted: not where it is gone, or made again by someone else (409)."""
+    try:
+        request_json(admin.api, "DELETE", path, delete_options(uid))
+    except ApiError as exc:
+        if exc.not_found or exc.conflict:
+            return False
+        raise
+    return True

@@ -14,7 +14,7 @@ import pytest
 
 from kubelet_sim.kube.client import KubeConnection, connect
 from kubelet_sim.kube.node_api import NodeApi
-from kubelet_sim.kube.rest import ApiError, request_json
+from kubelet_sim.kube.rest import ApiError, read_json, request_json
 from kubelet_sim.node.host import detect_host
 from kubelet_sim.node.node_object import ANNOTATION_CREATOR, LABEL_VIRTUAL
 from kubelet_sim.node.registration import NotOurNode, Registrar
@@ -52,12 +52,7 @@ def _nodes(admin: KubeConnection, *bodies: dict[str, Any]) -> Iterator[list[dict
 
 
 def _get(admin: KubeConnection, path: str) -> dict[str, Any] | None:
-    try:
-        return request_json(admin.api, "GET", path)
-    except ApiError as exc:
-        if exc.not_found:
-            return None
-        raise
+    return read_json(admin.api, path)
 
 
 def test_a_session_refuses_to_join_where_a_node_of_its_names_exists(

@@ -155,3 +155,18 @@ def test_a_pod_whose_app_is_done_is_killed_and_starts_nothing_until_it_is_down(n
     # Down, and terminated as the kubelet's SyncPod does once its status is terminal.
     assert not isinstance(node.syncer.states[uid].lifecycle, Syncing)
     assert len(node.runtime.operations("create")) == created
+
+
+def test_a_killed_pods_sidecar_end_is_told_with_its_sandbox_down(node: Node) -> None:
+    """killPodWithSyncResult stops the sidecar and then the sandbox in one SyncPod, so no
+    status tells the sidecar ended while PodReadyToStartContainers is still True (the v1.34
+    kubelet never wrote one in compare's sidecar-app-exits)."""
+    node.runtime.behave("app", Behaviour(exit_code=0))
+    sidecar = container("log", restartPolicy="Always")
+    uid = node.add(pod_body(initContainers=[sidecar], restartPolicy="Never"))
+    node.sync_until(uid, lambda: node.last_status(uid)["phase"] == "Succeeded", "Succeeded")
+    for status in node.status.history(uid):
+        (log,) = status.get("initContainerStatuses") or [{}]
+        if "terminated" in (log.get("state") or {}):
+            ready = {c["type"]: c["status"] for c in status["conditions"]}
+            assert ready["PodReadyToStartContainers"] == "False", status
