@@ -24,6 +24,7 @@ from kubelet_sim.pod.container_config import (
     container_config,
     pod_hostname,
     sandbox_config,
+    spec_hash,
 )
 from kubelet_sim.pod.dns import ResolvConf, hosts_file, pod_dns, sandbox_hostname
 from kubelet_sim.pod.host_access import container_refusal
@@ -312,7 +313,9 @@ class ContainerStarter:
         state: PodState,
         ref: EventRef,
     ) -> float | None:
-        key = f"{view.uid}_{container.name}"  # forgotten with the pod (forget_pod)
+        # getStableKey: the spec hash too, so a new image starts without the old one's wait;
+        # forgotten with the pod (forget_pod)
+        key = f"{view.uid}_{container.name}_{spec_hash(container)}"
         finished = latest.finished_at or latest.created_at
         now = self.clock.time()
         event_time = finished.timestamp() if finished else now

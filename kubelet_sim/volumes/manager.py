@@ -79,7 +79,9 @@ class VolumeManager:
             get_logger("kubelet_sim.volumes").warning(
                 "cannot mount (needs root or CAP_SYS_ADMIN): secret and service account token"
                 " volumes are kept on disk under the root dir instead of tmpfs, and subPaths are"
-                " mounted by path, open to a symlink swapped in between check and mount",
+                " mounted by path, open to a symlink swapped in between check and mount; an"
+                " emptyDir of medium Memory is a tmpfs Docker makes per container, emptied at"
+                " a restart",
                 root_dir=str(self.root),
             )
 

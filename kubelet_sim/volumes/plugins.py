@@ -12,6 +12,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from kubelet_sim.formats.jsontypes import Json
+from kubelet_sim.formats.quantity import value
 from kubelet_sim.logs import get_logger
 from kubelet_sim.pod.admission import Allocatable
 from kubelet_sim.pod.spec import PodView
@@ -56,13 +57,20 @@ class Context:
             os.chmod(path, mode)
         return path
 
-    def memory_dir(self, plugin: str, name: str) -> Path:
-        """A tmpfs mount, as the kubelet wraps these volumes in an emptyDir of medium Memory
-        (its root 1777 as tmpfs makes it; containers mount it read-only); on disk if we may
-        not mount."""
+    def memory_dir(self, plugin: str, name: str, size_limit: int | None = None) -> Path:
+        """A tmpfs mount on the node that lives as long as the pod's volumes, as the kubelet
+        wraps these volumes in an emptyDir of medium Memory (its root 1777 as tmpfs makes it);
+        on disk if we may not mount. `size_limit` (an emptyDir's sizeLimit) applies when it
+        is smaller (calculateEmptyDirMemorySize)."""
         path = self.volume_dir(plugin, name)
         if self.tmpfs_size is not None and not os.path.ismount(path):
-            mount_tmpfs(path, self.tmpfs_size)
+            size = self.tmpfs_size
+            if size_limit is not None and 0 < size_limit < size:
+                size = size_limit
+            try:
+                mount_tmpfs(path, size)
+            except OSError as exc:
+                raise MountError(str(exc)) from exc
         return path
 
 
@@ -91,12 +99,21 @@ def _owned(ctx: Context, path: Path, name: str, read_only: bool, changed: bool) 
 
 
 def empty_dir(ctx: Context, name: str, source: Json) -> Prepared:
-    """World-writable like the kubelet's, so any container user can share it."""
-    path = ctx.volume_dir("kubernetes.io~empty-dir", name, 0o777)
-    memory = source.get("medium") == "Memory"
-    if not memory:  # a memory one is made by Docker inside the container
-        _owned(ctx, path, name, read_only=False, changed=False)
-    return Prepared(path, tmpfs=memory)
+    """World-writable like the kubelet's, so any container user can share it.
+
+    Medium Memory is a tmpfs on the node for the pod's lifetime, as the kubelet's, so its files
+    outlive a container's restart; where this process may not mount, a tmpfs that Docker makes
+    while a container uses it (files lost at a restart: said once at start)."""
+    plugin = "kubernetes.io~empty-dir"
+    if source.get("medium") != "Memory":
+        path = ctx.volume_dir(plugin, name, 0o777)
+    elif ctx.tmpfs_size is None:
+        return Prepared(ctx.volume_dir(plugin, name, 0o777), tmpfs=True)
+    else:
+        limit = source.get("sizeLimit")
+        path = ctx.memory_dir(plugin, name, None if limit is None else value(str(limit)))
+    _owned(ctx, path, name, read_only=False, changed=False)
+    return Prepared(path)
 
 
 def config_map(ctx: Context, name: str, source: Json) -> Prepared:

@@ -29,7 +29,7 @@ class Prepared:
 
     path: Path
     read_only: bool = False  # configMap, secret, projected, downwardAPI: always mounted ro
-    tmpfs: bool = False  # emptyDir with medium Memory (Docker makes it, in the container)
+    tmpfs: bool = False  # emptyDir of medium Memory where the node may not mount: Docker's tmpfs
 
 
 @dataclass

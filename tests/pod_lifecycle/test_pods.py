@@ -486,6 +486,25 @@ def test_memory_empty_dir_is_one_tmpfs_shared_by_the_pod(
     )
 
 
+def test_memory_empty_dir_keeps_its_files_across_a_restart(
+    cluster: Cluster, agent: RunningAgent
+) -> None:
+    """The kubelet's tmpfs lives with the pod, not with one container (the conformance spec
+    "Container Runtime blackbox test ... should run with the expected status" counts restarts
+    in one): the first run leaves a file and fails, the second finds it and runs."""
+    script = "[ -f /mem/seen ] && exec sleep 3600; touch /mem/seen; exit 1"
+    make_pod(
+        cluster,
+        "remembers",
+        container(
+            command=["sh", "-c", script], volumeMounts=[{"name": "mem", "mountPath": "/mem"}]
+        ),
+        volumes=[{"name": "mem", "emptyDir": {"medium": "Memory", "sizeLimit": "1Mi"}}],
+    )
+    st = wait_status(cluster, "remembers", running_ready, 40, "Running after one restart")
+    assert container_status(st)["restartCount"] == 1
+
+
 def test_a_container_over_its_memory_limit_is_oom_killed(
     cluster: Cluster, agent: RunningAgent
 ) -> None:

@@ -463,14 +463,14 @@ def test_config_map_created_later_is_picked_up_on_resync(
 # --- emptyDir, hostPath, unsupported ---------------------------------------------------------
 
 
-def test_empty_dir_is_world_writable_and_memory_is_tmpfs(
-    manager: VolumeManager, objects: Objects
+def test_empty_dir_is_world_writable_and_memory_is_dockers_tmpfs_without_mount_rights(
+    on_disk: VolumeManager, objects: Objects
 ) -> None:
     pod = make_pod(
         [{"name": "scratch", "emptyDir": {}}, {"name": "ram", "emptyDir": {"medium": "Memory"}}],
         [{"name": "scratch", "mountPath": "/scratch"}, {"name": "ram", "mountPath": "/ram"}],
     )
-    setup = run(manager, objects, pod)
+    setup = run(on_disk, objects, pod)
 
     assert setup.paths["scratch"].parent.name == "kubernetes.io~empty-dir"
     assert mode(setup.paths["scratch"]) == 0o777
@@ -676,6 +676,30 @@ def _mount_of(path: Path) -> tuple[str, str] | None:
             fstype, _source, options = after.split()
             return fstype, options
     return None
+
+
+@needs_mount
+def test_memory_empty_dir_is_a_node_tmpfs_for_the_pods_lifetime(
+    manager: VolumeManager, objects: Objects
+) -> None:
+    """Mounted on the node (not per container by Docker), so its files outlive a container;
+    sized by sizeLimit when smaller than the pod's share (calculateEmptyDirMemorySize)."""
+    pod = make_pod(
+        [{"name": "ram", "emptyDir": {"medium": "Memory", "sizeLimit": "1Mi"}}],
+        [{"name": "ram", "mountPath": "/ram"}],
+    )
+    setup = run(manager, objects, pod)
+    assert setup.ok, setup.errors
+    path = setup.paths["ram"]
+    mounted = _mount_of(path)
+    assert mounted is not None
+    assert mounted[0] == "tmpfs"
+    assert "size=1024k" in mounted[1]
+    assert mode(path) == 0o1777
+    assert mounts_for(pod.containers[0], setup)[0].tmpfs is False, "a bind of the node's tmpfs"
+    (path / "f").write_text("kept")
+    assert (run(manager, objects, pod).paths["ram"] / "f").read_text() == "kept"
+    assert len(mount_points_under(path.parent)) == 1
 
 
 @needs_mount

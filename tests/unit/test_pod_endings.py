@@ -34,6 +34,28 @@ def test_a_crash_loop_backs_off_ten_then_twenty_seconds(node: Node) -> None:
     assert status["lastState"]["terminated"]["exitCode"] == 1
 
 
+def test_a_new_image_starts_at_once_whatever_the_old_ones_back_off(node: Node) -> None:
+    """The kubelet keys the crash-loop back-off by the container's spec hash (getStableKey),
+    image included: the conformance spec "Pods should have their auto-restart back-off timer
+    reset on image update" changes the image of a crash-looping container and wants it at once."""
+    node.runtime.behave("app", Behaviour(exit_code=1))
+    uid = node.add(pod_body())
+    node.sync_until(uid, lambda: len(node.containers(uid, "app")) == 3, "two restarts")
+    node.sync_until(
+        uid,
+        lambda: (
+            node.container_status(uid, "app")["state"].get("waiting", {}).get("reason")
+            == "CrashLoopBackOff"
+        ),
+        "in back-off",
+    )
+    node.runtime.add_image("busybox:2")
+    node.pods[uid]["spec"]["containers"][0]["image"] = "busybox:2"
+    node.sync(uid)
+    started = [c for c in node.containers(uid, "app") if c.image == "busybox:2"]
+    assert len(started) == 1, "started by the first sync after the change, no back-off"
+
+
 def test_restart_policy_never_ends_the_pod_succeeded_or_failed(node: Node) -> None:
     node.runtime.behave("ok", Behaviour(exit_code=0))
     node.runtime.behave("bad", Behaviour(exit_code=2, message="went wrong"))
