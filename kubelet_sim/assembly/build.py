@@ -48,7 +48,8 @@ from kubelet_sim.podworkers.gc import ContainerGC
 from kubelet_sim.podworkers.pod_manager import PodManager
 from kubelet_sim.podworkers.pool import SandboxPool
 from kubelet_sim.podworkers.settings import PodSettings, SyncSettings
-from kubelet_sim.podworkers.workers import RELIST_LAG, PodWorkers, waker
+from kubelet_sim.podworkers.waits import relist_lag
+from kubelet_sim.podworkers.workers import PodWorkers, waker
 from kubelet_sim.proxy.proxy import ProxySettings, ServiceProxy
 from kubelet_sim.runtime.engine import DockerEngine
 from kubelet_sim.runtime.node_runtime import NodeRuntime
@@ -139,7 +140,7 @@ def build_node(
     )
     watcher = ContainerWatcher(
         runtime,
-        waker(queue, after=RELIST_LAG),
+        waker(queue, after=lambda uid: relist_lag(syncer.runs(uid))),
         node_name=name,
         events=process.container_events,
     )

@@ -34,6 +34,7 @@ from kubelet_sim.podworkers.ports import (
 from kubelet_sim.podworkers.resizer import PodResizer
 from kubelet_sim.podworkers.settings import SyncSettings
 from kubelet_sim.podworkers.starter import ContainerStarter
+from kubelet_sim.podworkers.status_manager import StatusManager
 from kubelet_sim.podworkers.stopper import ContainerStopper
 from kubelet_sim.podworkers.sync import PodSyncer
 from kubelet_sim.prober.manager import ProbeManager
@@ -65,12 +66,28 @@ def pod_syncer(
     ports: SyncerPorts,
     supervisor: Supervisor,
     clock: Clock = SYSTEM_CLOCK,
+    *,
+    status_thread: bool = True,
 ) -> PodSyncer:
     """`wake` queues a pod for its worker again (work finished off the workers: pulls, hooks,
     probes, stops); `services` lists the Services for service-link variables (None until
-    first listed)."""
+    first listed). `status_thread=False`: statuses are written only at the status manager's
+    `flush()` (the unit tests' harness)."""
     p = ports
     watcher = p.watcher
+
+    def journal(uid: str, step: str, **fields: object) -> None:
+        syncer.journal(uid, step, **fields)  # called only once the node runs
+
+    status = StatusManager(
+        p.status,
+        p.final_delete,
+        journal=journal,
+        supervisor=supervisor,
+        node=settings.node_name,
+        clock=clock,
+        threaded=status_thread,
+    )
 
     def probe_event(
         view: PodView, container: ContainerView, kind: str, reason: str, message: str
@@ -105,7 +122,7 @@ def pod_syncer(
         p.runtime,
         watcher,
         p.events,
-        p.status,
+        status,
         stopper,
         object_lookup(p.objects),
         hooks,
@@ -123,14 +140,13 @@ def pod_syncer(
         wake=p.wake,
         clock=clock,
     )
-    return PodSyncer(
+    syncer = PodSyncer(
         settings,
         p.runtime,
         watcher,
-        p.status,
+        status,
         p.events,
         p.objects,
-        p.final_delete,
         p.pods,
         p.volumes,
         p.tokens,
@@ -143,3 +159,4 @@ def pod_syncer(
         clock=clock,
         generation=p.generation,
     )
+    return syncer

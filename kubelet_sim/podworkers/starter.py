@@ -47,11 +47,11 @@ from kubelet_sim.podworkers.ports import (
     ContainerCache,
     EventSink,
     PodRuntime,
-    StatusSink,
     Wake,
 )
 from kubelet_sim.podworkers.settings import SyncSettings
 from kubelet_sim.podworkers.state import HookEnded, PodState
+from kubelet_sim.podworkers.status_manager import StatusManager
 from kubelet_sim.podworkers.stopper import ContainerStopper
 from kubelet_sim.volumes import VolumeError, VolumeSetup, mounts_for
 
@@ -69,7 +69,7 @@ class ContainerStarter:
         runtime: PodRuntime,
         watcher: ContainerCache,
         events: EventSink,
-        status: StatusSink,
+        status: StatusManager,
         stopper: ContainerStopper,
         lookup: ObjectLookup,
         hooks: HookRunner | None = None,

@@ -14,7 +14,6 @@ import threading
 from dataclasses import dataclass, field
 from typing import TypeVar
 
-from kubelet_sim.loops.backoff import Backoff
 from kubelet_sim.pod.admission import Rejection
 from kubelet_sim.pod.status import WaitingReason
 from kubelet_sim.podworkers.hooks import POST_START
@@ -36,27 +35,12 @@ __all__ = [
     "LifecycleError",
     "PodState",
     "PodStop",
-    "StatusFailure",
     "Syncing",
     "Terminated",
     "Terminating",
 ]
 
 S = TypeVar("S", Syncing, Terminating, Terminated)
-
-
-@dataclass
-class StatusFailure:
-    """A status write that keeps failing: the error, and when to try again."""
-
-    error: str
-    backoff: Backoff = field(default_factory=lambda: Backoff(initial=1.0, cap=300.0))
-    attempts: int = 0
-    # The clock's monotonic time of the next try; earlier syncs skip the write.
-    next_attempt: float = 0.0
-
-    def retry_in(self, now: float) -> float:
-        return max(self.next_attempt - now, 0.0)
 
 
 @dataclass(frozen=True)
@@ -110,8 +94,6 @@ class PodState:
     # Containers whose start waits on their postStart hook (SyncPod starts them, and a pod
     # that terminates meanwhile still tells them as starting).
     post_starts: PostStarts = field(default_factory=PostStarts)
-    # The last status write failed; retried with backoff, said once per distinct error.
-    status_failure: StatusFailure | None = None
 
     # -- transitions, each from the one state it leaves ------------------------------------
 
@@ -199,7 +181,3 @@ class PodState:
                 self.post_starts.ended(report.container_id, report.error)
             elif (stop := self.stop) is not None:  # preStop: a stop that ended forgot it
                 stop.pre_stop_running.discard(report.container_id)
-
-    @property
-    def status_unsent(self) -> bool:
-        return self.status_failure is not None

@@ -15,7 +15,6 @@ from kubelet_sim import cri
 from kubelet_sim.formats.histogram import POD_START_BUCKETS, Histogram
 from kubelet_sim.formats.jsontypes import Json
 from kubelet_sim.kube.events import WARNING
-from kubelet_sim.kube.rest import ApiError
 from kubelet_sim.logs import get_logger
 from kubelet_sim.loops.backoff import Backoff
 from kubelet_sim.loops.clock import SYSTEM_CLOCK, Clock
@@ -45,7 +44,6 @@ from kubelet_sim.podworkers.ports import (
     PodIndex,
     PodRuntime,
     PodVolumes,
-    StatusSink,
     TokenIssuer,
     object_lookup,
 )
@@ -54,12 +52,13 @@ from kubelet_sim.podworkers.settings import SyncSettings
 from kubelet_sim.podworkers.starter import ERROR_RETRY, ContainerStarter
 from kubelet_sim.podworkers.state import (
     PodState,
-    StatusFailure,
     Syncing,
     Terminated,
     Terminating,
 )
+from kubelet_sim.podworkers.status_manager import StatusManager
 from kubelet_sim.podworkers.stopper import ContainerStopper
+from kubelet_sim.podworkers.waits import NEXT_RELIST
 from kubelet_sim.prober.manager import ProbeManager
 from kubelet_sim.volumes import VolumeSetup
 
@@ -69,8 +68,6 @@ DEADLINE_MESSAGE = "Pod was active on the node longer than the specified deadlin
 # A container observed running that started this recently is looked at again at the start of a
 # sync: Docker's events may lag its death, and the kubelet's relist reads the runtime itself.
 YOUNG_CONTAINER = 10.0
-# When a runtime change made by a SyncPod that pulled is looked at: the PLEG's next relist.
-NEXT_RELIST = 1.0
 
 
 class PodSyncer:
@@ -85,10 +82,9 @@ class PodSyncer:
         settings: SyncSettings,
         runtime: PodRuntime,
         watcher: ContainerCache,
-        status: StatusSink,
+        status: StatusManager,
         events: EventSink,
         objects: ObjectSource,
-        final_delete: Callable[[str, str, str], None],
         pods: PodIndex,
         volumes: PodVolumes,
         tokens: TokenIssuer,
@@ -110,7 +106,6 @@ class PodSyncer:
         self.status = status
         self.events = events
         self.objects = objects
-        self.final_delete = final_delete
         self.pods = pods
         self.volumes = volumes
         self.tokens = tokens
@@ -162,10 +157,13 @@ class PodSyncer:
                 delay = self.sync_terminated_pod(pod, view, state, terminated)
             case _:  # deleted: not synced again
                 return None
-        if state.status_failure is not None:  # retried with backoff, not every sync period
-            retry = state.status_failure.retry_in(self.clock.monotonic())
-            return min(delay, retry) if delay is not None else retry
         return delay
+
+    def runs(self, uid: str) -> bool:
+        """Whether the pod is to run (admitted or about to be), not being terminated: only
+        such a pod's syncs wait as the kubelet's relist makes them (podworkers/waits.py)."""
+        state = self.states.get(uid)
+        return state is None or (isinstance(state.lifecycle, Syncing) and not state.rejected)
 
     def backoffs(self) -> tuple[KeyedBackoff, ...]:
         """Its per-pod and per-container backoffs (mounts, crash loops, pulls): the GC forgets
@@ -173,9 +171,11 @@ class PodSyncer:
         return (self.mount_backoff, self.starter.crash_backoff, self.starter.puller.backoff)
 
     def start(self) -> None:
+        self.status.start()
         self.prober.start()
 
     def shutdown(self) -> None:
+        self.status.stop()
         self.prober.shutdown()
         self.hooks.shutdown()
         self.stopper.shutdown()
@@ -224,7 +224,7 @@ class PodSyncer:
             return None  # the first list's end queues the pod again (ReferencedObjectWatches)
         observed = self._observe(view.uid, state)
         self.resizer.check_in_progress(view, observed)
-        if not self.status.has_written(view.uid):
+        if not self.status.has_set(view.uid):
             self._write(pod, view, state, observed)  # the first word: Pending, ContainerCreating
         # The write goes with the reasons the sync before left (the reasonCache). A sync that
         # continues one which has not returned in the kubelet's terms writes nothing first: a
@@ -498,10 +498,12 @@ class PodSyncer:
             finished=not terminated.rejected,
             rejected=terminated.rejected,
         )
-        self._journal_once(state, view.uid, "terminal-status-written")
-        return self._finish_if_deleted(view, state)
+        self._journal_once(state, view.uid, "terminal-status-set")
+        return self._finish_if_deleted(pod, view, state)
 
-    def _finish_if_deleted(self, view: PodView, state: PodState) -> float | None:
+    def _finish_if_deleted(self, pod: Json, view: PodView, state: PodState) -> float | None:
+        """A deleted pod whose containers have all stopped is handed to the status manager,
+        which sends the final DELETE once its terminal status is in (canBeDeleted)."""
         if not view.being_deleted:
             return None
         running = [
@@ -511,15 +513,8 @@ class PodSyncer:
         ]
         if running:
             return 0.5
-        try:
-            self.final_delete(view.namespace, view.name, view.uid)
-        except ApiError as exc:
-            if not (exc.not_found or exc.conflict):
-                self.log.warning("final delete failed", pod=pod_name(view), error=str(exc))
-                return 1.0
+        self.status.delete_when_written(pod)
         state.final_delete_sent()
-        self._journal_once(state, view.uid, "deleted")
-        self.log.info("pod deleted from the API", pod=pod_name(view), uid=view.uid)
         return None
 
     def _cleanup(self, uid: str) -> float | None:
@@ -588,44 +583,13 @@ class PodSyncer:
             and not isinstance(state.lifecycle, Terminated)
         ):  # the pod worker could still have running containers (mergePodStatus)
             status = hold_terminal_phase(status, previous)
-        failure = state.status_failure
-        if failure is not None and failure.retry_in(self.clock.monotonic()) > 0:
-            return phase  # backing off: the sync comes back when the wait is over
-        try:
-            written = self.status.write(pod, status)
-        except ApiError as exc:
-            if not (exc.not_found or exc.uid_changed):
-                self._status_failed(view, state, str(exc))
-            return phase  # gone or replaced: nothing more to say about this pod
-        except Exception as exc:  # API unreachable: retried with backoff
-            self._status_failed(view, state, str(exc)[:200])
-            return phase
-        if written is not None:
-            self._journal_status(view, state, status)
-        if state.status_failure is not None:
-            self.log.info(
-                "status write succeeded after failures",
-                pod=pod_name(view),
-                attempts=state.status_failure.attempts,
-            )
-            state.status_failure = None
-        return phase
-
-    def _journal_status(self, view: PodView, state: PodState, status: Json) -> None:
-        """The first status write and the first one saying Ready, for `kubelet-sim trace`; the
-        first saying Running ends the pod's start duration (kubelet_pod_start_duration_seconds,
-        from first seen to running, as SyncPod observes it)."""
-        if status.get("phase") == "Running" and not state.start_observed:
+        self.status.set(pod, status)
+        if phase == "Running" and not state.start_observed:
+            # kubelet_pod_start_duration_seconds: from first seen to running, as SyncPod
+            # observes it (the status generated, not its write)
             state.start_observed = True
             self.start_duration.observe(self.clock.monotonic() - state.first_seen)
-        ready = any(
-            c.get("type") == "Ready" and c.get("status") == "True"
-            for c in status.get("conditions") or []
-        )
-        for step, due in (("status-written", True), ("ready-written", ready)):
-            if due and step not in state.journaled:
-                state.journaled.add(step)
-                self.journal(view.uid, step, phase=status.get("phase"))
+        return phase
 
     def _journal_once(self, state: PodState, uid: str, step: str, **fields: Any) -> None:
         """A step of the pod's ending, journaled the first time it is reached."""
@@ -640,24 +604,6 @@ class PodSyncer:
             self.runtime.files.append_journal(uid, entry)
         except (OSError, ValueError) as exc:
             self.log.debug("journal not written", uid=uid, step=step, error=str(exc))
-
-    def _status_failed(self, view: PodView, state: PodState, error: str) -> None:
-        """Back off, and say so once per pod and error rather than on every retry."""
-        failure = state.status_failure
-        if failure is None or failure.error != error:
-            failure = state.status_failure = StatusFailure(error)
-            log = self.log.warning
-        else:
-            log = self.log.debug
-        failure.attempts += 1
-        wait = failure.backoff.next_delay()
-        failure.next_attempt = self.clock.monotonic() + wait
-        log(
-            "status write failed; retrying with backoff",
-            pod=pod_name(view),
-            error=error,
-            retry_in_seconds=round(wait, 1),
-        )
 
     def _read_messages(
         self, view: PodView, observed: Sequence[cri.ObservedContainer], state: PodState

@@ -9,6 +9,7 @@ The workers are threads on demand: one more for each uid made ready while none i
 from __future__ import annotations
 
 import threading
+from collections.abc import Callable
 
 from kubelet_sim.formats.histogram import WORKER_BUCKETS, Histogram
 from kubelet_sim.logs import get_logger
@@ -17,32 +18,20 @@ from kubelet_sim.loops.supervise import Supervisor
 from kubelet_sim.loops.workqueue import ShutDown, WorkQueue
 from kubelet_sim.podworkers.ports import Wake
 from kubelet_sim.podworkers.sync import PodSyncer
+from kubelet_sim.podworkers.waits import observe_after
 
 RESYNC_SECONDS = 60.0  # the kubelet's syncFrequency
-# The least time between the end of a pod's sync and the start of its next: the kubelet's pod
-# worker waits for a pod cache entry newer than its last sync (podCache.GetNewerThan), which
-# the PLEG's next relist gives (every second). So a sync never reads the runtime straight
-# after the previous one acted on it: a container that dies as it starts is seen dead. Ours
-# is shorter than a relist, as Docker's events need no period; it is what the kubelet's
-# fastest relist would give.
-OBSERVE_AFTER = 0.3
 
 
-# How long after a change in Docker the pod's sync looks at it: the kubelet sees a change
-# at its PLEG's next relist (up to a second later), by when what follows it in the runtime is
-# in too. Docker tells of an OOM kill after the container's death, so a sync at the death
-# itself would tell `Error` first where the kubelet's tells `OOMKilled`.
-RELIST_LAG = 0.25
-
-
-def waker(queue: WorkQueue[str], after: float = 0.0) -> Wake:
-    """What brings a pod back to its worker (`after` seconds from now): made before the
+def waker(queue: WorkQueue[str], after: Callable[[str], float] | None = None) -> Wake:
+    """What brings a pod back to its worker (`after(uid)` seconds from now): made before the
     syncer (which is given it), so that nothing is wired after construction."""
 
     def wake(uid: str) -> None:
         if uid:
-            if after > 0:
-                queue.add_after(uid, after)
+            delay = after(uid) if after is not None else 0.0
+            if delay > 0:
+                queue.add_after(uid, delay)
             else:
                 queue.add(uid)
 
@@ -125,11 +114,12 @@ class PodWorkers:
                 self.queue.done(uid)
 
     def _too_soon(self, uid: str) -> float:
-        """How long before the pod may sync again (see OBSERVE_AFTER); 0: now."""
+        """How long before the pod may sync again (waits.OBSERVE_AFTER); 0: now."""
         ended = self._ended.get(uid)
         if ended is None:
             return 0.0
-        return max(0.0, ended + OBSERVE_AFTER - self.clock.monotonic())
+        wait = observe_after(self.syncer.runs(uid))
+        return max(0.0, ended + wait - self.clock.monotonic())
 
     def _sync(self, uid: str) -> float | None:
         self.syncs += 1

@@ -175,7 +175,7 @@ def test_an_unchanged_status_is_not_written_again(
     """Fields the server drops (v1.24 and `hostIPs`) must not make every sync a write."""
     make_pod(cluster, "steady")
     wait_status(cluster, "steady", running_ready, 20, "Running and Ready")
-    writer = agent.agent.syncer.status
+    writer = agent.agent.syncer.status.sink
     before = writer.unchanged
     labelled = cluster.core.patch_namespaced_pod(
         "steady", cluster.namespace, {"metadata": {"labels": {"resync": "please"}}}

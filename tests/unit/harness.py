@@ -260,6 +260,7 @@ class Node:
             ),
             self.supervisor,
             clock=self.clock,
+            status_thread=False,
         )
         # The pod worker's requeue without its jitter: the clock is moved by what syncs ask.
         self.syncer.error_retry = Backoff(initial=10.0, cap=10.0, factor=1.0, jitter=0.0)
@@ -272,7 +273,10 @@ class Node:
         return uid
 
     def sync(self, uid: str) -> float | None:
-        return self.syncer.sync(uid)
+        """One sync, then the status manager's writes (its own thread on a node)."""
+        delay = self.syncer.sync(uid)
+        self.syncer.status.flush()
+        return delay
 
     def sync_until(
         self, uid: str, done: Callable[[], Any], message: str, syncs: int = 20

@@ -19,7 +19,8 @@ from kubelet_sim.kube.object_watches import POLL_PERIOD, WATCHES_PER_POD
 from kubelet_sim.loops.timers import POOL_THREADS
 from kubelet_sim.podworkers.image_manager import PARALLEL_PULLS
 from kubelet_sim.podworkers.sync import YOUNG_CONTAINER
-from kubelet_sim.podworkers.workers import OBSERVE_AFTER, RELIST_LAG, RESYNC_SECONDS
+from kubelet_sim.podworkers.waits import OBSERVE_AFTER, RELIST_LAG
+from kubelet_sim.podworkers.workers import RESYNC_SECONDS
 from kubelet_sim.prober.manager import PROBE_THREADS
 from kubelet_sim.staticpods.source import POLL_SECONDS
 
@@ -130,7 +131,7 @@ QUOTED: list[tuple[str, str, float]] = [
     ("architecture.md", r"image pulls run on a pool of (\w+)", PARALLEL_PULLS),
     ("options.md", r"pulls run beside the pod workers, (\w+) at a time", PARALLEL_PULLS),
     ("architecture.md", r"A periodic resync \(([\d.]+) s", RESYNC_SECONDS),
-    ("architecture.md", r"a Docker event brings ([\d.]+) s later \(RELIST_LAG", RELIST_LAG),
+    ("architecture.md", r"a Docker event brings it ([\d.]+) s\s+later \(RELIST_LAG", RELIST_LAG),
     ("architecture.md", r"never sooner than ([\d.]+) s after the last sync ended", OBSERVE_AFTER),
     ("architecture.md", r"past its first (\w+) watches are read by GET", WATCHES_PER_POD),
     ("architecture.md", r"watches are read by GET every ([\d.]+) s", POLL_PERIOD),

@@ -138,7 +138,7 @@ def test_a_pod_syncs_again_only_once_its_next_observation_can_be_in(node: Node) 
     import itertools
     import time
 
-    from kubelet_sim.podworkers.workers import OBSERVE_AFTER
+    from kubelet_sim.podworkers.waits import OBSERVE_AFTER
 
     workers = _workers(node)
     spans: list[tuple[float, float]] = []
@@ -164,5 +164,34 @@ def test_a_pod_syncs_again_only_once_its_next_observation_can_be_in(node: Node) 
         assert 2 <= len(spans) <= 4  # the burst ran as a few syncs, not twenty
         for (_, ended), (began, _) in itertools.pairwise(spans):
             assert began - ended >= OBSERVE_AFTER * 0.99
+    finally:
+        workers.stop(2)
+
+
+def test_a_pod_being_terminated_is_synced_again_without_the_relists_wait(node: Node) -> None:
+    """The kubelet's killPod blocks until the containers stopped and its terminated sync
+    follows at once: no relist wait between the stop and the final DELETE (podworkers/waits.py)."""
+    import time
+
+    from kubelet_sim.podworkers.waits import OBSERVE_AFTER, observe_after, relist_lag
+
+    workers = _workers(node)
+    node.forward = workers.enqueue
+    node.runtime.on_change = workers.enqueue  # as Docker's events do
+    workers.start()
+    try:
+        uid = node.add(pod_body())
+        assert node.syncer.runs(uid)
+        assert relist_lag(node.syncer.runs(uid)) > 0
+        workers.enqueue(uid)
+        wait_for(lambda: node.condition(uid, "Ready") == "True", 10, "Ready")
+        time.sleep(OBSERVE_AFTER)  # the last sync's wait is over: only the deletion's count
+        node.delete(uid, grace=30)
+        began = time.monotonic()
+        workers.enqueue(uid)
+        wait_for(lambda: node.deleted == [uid], 10, "the final delete")
+        assert time.monotonic() - began < OBSERVE_AFTER, "stop → DELETE waited for a relist"
+        assert not node.syncer.runs(uid)
+        assert observe_after(node.syncer.runs(uid)) == 0
     finally:
         workers.stop(2)
