@@ -109,10 +109,8 @@ class StatusManager:
                 self._entries[uid] = _Entry(pod, status)
             elif entry.gone:
                 return
-            else:
-                if entry.status == status and entry.written == entry.version:
-                    entry.pod = pod
-                    return
+            else:  # the same status too: the writer holds it to what the API has now (a
+                # static pod's new mirror, a status someone else changed), as syncBatch does
                 entry.pod, entry.status, entry.version = pod, status, entry.version + 1
         self._queue_write(uid)
 
