@@ -29,7 +29,6 @@ from pathlib import Path
 from typing import Any, TextIO
 
 from kubelet_sim import cri
-from kubelet_sim.formats.pem import write_private
 from kubelet_sim.linux.processes import ProcessMark, cmdline, signal_if
 from kubelet_sim.linux.safe_paths import UnsafePath, open_nofollow, own_directory, remove_tree
 from kubelet_sim.volumes.hostmount import mount_points_under, unmount
@@ -144,7 +143,7 @@ class DemoState:
         """Refuse a directory whose data/ or kubeconfig no demo made; else mark it ours."""
         if not (self.marker.exists() or self.record.exists()):
             self._refuse_foreign()
-        write_private(self.marker, MARKER_TEXT)
+        self._write(self.marker, MARKER_TEXT)
 
     def _refuse_foreign(self) -> None:
         foreign = [p.name for p in (self.data, self.kubeconfig) if p.exists() or p.is_symlink()]
@@ -155,6 +154,14 @@ class DemoState:
                 " directory"
             )
 
+    def _write(self, path: Path, data: bytes) -> None:
+        """A new file renamed into place: a symlink at `path` is replaced, never written
+        through. (formats/pem.py holds `cryptography`, which `kubelet-sim --node-name` must not
+        load: the CLI imports this module.)"""
+        from kubelet_sim.formats.pem import write_private  # noqa: PLC0415
+
+        write_private(path, data)
+
     def write(self, *, children: Iterable[tuple[int, Sequence[str]]] = ()) -> None:
         """The record: our pid, each child's pid, argv and mark, and our containers' label;
         written as a new file renamed into place (never through a symlink)."""
@@ -163,7 +170,7 @@ class DemoState:
             for pid, argv in children
         ]
         record = {"pid": os.getpid(), "children": entries, "labels": self.owner_labels}
-        write_private(self.record, json.dumps(record).encode())
+        self._write(self.record, json.dumps(record).encode())
 
     def remove_data(self) -> None:
         """Pods' tmpfs and subPath mounts first (their nodes are gone and will not unmount
