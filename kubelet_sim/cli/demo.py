@@ -101,8 +101,9 @@ def demo(
 
     state = DemoState(state_dir or default_state_dir())
     try:
-        state.directory.mkdir(mode=0o700, parents=True, exist_ok=True)
-        log_file = state.log.open("a")
+        log_file = state.open_log()
+    except DemoRunning as exc:
+        fail(str(exc))
     except OSError as exc:
         fail(f"cannot use the state directory {state.directory}: {exc.strerror or exc}")
     configure_logging("json", node.log_level.value, stream=log_file)

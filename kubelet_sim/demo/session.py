@@ -219,7 +219,7 @@ class Demo:
             self.say(f"pods reach the API server as {where}")
         else:
             self.say(f"pods cannot reach the API server: {why_not}")
-        s.state.write(children=[{"pid": pid, "argv": argv} for _name, pid, argv in plane.processes])
+        s.state.write(children=[(pid, argv) for _name, pid, argv in plane.processes])
         admin = connect(str(plane.admin_kubeconfig))
         if s.nodes.service_proxy:
             grant_node_proxier(admin)

@@ -1,9 +1,11 @@
 """Path safety, in one place: names from the API (uids, container and volume names, profile
-file names) must never reach outside the directory they are joined to."""
+file names) must never reach outside the directory they are joined to, and a directory root
+acts in must be one nobody else could have planted files or symlinks in."""
 
 from __future__ import annotations
 
 import os
+import stat
 import subprocess
 from pathlib import Path
 
@@ -26,6 +28,30 @@ def resolve_within(base: Path, path: Path, what: str = "path") -> Path:
     if resolved != base and base not in resolved.parents:
         raise UnsafePath(f"{what} {str(resolved)!r} not within {str(base)!r}")
     return resolved.relative_to(base)
+
+
+def own_directory(path: Path) -> None:
+    """Refuse (UnsafePath) a directory someone else could have written in: a symlink, one owned
+    by another user than this process's, or one writable by its group or others. Whatever
+    such a directory holds (a record naming a process, a symlink where a file goes) may be
+    planted, and root acting on it would act for whoever planted it."""
+    try:
+        found = os.lstat(path)
+    except OSError as exc:
+        raise UnsafePath(f"{path}: {exc.strerror}") from None
+    if not stat.S_ISDIR(found.st_mode):
+        raise UnsafePath(f"{path} is not a directory (a symlink is refused too)")
+    if found.st_uid != os.geteuid():
+        raise UnsafePath(f"{path} belongs to uid {found.st_uid}, not to uid {os.geteuid()}")
+    if found.st_mode & (stat.S_IWGRP | stat.S_IWOTH):
+        mode = stat.S_IMODE(found.st_mode)
+        raise UnsafePath(f"{path} is writable by others (mode {mode:04o})")
+
+
+def open_nofollow(path: Path, flags: int, mode: int = 0o600) -> int:
+    """`os.open` that refuses a symlink at `path` itself (ELOOP): a link planted where a file
+    goes must not send a write, or a read, anywhere else."""
+    return os.open(path, flags | os.O_NOFOLLOW | os.O_CLOEXEC, mode)
 
 
 def bind_target_problem(path: str) -> str | None:

@@ -189,9 +189,11 @@ class DockerEngine:
                 self.api.remove_volume(volume["Name"], force=True)
         return len(found), len(volumes)
 
-    def label_values(self, key: str) -> set[str]:
-        """The values of label `key` over every container that has it (one list call)."""
-        listed = self.api.containers(all=True, filters={"label": key}) or []
+    def label_values(self, key: str, among: dict[str, str] | None = None) -> set[str]:
+        """The values of label `key` over every container that has it and all of `among`
+        (one list call)."""
+        selector = [key, *(f"{k}={v}" for k, v in (among or {}).items())]
+        listed = self.api.containers(all=True, filters={"label": selector}) or []
         return {str((c.get("Labels") or {}).get(key, "")) for c in listed} - {""}
 
     def _remove(self, container_id: str) -> None:

@@ -1,43 +1,36 @@
 """What a test cluster whose process died left in Docker: removed by the next one.
 
-A cluster's containers carry the label PROCESS_LABEL, `<pid>-<start time>` of the process that
-made it (the start time, so a reused pid is not taken for it). A cluster that starts removes
-every container whose process is gone: a session killed before its clean-up (a CI timeout, a
-kill -9) leaves nothing for long. The control plane's processes die with their parent anyway
-(the parent-death signal).
+A cluster's containers carry the label PROCESS_LABEL, the mark of the process that made it
+(linux/processes.py: `<boot id>:<PID namespace>:<pid>:<start time>`). A cluster that starts
+removes the containers of every mark made in this boot and this PID namespace whose process is
+gone: a session killed before its clean-up (a CI timeout, a kill -9) leaves nothing for long.
+A mark of another PID namespace (a CI job in a container sharing the Docker socket), another
+boot or an older format is never judged: its pid means nothing in our /proc, and its session
+may well be running. The control plane's processes die with their parent anyway (the
+parent-death signal).
 """
 
 from __future__ import annotations
 
 import os
-from pathlib import Path
 
+from kubelet_sim.linux.processes import ProcessMark
 from kubelet_sim.runtime.engine import DockerEngine
 
 PROCESS_LABEL = "io.kubelet-sim.testing.process"
 
 
-def _started(pid: int) -> str:
-    try:
-        stat = Path(f"/proc/{pid}/stat").read_text()
-    except OSError:
-        return ""
-    return stat.rsplit(")", 1)[1].split()[19]  # field 22, counted after the command's ")"
-
-
 def this_process() -> str:
-    return f"{os.getpid()}-{_started(os.getpid())}"
+    """This process's mark ('' where /proc cannot say: then no later session judges it)."""
+    return str(ProcessMark.of(os.getpid()) or "")
 
 
-def _alive(mark: str) -> bool:
-    pid, _, started = mark.partition("-")
-    return pid.isdigit() and _started(int(pid)) == started
-
-
-def remove_dead_clusters(engine: DockerEngine) -> int:
-    """Remove the containers of test clusters whose process is gone; how many went."""
+def remove_dead_clusters(engine: DockerEngine, among: dict[str, str] | None = None) -> int:
+    """Remove the containers of test clusters whose process is known to be gone; how many
+    went. `among` narrows it to containers that also carry those labels (a test's own)."""
     removed = 0
-    for mark in engine.label_values(PROCESS_LABEL):
-        if not _alive(mark):
-            removed += engine.remove_owned({PROCESS_LABEL: mark})[0]
+    for value in engine.label_values(PROCESS_LABEL, among):
+        mark = ProcessMark.parse(value)
+        if mark is not None and mark.gone():
+            removed += engine.remove_owned({PROCESS_LABEL: value, **(among or {})})[0]
     return removed
