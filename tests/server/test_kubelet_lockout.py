@@ -19,6 +19,7 @@ import re
 import secrets
 import socket
 import ssl
+import threading
 import time
 import urllib.error
 from collections.abc import Iterator
@@ -27,7 +28,8 @@ from pathlib import Path
 import pytest
 
 from kubelet_sim.kube.rest import request_bytes
-from kubelet_sim.server import tokens
+from kubelet_sim.kube.reviews import User
+from kubelet_sim.server import budgets
 from kubelet_sim.server.settings import ConnectionLimits
 from tests.cluster import Cluster, deadline_scale, wait_for
 from tests.docker_env import DockerEnv
@@ -239,7 +241,7 @@ def test_random_bearer_tokens_cost_a_few_token_reviews_a_second(
         assert _ask(other, "/healthz", admin_token).status == 200
     finally:
         other.close()
-    bound = 1 + tokens.FAILED_BURST + tokens.FAILED_PER_SECOND * elapsed + 1  # + admin_token
+    bound = 1 + budgets.ADDRESS_BURST + budgets.ADDRESS_PER_SECOND * elapsed + 1  # + admin_token
     reviews = _token_reviews(cluster) - before
     assert sent >= 100, f"only {sent} requests sent in {elapsed:.1f} s"
     assert set(statuses) <= {401, 429}, statuses
@@ -249,3 +251,51 @@ def test_random_bearer_tokens_cost_a_few_token_reviews_a_second(
     assert throttled == statuses.get(429, 0)
     assert _counter(node, "kubelet_sim_server_token_cache_hits_total", result="rejected") >= 2
     assert _counter(node, "kubelet_sim_server_token_reviews_total", result="rejected") <= bound
+
+
+def test_an_exec_request_gets_no_thread_before_it_is_authenticated(
+    cluster: Cluster, docker_env: DockerEnv, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Issue 41, item 2: with room for one stream, an exec request whose token is still being
+    reviewed (the API server slow to answer) holds no stream thread: the streams gauge stays 0
+    and an authenticated exec meanwhile is answered (here: its pod does not exist), not 503.
+    Once the review ends the held request gets its 401."""
+    limits = ConnectionLimits(max_streams=1)
+    with serving_node(cluster, docker_env, tmp_path, limits) as node:
+        server = node.agent.agent.server
+        assert server is not None
+        reviewing, release = threading.Event(), threading.Event()
+        review = server.gate.reviews.authenticate
+
+        def slow(token: str) -> User | None:
+            if token == "held-token":
+                reviewing.set()
+                release.wait(30)
+            return review(token)
+
+        monkeypatch.setattr(server.gate.reviews, "authenticate", slow)
+        exec_path = f"/exec/{cluster.namespace}/no-such-pod/c?command=true&output=1"
+        held: list[int] = []
+
+        def ask_held() -> None:
+            conn = _https(node, _context())
+            try:
+                held.append(_ask(conn, exec_path, "held-token").status)
+            finally:
+                conn.close()
+
+        asker = threading.Thread(target=ask_held, daemon=True)
+        asker.start()
+        try:
+            assert reviewing.wait(10 * deadline_scale()), "the held review began"
+            assert _counter(node, "kubelet_sim_server_streams") == 0
+            conn = _https(node, _context(node))
+            try:
+                answer = _ask(conn, exec_path)
+            finally:
+                conn.close()
+            assert answer.status == 404, "the exec's own answer (no such pod), not 503"
+        finally:
+            release.set()
+            asker.join(30)
+        assert held == [401]
