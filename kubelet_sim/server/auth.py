@@ -8,7 +8,8 @@ FailOnError(…, anonymous)); with nothing presented, anonymous if allowed. May 
 SubjectAccessReview on the node's `nodes/<subresource>`, the subresource named by the path.
 
 Tokens go through a `TokenGuard` (`tokens.py`: cached by hash, failed reviews bounded per
-client address; past the bound 429, not 401, since the token was never judged). A `Verdict`
+client address and per process, `budgets.py`; past the bound 429, not 401, since the token was
+never judged; so are client certificates' failed checks, in `http.py`). A `Verdict`
 says whether the request authenticated, so that the listener can close a connection that
 keeps failing and let one that never authenticated make room first (`listener.py`).
 """
@@ -46,6 +47,10 @@ class Verdict:
 
     refusal: tuple[int, str] | None
     authenticated: bool | None
+
+
+# a credential left unjudged: its client's failures are spent (budgets.py), so no check is made
+THROTTLED = Verdict((429, "Too Many Requests"), False)
 
 
 @dataclass(frozen=True)
@@ -121,7 +126,7 @@ class Gate:
         try:
             user = self.authenticate(peer, authorization, client, counters)
         except Throttled:
-            return Verdict((429, "Too Many Requests"), False)
+            return THROTTLED
         if user is None:
             return Verdict((401, "Unauthorized"), False)
         authenticated = None if user is ANONYMOUS else True

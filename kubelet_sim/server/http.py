@@ -10,6 +10,7 @@ at the connection's first request (`tls.py`, `x509auth.py`), so one from another
 
 from __future__ import annotations
 
+import functools
 import posixpath
 import ssl
 from collections.abc import Callable
@@ -19,9 +20,10 @@ from urllib.parse import parse_qs
 
 from kubelet_sim.logs import get_logger
 from kubelet_sim.server import run_endpoint
-from kubelet_sim.server.auth import Gate
+from kubelet_sim.server.auth import THROTTLED, Gate
+from kubelet_sim.server.budgets import Throttled
 from kubelet_sim.server.exchange import Exchange
-from kubelet_sim.server.listener import Listener
+from kubelet_sim.server.listener import Listener, Stream
 from kubelet_sim.server.metrics import render
 from kubelet_sim.server.ports import ContainerStreams
 from kubelet_sim.server.routes import NodeView, Reply, route
@@ -107,7 +109,7 @@ class KubeletServer:
         gate.tokens = self.listener.tokens
         try:
             self.endpoint = self.listener.bind(
-                address, port, self.tls.context, self.serve, is_stream, self.log
+                address, port, self.tls.context, self.serve, self.log
             )
         except OSError as exc:
             raise ServerError(f"cannot listen on {address}:{port}: {exc.strerror or exc}") from exc
@@ -128,13 +130,21 @@ class KubeletServer:
         """This node's open connections."""
         return self.endpoint.open_connections
 
-    def serve(self, handler: Exchange) -> None:
-        """One request, answered (or upgraded and served to its end); logged without query."""
+    def serve(self, handler: Exchange) -> Stream | None:
+        """One request, answered; or, once authenticated, a long-running one's rest, for the
+        listener to run on a thread of its own (never before: a client without credentials
+        gets no thread). Logged when answered, without its query."""
+        stream = None
         try:
-            self._serve(handler)
+            stream = self._serve(handler)
         finally:
-            path = split_target(handler.path).path
-            self.log.debug("request", method=handler.command, path=path, code=str(handler.status))
+            if stream is None:  # answered (or failed): said now; a stream says it at its end
+                self._logged(handler)
+        return stream
+
+    def _logged(self, handler: Exchange) -> None:
+        path = split_target(handler.path).path
+        self.log.debug("request", method=handler.command, path=path, code=str(handler.status))
 
     def _stream_refused(self, reason: str) -> None:
         self.endpoint.counters.add("kubelet_sim_server_stream_refusals_total", reason=reason)
@@ -144,13 +154,19 @@ class KubeletServer:
         """The gate's answer if it refuses; the outcome is left on the exchange for the
         listener (a connection that keeps failing is closed: its last answer says so)."""
         conn: ssl.SSLSocket = handler.request  # type: ignore[assignment]
-        peer = self.tls.authenticator.authenticate(conn)
-        if peer is not None and peer.error:  # the kubelet logs it, then tries the token
-            self.log.info("client certificate not accepted", error=peer.error)
-        verdict = self.gate.decide(
-            handler.command, path, peer, handler.headers.get("Authorization", ""),
-            _peer_address(conn), self.endpoint.counters,
-        )  # fmt: skip
+        client = _peer_address(conn)
+        try:
+            peer = self.tls.authenticator.authenticate(conn, self.listener.certificates, client)
+        except Throttled:
+            self.endpoint.counters.add("kubelet_sim_server_certificate_checks_throttled_total")
+            verdict = THROTTLED
+        else:
+            if peer is not None and peer.error:  # the kubelet logs it, then tries the token
+                self.log.info("client certificate not accepted", error=peer.error)
+            verdict = self.gate.decide(
+                handler.command, path, peer, handler.headers.get("Authorization", ""), client,
+                self.endpoint.counters,
+            )  # fmt: skip
         handler.authenticated = verdict.authenticated
         if verdict.authenticated is False:
             self.endpoint.counters.add("kubelet_sim_server_authentication_failures_total")
@@ -161,7 +177,7 @@ class KubeletServer:
         status, text = verdict.refusal
         return Reply.text(status, text + "\n", [("Retry-After", "1")] if status == 429 else [])
 
-    def _serve(self, handler: Exchange) -> None:
+    def _serve(self, handler: Exchange) -> Stream | None:
         parts = split_target(handler.path)
         cleaned = clean_path(parts.path)
         if cleaned != parts.path:  # ServeMux redirects before any filter, the gate included
@@ -170,11 +186,25 @@ class KubeletServer:
             reply = Reply(301, [body.encode()], "text/html; charset=utf-8")
             reply.headers = (("Location", location),)
             _send(handler, reply)
-            return
+            return None
         refused = self._refusal(handler, parts.path)
         if refused is not None:
-            reply = refused
-        elif parts.path.startswith(PREFIXES) and handler.command in ("GET", "POST"):
+            _send(handler, refused)
+            return None
+        if is_stream(handler):
+            return functools.partial(self._stream, handler, parts)
+        self._answer(handler, parts)
+        return None
+
+    def _stream(self, handler: Exchange, parts: Target) -> None:
+        try:
+            self._answer(handler, parts)
+        finally:
+            self._logged(handler)
+
+    def _answer(self, handler: Exchange, parts: Target) -> None:
+        """An authenticated and authorized request's answer (a stream's, to its end)."""
+        if parts.path.startswith(PREFIXES) and handler.command in ("GET", "POST"):
             answer = serve_stream(
                 handler, parts.path, parts.query, self.node, self.streams, self.listener.limits,
                 self._stream_refused,

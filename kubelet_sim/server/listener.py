@@ -14,9 +14,10 @@ is in its TLS handshake (`handshake_timeout` from accept), while its request's h
 and between keep-alive requests (`idle_timeout`). When it becomes readable a worker takes one
 non-blocking step (a handshake step, the bytes that are there) and hands it back, so a client
 that sends slowly or not at all holds a file descriptor and a few kilobytes until its deadline,
-never a thread. Only a whole request reaches a worker's handler (`workers` at once); a
-long-running one (exec, attach, port-forward, a followed log) is moved to a thread of its own
-(`max_streams` at once, else 503) and frees the worker.
+never a thread. Only a whole request reaches a worker's handler (`workers` at once); the
+handler authenticates it there, and only then may hand back the rest of a long-running one
+(exec, attach, port-forward, a followed log), which moves to a thread of its own (`max_streams`
+at once, else 503) and frees the worker: a client without credentials never gets a thread.
 
 At `max_connections` open connections (the process's, for every node) a new one is let in and
 the connection that has waited longest for its client is closed to make room, one that never
@@ -53,6 +54,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from kubelet_sim.server import tokens
+from kubelet_sim.server.budgets import FailureBudget
 from kubelet_sim.server.exchange import BadRequest, Exchange, refusal
 from kubelet_sim.server.metrics import Counters
 from kubelet_sim.server.settings import ConnectionLimits
@@ -90,7 +92,9 @@ class Connection:
         self.auth_failures = 0  # 401s and 429s answered on it
 
 
-Serve = Callable[[Exchange], None]
+Stream = Callable[[], None]
+# a request served, or authenticated and handed back as the rest to run on a thread of its own
+Serve = Callable[[Exchange], Stream | None]
 WORKER_IDLE = 30.0  # a worker with nothing to do this long ends: after a burst, back to none
 
 
@@ -162,6 +166,10 @@ HELP = {
     "kubelet_sim_server_authentication_failures_total": (
         "counter", "Requests answered 401 or 429: no credential, or none that held.",
     ),
+    "kubelet_sim_server_certificate_checks_throttled_total": (
+        "counter", "Requests answered 429: their address, or the process, spent its failed"
+        " client certificate checks.",
+    ),
     **tokens.HELP,
 }  # fmt: skip
 
@@ -171,16 +179,9 @@ class Endpoint:
     handler and log; its counters are that node's /metrics."""
 
     def __init__(
-        self,
-        sock: socket.socket,
-        context: Callable[[], ssl.SSLContext],
-        serve: Serve,
-        is_stream: Callable[[Exchange], bool],
-        log: Any,
+        self, sock: socket.socket, context: Callable[[], ssl.SSLContext], serve: Serve, log: Any
     ) -> None:
-        self.sock, self.context, self.serve, self.is_stream, self.log = (
-            sock, context, serve, is_stream, log
-        )  # fmt: skip
+        self.sock, self.context, self.serve, self.log = sock, context, serve, log
         self.port = int(sock.getsockname()[1])
         self.counters = Counters()
         self.counters.help = HELP
@@ -196,6 +197,7 @@ class Listener:
         self.limits, self.log = limits, log
         self._pool = _Pool(limits.workers, "kubelet-api")
         self.tokens = TokenGuard()  # bearer tokens' cache and budgets, for every node here
+        self.certificates = FailureBudget()  # client certificates' failed checks, likewise
         self._streams = threading.BoundedSemaphore(limits.max_streams)
         self._lock = threading.Lock()
         self._open = 0
@@ -216,7 +218,6 @@ class Listener:
         port: int,
         context: Callable[[], ssl.SSLContext],
         serve: Serve,
-        is_stream: Callable[[Exchange], bool],
         log: Any,
     ) -> Endpoint:
         """A node's socket, bound and listening now (its port is known), served from `open`.
@@ -226,7 +227,7 @@ class Listener:
             (address, port), family=family, backlog=self.limits.backlog or kernel_backlog()
         )
         sock.setblocking(False)
-        return Endpoint(sock, context, serve, is_stream, log)
+        return Endpoint(sock, context, serve, log)
 
     def start(self, supervisor: Supervisor) -> None:
         """The selector thread, under `supervisor` (once: later calls do nothing)."""
@@ -403,10 +404,10 @@ class Listener:
                 exchange.last_failure_allowed = (
                     conn.auth_failures + 1 >= self.limits.max_auth_failures
                 )
-                if conn.endpoint.is_stream(exchange):
-                    self._start_stream(conn, exchange)
+                stream = conn.endpoint.serve(exchange)
+                if stream is not None:
+                    self._start_stream(conn, stream)
                     return
-                conn.endpoint.serve(exchange)
                 if exchange.authenticated:
                     conn.authenticated = True
                 elif exchange.authenticated is False:
@@ -496,7 +497,7 @@ class Listener:
             _close_write_and_drain(conn.sock)
         self._close(conn)
 
-    def _start_stream(self, conn: Connection, exchange: Exchange) -> None:
+    def _start_stream(self, conn: Connection, rest: Stream) -> None:
         if not self._streams.acquire(blocking=False):
             self._refused(conn.endpoint, "too many streams", f"{self.limits.max_streams} running")
             self._refuse(conn, 503, "Service Unavailable", "max_streams")
@@ -505,7 +506,7 @@ class Listener:
 
         def stream() -> None:
             try:
-                conn.endpoint.serve(exchange)
+                rest()
             except OSError:
                 pass
             except Exception:

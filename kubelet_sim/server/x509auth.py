@@ -12,9 +12,14 @@ must allow keyCertSign). It stays stricter than Go in what the Web PKI forbids: 
 
 The cost a client can make us pay is bounded before any signature is checked: at most
 `MAX_CHAIN` certificates (more are refused unread), RSA keys of at most `MAX_RSA_BITS` (Go's
-crypto/tls limit) in any of them, and the verifier's own budget of 128 signature checks. The
-result is kept per connection (until the chain's first expiry), so a keep-alive client costs
-one verification, not one per request.
+crypto/tls limit) with public exponents of at most 2^31-1 (Go's crypto/rsa limit: a
+3,000-bit exponent made each check cost 100 times more) in any of them, and the verifier's own
+budget of 128 signature checks. The result is kept per connection (until the chain's first
+expiry), so a keep-alive client costs one verification, not one per request; the checks that
+fail are bounded per client address and per process as failed TokenReviews are
+(`budgets.FailureBudget`). A chain that cannot be read or verified, for whatever reason (a key
+of a type cryptography does not know raises UnsupportedAlgorithm), is an error like any other:
+401 unless a bearer token vouches.
 
 Apart from `tls` so that `cryptography` is imported at a node's first request, not at start.
 """
@@ -30,6 +35,7 @@ from collections.abc import Sequence
 from pathlib import Path
 
 from cryptography import x509
+from cryptography.exceptions import UnsupportedAlgorithm
 from cryptography.hazmat.primitives.asymmetric import rsa
 from cryptography.x509.oid import ExtendedKeyUsageOID, NameOID
 from cryptography.x509.verification import (
@@ -42,11 +48,13 @@ from cryptography.x509.verification import (
 
 from kubelet_sim.kube.reviews import User
 from kubelet_sim.logs import get_logger
-from kubelet_sim.server.peer_chain import intermediates_readable, peer_chain
+from kubelet_sim.server.budgets import FailureBudget
+from kubelet_sim.server.peer_chain import PeerChain, intermediates_readable, peer_chain
 from kubelet_sim.server.tls import PeerCertificate, file_stamp
 
 MAX_CHAIN = 8  # certificates a client may send, its own included (the verifier's default depth)
 MAX_RSA_BITS = 8192  # Go's crypto/tls refuses larger RSA keys
+MAX_RSA_EXPONENT = 2**31 - 1  # Go's crypto/rsa refuses larger public exponents (each bit costs)
 UNKNOWN_AUTHORITY = "x509: certificate signed by unknown authority"
 # the verifier's words for what Go's x509 says otherwise (what the kubelet would log)
 _GO_WORDS = {
@@ -97,8 +105,12 @@ class X509Authenticator:
         """Raises ValueError for a file with no certificate or one that does not parse."""
         return cls(x509.load_pem_x509_certificates(pem))
 
-    def authenticate(self, conn: ssl.SSLSocket) -> PeerCertificate | None:
-        """None when no certificate was presented."""
+    def authenticate(
+        self, conn: ssl.SSLSocket, budget: FailureBudget | None = None, client: str = ""
+    ) -> PeerCertificate | None:
+        """None when no certificate was presented. A chain to check spends one failure of
+        `client`'s `budget` (given back if it verifies); raises Throttled when there is none
+        left, before anything is read (and nothing is kept: the next request asks again)."""
         now = _now().timestamp()
         with self._lock:
             seen = self._seen.get(conn)
@@ -107,14 +119,20 @@ class X509Authenticator:
         chain = peer_chain(conn, MAX_CHAIN)
         if chain is None:
             found: _Found = (None, _NEVER)
-        elif not chain.certificates:
-            error = f"x509: {chain.sent} certificates sent, more than {MAX_CHAIN}"
-            found = (PeerCertificate(None, error), _NEVER)
         else:
-            found = self._verify(chain.certificates[0], chain.certificates[1:])
+            spent = budget.spend(client) if budget is not None else None
+            found = self._checked(chain)
+            if budget is not None and spent is not None and found[0] and found[0].user:
+                budget.refund(spent)
         with self._lock:
             self._seen[conn] = found
         return found[0]
+
+    def _checked(self, chain: PeerChain) -> tuple[PeerCertificate, float]:
+        if not chain.certificates:
+            error = f"x509: {chain.sent} certificates sent, more than {MAX_CHAIN}"
+            return PeerCertificate(None, error), _NEVER
+        return self._verify(chain.certificates[0], chain.certificates[1:])
 
     def verify(self, der: bytes, intermediates: Sequence[bytes] = ()) -> PeerCertificate:
         return self._verify(der, intermediates)[0]
@@ -128,7 +146,7 @@ class X509Authenticator:
             leaf = x509.load_der_x509_certificate(der)
             others = [x509.load_der_x509_certificate(c) for c in intermediates]
             too_large = _too_large(leaf, *others)
-        except ValueError as exc:
+        except (ValueError, UnsupportedAlgorithm) as exc:  # a key of no known type among them
             return PeerCertificate(None, f"unreadable certificate: {exc}"), _NEVER
         name = f'"{leaf.subject.rfc4514_string()}"'
         if too_large:
@@ -164,11 +182,15 @@ class X509Authenticator:
 
 
 def _too_large(*certs: x509.Certificate) -> str:
-    """Why a key is refused before any signature is checked with it ("" if none is)."""
+    """Why a key is refused before any signature is checked with it ("" if none is). Raises
+    UnsupportedAlgorithm for a key of no type cryptography knows."""
     for cert in certs:
         key = cert.public_key()
         if isinstance(key, rsa.RSAPublicKey) and key.key_size > MAX_RSA_BITS:
             return f"x509: an RSA key of {key.key_size} bits, more than {MAX_RSA_BITS}"
+        if isinstance(key, rsa.RSAPublicKey) and key.public_numbers().e > MAX_RSA_EXPONENT:
+            bits = key.public_numbers().e.bit_length()
+            return f"x509: an RSA public exponent of {bits} bits, more than 2^31-1"
     return ""
 
 

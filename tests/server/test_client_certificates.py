@@ -30,12 +30,15 @@ from cryptography.hazmat.primitives.asymmetric import ec, rsa
 from cryptography.x509.oid import ExtendedKeyUsageOID, NameOID
 from structlog.testing import capture_logs
 
-from kubelet_sim.server import x509auth
+from kubelet_sim.server import budgets, x509auth
 from kubelet_sim.server.settings import ServerSettings
 from kubelet_sim.server.x509auth import X509Authenticator
 from tests.agent_fixture import start_agent
 from tests.cluster import Cluster, wait_for
 from tests.docker_env import DockerEnv
+from tests.kubelet_api import admin_token
+
+__all__ = ["admin_token"]  # the fixture
 
 SHA256_RSA = bytes.fromhex("300d06092a864886f70d01010b0500")  # its AlgorithmIdentifier
 
@@ -118,17 +121,23 @@ def write_client(directory: Path, name: str, key: Any, *chain: x509.Certificate)
     return stem
 
 
-def _connect(port: int, client: Path) -> http.client.HTTPSConnection:
+def _connect(port: int, client: Path, source: str = "") -> http.client.HTTPSConnection:
     context = ssl.create_default_context()
     context.check_hostname, context.verify_mode = False, ssl.CERT_NONE
     context.load_cert_chain(client.with_suffix(".crt"), client.with_suffix(".key"))
-    return http.client.HTTPSConnection("127.0.0.1", port, context=context, timeout=30)
+    return http.client.HTTPSConnection(
+        "127.0.0.1", port, context=context, timeout=30,
+        source_address=(source, 0) if source else None,
+    )  # fmt: skip
 
 
-def status(port: int, client: Path, path: str = "/healthz") -> int:
-    conn = _connect(port, client)
+def status(
+    port: int, client: Path, path: str = "/healthz", token: str = "", source: str = ""
+) -> int:
+    """`source`: the client's address (another loopback one has a budget of its own)."""
+    conn = _connect(port, client, source)
     try:
-        conn.request("GET", path)
+        conn.request("GET", path, headers={"Authorization": f"Bearer {token}"} if token else {})
         answer = conn.getresponse()
         answer.read()
         return answer.status
@@ -210,14 +219,14 @@ def _tlv(tag: int, body: bytes) -> bytes:
     return bytes([tag]) + length + body
 
 
-def _decoyed_leaf(issuer_name: x509.Name) -> tuple[Any, x509.Certificate]:
-    """A leaf whose signature is RSA-sized for a 16,384-bit key: checking it against each decoy
-    costs a full 16,384-bit RSA operation, before it fails."""
+def _decoyed_leaf(issuer_name: x509.Name, bits: int = 16384) -> tuple[Any, x509.Certificate]:
+    """A leaf whose signature is RSA-sized for a key of `bits`: checking it against each decoy
+    costs a full RSA operation of that size, before it fails."""
     key = ec.generate_private_key(ec.SECP256R1())
     signed = _builder(_name("mallory", "system:masters"), issuer_name, key.public_key()).sign(
         rsa.generate_private_key(65537, 2048), hashes.SHA256()
     )
-    signature = secrets.randbits(16383).to_bytes(2048, "big")
+    signature = secrets.randbits(bits - 1).to_bytes(bits // 8, "big")
     body = signed.tbs_certificate_bytes + SHA256_RSA + _tlv(0x03, b"\0" + signature)
     return key, x509.load_der_x509_certificate(_tlv(0x30, body))
 
@@ -302,3 +311,103 @@ def test_a_client_ca_file_replaced_on_disk_is_used_without_a_restart(
         ca_file.write_text("not a certificate, and longer than the one before it\n")
         assert status(port, ours) == 200, "the last good CA stays in force"
     assert any(e["event"].startswith("client CA file not reloaded") for e in logs), logs
+
+
+def _big_exponent_decoys(count: int, issuer_name: x509.Name) -> list[x509.Certificate]:
+    """CA certificates named `issuer_name` whose 3,072-bit RSA keys have 3,000-bit public
+    exponents (OpenSSL allows any exponent below a modulus of at most 3,072 bits)."""
+    signer = ec.generate_private_key(ec.SECP256R1())
+    modulus = secrets.randbits(3072) | (1 << 3071) | 1
+    exponent = secrets.randbits(3000) | (1 << 2999) | 1
+    public = rsa.RSAPublicNumbers(exponent, modulus).public_key()
+    return [
+        _builder(issuer_name, ROOT.name, public)
+        .add_extension(x509.BasicConstraints(ca=True, path_length=None), critical=True)
+        .sign(signer, hashes.SHA256())
+        for _ in range(count)
+    ]
+
+
+def test_rsa_keys_with_huge_exponents_are_refused_before_any_check() -> None:
+    """Issue 41, item 2: 7 decoy CAs whose RSA keys have 3,000-bit public exponents (each
+    signature check with one costs some 100 times a normal one): refused by the exponent
+    (above Go's 2^31-1) in less CPU than three such checks. Here without TLS: this Python's
+    OpenSSL will not send such keys (a Go client does), and the chain is read the same way
+    (`test_a_chain_of_decoys_is_refused_within_bounded_cpu`)."""
+    decoy_name = _name("decoy")
+    _key, mallory = _decoyed_leaf(decoy_name, bits=3072)
+    decoys = _big_exponent_decoys(x509auth.MAX_CHAIN - 1, decoy_name)
+    one_check = time.thread_time()
+    with pytest.raises(InvalidSignature):
+        mallory.verify_directly_issued_by(decoys[0])
+    one_check = time.thread_time() - one_check
+    authenticator = X509Authenticator([ROOT.cert])
+    started = time.thread_time()
+    found = authenticator.verify(_der(mallory), [_der(d) for d in decoys])
+    spent = time.thread_time() - started
+    assert found.user is None
+    assert "RSA public exponent of 3000 bits, more than 2^31-1" in found.error
+    assert spent < 3 * one_check, (spent, one_check)
+
+
+# an SM2 public key (OpenSSL reads it, cryptography knows no such curve), as `openssl ecparam
+# -name SM2 -genkey | openssl pkey -pubout -outform DER` writes it: as long as a P-256 one
+SM2_PUBLIC_KEY = bytes.fromhex(
+    "3059301306072a8648ce3d020106082a811ccf5501822d03420004186c859e31de6a87f7e355ac51e360bc"
+    "279dcc00c652f16bed7c6a6ed077c12086b3373f0c5edfd42bc87d2fcdd720ba90731eb94d431a527b478"
+    "1abb6517a8b"
+)
+ECDSA_SHA256 = bytes.fromhex("300a06082a8648ce3d040302")  # its AlgorithmIdentifier
+
+
+def _with_sm2_key(issuer: Issuer) -> x509.Certificate:
+    """`issuer`'s certificate with its key swapped for an SM2 one, signed again by ROOT."""
+    p256 = issuer.cert.public_key().public_bytes(
+        serialization.Encoding.DER, serialization.PublicFormat.SubjectPublicKeyInfo
+    )
+    tbs = issuer.cert.tbs_certificate_bytes
+    assert tbs.count(p256) == 1
+    tbs = tbs.replace(p256, SM2_PUBLIC_KEY)
+    signature = ROOT.key.sign(tbs, ec.ECDSA(hashes.SHA256()))
+    return x509.load_der_x509_certificate(
+        _tlv(0x30, tbs + ECDSA_SHA256 + _tlv(0x03, b"\0" + signature))
+    )
+
+
+def test_a_key_of_unknown_type_is_a_clean_401_and_a_token_still_counts(
+    trusting: TrustingNode, admin_token: str
+) -> None:
+    """Issue 41, item 2: an intermediate whose key is of no type cryptography knows (SM2)
+    raised UnsupportedAlgorithm through the server (a traceback, the connection closed, no
+    answer). Now it is a certificate error like any other: 401, and a good token gets in."""
+    middle = ca("odd-middle", ROOT)
+    key, oscar = leaf("oscar", middle)
+    stem = write_client(trusting.dir, "oscar", key, oscar, _with_sm2_key(middle))
+    with capture_logs() as logs:
+        assert status(trusting.port, stem) == 401
+        assert status(trusting.port, stem, token=admin_token) == 200
+    errors = [e["error"] for e in logs if e["event"] == "client certificate not accepted"]
+    assert len(errors) == 2, logs  # a connection each
+    assert all("is not supported" in e for e in errors), errors
+    assert not [e for e in logs if e.get("log_level") in ("error", "critical")], logs
+
+
+def test_failed_certificate_checks_are_bounded_per_address(trusting: TrustingNode) -> None:
+    """Issue 41, item 2: each connection with a certificate that fails to verify costs a
+    check; an address spends ADDRESS_BURST of them, then ADDRESS_PER_SECOND, and past that the
+    answer is 429 and nothing is checked. A good certificate from another address gets in."""
+    key, stranger = leaf("stranger", ca("not-trusted"))
+    bad = write_client(trusting.dir, "stranger", key, stranger)
+    answers: list[int] = []
+    started = time.monotonic()
+    with capture_logs() as logs:
+        while answers.count(429) < 3 and len(answers) < 60:
+            answers.append(status(trusting.port, bad, source="127.0.0.3"))
+    elapsed = time.monotonic() - started
+    assert set(answers) == {401, 429}, answers
+    assert answers[: int(budgets.ADDRESS_BURST)] == [401] * int(budgets.ADDRESS_BURST)
+    checks = [e for e in logs if e["event"] == "client certificate not accepted"]
+    assert len(checks) == answers.count(401), "a throttled certificate is not checked"
+    assert len(checks) <= budgets.ADDRESS_BURST + budgets.ADDRESS_PER_SECOND * elapsed + 1
+    key, quinn = leaf("quinn", ROOT)
+    assert status(trusting.port, write_client(trusting.dir, "quinn", key, quinn)) == 200

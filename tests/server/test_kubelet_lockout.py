@@ -19,6 +19,7 @@ import re
 import secrets
 import socket
 import ssl
+import threading
 import time
 import urllib.error
 from collections.abc import Iterator
@@ -27,11 +28,12 @@ from pathlib import Path
 import pytest
 
 from kubelet_sim.kube.rest import request_bytes
-from kubelet_sim.server import tokens
+from kubelet_sim.kube.reviews import User
+from kubelet_sim.server import budgets
 from kubelet_sim.server.settings import ConnectionLimits
 from tests.cluster import Cluster, deadline_scale, wait_for
 from tests.docker_env import DockerEnv
-from tests.kubelet_api import COUNT, Node, admin_token, serving_node
+from tests.kubelet_api import COUNT, Node, admin_token, sa_token, serving_node
 from tests.pods import container, make_pod, wait_status
 
 __all__ = ["admin_token"]  # the fixture
@@ -239,7 +241,7 @@ def test_random_bearer_tokens_cost_a_few_token_reviews_a_second(
         assert _ask(other, "/healthz", admin_token).status == 200
     finally:
         other.close()
-    bound = 1 + tokens.FAILED_BURST + tokens.FAILED_PER_SECOND * elapsed + 1  # + admin_token
+    bound = 1 + budgets.ADDRESS_BURST + budgets.ADDRESS_PER_SECOND * elapsed + 1  # + admin_token
     reviews = _token_reviews(cluster) - before
     assert sent >= 100, f"only {sent} requests sent in {elapsed:.1f} s"
     assert set(statuses) <= {401, 429}, statuses
@@ -249,3 +251,102 @@ def test_random_bearer_tokens_cost_a_few_token_reviews_a_second(
     assert throttled == statuses.get(429, 0)
     assert _counter(node, "kubelet_sim_server_token_cache_hits_total", result="rejected") >= 2
     assert _counter(node, "kubelet_sim_server_token_reviews_total", result="rejected") <= bound
+
+
+def test_an_exec_request_gets_no_thread_before_it_is_authenticated(
+    cluster: Cluster, docker_env: DockerEnv, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Issue 41, item 2: with room for one stream, an exec request whose token is still being
+    reviewed (the API server slow to answer) holds no stream thread: the streams gauge stays 0
+    and an authenticated exec meanwhile is answered (here: its pod does not exist), not 503.
+    Once the review ends the held request gets its 401."""
+    limits = ConnectionLimits(max_streams=1)
+    with serving_node(cluster, docker_env, tmp_path, limits) as node:
+        server = node.agent.agent.server
+        assert server is not None
+        reviewing, release = threading.Event(), threading.Event()
+        review = server.gate.reviews.authenticate
+
+        def slow(token: str) -> User | None:
+            if token == "held-token":
+                reviewing.set()
+                release.wait(30)
+            return review(token)
+
+        monkeypatch.setattr(server.gate.reviews, "authenticate", slow)
+        exec_path = f"/exec/{cluster.namespace}/no-such-pod/c?command=true&output=1"
+        held: list[int] = []
+
+        def ask_held() -> None:
+            conn = _https(node, _context())
+            try:
+                held.append(_ask(conn, exec_path, "held-token").status)
+            finally:
+                conn.close()
+
+        asker = threading.Thread(target=ask_held, daemon=True)
+        asker.start()
+        try:
+            assert reviewing.wait(10 * deadline_scale()), "the held review began"
+            assert _counter(node, "kubelet_sim_server_streams") == 0
+            conn = _https(node, _context(node))
+            try:
+                answer = _ask(conn, exec_path)
+            finally:
+                conn.close()
+            assert answer.status == 404, "the exec's own answer (no such pod), not 503"
+        finally:
+            release.set()
+            asker.join(30)
+        assert held == [401]
+
+
+def _random_tokens(node: Node, source: str, count: int) -> list[int]:
+    """`count` requests with random tokens from `source`, on a new connection whenever the
+    node closes one (after max_auth_failures answers)."""
+    statuses: list[int] = []
+    conn = _https(node, _context(), source)
+    try:
+        while len(statuses) < count:
+            try:
+                statuses.append(_ask(conn, "/healthz", secrets.token_urlsafe(32)).status)
+            except (ConnectionError, http.client.HTTPException, ssl.SSLError):
+                conn.close()
+                conn = _https(node, _context(), source)
+    finally:
+        conn.close()
+    return statuses
+
+
+def test_addresses_taking_turns_get_a_bounded_number_of_reviews(
+    cluster: Cluster, capped: Node, admin_token: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Issue 41, item 10: more client addresses than the budget table holds take turns, each
+    spending its burst of failed TokenReviews twice over (one pushed out came back with a full
+    budget: the issue's 4,097 /64s got 40,969 reviews). Here the table holds 30 and 60
+    loopback addresses take turns: the API server sees at most the process's bound, and a
+    client that authenticated before the flood gets its new token reviewed, not 429."""
+    node = capped
+    monkeypatch.setattr(budgets, "ADDRESS_LIMIT", 30)
+    known = _https(node, _context(), "127.0.0.1")
+    try:
+        assert _ask(known, "/healthz", admin_token).status == 200
+    finally:
+        known.close()
+    renewed = sa_token(cluster, "renewed")
+    before = _token_reviews(cluster)
+    started = time.monotonic()
+    statuses: list[int] = []
+    for _turn in range(2):
+        for i in range(60):
+            statuses += _random_tokens(node, f"127.0.3.{i + 1}", int(budgets.ADDRESS_BURST))
+    elapsed = time.monotonic() - started
+    late = _https(node, _context(), "127.0.0.1")
+    try:
+        assert _ask(late, "/healthz", renewed).status == 403, "reviewed: its user may not"
+    finally:
+        late.close()
+    bound = budgets.PROCESS_BURST + budgets.PROCESS_PER_SECOND * elapsed + 1  # + renewed
+    reviews = _token_reviews(cluster) - before
+    assert set(statuses) == {401, 429}, statuses
+    assert reviews <= bound, f"{reviews} TokenReviews for {len(statuses)} random tokens"

@@ -96,7 +96,7 @@ def test_one_listener_routes_each_port_to_its_own_endpoint(tmp_path: Path) -> No
         def serve(exchange: Exchange) -> None:
             _send(exchange, Reply.text(200, name))
 
-        return listener.bind("127.0.0.1", 0, tls.context, serve, lambda _e: False, log)
+        return listener.bind("127.0.0.1", 0, tls.context, serve, log)
 
     before = _listener_threads()
     endpoints = {name: endpoint(name) for name in ("a", "b", "c")}

@@ -1,13 +1,16 @@
 """The bearer-token guard on a clock moved by hand: tokens are reviewed once per cache
 lifetime (failed ones briefly), each client address spends a bounded number of failed reviews,
-a good review costs nothing, and nothing it keeps holds a token."""
+the process as a whole a bounded number more (never shutting out a client that authenticated
+before), a good review costs nothing, and nothing it keeps holds a token."""
 
 from __future__ import annotations
+
+import contextlib
 
 import pytest
 
 from kubelet_sim.kube.reviews import ReviewUnavailable, User
-from kubelet_sim.server import tokens
+from kubelet_sim.server import budgets, tokens
 from kubelet_sim.server.metrics import Counters
 from kubelet_sim.server.tokens import Throttled, TokenGuard
 
@@ -59,7 +62,7 @@ def test_answers_are_cached_good_ones_longer() -> None:
 def test_failed_reviews_are_bounded_per_address() -> None:
     clock, api, counters = Clock(), Api(), Counters()
     guard = TokenGuard(clock)
-    burst = int(tokens.FAILED_BURST)
+    burst = int(budgets.ADDRESS_BURST)
     for i in range(burst):
         assert guard.authenticate(f"random-{i}", "10.0.0.1", api.review, counters) is None
     with pytest.raises(Throttled):
@@ -68,7 +71,7 @@ def test_failed_reviews_are_bounded_per_address() -> None:
     with pytest.raises(Throttled):  # an address does not spend a good review either
         guard.authenticate(GOOD, "10.0.0.1", api.review)
     assert guard.authenticate("random-0", "10.0.0.1", api.review) is None, "cached: free"
-    clock.now += 1 / tokens.FAILED_PER_SECOND
+    clock.now += 1 / budgets.ADDRESS_PER_SECOND
     assert guard.authenticate(GOOD, "10.0.0.1", api.review) == ALICE, "refilled"
     assert guard.authenticate("random-z", "10.0.0.1", api.review) is None, "and refunded"
     assert len(api.asked) == burst + 3
@@ -78,21 +81,21 @@ def test_failed_reviews_are_bounded_per_address() -> None:
 def test_an_api_error_is_not_cached_but_spends() -> None:
     clock, api = Clock(), Api()
     guard = TokenGuard(clock)
-    for _ in range(int(tokens.FAILED_BURST)):
+    for _ in range(int(budgets.ADDRESS_BURST)):
         assert guard.authenticate("flaky", "10.0.0.1", api.review) is None
-    assert api.asked == ["flaky"] * int(tokens.FAILED_BURST)
+    assert api.asked == ["flaky"] * int(budgets.ADDRESS_BURST)
     with pytest.raises(Throttled):
         guard.authenticate("flaky", "10.0.0.1", api.review)
 
 
 def test_ipv6_clients_share_their_64() -> None:
     guard, api = TokenGuard(Clock()), Api()
-    for i in range(int(tokens.FAILED_BURST)):
+    for i in range(int(budgets.ADDRESS_BURST)):
         guard.authenticate(f"t{i}", f"2001:db8:0:1::{i + 1}", api.review)
     with pytest.raises(Throttled):
         guard.authenticate("t-next", "2001:db8:0:1:ffff::1", api.review)
     assert guard.authenticate("t-other", "2001:db8:0:2::1", api.review) is None
-    for i in range(int(tokens.FAILED_BURST)):  # an IPv4-mapped address is its IPv4 address
+    for i in range(int(budgets.ADDRESS_BURST)):  # an IPv4-mapped address is its IPv4 address
         guard.authenticate(f"m{i}", "::ffff:10.9.9.9", api.review)
     with pytest.raises(Throttled):
         guard.authenticate("v", "10.9.9.9", api.review)
@@ -107,3 +110,52 @@ def test_the_guard_keeps_no_token() -> None:
     assert secret not in kept
     assert GOOD not in kept
     assert all(len(key) == 32 for key in [*guard._failed, *guard._good])
+
+
+def test_addresses_taking_turns_past_the_table_are_bounded_by_the_process() -> None:
+    """Issue 41, item 10: 4,097 IPv6 /64s, one more than the table of addresses holds, each
+    send 5 random tokens twice over (an address pushed out of the table came back with a full
+    budget: 40,970 reviews at once). The process's bound holds them to PROCESS_BURST; a client
+    that authenticated before is still reviewed, and its new good token gets in."""
+    clock, api = Clock(), Api()
+    guard = TokenGuard(clock)
+    assert guard.authenticate(GOOD, "2001:db8:ffff::1", api.review) == ALICE
+    addresses = [
+        f"2001:db8:{i >> 16:x}:{i & 0xFFFF:x}::1" for i in range(budgets.ADDRESS_LIMIT + 1)
+    ]
+    throttled = 0
+    for turn in range(2):
+        for i, address in enumerate(addresses):
+            for n in range(int(budgets.ADDRESS_BURST)):
+                try:
+                    guard.authenticate(f"random-{turn}-{i}-{n}", address, api.review)
+                except Throttled:
+                    throttled += 1
+    assert len(api.asked) == 1 + budgets.PROCESS_BURST
+    assert throttled == 2 * len(addresses) * budgets.ADDRESS_BURST - budgets.PROCESS_BURST
+
+    def renewed(user: str) -> User | None:  # the known client's next token, as its own review
+        api.asked.append(user)
+        return ALICE
+
+    assert guard.authenticate("renewed-token", "2001:db8:ffff::2", renewed) == ALICE
+    with pytest.raises(Throttled):  # a stranger waits for the strangers' share to refill
+        guard.authenticate("a-stranger's-token", "2001:db8:fffe::1", renewed)
+    clock.now += 1.0  # PROCESS_PER_SECOND more
+    assert guard.authenticate("a-stranger's-token", "2001:db8:fffe::1", renewed) == ALICE
+
+
+def test_a_known_address_failing_spends_its_own_share_of_the_process() -> None:
+    """The process's bound for known clients holds too: their failures spend it, not the
+    strangers' (whose flood they do not feel)."""
+    guard, api = TokenGuard(Clock()), Api()
+    known = [f"10.1.{i >> 8}.{i & 0xFF}" for i in range(int(budgets.PROCESS_BURST))]
+    for address in known:
+        assert guard.authenticate(GOOD, address, api.review) == ALICE
+    reviews = len(api.asked)
+    for address in known:
+        for n in range(int(budgets.ADDRESS_BURST)):
+            with contextlib.suppress(Throttled):
+                guard.authenticate(f"bad-{address}-{n}", address, api.review)
+    assert len(api.asked) - reviews == budgets.PROCESS_BURST
+    assert guard.authenticate("stranger-bad", "10.2.0.1", api.review) is None, "their own share"
