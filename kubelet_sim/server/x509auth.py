@@ -32,26 +32,21 @@ from pathlib import Path
 from cryptography import x509
 from cryptography.hazmat.primitives.asymmetric import rsa
 from cryptography.x509.oid import ExtendedKeyUsageOID, NameOID
-from cryptography.x509.verification import (
-    Criticality,
-    ExtensionPolicy,
-    PolicyBuilder,
-    Store,
-    VerificationError,
-)
+from cryptography.x509.verification import Criticality, ExtensionPolicy, VerificationError
 
 from kubelet_sim.kube.reviews import User
 from kubelet_sim.logs import get_logger
 from kubelet_sim.server.peer_chain import intermediates_readable, peer_chain
 from kubelet_sim.server.tls import PeerCertificate, file_stamp
+from kubelet_sim.server.x509v1 import NOT_AUTHORIZED, UNKNOWN_AUTHORITY, Chains
 
 MAX_CHAIN = 8  # certificates a client may send, its own included (the verifier's default depth)
 MAX_RSA_BITS = 8192  # Go's crypto/tls refuses larger RSA keys
-UNKNOWN_AUTHORITY = "x509: certificate signed by unknown authority"
 # the verifier's words for what Go's x509 says otherwise (what the kubelet would log)
 _GO_WORDS = {
     "all candidates exhausted with no interior errors": UNKNOWN_AUTHORITY,
     "cert is not valid at validation time": "x509: certificate has expired or is not yet valid",
+    "certificate must be an X509v3 certificate": NOT_AUTHORIZED,  # a v1 CA the verifier met
 }
 _NEVER = float("inf")
 _Found = tuple[PeerCertificate | None, float]  # what a client is, and until when it holds
@@ -87,7 +82,7 @@ class X509Authenticator:
 
     def __init__(self, roots: Sequence[x509.Certificate] = ()) -> None:
         self.roots = list(roots)
-        self._store = Store(self.roots) if roots else None
+        self._chains = Chains(self.roots, _CA_POLICY, _EE_POLICY, MAX_CHAIN - 1) if roots else None
         self._lock = threading.Lock()
         # per connection: (what it is, until when): one verification per keep-alive client
         self._seen: weakref.WeakKeyDictionary[ssl.SSLSocket, _Found] = weakref.WeakKeyDictionary()
@@ -135,25 +130,17 @@ class X509Authenticator:
             return PeerCertificate(
                 None, f"verifying certificate {name} failed: {too_large}"
             ), _NEVER
-        if self._store is None:
+        if self._chains is None:
             return PeerCertificate(
                 None, f"verifying certificate {name} failed: {UNKNOWN_AUTHORITY}"
             ), _NEVER
-        verifier = (
-            PolicyBuilder()
-            .store(self._store)
-            .time(_now())
-            .max_chain_depth(MAX_CHAIN - 1)
-            .extension_policies(ca_policy=_CA_POLICY, ee_policy=_EE_POLICY)
-            .build_client_verifier()
-        )
         try:
-            verified = verifier.verify(leaf, others)
+            chain = self._chains.verify(leaf, others, _now())
         except VerificationError as exc:
             return PeerCertificate(
                 None, f"verifying certificate {name} failed: {_words(exc)}"
             ), _NEVER
-        until = min(c.not_valid_after_utc for c in verified.chain).timestamp()
+        until = min(c.not_valid_after_utc for c in chain).timestamp()
         cn = [str(a.value) for a in leaf.subject.get_attributes_for_oid(NameOID.COMMON_NAME)]
         if not cn or not cn[0]:
             return PeerCertificate(None, ""), until  # no user: not an error, not authenticated
