@@ -8,7 +8,8 @@ only where Go's crypto/x509 (what the kubelet runs) accepts more and Kubernetes'
 certificates rely on it: no authorityKeyIdentifier or subjectAltName needed in a client
 certificate, anyExtendedKeyUsage accepted in one, and a CA without keyUsage (one that has it
 must allow keyCertSign). It stays stricter than Go in what the Web PKI forbids: RSA keys under
-2048 bits, keys other than RSA and P-256/384/521, version 1 certificates.
+2048 bits, keys other than RSA and P-256/384/521. Version 1 certificates, which the verifier
+refuses, are taken where Go takes them: as the client's own and as a client CA (`x509v1`).
 
 The cost a client can make us pay is bounded before any signature is checked: at most
 `MAX_CHAIN` certificates (more are refused unread), RSA keys of at most `MAX_RSA_BITS` (Go's
