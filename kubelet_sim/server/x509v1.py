@@ -34,6 +34,9 @@ UNKNOWN_AUTHORITY = "x509: certificate signed by unknown authority"
 NOT_AUTHORIZED = "x509: certificate is not authorized to sign other certificates"
 TOO_MANY_INTERMEDIATES = "x509: too many intermediates for path length constraint"
 NOT_VALID_NOW = "x509: certificate has expired or is not yet valid"
+# Issuers of a v1 leaf among the certificates a client sends that are verified up to a root:
+# a cross-signed intermediate comes twice; more would only multiply the verifier's work.
+SENT_ISSUERS = 2
 _V1 = x509.Version.v1
 _HASHES = (hashes.SHA256, hashes.SHA384, hashes.SHA512)  # the verifier's: no SHA-1, no MD5
 _CURVES = (ec.SECP256R1, ec.SECP384R1, ec.SECP521R1)
@@ -71,7 +74,9 @@ class Chains:
         if problem:
             raise VerificationError(problem)
         error = VerificationError(UNKNOWN_AUTHORITY)
-        for issuer in _issuers_of(leaf, [*self.roots, *others]):
+        trusted = _issuers_of(leaf, self.roots)
+        sent = [c for c in _issuers_of(leaf, list(others)) if c not in trusted]
+        for issuer in [*trusted, *sent[:SENT_ISSUERS]]:
             if issuer.version is _V1:
                 problem = _problem(issuer, now) if issuer in self._v1_roots else NOT_AUTHORIZED
                 if not problem:

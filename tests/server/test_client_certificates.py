@@ -30,7 +30,7 @@ from cryptography.hazmat.primitives.asymmetric import ec, rsa
 from cryptography.x509.oid import ExtendedKeyUsageOID, NameOID
 from structlog.testing import capture_logs
 
-from kubelet_sim.server import x509auth
+from kubelet_sim.server import x509auth, x509v1
 from kubelet_sim.server.settings import ServerSettings
 from kubelet_sim.server.x509auth import X509Authenticator
 from tests.agent_fixture import start_agent
@@ -388,3 +388,31 @@ def test_a_version_1_client_is_refused_where_go_refuses_it() -> None:
     assert "signed by unknown authority" in authenticator.verify(_der(quinn)).error
     _, rita = leaf("rita", short, version_1=True)
     assert authenticator.verify(_der(rita)).user is not None, "pathlen=0: a leaf below it"
+
+
+def test_a_version_1_client_costs_at_most_two_verifier_runs(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """A v1 leaf's issuer is verified as the end of its own chain, once per issuer the client
+    sends: seven certificates with its issuer's name and key (each verifies the leaf's
+    signature, none chains to the CA) are tried twice at most (a cross-signed intermediate's
+    two ways), not seven times."""
+    runs: list[object] = []
+    real = x509v1.Chains._verifier
+
+    def counted(self: x509v1.Chains, *args: Any) -> Any:
+        runs.append(args)
+        return real(self, *args)
+
+    monkeypatch.setattr(x509v1.Chains, "_verifier", counted)
+    fake = ca("fake-middle")
+    copies = [
+        _builder(fake.name, _name(f"nowhere-{i}"), fake.key.public_key())
+        .add_extension(x509.BasicConstraints(ca=True, path_length=None), critical=True)
+        .sign(ec.generate_private_key(ec.SECP256R1()), hashes.SHA256())
+        for i in range(7)
+    ]
+    _, sam = leaf("sam", fake, version_1=True)
+    found = X509Authenticator([ROOT.cert]).verify(_der(sam), [_der(c) for c in copies])
+    assert found.user is None
+    assert len(runs) == x509v1.SENT_ISSUERS
