@@ -13,6 +13,7 @@ from __future__ import annotations
 import functools
 import posixpath
 import ssl
+import sys
 from collections.abc import Callable
 from pathlib import Path
 from typing import NamedTuple
@@ -100,8 +101,10 @@ class KubeletServer:
             raise ServerError(f"cannot use the serving certificate or client CA: {exc}") from exc
         if self.tls.verified_in_handshake:
             self.log.warning(
-                "client certificates are verified in the TLS handshake (this Python's ssl"
-                " cannot defer it): one from another CA fails the handshake, not 401"
+                "client certificates are verified in the TLS handshake (deferring it needs"
+                " CPython, its ssl on a shared libssl): one from another CA fails the"
+                " handshake, not 401",
+                python=sys.implementation.name,
             )
         # The process's listener: its connection limits and token guard are the process's (one
         # bound on failed TokenReviews per client, not per node).

@@ -3,7 +3,8 @@ Python this package supports.
 
 Python 3.13 reads them (`SSLSocket.get_unverified_chain`); 3.11 and 3.12 have no API for it,
 but OpenSSL keeps them for the connection (`SSL_get_peer_cert_chain`, which on a server leaves
-out the leaf). There they are read through the `SSL *` of CPython's `_ssl._SSLSocket`, whose
+out the leaf). There they are read, on CPython only (`tls.libssl` checks the interpreter
+first), through the `SSL *` of CPython's `_ssl._SSLSocket`, whose
 layout (`PyObject_HEAD`, the socket's weakref, `SSL *ssl`, `PySSLContext *ctx`) is checked at
 each use: the field after `ssl` must be the object's own context, and the `SSL *` must belong
 to that context's `SSL_CTX`. Where a check fails (another layout, a libssl linked statically),

@@ -13,16 +13,20 @@ verifies them per connection with `cryptography`'s path verifier. The client CA 
 again when it changes (`x509auth.ClientCa`), as the kubelet's dynamic CA content.
 
 Reaching the SSL_CTX behind an `ssl.SSLContext` relies on CPython's layout (the pointer is the
-object's first field) and on libssl being loaded as a shared library; both are checked before
-use (the verify mode read through the pointer must follow the one set from Python), and where
-they do not hold the context keeps verifying in the handshake, as before, and says so.
+object's first field) and on `_ssl` reaching libssl as a shared library: the interpreter is
+checked first (on another Python, nothing is read at an object's address), then the rest
+before use (the verify mode read through the pointer must follow the one set from Python),
+and where they do not hold the context keeps verifying in the handshake, as before, and the
+node says so at start.
 """
 
 from __future__ import annotations
 
+import _ssl
 import ctypes
 import functools
 import ssl
+import sys
 import threading
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -47,20 +51,24 @@ _accept_any = _CERT_VERIFY_CALLBACK(_accept)  # kept alive here: OpenSSL holds a
 
 @functools.cache
 def libssl() -> ctypes.CDLL | None:
-    """The libssl this process's `_ssl` uses (already loaded: dlopen returns the same one)."""
-    try:
-        with open("/proc/self/maps") as maps:
-            paths = [line.split()[-1] for line in maps if "libssl.so" in line]
-    except OSError:
+    """The libssl this process's `_ssl` uses, its symbols looked up through `_ssl`'s own
+    shared library (dlopen of a loaded library gives it back; dlsym searches it and the
+    libraries it was linked with), never a path: after an upgrade /proc/self/maps names the
+    old file `(deleted)`, and another library may bring a libssl of its own. None on a Python
+    other than CPython (the pointers read here follow CPython's object layout) or where `_ssl`
+    reaches no such symbols (built in, or libssl linked statically)."""
+    path = getattr(_ssl, "__file__", None)
+    if sys.implementation.name != "cpython" or not path:
         return None
-    if not paths:
-        return None  # _ssl linked statically: no symbols to reach
-    lib = ctypes.CDLL(paths[0])
-    lib.SSL_CTX_get_verify_mode.argtypes = [ctypes.c_void_p]
+    try:
+        lib = ctypes.CDLL(path)
+        lib.SSL_CTX_get_verify_mode.argtypes = [ctypes.c_void_p]
+        lib.SSL_CTX_set_cert_verify_callback.argtypes = [
+            ctypes.c_void_p, _CERT_VERIFY_CALLBACK, ctypes.c_void_p
+        ]  # fmt: skip
+    except (OSError, AttributeError):
+        return None
     lib.SSL_CTX_get_verify_mode.restype = ctypes.c_int
-    lib.SSL_CTX_set_cert_verify_callback.argtypes = [
-        ctypes.c_void_p, _CERT_VERIFY_CALLBACK, ctypes.c_void_p
-    ]  # fmt: skip
     lib.SSL_CTX_set_cert_verify_callback.restype = None
     return lib
 

@@ -8,7 +8,8 @@ only where Go's crypto/x509 (what the kubelet runs) accepts more and Kubernetes'
 certificates rely on it: no authorityKeyIdentifier or subjectAltName needed in a client
 certificate, anyExtendedKeyUsage accepted in one, and a CA without keyUsage (one that has it
 must allow keyCertSign). It stays stricter than Go in what the Web PKI forbids: RSA keys under
-2048 bits, keys other than RSA and P-256/384/521, version 1 certificates.
+2048 bits, keys other than RSA and P-256/384/521. Version 1 certificates, which the verifier
+refuses, are taken where Go takes them: as the client's own and as a client CA (`x509v1`).
 
 The cost a client can make us pay is bounded before any signature is checked: at most
 `MAX_CHAIN` certificates (more are refused unread), RSA keys of at most `MAX_RSA_BITS` (Go's
@@ -38,28 +39,23 @@ from cryptography import x509
 from cryptography.exceptions import UnsupportedAlgorithm
 from cryptography.hazmat.primitives.asymmetric import rsa
 from cryptography.x509.oid import ExtendedKeyUsageOID, NameOID
-from cryptography.x509.verification import (
-    Criticality,
-    ExtensionPolicy,
-    PolicyBuilder,
-    Store,
-    VerificationError,
-)
+from cryptography.x509.verification import Criticality, ExtensionPolicy, VerificationError
 
 from kubelet_sim.kube.reviews import User
 from kubelet_sim.logs import get_logger
 from kubelet_sim.server.budgets import FailureBudget
 from kubelet_sim.server.peer_chain import PeerChain, intermediates_readable, peer_chain
 from kubelet_sim.server.tls import PeerCertificate, file_stamp
+from kubelet_sim.server.x509v1 import NOT_AUTHORIZED, UNKNOWN_AUTHORITY, Chains
 
 MAX_CHAIN = 8  # certificates a client may send, its own included (the verifier's default depth)
 MAX_RSA_BITS = 8192  # Go's crypto/tls refuses larger RSA keys
 MAX_RSA_EXPONENT = 2**31 - 1  # Go's crypto/rsa refuses larger public exponents (each bit costs)
-UNKNOWN_AUTHORITY = "x509: certificate signed by unknown authority"
 # the verifier's words for what Go's x509 says otherwise (what the kubelet would log)
 _GO_WORDS = {
     "all candidates exhausted with no interior errors": UNKNOWN_AUTHORITY,
     "cert is not valid at validation time": "x509: certificate has expired or is not yet valid",
+    "certificate must be an X509v3 certificate": NOT_AUTHORIZED,  # a v1 CA the verifier met
 }
 _NEVER = float("inf")
 _Found = tuple[PeerCertificate | None, float]  # what a client is, and until when it holds
@@ -95,7 +91,7 @@ class X509Authenticator:
 
     def __init__(self, roots: Sequence[x509.Certificate] = ()) -> None:
         self.roots = list(roots)
-        self._store = Store(self.roots) if roots else None
+        self._chains = Chains(self.roots, _CA_POLICY, _EE_POLICY, MAX_CHAIN - 1) if roots else None
         self._lock = threading.Lock()
         # per connection: (what it is, until when): one verification per keep-alive client
         self._seen: weakref.WeakKeyDictionary[ssl.SSLSocket, _Found] = weakref.WeakKeyDictionary()
@@ -153,25 +149,17 @@ class X509Authenticator:
             return PeerCertificate(
                 None, f"verifying certificate {name} failed: {too_large}"
             ), _NEVER
-        if self._store is None:
+        if self._chains is None:
             return PeerCertificate(
                 None, f"verifying certificate {name} failed: {UNKNOWN_AUTHORITY}"
             ), _NEVER
-        verifier = (
-            PolicyBuilder()
-            .store(self._store)
-            .time(_now())
-            .max_chain_depth(MAX_CHAIN - 1)
-            .extension_policies(ca_policy=_CA_POLICY, ee_policy=_EE_POLICY)
-            .build_client_verifier()
-        )
         try:
-            verified = verifier.verify(leaf, others)
+            chain = self._chains.verify(leaf, others, _now())
         except VerificationError as exc:
             return PeerCertificate(
                 None, f"verifying certificate {name} failed: {_words(exc)}"
             ), _NEVER
-        until = min(c.not_valid_after_utc for c in verified.chain).timestamp()
+        until = min(c.not_valid_after_utc for c in chain).timestamp()
         cn = [str(a.value) for a in leaf.subject.get_attributes_for_oid(NameOID.COMMON_NAME)]
         if not cn or not cn[0]:
             return PeerCertificate(None, ""), until  # no user: not an error, not authenticated

@@ -30,7 +30,7 @@ from cryptography.hazmat.primitives.asymmetric import ec, rsa
 from cryptography.x509.oid import ExtendedKeyUsageOID, NameOID
 from structlog.testing import capture_logs
 
-from kubelet_sim.server import budgets, x509auth
+from kubelet_sim.server import budgets, x509auth, x509v1
 from kubelet_sim.server.settings import ServerSettings
 from kubelet_sim.server.x509auth import X509Authenticator
 from tests.agent_fixture import start_agent
@@ -41,6 +41,8 @@ from tests.kubelet_api import admin_token
 __all__ = ["admin_token"]  # the fixture
 
 SHA256_RSA = bytes.fromhex("300d06092a864886f70d01010b0500")  # its AlgorithmIdentifier
+ECDSA_SHA256 = bytes.fromhex("300a06082a8648ce3d040302")  # its AlgorithmIdentifier
+VERSION_3 = bytes.fromhex("a003020102")  # a TBSCertificate's version field: [0] INTEGER 2
 
 
 @dataclass
@@ -68,16 +70,36 @@ def _builder(subject: x509.Name, issuer: x509.Name, public_key: Any) -> x509.Cer
     )
 
 
+def _version_1(builder: x509.CertificateBuilder, signer: Any) -> x509.Certificate:
+    """The certificate `builder` (no extensions) makes, as X.509 v1: its TBS without the
+    version field, signed again (CertificateBuilder makes only version 3)."""
+    tbs = builder.sign(signer, hashes.SHA256()).tbs_certificate_bytes
+    header = 2 + (tbs[1] & 0x7F if tbs[1] & 0x80 else 0)
+    assert tbs[header : header + len(VERSION_3)] == VERSION_3
+    tbs = _tlv(0x30, tbs[header + len(VERSION_3) :])
+    signature = signer.sign(tbs, ec.ECDSA(hashes.SHA256()))
+    cert = x509.load_der_x509_certificate(
+        _tlv(0x30, tbs + ECDSA_SHA256 + _tlv(0x03, b"\0" + signature))
+    )
+    assert cert.version is x509.Version.v1
+    return cert
+
+
 def ca(
     cn: str,
     parent: Issuer | None = None,
     *,
     path_length: int | None = None,
     usages: list[x509.ObjectIdentifier] | None = None,
+    version_1: bool = False,
 ) -> Issuer:
-    """A CA (a root, or an intermediate under `parent`), as kubeadm's: keyCertSign usage."""
+    """A CA (a root, or an intermediate under `parent`), as kubeadm's: keyCertSign usage; or
+    as X.509 v1, with no extensions at all (what `openssl x509 -req` makes without -extfile)."""
     key = ec.generate_private_key(ec.SECP256R1())
     signer = parent or Issuer(key, _name(cn), None)  # type: ignore[arg-type]
+    if version_1:
+        builder = _builder(_name(cn), signer.name, key.public_key())
+        return Issuer(key, _name(cn), _version_1(builder, signer.key))
     builder = _builder(_name(cn), signer.name, key.public_key()).add_extension(
         x509.BasicConstraints(ca=True, path_length=path_length), critical=True
     )
@@ -89,8 +111,11 @@ def ca(
     return Issuer(key, _name(cn), builder.sign(signer.key, hashes.SHA256()))
 
 
-def leaf(user: str, issuer: Issuer) -> tuple[Any, x509.Certificate]:
+def leaf(user: str, issuer: Issuer, *, version_1: bool = False) -> tuple[Any, x509.Certificate]:
     key = ec.generate_private_key(ec.SECP256R1())
+    if version_1:
+        builder = _builder(_name(user, "system:masters"), issuer.name, key.public_key())
+        return key, _version_1(builder, issuer.key)
     cert = (
         _builder(_name(user, "system:masters"), issuer.name, key.public_key())
         .add_extension(x509.ExtendedKeyUsage([ExtendedKeyUsageOID.CLIENT_AUTH]), critical=False)
@@ -214,8 +239,10 @@ def _decoys(count: int, issuer_name: x509.Name) -> list[x509.Certificate]:
 
 
 def _tlv(tag: int, body: bytes) -> bytes:
+    """A DER element (its length in the fewest bytes, as DER requires)."""
     size = len(body)
-    length = bytes([size]) if size < 0x80 else bytes([0x80 | 2]) + size.to_bytes(2, "big")
+    octets = size.to_bytes((size.bit_length() + 7) // 8, "big")
+    length = bytes([size]) if size < 0x80 else bytes([0x80 | len(octets)]) + octets
     return bytes([tag]) + length + body
 
 
@@ -411,3 +438,90 @@ def test_failed_certificate_checks_are_bounded_per_address(trusting: TrustingNod
     assert len(checks) <= budgets.ADDRESS_BURST + budgets.ADDRESS_PER_SECOND * elapsed + 1
     key, quinn = leaf("quinn", ROOT)
     assert status(trusting.port, write_client(trusting.dir, "quinn", key, quinn)) == 200
+
+
+def test_version_1_certificates_are_taken_where_go_takes_them(trusting: TrustingNode) -> None:
+    """X.509 v1 certificates (no extensions), as Go's crypto/x509 Verify takes them (issue 41,
+    deliverable 3): a v1 client certificate under the client CA gets in, signed by the CA
+    itself or by a v3 intermediate the client sends; a v1 CA in the client CA file vouches
+    for its clients; a v1 intermediate vouches for no one (Go: no basicConstraints, so not a
+    CA), and the log says so in Go's words."""
+    port, directory = trusting.port, trusting.dir
+    key, jack = leaf("jack", ROOT, version_1=True)
+    assert status(port, write_client(directory, "jack", key, jack)) == 200, "v1, under the CA"
+    middle = ca("middle-v3", ROOT)
+    key, kim = leaf("kim", middle, version_1=True)
+    assert status(port, write_client(directory, "kim", key, kim, middle.cert)) == 200
+    old_middle = ca("middle-v1", ROOT, version_1=True)
+    key, lou = leaf("lou", old_middle)
+    under_v1 = write_client(directory, "lou", key, lou, old_middle.cert)
+    with capture_logs() as logs:
+        assert status(port, under_v1) == 401, "a v1 intermediate"
+    (said,) = [e for e in logs if e["event"] == "client certificate not accepted"]
+    assert "not authorized to sign other certificates" in said["error"], said
+
+    old_root = ca("old-root", version_1=True)
+    trusting.ca_file.write_bytes(_pem(ROOT.cert, old_root.cert))
+    key, max_ = leaf("max", old_root)
+    key_v1, nina = leaf("nina", old_root, version_1=True)
+    v3_client = write_client(directory, "max", key, max_)
+    wait_for(lambda: status(port, v3_client) == 200, 10, "a v3 client of the v1 CA trusted")
+    assert status(port, write_client(directory, "nina", key_v1, nina)) == 200, "v1 under v1"
+
+
+def test_a_version_1_client_is_refused_where_go_refuses_it() -> None:
+    """What Go refuses of a v1 client certificate stays refused: out of its validity, under
+    an intermediate a `pathlen=0` CA forbids (Go counts it; the verifier, given the
+    intermediate as the end of the chain, would not), or signed by a key no CA holds."""
+    short = ca("short-root-v1", path_length=0)
+    authenticator = X509Authenticator([ROOT.cert, short.cert])
+    key = ec.generate_private_key(ec.SECP256R1())
+    past = datetime.datetime.now(datetime.UTC) - datetime.timedelta(days=2)
+    expired = (
+        x509.CertificateBuilder()
+        .subject_name(_name("olga", "system:masters"))
+        .issuer_name(ROOT.name)
+        .public_key(key.public_key())
+        .serial_number(x509.random_serial_number())
+        .not_valid_before(past)
+        .not_valid_after(past + datetime.timedelta(days=1))
+    )
+    found = authenticator.verify(_der(_version_1(expired, ROOT.key)))
+    assert "x509: certificate has expired or is not yet valid" in found.error, found
+    below = ca("below-short-v3", short)
+    _, paul = leaf("paul", below, version_1=True)
+    found = authenticator.verify(_der(paul), [_der(below.cert)])
+    assert "too many intermediates" in found.error, found
+    rogue = Issuer(ec.generate_private_key(ec.SECP256R1()), ROOT.name, ROOT.cert)
+    _, quinn = leaf("quinn", rogue, version_1=True)
+    assert "signed by unknown authority" in authenticator.verify(_der(quinn)).error
+    _, rita = leaf("rita", short, version_1=True)
+    assert authenticator.verify(_der(rita)).user is not None, "pathlen=0: a leaf below it"
+
+
+def test_a_version_1_client_costs_at_most_two_verifier_runs(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """A v1 leaf's issuer is verified as the end of its own chain, once per issuer the client
+    sends: seven certificates with its issuer's name and key (each verifies the leaf's
+    signature, none chains to the CA) are tried twice at most (a cross-signed intermediate's
+    two ways), not seven times."""
+    runs: list[object] = []
+    real = x509v1.Chains._verifier
+
+    def counted(self: x509v1.Chains, *args: Any) -> Any:
+        runs.append(args)
+        return real(self, *args)
+
+    monkeypatch.setattr(x509v1.Chains, "_verifier", counted)
+    fake = ca("fake-middle")
+    copies = [
+        _builder(fake.name, _name(f"nowhere-{i}"), fake.key.public_key())
+        .add_extension(x509.BasicConstraints(ca=True, path_length=None), critical=True)
+        .sign(ec.generate_private_key(ec.SECP256R1()), hashes.SHA256())
+        for i in range(7)
+    ]
+    _, sam = leaf("sam", fake, version_1=True)
+    found = X509Authenticator([ROOT.cert]).verify(_der(sam), [_der(c) for c in copies])
+    assert found.user is None
+    assert len(runs) == x509v1.SENT_ISSUERS

@@ -3,12 +3,16 @@ follows it when it changes."""
 
 from __future__ import annotations
 
+import ctypes
 import ssl
+import sys
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
 
 from kubelet_sim.controlplane.pki import CertificateAuthority
+from kubelet_sim.server import peer_chain
 from kubelet_sim.server import tls as tls_module
 from kubelet_sim.server.certs import self_signed
 from kubelet_sim.server.tls import ServingTls
@@ -57,3 +61,34 @@ def test_where_the_handshake_verifies_a_changed_ca_file_makes_a_new_context(
     assert second.verify_mode == ssl.CERT_OPTIONAL
     ca_file.write_text("not a certificate any more, and longer than the one before\n")
     assert tls.context() is second
+
+
+@pytest.fixture
+def fresh_lookups() -> Iterator[None]:
+    """The libssl lookups are made once per process: made again for a test, and after it."""
+    caches = (tls_module.libssl, tls_module._deferred_check_works, peer_chain._openssl_functions)
+    for cache in caches:
+        cache.cache_clear()
+    yield
+    for cache in caches:
+        cache.cache_clear()
+
+
+@pytest.mark.usefixtures("fresh_lookups")
+def test_on_another_python_than_cpython_nothing_is_read_at_an_address(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Deferring the check and reading a client's intermediates read pointers laid out as
+    CPython lays out its objects (issue 41, deliverable 11). On another Python (PyPy's id()
+    is no address) the start checks the interpreter first and reads nothing: the handshake
+    verifies, and only the client's own certificate is read."""
+    monkeypatch.setattr(sys.implementation, "name", "pypy")
+
+    def no_reads(*_args: object) -> None:
+        raise AssertionError("memory read at an object's address")
+
+    monkeypatch.setattr(ctypes.c_void_p, "from_address", no_reads)
+    ca_file = tmp_path / "ca.crt"
+    ca_file.write_bytes(CertificateAuthority(tmp_path / "a", "a").pair.cert.read_bytes())
+    assert ServingTls(_no_files, str(ca_file)).verified_in_handshake
+    assert hasattr(ssl.SSLSocket, "get_unverified_chain") or not peer_chain.intermediates_readable()
