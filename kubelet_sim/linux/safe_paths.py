@@ -4,6 +4,7 @@ file names) must never reach outside the directory they are joined to."""
 from __future__ import annotations
 
 import os
+import stat
 import subprocess
 from pathlib import Path
 
@@ -26,6 +27,30 @@ def resolve_within(base: Path, path: Path, what: str = "path") -> Path:
     if resolved != base and base not in resolved.parents:
         raise UnsafePath(f"{what} {str(resolved)!r} not within {str(base)!r}")
     return resolved.relative_to(base)
+
+
+def open_to_others(st: os.stat_result) -> str | None:
+    """Why a user other than this process's (or root) could change the file or directory
+    `st` describes: another owner, or a group- or world-writable mode. None if nobody can."""
+    if st.st_uid not in (0, os.geteuid()):
+        return f"owned by uid {st.st_uid}"
+    if st.st_mode & (stat.S_IWGRP | stat.S_IWOTH):
+        return f"writable by group or others (mode {stat.S_IMODE(st.st_mode):o})"
+    return None
+
+
+def others_may_change(path: Path) -> str | None:
+    """Why another user could change what `path` holds (a file, or a directory's entries):
+    `path` itself, then each directory above it, where the sticky bit (as /tmp has it) is
+    enough, since others may then rename nothing of ours. None when nobody else can."""
+    resolved = Path(os.path.realpath(path))
+    for at in (resolved, *resolved.parents):
+        st = os.stat(at)
+        why = open_to_others(st)
+        sticky = st.st_mode & stat.S_ISVTX and st.st_uid in (0, os.geteuid())
+        if why is not None and (at == resolved or not sticky):
+            return f"{at} is {why}"
+    return None
 
 
 def bind_target_problem(path: str) -> str | None:
