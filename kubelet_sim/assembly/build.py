@@ -195,6 +195,7 @@ def build_node(
             pods.pod_manifest_path,
             name,
             MirrorPodApi(kube.api),
+            events=events,
             on_pod=intake.on_static_pod,
             wake=wake,
             node=lambda: node.node_object,

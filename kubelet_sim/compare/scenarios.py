@@ -31,8 +31,7 @@ from importlib import resources
 from pathlib import Path
 from typing import Any
 
-import yaml
-
+from kubelet_sim.formats import yaml_text
 from kubelet_sim.formats.jsontypes import Json
 
 PREFIX = "compare.kubelet-sim.io/"
@@ -97,11 +96,13 @@ def _number(value: str, what: str, source: str) -> float:
 def parse_scenario(text: str, source: str) -> Scenario:
     """A scenario from a file's text (YAML or JSON, one Pod and maybe ConfigMaps/Secrets)."""
     try:
-        documents = [doc for doc in yaml.safe_load_all(text) if doc is not None]
-    except yaml.YAMLError as exc:
-        raise ScenarioError(f"{source}: not YAML or JSON: {exc}") from None
-    if not all(isinstance(doc, dict) for doc in documents):
-        raise ScenarioError(f"{source}: every document must be an object")
+        documents = [doc for doc in yaml_text.load_all(text) if doc is not None]
+    except yaml_text.YAMLError as exc:
+        raise ScenarioError(f"{source}: not YAML or JSON: {yaml_text.error_line(exc)}") from None
+    except RecursionError:
+        raise ScenarioError(f"{source}: not YAML or JSON: nested too deeply") from None
+    for doc in documents:
+        _check_shape(doc, source)
     pods = [doc for doc in documents if doc.get("kind", "Pod") == "Pod"]
     if len(pods) != 1:
         raise ScenarioError(f"{source}: needs exactly one Pod, found {len(pods)}")
@@ -156,6 +157,27 @@ def parse_scenario(text: str, source: str) -> Scenario:
     )
 
 
+def _check_shape(doc: object, source: str) -> None:
+    """Each document an object whose metadata, annotations and spec are of the types the API
+    takes, so that a malformed file is one line of error, never a traceback."""
+    if not isinstance(doc, dict):
+        raise ScenarioError(f"{source}: every document must be an object")
+    for key in ("metadata", "spec"):
+        if not isinstance(doc.get(key) or {}, dict):
+            raise ScenarioError(f"{source}: {key} must be an object")
+    meta = doc.get("metadata") or {}
+    if not isinstance(meta.get("name") or "", str):
+        raise ScenarioError(f"{source}: metadata.name must be a string")
+    annotations = meta.get("annotations") or {}
+    if not isinstance(annotations, dict) or not all(
+        isinstance(v, str | int | float) for v in annotations.values()
+    ):
+        raise ScenarioError(f"{source}: metadata.annotations must map names to strings")
+    containers = (doc.get("spec") or {}).get("containers") or []
+    if not isinstance(containers, list) or not all(isinstance(c, dict) for c in containers):
+        raise ScenarioError(f"{source}: spec.containers must be a list of objects")
+
+
 def _when(ours: dict[str, str], key: str, source: str) -> float | str | None:
     """Seconds after the pod's creation, `Running`, or None where the annotation is absent."""
     if key not in ours:
@@ -202,6 +224,8 @@ def load_scenario_file(path: str | Path) -> Scenario:
         text = Path(path).read_text()
     except OSError as exc:
         raise ScenarioError(f"cannot read scenario {path}: {exc.strerror or exc}") from None
+    except UnicodeDecodeError:
+        raise ScenarioError(f"cannot read scenario {path}: not UTF-8 text") from None
     return parse_scenario(text, str(path))
 
 

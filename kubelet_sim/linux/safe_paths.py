@@ -54,6 +54,30 @@ def open_nofollow(path: Path, flags: int, mode: int = 0o600) -> int:
     return os.open(path, flags | os.O_NOFOLLOW | os.O_CLOEXEC, mode)
 
 
+def open_to_others(st: os.stat_result) -> str | None:
+    """Why a user other than this process's (or root) could change the file or directory
+    `st` describes: another owner, or a group- or world-writable mode. None if nobody can."""
+    if st.st_uid not in (0, os.geteuid()):
+        return f"owned by uid {st.st_uid}"
+    if st.st_mode & (stat.S_IWGRP | stat.S_IWOTH):
+        return f"writable by group or others (mode {stat.S_IMODE(st.st_mode):o})"
+    return None
+
+
+def others_may_change(path: Path) -> str | None:
+    """Why another user could change what `path` holds (a file, or a directory's entries):
+    `path` itself, then each directory above it, where the sticky bit (as /tmp has it) is
+    enough, since others may then rename nothing of ours. None when nobody else can."""
+    resolved = Path(os.path.realpath(path))
+    for at in (resolved, *resolved.parents):
+        st = os.stat(at)
+        why = open_to_others(st)
+        sticky = st.st_mode & stat.S_ISVTX and st.st_uid in (0, os.geteuid())
+        if why is not None and (at == resolved or not sticky):
+            return f"{at} is {why}"
+    return None
+
+
 def bind_target_problem(path: str) -> str | None:
     """Why `path` cannot be a bind target inside a container: Docker reads a `:` in a bind as
     the start of its options, so a mountPath with one could make a mount read-write or shared."""

@@ -149,9 +149,9 @@ def admit_in_order(
 
     `undecided` comes in the order the node saw the pods (the sort is stable, so pods created in
     the same second keep it); `admitted` are the pods admitted earlier that still run or are
-    being stopped. Pods in `already_here` (their containers or status show that an earlier run of
-    the agent admitted them) are admitted first and without checks: a restart with a smaller
-    node never kills what runs.
+    being stopped. Pods in `already_here` (this node's own containers show that an earlier run
+    of the agent admitted them; never the pod's status, which others may write) are admitted
+    first and without checks: a restart with a smaller node never kills what runs.
     """
     active = list(admitted)
     decisions: dict[str, Rejection | None] = {}

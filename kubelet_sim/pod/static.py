@@ -17,6 +17,7 @@ from collections.abc import Mapping
 from datetime import UTC, datetime
 
 from kubelet_sim.formats.jsontypes import Json
+from kubelet_sim.validation import is_dns1123_subdomain
 
 CONFIG_SOURCE = "kubernetes.io/config.source"
 CONFIG_HASH = "kubernetes.io/config.hash"
@@ -60,7 +61,9 @@ def seen_timestamp(now: datetime) -> str:
 
 def validate_manifest(manifest: object) -> Json:
     """The manifest if it is a v1 Pod the kubelet would decode and run; ManifestError if not
-    (tryDecodeSinglePod: a Pod, with a name and containers that have a name and an image)."""
+    (tryDecodeSinglePod: a Pod, with a name and containers that have a name and an image, each
+    field of the type the API's decoder wants). Each manifest is checked on its own, before
+    it becomes a pod: a bad one is skipped and never stops the others."""
     if not isinstance(manifest, dict):
         raise ManifestError("the manifest is not an object")
     kind, version = manifest.get("kind"), manifest.get("apiVersion")
@@ -69,14 +72,43 @@ def validate_manifest(manifest: object) -> Json:
     meta = manifest.get("metadata")
     if not isinstance(meta, dict) or not isinstance(meta.get("name"), str) or not meta["name"]:
         raise ManifestError("metadata.name is required")
+    _check_metadata(meta)
     spec = manifest.get("spec")
     containers = spec.get("containers") if isinstance(spec, dict) else None
-    if not isinstance(containers, list) or not containers:
+    if not isinstance(spec, dict) or not isinstance(containers, list) or not containers:
         raise ManifestError("spec.containers is required")
     for c in containers:
-        if not isinstance(c, dict) or not c.get("name") or not c.get("image"):
+        if not isinstance(c, dict) or not _is_text(c.get("name")) or not _is_text(c.get("image")):
             raise ManifestError("every container needs a name and an image")
+    tolerations = spec.get("tolerations")
+    if tolerations is not None and not (
+        isinstance(tolerations, list) and all(isinstance(t, dict) for t in tolerations)
+    ):
+        raise ManifestError("spec.tolerations must be a list of objects")
     return manifest
+
+
+def _is_text(value: object) -> bool:
+    return isinstance(value, str) and bool(value)
+
+
+def _check_metadata(meta: Json) -> None:
+    """The metadata a static pod is made from: names the API would take (DNS-1123), a UID that
+    is text, labels and annotations that are maps of text to text."""
+    for key in ("name", "namespace"):
+        value = meta.get(key)
+        if value not in (None, "") and not (isinstance(value, str) and is_dns1123_subdomain(value)):
+            raise ManifestError(f"metadata.{key} must be a DNS-1123 subdomain")
+    if "uid" in meta and not isinstance(meta["uid"], str):
+        raise ManifestError("metadata.uid must be a string")
+    for key in ("labels", "annotations"):
+        texts = meta.get(key)
+        if texts is None:
+            continue
+        if not isinstance(texts, dict) or not all(
+            isinstance(k, str) and isinstance(v, str) for k, v in texts.items()
+        ):
+            raise ManifestError(f"metadata.{key} must be a map of strings to strings")
 
 
 def static_pod(manifest: Json, node_name: str, source: str, seen: str) -> Json:

@@ -79,5 +79,7 @@ class PodAdmitter:
         return view.api_phase not in TERMINAL or self._has_running(view.uid)
 
     def _admitted_before(self, view: PodView) -> bool:
-        """An earlier run of the agent admitted it: its containers are here or it has a status."""
-        return self._has_containers(view.uid) or bool(view.status.get("startTime"))
+        """An earlier run of the agent admitted it: this node's own containers of it are here.
+        Never the pod's status: whoever may write pods/status could set a startTime and pass
+        the host-access gate unchecked."""
+        return self._has_containers(view.uid)

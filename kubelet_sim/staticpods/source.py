@@ -24,21 +24,23 @@ from pathlib import Path
 
 from kubelet_sim.formats.durations import grace_seconds
 from kubelet_sim.formats.jsontypes import Json
+from kubelet_sim.kube.events import WARNING, EventRecorder, EventRef
 from kubelet_sim.kube.pod_api import MirrorPodApi
 from kubelet_sim.kube.rest import ApiError, resource_version
 from kubelet_sim.logs import get_logger
 from kubelet_sim.loops.timers import Periodic, Timers
 from kubelet_sim.pod.static import (
     CONFIG_SEEN,
+    FILE_SOURCE,
     full_name,
     mirror_hash,
     mirror_pod,
     seen_timestamp,
-    static_pod,
 )
 from kubelet_sim.staticpods.manifests import ManifestReader
 
 POLL_SECONDS = 1.0
+FAILED_VALIDATION = "FailedValidation"  # the kubelet's events.FailedValidation
 FullName = tuple[str, str]  # namespace, name
 
 
@@ -57,6 +59,7 @@ class StaticPods:
         node_name: str,
         api: MirrorPodApi,
         *,
+        events: EventRecorder,
         on_pod: Callable[[str, Json | None], None],
         wake: Callable[[str], None],
         node: Callable[[], Json | None],
@@ -67,6 +70,8 @@ class StaticPods:
         self.path = path
         self.node_name = node_name
         self._api = api
+        self._events = events
+        self._duplicates: set[str] = set()  # uids ignored for another's name, already told
         self._on_pod = on_pod
         self._wake_pod = wake
         self._node = node
@@ -159,28 +164,48 @@ class StaticPods:
 
     def sync_files(self) -> None:
         """Read the manifests; start, stop and replace static pods to match them."""
+        manifests = self._reader.read()
+        if manifests is None:  # the path is not to be trusted now: what runs is kept
+            return
         wanted: dict[str, Json] = {}
         names: set[FullName] = set()
+        duplicates: set[str] = set()
         now = seen_timestamp(datetime.now(UTC))
-        for manifest in self._reader.read():
-            assert manifest.manifest is not None
-            pod = static_pod(manifest.manifest, self.node_name, manifest.path, now)
-            uid = pod["metadata"]["uid"]
+        for manifest in manifests:
+            assert manifest.pod is not None
+            uid = manifest.pod["metadata"]["uid"]
             with self._lock:
                 seen = self._seen.get(uid)
-            if seen is not None:  # the first read's time, kept while the pod is known
-                pod["metadata"]["annotations"][CONFIG_SEEN] = seen
+            # the first read's time, kept while the pod is known
+            pod = manifest.pod_seen(seen if seen is not None else now)
             key = full_name(pod)
             if key in names:  # the kubelet's filterInvalidPods: the first file wins
-                self.log.warning(
-                    "static pod ignored: another manifest has its name",
-                    pod="/".join(key),
-                    path=manifest.path,
-                )
+                duplicates.add(uid)
+                if uid not in self._duplicates:
+                    self._tell_duplicate(pod, manifest.path)
                 continue
             names.add(key)
             wanted[uid] = pod
+        self._duplicates = duplicates
         self._apply(wanted)
+
+    def _tell_duplicate(self, pod: Json, path: str) -> None:
+        """filterInvalidPods' log line and FailedValidation event, once per ignored version
+        (the kubelet repeats them on each read; its recorder counts them)."""
+        namespace, name = full_name(pod)
+        uid = pod["metadata"]["uid"]
+        self.log.warning(
+            "static pod ignored: another manifest has its name",
+            pod=f"{namespace}/{name}",
+            path=path,
+        )
+        self._events.event(
+            EventRef(namespace, name, uid),
+            WARNING,
+            FAILED_VALIDATION,
+            f"Error validating pod {name}_{namespace}({uid}) from {FILE_SOURCE} due to"
+            f' duplicate pod name "{name}", ignoring',
+        )
 
     def _apply(self, wanted: dict[str, Json]) -> None:
         started: list[tuple[str, Json]] = []

@@ -205,6 +205,17 @@ def test_a_bad_scenario_or_node_is_refused_with_one_line(cluster: Cluster, tmp_p
         "--scenario", str(bad),
     ).finish(30)  # fmt: skip
     assert code == 2
+    malformed = tmp_path / "malformed.yaml"  # annotations that are a list: no traceback
+    malformed.write_text("kind: Pod\nmetadata: {name: p, annotations: [x]}\nspec: {}\n")
+    told = Command(
+        "--node", "a", "--reference-node", "b", "--kubeconfig", cluster.kubeconfig,
+        "--scenario", str(malformed),
+    )  # fmt: skip
+    code, _ = told.finish(30)
+    assert code == 2
+    assert [line for line in told.err if line.strip()] == [
+        f"kubelet-sim: error: {malformed}: metadata.annotations must map names to strings\n"
+    ]
     missing = Command(
         "--node", f"{cluster.node_name}-none", "--reference-node", "b",
         "--kubeconfig", cluster.kubeconfig, "--scenario", "exit-0-never",

@@ -15,7 +15,15 @@ from kubelet_sim import cri
 from tests.agent_fixture import RunningAgent, start_agent
 from tests.cluster import Cluster, wait_for
 from tests.docker_env import DockerEnv
-from tests.pods import container, container_status, get_pod, pod_containers, running_ready
+from tests.pods import (
+    container,
+    container_status,
+    event_messages,
+    get_pod,
+    kubelet_events,
+    pod_containers,
+    running_ready,
+)
 
 pytestmark = pytest.mark.docker
 
@@ -78,6 +86,7 @@ def static_node(cluster: Cluster, docker_env: DockerEnv, tmp_path: Path) -> Iter
     cluster.require_node_credentials()  # mirror pods are made as the node (NodeRestriction)
     manifests = tmp_path / "manifests"
     manifests.mkdir()
+    manifests.chmod(0o755)  # only its owner may write it, whatever the umask: else not read
     running = start_agent(cluster, docker_env, tmp_path / "root", pod_manifest_path=manifests)
     yield StaticNode(running, manifests, cluster, docker_env)
     if running.thread.is_alive():
@@ -117,6 +126,32 @@ def test_a_manifest_runs_with_a_mirror_pod_owned_by_the_node(static_node: Static
     assert static_uid in uids
     assert meta["uid"] not in uids
     assert container_status(mirror["status"])["containerID"] == f"docker://{app.id}"
+
+
+def test_a_bad_manifest_is_told_and_stops_no_other_static_pod(static_node: StaticNode) -> None:
+    """`annotations: [x]` in one manifest once stopped every static pod of the node from
+    updating: it is logged and skipped, the others run; a second manifest of a name already
+    taken gets the kubelet's FailedValidation event."""
+    cluster = static_node.cluster
+    bad = static_node.manifests / "bad.yaml"
+    bad.write_text(
+        "apiVersion: v1\nkind: Pod\nmetadata: {name: bad, annotations: [x]}\n"
+        "spec: {containers: [{name: c, image: busybox}]}\n"
+    )
+    static_node.write("web")
+    first = static_node.running_mirror("web")
+    twin = static_node.manifests / "zz-twin.json"  # after web.yaml: web.yaml wins
+    body = json.loads((static_node.manifests / "web.yaml").read_text())
+    body["spec"]["restartPolicy"] = "Never"
+    twin.write_text(json.dumps(body))
+    name = static_node.mirror_name("web")
+    wait_for(lambda: event_messages(cluster, name, "FailedValidation"), 20, "FailedValidation told")
+    (told,) = [e for e in kubelet_events(cluster, name) if e.reason == "FailedValidation"]
+    assert told.type == "Warning"
+    assert told.message.endswith(f'from file due to duplicate pod name "{name}", ignoring')
+    static_node.write("web", restartPolicy="OnFailure")  # an update still goes through
+    static_node.running_mirror("web", not_hash=first["metadata"]["annotations"][MIRROR])
+    assert get_pod(cluster, f"bad-{cluster.node_name}") is None
 
 
 def test_a_changed_manifest_replaces_the_pod_and_its_mirror(static_node: StaticNode) -> None:
@@ -228,6 +263,7 @@ def test_nodes_of_one_process_run_the_manifests_and_a_restart_adopts_them(
 
     manifests = tmp_path / "manifests"
     manifests.mkdir()
+    manifests.chmod(0o755)  # only its owner may write it, whatever the umask: else not read
     names = [f"{cluster.node_name}-a", f"{cluster.node_name}-b"]
     body = {
         "apiVersion": "v1",

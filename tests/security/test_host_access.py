@@ -25,7 +25,6 @@ from tests.pods import (
     pod_containers,
     running_ready,
     status_of,
-    wait_for_events,
     wait_status,
 )
 
@@ -295,23 +294,61 @@ def test_with_allow_privileged_ephemeral_containers_reach_docker_as_asked(
         running.stop()
 
 
-def test_the_gate_holds_where_init_and_app_containers_are_created(
+def test_a_status_that_says_started_is_no_admission(
     cluster: Cluster, docker_env: DockerEnv, tmp_path: Path
 ) -> None:
-    """Pods an earlier run of the agent admitted (they have a startTime) are admitted again
-    without checks, as after a restart without --allow-privileged: a privileged init container
-    and a SYS_ADMIN app container are still refused where they would be created."""
-    init = container("i", ["true"], securityContext={"privileged": True})
-    admin = container("c", securityContext={"capabilities": {"add": ["SYS_ADMIN"]}})
-    uids = {
-        "init-before": make_pod(cluster, "init-before", initContainers=[init]),
-        "app-before": make_pod(cluster, "app-before", admin),
+    """Whoever may write pods/status can set a startTime; a pod that claims so is still
+    checked at admission (hostPath, hostPID, hostNetwork), as it has no container here."""
+    mounts = [{"name": "host", "mountPath": "/host", "readOnly": True}]
+    pods = {
+        "claims-path": make_pod(
+            cluster, "claims-path", container(volumeMounts=mounts), volumes=HOST_PATH
+        ),
+        "claims-pid": make_pod(cluster, "claims-pid", hostPID=True),
+        "claims-net": make_pod(cluster, "claims-net", hostNetwork=True),
     }
-    for name in uids:
-        started = {"status": {"startTime": "2024-01-01T00:00:00Z"}}
+    started = {"status": {"startTime": "2024-01-01T00:00:00Z"}}
+    for name in pods:
         cluster.core.patch_namespaced_pod_status(
             name, cluster.namespace, started, _content_type=STRATEGIC
         )
+    running = start_agent(cluster, docker_env, tmp_path / "root")
+    try:
+        for name, pod in pods.items():
+            st = wait_status(cluster, name, lambda s: s.get("phase") == "Failed", 20, "refused")
+            assert st["reason"] == "Forbidden", name
+            assert not pod_containers(docker_env, pod["metadata"]["uid"]), name
+    finally:
+        running.stop()
+
+
+def test_the_gate_holds_where_init_and_app_containers_are_created(
+    cluster: Cluster, docker_env: DockerEnv, tmp_path: Path
+) -> None:
+    """Pods an earlier run of the agent admitted (with --allow-privileged: their sandbox is on
+    the node, their containers wait for an image that is not there) are admitted again
+    without checks after a restart without it: a privileged init container and a SYS_ADMIN
+    app container are still refused where they would be created."""
+    absent = {"image": "kubelet-sim.local/absent:1", "imagePullPolicy": "Never"}
+    init = container("i", ["true"], securityContext={"privileged": True}, **absent)
+    admin = container("c", securityContext={"capabilities": {"add": ["SYS_ADMIN"]}}, **absent)
+    first = start_agent(cluster, docker_env, tmp_path / "root", allow_privileged=True)
+    try:
+        uids = {
+            "init-before": make_pod(cluster, "init-before", initContainers=[init]),
+            "app-before": make_pod(cluster, "app-before", admin),
+        }
+        for name, pod in uids.items():
+            wait_for(
+                lambda pod=pod: (
+                    _docker_names(docker_env, pod["metadata"]["uid"])
+                    == {cri.SANDBOX_CONTAINER_NAME}
+                ),
+                30,
+                f"{name}'s sandbox, admitted with --allow-privileged",
+            )
+    finally:
+        first.stop()
     running = start_agent(cluster, docker_env, tmp_path / "root")
     try:
         for name, (key, what) in {
@@ -332,7 +369,12 @@ def test_the_gate_holds_where_init_and_app_containers_are_created(
             )
             assert st["phase"] == "Pending", "refused, not failed: nothing ran"
             assert _docker_names(docker_env, uid) == {cri.SANDBOX_CONTAINER_NAME}
-            wait_for_events(cluster, name, "Failed")
-            assert event_messages(cluster, name, "Failed") == [f"Error: {message}"]
+            wait_for(
+                lambda name=name, message=message: (
+                    f"Error: {message}" in event_messages(cluster, name, "Failed")
+                ),
+                30,
+                "the refusal's Failed event",
+            )
     finally:
         running.stop()

@@ -334,3 +334,16 @@ def test_an_extended_resource_the_node_does_not_offer_is_admitted_as_the_kubelet
 ):
     gpu = [container(resources={"requests": {"example.com/gpu": "1"}})]
     assert check(view(containers=gpu)) is None
+
+
+def test_a_status_that_says_started_is_no_proof_of_admission(node: Node) -> None:
+    """Only this node's containers show an earlier admission: a startTime anyone with
+    pods/status may write never lets a hostPath pod past the host-access gate."""
+    host = [{"name": "host", "hostPath": {"path": "/"}}]
+    body = pod_body("claims-started", volumes=host)
+    body["status"] = {"phase": "Running", "startTime": "2026-01-01T00:00:00Z"}
+    uid = node.add(body)
+    node.sync(uid)
+    status = node.last_status(uid)
+    assert (status["phase"], status["reason"]) == ("Failed", "Forbidden")
+    assert node.runtime.operations("run_sandbox") == []

@@ -601,3 +601,23 @@ def test_a_node_telling_of_its_own_runtime_failing_is_shown_not_judged() -> None
     verdict = judge("crash", [ours], [reference])
     assert verdict.agrees
     assert "FailedKillPod" in reference.event_reasons()  # still in the record (and the report)
+
+
+@pytest.mark.parametrize(
+    ("text", "says"),
+    [
+        ("metadata: {name: p, annotations: [x]}\nspec: {containers: [{name: c}]}", "annotations"),
+        ("metadata: [x]\nspec: {containers: [{name: c}]}", "metadata must be an object"),
+        ("metadata: {name: p}\nspec: [x]", "spec must be an object"),
+        ("metadata: {name: p}\nspec: {containers: [x]}", "spec.containers"),
+        ("metadata: {name: [p]}\nspec: {containers: [{name: c}]}", "metadata.name"),
+        ("a: &a [1, 2]\nb: *a\n", "aliases are not allowed"),
+        ("metadata: {name: p}\nspec: {containers: [\n", "not YAML"),
+        ("[" * 5000, "not YAML"),
+    ],
+)
+def test_a_malformed_scenario_is_one_line_of_error(text: str, says: str) -> None:
+    """Whatever the file holds, the error is a ScenarioError of one line, never a traceback."""
+    with pytest.raises(ScenarioError, match=says) as raised:
+        parse_scenario(text, "f.yaml")
+    assert "\n" not in str(raised.value)

@@ -33,6 +33,7 @@ from kubelet_sim.pod.static import (
 from kubelet_sim.staticpods.manifests import ManifestReader
 from kubelet_sim.staticpods.source import StaticPods
 from kubelet_sim.staticpods.status import MirrorStatus
+from tests.unit.harness import FakeEvents
 
 SEEN = "2026-11-02T10:00:00.5Z"
 
@@ -167,9 +168,9 @@ def test_the_reader_takes_every_visible_file_and_skips_what_is_no_pod(tmp_path: 
     reader = ManifestReader(tmp_path, "n1")
     read = reader.read()
     assert [Path(m.path).name for m in read] == ["db.json", "web.yaml"]
-    web = read[1].manifest
+    web = read[1].pod
     assert web is not None
-    assert web["metadata"]["annotations"] == {"day": "2026-01-02"}  # a date stays text
+    assert web["metadata"]["annotations"]["day"] == "2026-01-02"  # a date stays text
     (tmp_path / "db.json").unlink()
     assert [Path(m.path).name for m in reader.read()] == ["web.yaml"]
     assert ManifestReader(tmp_path / "absent", "n1").read() == []
@@ -253,6 +254,7 @@ class _MirrorApi:
 class _Source:
     source: StaticPods
     api: _MirrorApi
+    events: FakeEvents = field(default_factory=FakeEvents)
     index: dict[str, dict[str, Any]] = field(default_factory=dict)
     told: list[tuple[str, bool]] = field(default_factory=list)
 
@@ -271,6 +273,7 @@ def _source(directory: Path) -> _Source:
         directory,
         "n1",
         made.api,  # type: ignore[arg-type]
+        events=made.events,  # type: ignore[arg-type]
         on_pod=made.on_pod,
         wake=lambda _uid: None,
         node=lambda: node,
@@ -334,3 +337,90 @@ def test_the_source_makes_a_deleted_mirror_again_and_ends_a_removed_pod(tmp_path
     assert index == {}
     assert api.calls[-1] == "delete mirror-2"
     assert api.pods == {}
+
+
+LAUGHS = "a: &a [x, x, x, x, x, x, x, x, x]\n" + "".join(
+    f"{b}: &{b} [*{a}, *{a}, *{a}, *{a}, *{a}, *{a}, *{a}, *{a}, *{a}]\n"
+    for a, b in zip("abcde", "bcdef", strict=True)
+)
+
+
+def test_yaml_aliases_are_refused_before_they_expand(tmp_path: Path) -> None:
+    """A few hundred bytes of nested aliases (9^6 items here; the issue's cost 1.9 s and
+    164 MiB on every pass) are refused where the first alias is met; the manifest beside
+    it is read."""
+    bomb = "apiVersion: v1\nkind: Pod\nmetadata: {name: bomb}\nspec:\n"
+    bomb += "  containers: [{name: c, image: nginx, args: *f}]\n"
+    (tmp_path / "bomb.yaml").write_text(LAUGHS + bomb)
+    (tmp_path / "web.json").write_text(json.dumps(manifest()))
+    read = ManifestReader(tmp_path, "n1").read()
+    assert read is not None
+    assert [Path(m.path).name for m in read] == ["web.json"]
+
+
+def test_a_bad_manifest_stops_no_other_static_pod(tmp_path: Path) -> None:
+    """`annotations: [x]` once stopped every pass (and the node's start): each manifest is
+    checked on its own, the bad one logged and skipped, the others run and update."""
+    bad = manifest()
+    bad["metadata"]["annotations"] = ["x"]
+    (tmp_path / "bad.json").write_text(json.dumps(bad))
+    (tmp_path / "web.json").write_text(json.dumps(manifest()))
+    s = _source(tmp_path)
+    s.source.start()
+    s.source.stop(1.0)
+    (first,) = s.index
+    (tmp_path / "web.json").write_text(json.dumps(manifest(restartPolicy="Never")))
+    s.source.run_once()
+    assert s.index[first]["metadata"].get("deletionTimestamp"), "the update goes on"
+
+
+def test_two_manifests_of_one_name_tell_failed_validation_once(tmp_path: Path) -> None:
+    """filterInvalidPods: the first file wins; the other gets the kubelet's Warning event,
+    once (not on every one-second pass)."""
+    (tmp_path / "a.json").write_text(json.dumps(manifest()))
+    (tmp_path / "b.json").write_text(json.dumps(manifest(restartPolicy="Never")))
+    s = _source(tmp_path)
+    s.source.run_once()
+    s.source.run_once()
+    (kept,) = s.index
+    assert s.index[kept]["spec"].get("restartPolicy") != "Never"
+    (told,) = s.events.of("FailedValidation")
+    assert told.type == "Warning"
+    assert told.message == (
+        f"Error validating pod web-n1_default({told.uid}) from file due to duplicate pod name"
+        ' "web-n1", ignoring'
+    )
+    assert told.uid != kept
+
+
+def test_a_directory_others_may_write_is_not_read_and_what_runs_is_kept(tmp_path: Path) -> None:
+    manifests = tmp_path / "manifests"
+    manifests.mkdir(mode=0o755)
+    (manifests / "web.json").write_text(json.dumps(manifest()))
+    s = _source(manifests)
+    s.source.run_once()
+    (uid,) = s.index
+    manifests.chmod(0o777)  # anyone could now add a pod that runs as root
+    (manifests / "web.json").unlink()
+    (manifests / "db.json").write_text(json.dumps({**manifest(), "metadata": {"name": "db"}}))
+    s.source.run_once()
+    assert list(s.index) == [uid]
+    assert not s.index[uid]["metadata"].get("deletionTimestamp"), "kept, not stopped"
+    assert s.source._reader.read() is None
+    manifests.chmod(0o755)
+    s.source.run_once()
+    assert [p["metadata"]["name"] for p in s.index.values()] == ["web-n1", "db-n1"]
+
+
+def test_symlinks_and_files_others_may_write_are_not_read(tmp_path: Path) -> None:
+    manifests, elsewhere = tmp_path / "manifests", tmp_path / "elsewhere"
+    manifests.mkdir(mode=0o755)
+    elsewhere.mkdir()
+    (elsewhere / "pod.json").write_text(json.dumps(manifest()))
+    (manifests / "linked.json").symlink_to(elsewhere / "pod.json")
+    (manifests / "open.json").write_text(json.dumps(manifest()))
+    (manifests / "open.json").chmod(0o666)
+    (manifests / "web.json").write_text(json.dumps({**manifest(), "metadata": {"name": "ok"}}))
+    read = ManifestReader(manifests, "n1").read()
+    assert read is not None
+    assert [Path(m.path).name for m in read] == ["web.json"]
