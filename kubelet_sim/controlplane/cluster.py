@@ -28,8 +28,9 @@ from pathlib import Path
 
 from kubelet_sim.controlplane.binaries import Binaries
 from kubelet_sim.controlplane.pki import CertificateAuthority, CertPair, service_account_keys
-from kubelet_sim.controlplane.relay import ApiRelay, listen_in_netns
+from kubelet_sim.controlplane.relay import PODS_BOUNDS, ApiRelay, listen_in_netns
 from kubelet_sim.formats.pem import write_private
+from kubelet_sim.linux.namespaces import Namespace
 
 SERVICE_CIDR = "10.96.0.0/16"
 API_SERVICE_IP = "10.96.0.1"
@@ -64,12 +65,14 @@ def spawn_child(
 @dataclass(frozen=True)
 class PodEndpoint:
     """Where pods reach the API server: `ip` on the pods' network, the address of a container
-    (process `pid`) made for it; the API server advertises it (the `kubernetes` Service's
-    endpoints) and its certificate names it, and a relay listens in that container's network
-    namespace, as kind's control-plane node serves on the nodes' network."""
+    made for it; the API server advertises it (the `kubernetes` Service's endpoints) and its
+    certificate names it, and a relay listens in that container's network namespace `netns`
+    (opened when the container started, not entered by a pid read seconds before: a reused
+    pid could be a host process's), as kind's control-plane node serves on the nodes'
+    network. The control plane it is given to closes `netns` when it stops."""
 
     ip: str
-    pid: int
+    netns: Namespace
 
 
 class ControlPlaneError(RuntimeError):
@@ -206,6 +209,8 @@ class ControlPlane:
         if self._pod_relay is not None:
             self._pod_relay.close()
             self._pod_relay = None
+        if self.pod_endpoint is not None:
+            self.pod_endpoint.netns.close()
         for name, proc in reversed(self._procs):
             if proc.poll() is None:
                 # kube-scheduler v1.24 was seen to wait out any grace on TERM; it keeps no state.
@@ -336,10 +341,10 @@ class ControlPlane:
             return
         port = int(self.url.rsplit(":", 1)[1])
         try:
-            listening = listen_in_netns(self.pod_endpoint.pid, port)
-        except OSError as exc:
+            listening = listen_in_netns(self.pod_endpoint.netns, port)
+        except (OSError, ValueError) as exc:
             raise ControlPlaneError(f"pods' endpoint {self.pod_endpoint.ip}: {exc}") from None
-        self._pod_relay = ApiRelay("127.0.0.1", port, listening)
+        self._pod_relay = ApiRelay("127.0.0.1", port, listening, PODS_BOUNDS)
 
     def _spawn(self, name: str, args: list[str]) -> subprocess.Popen[bytes]:
         proc = spawn_child(args, self.workdir / f"{name}.log", self.workdir)

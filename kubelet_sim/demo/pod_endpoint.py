@@ -24,7 +24,7 @@ def make_pod_endpoint(
         return None, "not root: the relay must enter a container's network namespace"
     name = f"kubelet-sim-apiserver-{secrets.token_hex(4)}"
     try:
-        ip, pid = engine.run_anchor(name, sandbox_image, labels)
+        ip, netns = engine.run_anchor(name, sandbox_image, labels)
     except cri.ContainerStartError as exc:
         return None, str(exc)
-    return PodEndpoint(ip, pid), ""
+    return PodEndpoint(ip, netns), ""

@@ -18,6 +18,7 @@ from docker.errors import APIError, DockerException, NotFound
 from structlog.stdlib import BoundLogger
 
 from kubelet_sim import cri
+from kubelet_sim.linux import namespaces
 from kubelet_sim.logs import get_logger
 from kubelet_sim.runtime import containers, translate
 from kubelet_sim.runtime.capabilities import EngineCapabilities
@@ -153,27 +154,50 @@ class DockerEngine:
     def pull_image(self, ref: str, auth: cri.RegistryAuth | None = None) -> cri.ImageInfo:
         return self.images.pull_image(ref, auth, self.stats, self.log)
 
-    def run_anchor(self, name: str, image: str, labels: dict[str, str]) -> tuple[str, int]:
+    def run_anchor(
+        self, name: str, image: str, labels: dict[str, str]
+    ) -> tuple[str, namespaces.Namespace]:
         """Start a container of `image` (a sandbox image: it only waits) on the pods' network
         with `labels`, whose network namespace holds something for pods, as kind's
-        control-plane node does (`remove_owned(labels)` removes it); its (IP, pid)."""
+        control-plane node does (`remove_owned(labels)` removes it); its IP and its network
+        namespace, opened now (`_open_netns`): whoever enters it later uses that handle, never
+        a pid that may by then be another process's."""
         body = translate.anchor_body(image, labels, self.network)
         self.stats.add("creates")
         container_id = containers.create(self.api, name, body, None, self.log)
         try:
             self.stats.add("starts")
             containers.start(self.api, container_id)
-            attrs = cast(dict[str, Any], self.api.inspect_container(container_id))
-        except (cri.ContainerStartError, APIError, NotFound) as exc:
+            return self._open_netns(container_id)
+        except (cri.ContainerStartError, APIError, NotFound, OSError) as exc:
             with contextlib.suppress(Exception):
                 self._remove(container_id)
             raise cri.ContainerStartError(f"{name}: {exc}") from None
+
+    def _open_netns(self, container_id: str) -> tuple[str, namespaces.Namespace]:
+        """(IP, network namespace) of a running container: its process's namespace opened
+        between two inspections that show the same process running, so the pid was not
+        reused in between."""
+        ip, pid = self._address_and_pid(container_id)
+        netns = namespaces.Namespace.of(pid, "net")
+        try:
+            if self._address_and_pid(container_id)[1] != pid:
+                raise cri.ContainerStartError("its process changed while its namespace was opened")
+        except BaseException:
+            netns.close()
+            raise
+        return ip, netns
+
+    def _address_and_pid(self, container_id: str) -> tuple[str, int]:
+        attrs = cast(dict[str, Any], self.api.inspect_container(container_id))
         networks = (attrs.get("NetworkSettings") or {}).get("Networks") or {}
         ip = str((networks.get(self.network) or {}).get("IPAddress") or "")
-        pid = int((attrs.get("State") or {}).get("Pid") or 0)
-        if not ip or not pid:
-            self._remove(container_id)
-            raise cri.ContainerStartError(f"{name}: no address on {self.network!r}")
+        state = attrs.get("State") or {}
+        pid = int(state.get("Pid") or 0)
+        if not state.get("Running") or not pid:
+            raise cri.ContainerStartError("not running")
+        if not ip:
+            raise cri.ContainerStartError(f"no address on {self.network!r}")
         return ip, pid
 
     def remove_owned(self, labels: dict[str, str]) -> tuple[int, int]:

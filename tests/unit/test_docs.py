@@ -15,6 +15,7 @@ import yaml
 
 from kubelet_sim.assembly.process import TIMER_THREADS_PER_NODE
 from kubelet_sim.controlplane.binaries import DEFAULT_KUBE_VERSION
+from kubelet_sim.controlplane.relay import NODE_BOUNDS, PODS_BOUNDS
 from kubelet_sim.kube.object_watches import POLL_PERIOD, WATCHES_PER_POD
 from kubelet_sim.loops.timers import POOL_THREADS
 from kubelet_sim.podworkers.image_manager import PARALLEL_PULLS
@@ -137,6 +138,13 @@ QUOTED: list[tuple[str, str, float]] = [
     ("architecture.md", r"watches are read by GET every ([\d.]+) s", POLL_PERIOD),
     ("architecture.md", r"manifest directory is read every ([\d.]+) s", POLL_SECONDS),
     ("architecture.md", r"a running container younger than ([\d.]+) s", YOUNG_CONTAINER),
+    ("security.md", r"At most (\d+) connections at once", PODS_BOUNDS.connections),
+    ("security.md", r"and (\d+) from one source address", PODS_BOUNDS.per_peer),
+    ("security.md", r"A connection silent for (\d+) s is closed", PODS_BOUNDS.idle),
+    ("security.md", r"the same idle limit and a cap of (\d+) connections", NODE_BOUNDS.connections),
+    ("controller-tests.md", r"The relay holds at most (\d+) connections", PODS_BOUNDS.connections),
+    ("controller-tests.md", r"connections, (\d+) from one pod", PODS_BOUNDS.per_peer),
+    ("controller-tests.md", r"closes one silent for (\d+) s", PODS_BOUNDS.idle),
 ]
 
 
