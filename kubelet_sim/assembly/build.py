@@ -246,7 +246,9 @@ def build_node(
         ),
         supervisor,
     )
-    workers = PodWorkers(syncer, queue, workers=pods.workers, supervisor=supervisor)
+    workers = PodWorkers(
+        syncer, queue, workers=pods.workers or allocatable.pods, supervisor=supervisor
+    )
     gc = ContainerGC(
         watcher,
         syncer.stopper,

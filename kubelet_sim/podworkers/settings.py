@@ -29,7 +29,9 @@ class PodSettings:
 
     pause_image: str = "registry.k8s.io/pause:3.10"
     allow_privileged: bool = False
-    workers: int = 8
+    # Pod worker threads at most; None: one a pod, up to the node's pod capacity, as the
+    # kubelet's goroutine a pod (a burst's started pods are synced beside those still starting)
+    workers: int | None = None
     dns: NodeDNS = field(default_factory=NodeDNS)  # resolvers and hosts files
     allowed_unsafe_sysctls: tuple[str, ...] = ()
     # Warm sandboxes kept ready (podworkers/pool.py): None sizes the pool to the node's recent

@@ -37,6 +37,9 @@ class EventStream(Protocol):
     def close(self) -> None: ...
 
 
+DOCKER_CONNECTIONS = 64  # docker-py keeps 10 by default and drops the rest after each call
+
+
 @dataclass(frozen=True, eq=False)
 class DockerEngine:
     """A connected Docker client and what every node on it shares; fixed once made.
@@ -71,8 +74,11 @@ class DockerEngine:
     ) -> DockerEngine:
         """Connect ($DOCKER_HOST or the default socket) and ping, so a dead engine fails fast."""
         try:
+            # connections kept for reuse: a node's pod workers, stoppers and probes call at once
             docker_client = (
-                docker.DockerClient(base_url=base_url) if base_url else docker.from_env()
+                docker.DockerClient(base_url=base_url, max_pool_size=DOCKER_CONNECTIONS)
+                if base_url
+                else docker.from_env(max_pool_size=DOCKER_CONNECTIONS)
             )
             if str(docker_client.api.base_url).startswith("http+docker://"):
                 # A local socket takes no proxy: without this, requests reads every proxy
