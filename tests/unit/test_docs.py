@@ -200,12 +200,23 @@ def test_every_option_of_the_node_and_the_demo_is_in_the_options_page() -> None:
 # A path a page names in backquotes: from the repository's root, or inside kubelet_sim/.
 _ROOTED = re.compile(r"`((?:kubelet_sim|tests|bench|deploy|scripts|examples|docs)/[^`\s<*{]*)`")
 _IN_PACKAGE = re.compile(r"`([a-z_]+/[a-z_/]*[a-z_]+\.py)`")
+# A module a page names, quoted or not: a file (`cli/node_command.py`, `waits.py`), a dotted
+# module and what it holds (`kubelet_sim.testing.Cluster`, `runtime/observe.ContainerEvents`),
+# a module run with `python -m`. Issue 42: the layer list named `cli/run.py` for a year.
+_PY_FILE = re.compile(r"(?<![\w./-])((?:[\w-]+/)*\w+\.py)\b")
+_DOTTED = re.compile(r"(?<![\w./-])(kubelet_sim(?:\.\w+)+)")
+_SLASHED_ATTRIBUTE = re.compile(r"(?<![\w./-])((?:[a-z_]+/)+[a-z_]+)\.([A-Za-z_]\w*)\b")
+_RUN_MODULE = re.compile(r"python -m ([\w.]+)")
+# Where a module the docs name may live, from the repository's root.
+_CODE_ROOTS = ("kubelet_sim", "tests", "bench", "scripts", "examples")
+# The pages held to the code; CHANGELOG.md is history, and names modules since renamed.
+PAGES = [*sorted(DOCS.glob("*.md")), ROOT / "README.md"]
 
 
 def test_every_path_the_docs_name_exists() -> None:
     packages = {p.name for p in PACKAGE.iterdir() if p.is_dir()}
     missing = []
-    for doc in [*sorted(DOCS.glob("*.md")), ROOT / "README.md"]:
+    for doc in PAGES:
         text = doc.read_text()
         for path in _ROOTED.findall(text):
             if not (ROOT / path).exists():
@@ -213,4 +224,101 @@ def test_every_path_the_docs_name_exists() -> None:
         for path in _IN_PACKAGE.findall(text):
             if path.split("/")[0] in packages and not (PACKAGE / path).exists():
                 missing.append(f"{doc.name}: kubelet_sim/{path}")
+    assert missing == []
+
+
+def _code_files() -> list[str]:
+    """Every Python file of the repository, as a path from its root."""
+    return [
+        path.relative_to(ROOT).as_posix()
+        for top in _CODE_ROOTS
+        for path in (ROOT / top).rglob("*.py")
+        if "__pycache__" not in path.parts
+    ]
+
+
+def _file_exists(path: str, files: list[str], within: str | None = None) -> bool:
+    """`path` from the root, from kubelet_sim/, or (`within` a layer's folder) from that
+    folder; with no folder given, any file whose path ends in it (`streaming/websocket.py` in
+    a paragraph about server/) will do."""
+    if (ROOT / path).is_file() or (PACKAGE / path).is_file():
+        return True
+    if within is not None:
+        return (PACKAGE / within / path).is_file()
+    return any(file == path or file.endswith(f"/{path}") for file in files)
+
+
+def _holds(module: str, names: list[str]) -> bool:
+    """Whether module `module` (dotted) exists and holds `names` one inside the other."""
+    import importlib
+
+    try:
+        found: object = importlib.import_module(module)
+    except ImportError:
+        return False
+    for name in names:
+        if not hasattr(found, name):
+            return False
+        found = getattr(found, name)
+    return True
+
+
+def _dotted_exists(dotted: str) -> bool:
+    """`kubelet_sim.a.b.Name`: the longest prefix that is a module, holding the rest."""
+    parts = dotted.split(".")
+    for cut in range(len(parts), 0, -1):
+        base = ROOT.joinpath(*parts[:cut])
+        if base.with_suffix(".py").is_file() or (base / "__init__.py").is_file():
+            return _holds(".".join(parts[:cut]), parts[cut:])
+    return False
+
+
+def _layer_paths() -> Iterator[tuple[str, str]]:
+    """Each module file the layer list names, with the folder of the layer it is named under
+    (`run.py` under `cli/` is cli/run.py; under `validation, logs` the package's own)."""
+    block = (DOCS / "architecture.md").read_text().split("## The layers", 1)[1].split("```", 2)[1]
+    layer = ""
+    for line in block.splitlines():
+        match = _NAMES.match(line)
+        if match:
+            first = match.group().split(",")[0].strip()
+            layer = first if first.endswith("/") else ""
+        for path in _PY_FILE.findall(line):
+            yield layer, path
+
+
+def test_every_module_the_layer_list_names_is_in_its_layer() -> None:
+    files = _code_files()
+    missing = [
+        f"{layer}{path}" for layer, path in _layer_paths() if not _file_exists(path, files, layer)
+    ]
+    assert missing == []
+
+
+def test_every_module_the_docs_name_exists() -> None:
+    """Files, dotted names and `python -m` modules, in every page, quoted or not."""
+    files = _code_files()
+    packages = {p.name for p in PACKAGE.iterdir() if (p / "__init__.py").is_file()}
+    missing = []
+    for doc in PAGES:
+        text = doc.read_text()
+        missing += [
+            f"{doc.name}: {path}"
+            for path in _PY_FILE.findall(text)
+            if not _file_exists(path, files)
+        ]
+        missing += [f"{doc.name}: {d}" for d in _DOTTED.findall(text) if not _dotted_exists(d)]
+        missing += [
+            f"{doc.name}: {path}.{name}"
+            for path, name in _SLASHED_ATTRIBUTE.findall(text)
+            if path.split("/")[0] in packages
+            and name not in ("py", "md", "yaml", "json", "txt", "go", "sh")
+            and not _dotted_exists(f"kubelet_sim.{path.replace('/', '.')}.{name}")
+        ]
+        missing += [
+            f"{doc.name}: python -m {m}"
+            for m in _RUN_MODULE.findall(text)
+            if not _file_exists(m.replace(".", "/") + ".py", files)
+            and not _file_exists(m.replace(".", "/") + "/__main__.py", files)
+        ]
     assert missing == []
