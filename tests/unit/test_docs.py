@@ -322,3 +322,48 @@ def test_every_module_the_docs_name_exists() -> None:
             and not _file_exists(m.replace(".", "/") + "/__main__.py", files)
         ]
     assert missing == []
+
+
+# --- the "to change X, start in Y" map of docs/architecture.md -------------------------------
+
+
+def start_points() -> list[tuple[str, list[str]]]:
+    """Each row of the map: what to change, and the paths it says to start in."""
+    text = (DOCS / "architecture.md").read_text()
+    table = text.split("## To change X, start in Y", 1)[1].split("\n## ", 1)[0]
+    rows = [line for line in table.splitlines() if line.startswith("| ")][2:]
+    return [
+        (row.split(" | ")[0].removeprefix("| "), re.findall(r"`([^`]+)`", row.split(" | ", 1)[1]))
+        for row in rows
+    ]
+
+
+def test_every_start_point_of_the_map_exists() -> None:
+    """Each row names a path from kubelet_sim/ or from the root (`tests/`, `docs/`,
+    `CHANGELOG.md`), or a command (`python -m x.y`) whose module exists."""
+    rows = start_points()
+    assert len(rows) >= 15, "the map lost its rows, or this test its table"
+    missing = [f"{what}: names nothing" for what, paths in rows if not paths]
+    for what, paths in rows:
+        for path in paths:
+            module = path.removeprefix("python -m ")
+            found = (
+                _dotted_exists(module)
+                if module != path
+                else (PACKAGE / path).exists() or (ROOT / path).exists()
+            )
+            if not found:
+                missing.append(f"{what}: {path}")
+    assert missing == []
+
+
+# --- the public API's reference page ------------------------------------------------------------
+
+
+def test_the_testing_reference_page_is_what_the_code_writes() -> None:
+    """docs/testing-reference.md is generated: rewrite it with `python -m
+    tests.testing_reference` after changing a public signature or docstring."""
+    from tests.testing_reference import PAGE, render
+
+    assert PAGE == DOCS / "testing-reference.md"
+    assert PAGE.read_text() == render(), "stale: python -m tests.testing_reference"
