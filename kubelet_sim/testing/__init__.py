@@ -1,8 +1,18 @@
-"""Test a controller against a real control plane and kubelet-sim nodes.
+"""Test a controller against a real control plane and kubelet-sim nodes: the public API.
 
 `Cluster` works anywhere (`with Cluster(nodes=3) as cluster: ...`); with pytest, the plugin
 (kubelet_sim/testing/plugin.py, installed with the package) gives the fixtures
 `kubelet_sim_cluster` and `kubelet_sim_namespace`. Importing this package starts nothing.
+
+Public, and nothing else of the Python package is: the names in `__all__`, imported from
+`kubelet_sim.testing`; `Cluster`'s constructor arguments, its methods whose names do not begin
+with `_` and the attributes its docstring names; the plugin's fixtures and `--kubelet-sim-*`
+options. Every other module, name and attribute (the submodules of this package by their own
+paths among them) is private: it changes when the code needs it to, without notice.
+
+What public promises: a public name keeps its meaning, and its arguments keep theirs; a change
+that could break code using it comes with an entry in CHANGELOG.md saying what to change; its
+type hints ship with the package (py.typed) and are checked with `mypy --strict`.
 """
 
 from __future__ import annotations

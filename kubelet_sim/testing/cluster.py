@@ -105,7 +105,13 @@ class Cluster:
     `kubeconfig` (and `context`): join that cluster instead of starting a control plane (the
     two settings above are then the cluster's own). `docker_network`: where the pods go
     (default: `bridge` with our control plane; joining, `kind` if Docker has it, else
-    `bridge`)."""
+    `bridge`).
+
+    Its public attributes: `nodes` (the nodes' names, `["n1", "n2"]`), `kubeconfig` (the
+    admin kubeconfig's path; joining, the user's), `context` (its context; None: its current
+    one), `image` (a busybox image the nodes have: pulled, or made from this host's busybox)
+    and `pod_endpoint_missing` (why pods cannot reach the API server; "" when they can, and
+    in-cluster config works)."""
 
     def __init__(
         self,
@@ -172,6 +178,9 @@ class Cluster:
         self.close()
 
     def start(self) -> Cluster:
+        """Start the control plane (or join the cluster) and the nodes, and return once the
+        nodes are Ready and the `default` ServiceAccount exists; on a failure, stop what
+        started, then raise (ClusterError says why)."""
         try:
             self._start()
         except BaseException:

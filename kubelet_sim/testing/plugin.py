@@ -97,6 +97,9 @@ def _tell(config: pytest.Config, line: str) -> None:
 
 @pytest.fixture(scope="session")
 def kubelet_sim_cluster(pytestconfig: pytest.Config) -> Iterator[Cluster]:
+    """A started `Cluster` for the whole session (`--kubelet-sim-nodes` nodes; the cluster of
+    `--kubelet-sim-kubeconfig` joined, if given), torn down at its end, after a failing test
+    too."""
     from kubelet_sim.testing.cluster import Cluster  # noqa: PLC0415 (only when used)
 
     nodes = pytestconfig.getoption("kubelet_sim_nodes")
@@ -133,6 +136,8 @@ def kubelet_sim_cluster(pytestconfig: pytest.Config) -> Iterator[Cluster]:
 
 @pytest.fixture
 def kubelet_sim_namespace(kubelet_sim_cluster: Cluster) -> Iterator[str]:
+    """The name of a fresh namespace whose `default` ServiceAccount exists (pods need it),
+    deleted after the test."""
     from kubelet_sim.testing.cluster import ClusterError  # noqa: PLC0415 (only when used)
 
     name = f"kst-{secrets.token_hex(4)}"

@@ -200,12 +200,23 @@ def test_every_option_of_the_node_and_the_demo_is_in_the_options_page() -> None:
 # A path a page names in backquotes: from the repository's root, or inside kubelet_sim/.
 _ROOTED = re.compile(r"`((?:kubelet_sim|tests|bench|deploy|scripts|examples|docs)/[^`\s<*{]*)`")
 _IN_PACKAGE = re.compile(r"`([a-z_]+/[a-z_/]*[a-z_]+\.py)`")
+# A module a page names, quoted or not: a file (`cli/node_command.py`, `waits.py`), a dotted
+# module and what it holds (`kubelet_sim.testing.Cluster`, `runtime/observe.ContainerEvents`),
+# a module run with `python -m`. Issue 42: the layer list named `cli/run.py` for a year.
+_PY_FILE = re.compile(r"(?<![\w./-])((?:[\w-]+/)*\w+\.py)\b")
+_DOTTED = re.compile(r"(?<![\w./-])(kubelet_sim(?:\.\w+)+)")
+_SLASHED_ATTRIBUTE = re.compile(r"(?<![\w./-])((?:[a-z_]+/)+[a-z_]+)\.([A-Za-z_]\w*)\b")
+_RUN_MODULE = re.compile(r"python -m ([\w.]+)")
+# Where a module the docs name may live, from the repository's root.
+_CODE_ROOTS = ("kubelet_sim", "tests", "bench", "scripts", "examples")
+# The pages held to the code; CHANGELOG.md is history, and names modules since renamed.
+PAGES = [*sorted(DOCS.glob("*.md")), ROOT / "README.md"]
 
 
 def test_every_path_the_docs_name_exists() -> None:
     packages = {p.name for p in PACKAGE.iterdir() if p.is_dir()}
     missing = []
-    for doc in [*sorted(DOCS.glob("*.md")), ROOT / "README.md"]:
+    for doc in PAGES:
         text = doc.read_text()
         for path in _ROOTED.findall(text):
             if not (ROOT / path).exists():
@@ -214,3 +225,145 @@ def test_every_path_the_docs_name_exists() -> None:
             if path.split("/")[0] in packages and not (PACKAGE / path).exists():
                 missing.append(f"{doc.name}: kubelet_sim/{path}")
     assert missing == []
+
+
+def _code_files() -> list[str]:
+    """Every Python file of the repository, as a path from its root."""
+    return [
+        path.relative_to(ROOT).as_posix()
+        for top in _CODE_ROOTS
+        for path in (ROOT / top).rglob("*.py")
+        if "__pycache__" not in path.parts
+    ]
+
+
+def _file_exists(path: str, files: list[str], within: str | None = None) -> bool:
+    """`path` from the root, from kubelet_sim/, or (`within` a layer's folder) from that
+    folder; with no folder given, any file whose path ends in it (`streaming/websocket.py` in
+    a paragraph about server/) will do."""
+    if (ROOT / path).is_file() or (PACKAGE / path).is_file():
+        return True
+    if within is not None:
+        return (PACKAGE / within / path).is_file()
+    return any(file == path or file.endswith(f"/{path}") for file in files)
+
+
+def _holds(module: str, names: list[str]) -> bool:
+    """Whether module `module` (dotted) exists and holds `names` one inside the other."""
+    import importlib
+
+    try:
+        found: object = importlib.import_module(module)
+    except ImportError:
+        return False
+    for name in names:
+        if not hasattr(found, name):
+            return False
+        found = getattr(found, name)
+    return True
+
+
+def _dotted_exists(dotted: str) -> bool:
+    """`kubelet_sim.a.b.Name`: the longest prefix that is a module, holding the rest."""
+    parts = dotted.split(".")
+    for cut in range(len(parts), 0, -1):
+        base = ROOT.joinpath(*parts[:cut])
+        if base.with_suffix(".py").is_file() or (base / "__init__.py").is_file():
+            return _holds(".".join(parts[:cut]), parts[cut:])
+    return False
+
+
+def _layer_paths() -> Iterator[tuple[str, str]]:
+    """Each module file the layer list names, with the folder of the layer it is named under
+    (`run.py` under `cli/` is cli/run.py; under `validation, logs` the package's own)."""
+    block = (DOCS / "architecture.md").read_text().split("## The layers", 1)[1].split("```", 2)[1]
+    layer = ""
+    for line in block.splitlines():
+        match = _NAMES.match(line)
+        if match:
+            first = match.group().split(",")[0].strip()
+            layer = first if first.endswith("/") else ""
+        for path in _PY_FILE.findall(line):
+            yield layer, path
+
+
+def test_every_module_the_layer_list_names_is_in_its_layer() -> None:
+    files = _code_files()
+    missing = [
+        f"{layer}{path}" for layer, path in _layer_paths() if not _file_exists(path, files, layer)
+    ]
+    assert missing == []
+
+
+def test_every_module_the_docs_name_exists() -> None:
+    """Files, dotted names and `python -m` modules, in every page, quoted or not."""
+    files = _code_files()
+    packages = {p.name for p in PACKAGE.iterdir() if (p / "__init__.py").is_file()}
+    missing = []
+    for doc in PAGES:
+        text = doc.read_text()
+        missing += [
+            f"{doc.name}: {path}"
+            for path in _PY_FILE.findall(text)
+            if not _file_exists(path, files)
+        ]
+        missing += [f"{doc.name}: {d}" for d in _DOTTED.findall(text) if not _dotted_exists(d)]
+        missing += [
+            f"{doc.name}: {path}.{name}"
+            for path, name in _SLASHED_ATTRIBUTE.findall(text)
+            if path.split("/")[0] in packages
+            and name not in ("py", "md", "yaml", "json", "txt", "go", "sh")
+            and not _dotted_exists(f"kubelet_sim.{path.replace('/', '.')}.{name}")
+        ]
+        missing += [
+            f"{doc.name}: python -m {m}"
+            for m in _RUN_MODULE.findall(text)
+            if not _file_exists(m.replace(".", "/") + ".py", files)
+            and not _file_exists(m.replace(".", "/") + "/__main__.py", files)
+        ]
+    assert missing == []
+
+
+# --- the "to change X, start in Y" map of docs/architecture.md -------------------------------
+
+
+def start_points() -> list[tuple[str, list[str]]]:
+    """Each row of the map: what to change, and the paths it says to start in."""
+    text = (DOCS / "architecture.md").read_text()
+    table = text.split("## To change X, start in Y", 1)[1].split("\n## ", 1)[0]
+    rows = [line for line in table.splitlines() if line.startswith("| ")][2:]
+    return [
+        (row.split(" | ")[0].removeprefix("| "), re.findall(r"`([^`]+)`", row.split(" | ", 1)[1]))
+        for row in rows
+    ]
+
+
+def test_every_start_point_of_the_map_exists() -> None:
+    """Each row names a path from kubelet_sim/ or from the root (`tests/`, `docs/`,
+    `CHANGELOG.md`), or a command (`python -m x.y`) whose module exists."""
+    rows = start_points()
+    assert len(rows) >= 15, "the map lost its rows, or this test its table"
+    missing = [f"{what}: names nothing" for what, paths in rows if not paths]
+    for what, paths in rows:
+        for path in paths:
+            module = path.removeprefix("python -m ")
+            found = (
+                _dotted_exists(module)
+                if module != path
+                else (PACKAGE / path).exists() or (ROOT / path).exists()
+            )
+            if not found:
+                missing.append(f"{what}: {path}")
+    assert missing == []
+
+
+# --- the public API's reference page ------------------------------------------------------------
+
+
+def test_the_testing_reference_page_is_what_the_code_writes() -> None:
+    """docs/testing-reference.md is generated: rewrite it with `python -m
+    tests.testing_reference` after changing a public signature or docstring."""
+    from tests.testing_reference import PAGE, render
+
+    assert PAGE == DOCS / "testing-reference.md"
+    assert PAGE.read_text() == render(), "stale: python -m tests.testing_reference"
