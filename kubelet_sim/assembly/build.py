@@ -246,9 +246,7 @@ def build_node(
         ),
         supervisor,
     )
-    workers = PodWorkers(
-        syncer, queue, workers=pods.workers or allocatable.pods, supervisor=supervisor
-    )
+    workers = PodWorkers(syncer, queue, workers=pods.workers, supervisor=supervisor)
     gc = ContainerGC(
         watcher,
         syncer.stopper,

@@ -29,9 +29,10 @@ class PodSettings:
 
     pause_image: str = "registry.k8s.io/pause:3.10"
     allow_privileged: bool = False
-    # Pod worker threads at most; None: one a pod, up to the node's pod capacity, as the
-    # kubelet's goroutine a pod (a burst's started pods are synced beside those still starting)
-    workers: int | None = None
+    # Pod worker threads at most. Not one a pod as the kubelet's goroutines: every sandbox of a
+    # burst then starts at once and Docker sets their networks up one at a time, so each pod
+    # starts later (compare's active-deadline pod, 52 pods at once, started after its 5 s).
+    workers: int = 8
     dns: NodeDNS = field(default_factory=NodeDNS)  # resolvers and hosts files
     allowed_unsafe_sysctls: tuple[str, ...] = ()
     # Warm sandboxes kept ready (podworkers/pool.py): None sizes the pool to the node's recent

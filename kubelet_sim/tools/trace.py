@@ -69,7 +69,9 @@ def timeline(
     journal: Sequence[Json],
     containers: Sequence[cri.ObservedContainer],
 ) -> list[Step]:
-    """The steps in the order they must happen; a step nobody recorded has no time."""
+    """The steps in the order they must happen; a step nobody recorded has no time. The first
+    status write is the status manager's, beside the runtime (podworkers/status_manager.py):
+    it is placed where its time puts it among the sandbox's and containers' steps."""
     meta, spec = pod.get("metadata") or {}, pod.get("spec") or {}
     steps = [Step("created", _time(meta.get("creationTimestamp")), "api", precise=False)]
     scheduled = next((e for e in events if e.get("reason") == SCHEDULED), None)
@@ -136,7 +138,25 @@ def timeline(
     steps.append(
         Step("Ready written", _time(ready.get("time")) if ready else None, "agent", detail)
     )
-    return steps
+    return _first_write_in_time(steps)
+
+
+def _first_write_in_time(steps: list[Step]) -> list[Step]:
+    """Move the first status write after the runtime steps that came before it."""
+    first = next((s for s in steps if s.step == "first status written"), None)
+    if first is None or first.time is None:
+        return steps
+    written = first.time
+    rest = [s for s in steps if s is not first]
+    names = [s.step for s in rest]
+    at = names.index("admitted") + 1 if "admitted" in names else len(rest)
+
+    def before(step: Step) -> bool:
+        return step.time is not None and step.time < written
+
+    while at < len(rest) - 1 and before(rest[at]):
+        at += 1
+    return [*rest[:at], first, *rest[at:]]
 
 
 def _journal_detail(entry: Json) -> str:
