@@ -24,7 +24,6 @@ import ipaddress
 import json
 import os
 import secrets
-import shlex
 import shutil
 import signal
 import ssl
@@ -38,7 +37,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from kubelet_sim.controlplane import binaries, host, reference_config
+from kubelet_sim.controlplane import binaries, cni_chains, host, reference_config
 from kubelet_sim.controlplane.cluster import _DIE_WITH_PARENT, ControlPlane, spawn_child
 from kubelet_sim.controlplane.cri_client import CriClient
 from kubelet_sim.controlplane.reference_config import CNI_BIN_DIR, find_kubelet
@@ -50,12 +49,13 @@ BUSYBOX_IMAGE = "kubelet-sim.local/busybox:test"
 
 CNI_PLUGINS = ("bridge", "host-local", "loopback", "portmap", "firewall")
 CNI_CACHE = Path("/var/lib/cni/results")
-POD_LOGS = Path("/var/log/pods")
-CONTAINER_LOGS = Path("/var/log/containers")
 NETNS = Path("/run/netns")
 # Host directories the kubelet, containerd or libcni make when missing: removed at stop if
 # they did not exist at start and are empty by then.
-HOST_DIRS = (CNI_CACHE, CNI_CACHE.parent, CONTAINER_LOGS, POD_LOGS, NETNS)
+HOST_DIRS = (CNI_CACHE, CNI_CACHE.parent, NETNS)
+# What containerd and the kubelet see at /var/log (they write pod logs to /var/log/pods and
+# /var/log/containers, every kubelet of the host alike): a directory of the node's own.
+LOG_DIR = Path("/var/log")
 # What the kubelet sets at start (setupKernelTunables, protectKernelDefaults off).
 KERNEL_TUNABLES = (
     "vm/overcommit_memory",
@@ -115,9 +115,7 @@ class ReferenceNode:
     _socket_dir: Path | None = field(default=None, repr=False)
     _cgroups: list[Path] = field(repr=False, default_factory=list)
     _tunables: dict[str, str] = field(repr=False, default_factory=dict)
-    _chains_before: set[tuple[str, str]] = field(repr=False, default_factory=set)
     _host_dirs_made: list[Path] = field(repr=False, default_factory=list)
-    _pod_uids: set[str] = field(repr=False, default_factory=set)
     _container_ids: set[str] = field(repr=False, default_factory=set)
     _reader: tuple[Path, Path] | None = field(default=None, repr=False)
     _started: float = field(default=0.0, repr=False)
@@ -142,6 +140,9 @@ class ReferenceNode:
             ("docker", "docker.io"),
             ("ip", "iproute2"),
             ("iptables", "iptables"),
+            ("unshare", "util-linux"),
+            ("nsenter", "util-linux"),
+            ("mount", "mount"),
         ):
             if shutil.which(tool) is None:
                 return f"no {tool} on PATH (apt-get install {package})"
@@ -195,7 +196,6 @@ class ReferenceNode:
         self._started = time.monotonic()
         try:
             self.workdir.mkdir(mode=0o700, parents=True, exist_ok=True)
-            self._chains_before = host.iptables_chains()
             self._host_dirs_made = [d for d in HOST_DIRS if not d.exists()]
             self._network()
             # The node's address is its own bridge's (the kubelet refuses a loopback one): the
@@ -223,23 +223,27 @@ class ReferenceNode:
 
     def stop(self) -> None:
         """Stop the kubelet, remove every pod sandbox and container, stop containerd, and
-        remove what they left: mounts, bridge, chains, cgroups, logs, the work directory."""
+        remove what they left: mounts, its chains, bridge, cgroups, the work directory (with
+        its pods' logs)."""
         with contextlib.suppress(Exception):
-            self._record_pods()
+            self._record_containers()
         self._end("kubelet")
         if "containerd" in self._procs:
             self._remove_pods()
         self._end("containerd")
         for point in host.mount_points_under([self.workdir, *self._extra_dirs()]):
             host.quiet(["umount", "-l", str(point)])
+        if self.subnet is not None:  # while the bridge holds the subnet: no other node's yet
+            cni_chains.remove(self.network_name, self._container_ids, self.subnet)
         if self.bridge:
             host.quiet(["ip", "link", "del", self.bridge])
-        self._remove_chains()
         self._remove_cgroups()
         self._restore_tunables()
         for path in CNI_CACHE.glob(f"{self.network_name}-*"):
             path.unlink(missing_ok=True)
-        self._remove_logs()
+        for directory in self._host_dirs_made:
+            with contextlib.suppress(OSError):
+                directory.rmdir()  # only if empty: another node's files stay
         for d in self._extra_dirs():
             shutil.rmtree(d, ignore_errors=True)
         if not host.mount_points_under([self.workdir]):  # never remove files through a mount
@@ -248,7 +252,8 @@ class ReferenceNode:
     def leftovers(self) -> list[str]:
         """What of this node is still on the host, one line each (empty after `stop()`):
         processes naming its directories (kubelet, containerd, shims), mounts under them, its
-        bridge, cgroups, CNI chains made since start, the work directory."""
+        bridge, cgroups, the CNI chains and rules naming its network or containers, the work
+        directory."""
         found = []
         dirs = [str(self.workdir), *map(str, self._extra_dirs())]
         for proc in Path("/proc").iterdir():
@@ -264,11 +269,8 @@ class ReferenceNode:
         if self.bridge and Path("/sys/class/net", self.bridge).exists():
             found.append(f"bridge {self.bridge}")
         found += [f"cgroup {p}" for p in self._own_cgroups()]
-        found += [
-            f"iptables -t {t} chain {c}"
-            for t, c in sorted(host.iptables_chains() - self._chains_before)
-            if c.startswith("CNI-")
-        ]
+        if self.subnet is not None:
+            found += cni_chains.describe(self.network_name, self._container_ids, self.subnet)
         found += [f"file {p}" for p in CNI_CACHE.glob(f"{self.network_name}-*")]
         if self.workdir.exists():
             found.append(f"directory {self.workdir}")
@@ -367,6 +369,29 @@ class ReferenceNode:
     def _ctr(self) -> list[str]:
         return ["ctr", "-a", str(self.socket), "-n", "k8s.io"]
 
+    def _own_mounts(self, args: list[str]) -> list[str]:
+        """`args` run in a mount namespace of their own where /var/log is the node's `log`
+        directory: every kubelet writes pod logs under /var/log/pods and garbage-collects
+        there what is not its own pods' (another kubelet's included), and v1.24 cannot be
+        told another directory. Mounts made there (containerd's, the kubelet's, the shims')
+        stay there, and go with the last of its processes."""
+        logs = self.workdir / "log"
+        logs.mkdir(exist_ok=True)
+        bind = f'mount --bind "$0" {LOG_DIR} && exec "$@"'
+        return ["unshare", "--mount", "--propagation", "slave", "--", "sh", "-c", bind,
+                str(logs), *args]  # fmt: skip
+
+    def _containerds_mounts(self, args: list[str]) -> list[str]:
+        """`args` run in containerd's mount namespace: the kubelet sees the same /var/log and
+        containerd sees the volumes the kubelet mounts. containerd is our child and not yet
+        reaped (running), so its pid names it."""
+        containerd = self._procs["containerd"]
+        namespace = Path(f"/proc/{containerd.pid}/ns/mnt")
+        ours = Path("/proc/self/ns/mnt").readlink()
+        if containerd.poll() is not None or namespace.readlink() == ours:
+            raise ReferenceNodeError(f"containerd has no mount namespace of its own ({ours})")
+        return ["nsenter", f"--mount={namespace}", "--", *args]
+
     def _spawn(self, name: str, args: list[str]) -> subprocess.Popen[bytes]:
         proc = spawn_child(args, self.workdir / f"{name}.log", self.workdir, append=True)
         self._procs[name] = proc
@@ -414,7 +439,10 @@ class ReferenceNode:
             self._socket_dir = Path(tempfile.mkdtemp(prefix="ksref-", dir="/run"))
         config = reference_config.containerd_config(self, base)
         (base / "config.toml").write_text(config)
-        proc = self._spawn("containerd", ["containerd", "--config", str(base / "config.toml")])
+        proc = self._spawn(
+            "containerd",
+            self._own_mounts(["containerd", "--config", str(base / "config.toml")]),
+        )
         deadline = time.monotonic() + timeout
         while time.monotonic() < deadline and proc.poll() is None:
             ready = subprocess.run(
@@ -463,7 +491,10 @@ class ReferenceNode:
         assert kubelet is not None
         creds = cp.node_credentials(self.name, (self.node_ip,))
         self.port, self.healthz_port = host.free_port(self.node_ip), host.free_port("127.0.0.1")
-        self._spawn("kubelet", reference_config.kubelet_command(self, kubelet, creds))
+        self._spawn(
+            "kubelet",
+            self._containerds_mounts(reference_config.kubelet_command(self, kubelet, creds)),
+        )
 
     # --- the API server ----------------------------------------------------------------------
 
@@ -517,18 +548,11 @@ class ReferenceNode:
 
     # --- cleanup -----------------------------------------------------------------------------
 
-    def _record_pods(self) -> None:
-        """The pod uids (the kubelet's pod directories) and container ids this node has:
-        their log files go at stop."""
-        with contextlib.suppress(OSError):
-            self._pod_uids |= {p.name for p in (self.workdir / "kubelet/root/pods").iterdir()}
-        if "containerd" not in self._procs:
-            return
-        for container in self.containers():
-            self._container_ids.add(container["id"])
-            uid = container["labels"].get("io.kubernetes.pod.uid")
-            if uid:
-                self._pod_uids.add(uid)
+    def _record_containers(self) -> None:
+        """The ids of the containers and sandboxes containerd holds: the CNI plugins name their
+        chains from them (and the network's name), so these are the chains it removes."""
+        if "containerd" in self._procs:
+            self._container_ids |= {c["id"] for c in self.containers()}
 
     def _remove_pods(self) -> None:
         """Every sandbox stopped (CNI DEL: addresses, firewall rules, the netns) and removed
@@ -550,25 +574,6 @@ class ReferenceNode:
         for container in host.quiet([*ctr, "containers", "ls", "-q"]).split():
             host.quiet([*ctr, "containers", "rm", container])
 
-    def _remove_chains(self) -> None:
-        """The CNI plugins' chains made since start, if only this node's pods used them."""
-        if self.subnet is None:
-            return
-        for table, chain in sorted(host.iptables_chains() - self._chains_before):
-            if not chain.startswith("CNI-"):
-                continue
-            rules = host.iptables(table, "-S", chain).splitlines()[1:]
-            if any(not host.only_in(rule, self.subnet) for rule in rules):
-                continue  # another node's pod is behind it
-            for line in host.iptables(table, "-S").splitlines():
-                parts = line.split()
-                if parts[:1] == ["-A"] and parts[-2:] == ["-j", chain]:
-                    host.iptables(table, "-D", *shlex.split(line)[1:])
-        for table, chain in sorted(host.iptables_chains() - self._chains_before):
-            if chain.startswith("CNI-"):
-                host.iptables(table, "-F", chain)
-                host.iptables(table, "-X", chain)
-
     def _own_cgroups(self) -> list[Path]:
         """Its cgroup root in every hierarchy: those made at start and those runc made (a
         hybrid host's unified hierarchy)."""
@@ -585,17 +590,3 @@ class ReferenceNode:
                         sub.rmdir()
             with contextlib.suppress(OSError):
                 path.rmdir()
-
-    def _remove_logs(self) -> None:
-        for uid in self._pod_uids:
-            for directory in POD_LOGS.glob(f"*_{uid}"):
-                shutil.rmtree(directory, ignore_errors=True)
-        for cid in self._container_ids:
-            for link in CONTAINER_LOGS.glob(f"*-{cid}.log"):
-                link.unlink(missing_ok=True)
-        for directory in self._host_dirs_made:
-            with contextlib.suppress(OSError):
-                directory.rmdir()  # only if empty: another node's files stay
-
-
-# --- helpers --------------------------------------------------------------------------------
