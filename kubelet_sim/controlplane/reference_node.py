@@ -6,10 +6,12 @@ registered to a started `ControlPlane` with node credentials (`system:node:<name
 from the Docker engine (`docker save | ctr import`): the machines this runs on reach no registry.
 
 What it changes on the host, and `stop()` undoes: a bridge and its route, a cgroup root of its
-own in each hierarchy (`/ksref-<id>`), the CNI firewall plugin's iptables chains if it made
-them, the kernel settings the kubelet sets at start (it sets `vm.overcommit_memory` and others;
-restored), the pod log directories under /var/log/pods and /var/log/containers, libcni's result
-cache for its network. A killed parent takes the kubelet and containerd with it (setpriv
+own in each hierarchy (`/ksref-<id>`), the CNI chains named for its network and containers
+(cni_chains.py; never another network's nor the plugins' shared ones), the kernel settings the
+kubelet sets at start (it sets `vm.overcommit_memory` and others; restored), libcni's result
+cache for its network. containerd and the kubelet run in a mount namespace of their own where
+/var/log is the node's: pod logs stay in its work directory, and its kubelet's GC never sees
+another kubelet's. A killed parent takes the kubelet and containerd with it (setpriv
 --pdeathsig); running containers' shims then outlive them (containerd's design), which only
 `stop()` prevents.
 
