@@ -115,27 +115,18 @@ def iptables(table: str, *args: str) -> str:
     return quiet(["iptables", "-w", "5", "-t", table, *args])
 
 
-def iptables_chains() -> set[tuple[str, str]]:
-    found = set()
-    for table in ("filter", "nat"):
-        for line in iptables(table, "-S").splitlines():
-            parts = line.split()
-            if parts[:1] == ["-N"] and len(parts) > 1:
-                found.add((table, parts[1]))
-    return found
-
-
 def only_in(rule: str, subnet: ipaddress.IPv4Network) -> bool:
-    """Whether every address a rule names (-s/-d) is in `subnet`."""
-    parts = rule.split()
-    for flag, value in itertools.pairwise(parts):
+    """Whether a rule names addresses (-s/-d) and every one is in `subnet`."""
+    named = False
+    for flag, value in itertools.pairwise(rule.split()):
         if flag in ("-s", "-d", "--source", "--destination"):
             try:
                 if not ipaddress.ip_network(value, strict=False).subnet_of(subnet):  # type: ignore[arg-type]
                     return False
             except (ValueError, TypeError):
                 return False
-    return True
+            named = True
+    return named
 
 
 def mount_points_under(directories: Sequence[Path]) -> list[Path]:

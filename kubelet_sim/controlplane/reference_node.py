@@ -6,10 +6,12 @@ registered to a started `ControlPlane` with node credentials (`system:node:<name
 from the Docker engine (`docker save | ctr import`): the machines this runs on reach no registry.
 
 What it changes on the host, and `stop()` undoes: a bridge and its route, a cgroup root of its
-own in each hierarchy (`/ksref-<id>`), the CNI firewall plugin's iptables chains if it made
-them, the kernel settings the kubelet sets at start (it sets `vm.overcommit_memory` and others;
-restored), the pod log directories under /var/log/pods and /var/log/containers, libcni's result
-cache for its network. A killed parent takes the kubelet and containerd with it (setpriv
+own in each hierarchy (`/ksref-<id>`), the CNI chains named for its network and containers
+(cni_chains.py; never another network's nor the plugins' shared ones), the kernel settings the
+kubelet sets at start (it sets `vm.overcommit_memory` and others; restored), libcni's result
+cache for its network. containerd and the kubelet run in a mount namespace of their own where
+/var/log is the node's: pod logs stay in its work directory, and its kubelet's GC never sees
+another kubelet's. A killed parent takes the kubelet and containerd with it (setpriv
 --pdeathsig); running containers' shims then outlive them (containerd's design), which only
 `stop()` prevents.
 
@@ -24,7 +26,6 @@ import ipaddress
 import json
 import os
 import secrets
-import shlex
 import shutil
 import signal
 import ssl
@@ -38,24 +39,25 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from kubelet_sim.controlplane import binaries, host
+from kubelet_sim.controlplane import binaries, cni_chains, host, reference_config
 from kubelet_sim.controlplane.cluster import _DIE_WITH_PARENT, ControlPlane, spawn_child
 from kubelet_sim.controlplane.cri_client import CriClient
+from kubelet_sim.controlplane.reference_config import CNI_BIN_DIR, find_kubelet
 
 # The project's local images (kubelet_sim.runtime.local_images, which this layer may not
 # import: tests/testing_kit/test_reference_node.py checks they are the same names).
 PAUSE_IMAGE = "kubelet-sim.local/pause:test"
 BUSYBOX_IMAGE = "kubelet-sim.local/busybox:test"
 
-CNI_BIN_DIR = Path("/usr/lib/cni")
 CNI_PLUGINS = ("bridge", "host-local", "loopback", "portmap", "firewall")
 CNI_CACHE = Path("/var/lib/cni/results")
-POD_LOGS = Path("/var/log/pods")
-CONTAINER_LOGS = Path("/var/log/containers")
 NETNS = Path("/run/netns")
 # Host directories the kubelet, containerd or libcni make when missing: removed at stop if
 # they did not exist at start and are empty by then.
-HOST_DIRS = (CNI_CACHE, CNI_CACHE.parent, CONTAINER_LOGS, POD_LOGS, NETNS)
+HOST_DIRS = (CNI_CACHE, CNI_CACHE.parent, NETNS)
+# What containerd and the kubelet see at /var/log (they write pod logs to /var/log/pods and
+# /var/log/containers, every kubelet of the host alike): a directory of the node's own.
+LOG_DIR = Path("/var/log")
 # What the kubelet sets at start (setupKernelTunables, protectKernelDefaults off).
 KERNEL_TUNABLES = (
     "vm/overcommit_memory",
@@ -68,66 +70,9 @@ KERNEL_TUNABLES = (
 STOP_GRACE = 5.0
 SOCKET_PATH_MAX = 100  # sun_path is 108 bytes; containerd adds ".ttrpc"
 
-# Without it (a sandboxed root, as on this project's machines) runc cannot give a pod's sandbox
-# the oom_score_adj -998 the kubelet asks: containerd is then told to keep scores no lower
-# than its own (restrict_oom_score_adj, as for rootless).
-CAP_SYS_RESOURCE = 24
-
 
 class ReferenceNodeError(RuntimeError):
     """The reference node could not start; the message says why (with a log's tail)."""
-
-
-# --- what is needed -------------------------------------------------------------------------
-
-
-def find_kubelet(
-    env: dict[str, str] | None = None,
-    *,
-    beside: Path | None = None,
-    version: str | None = None,
-) -> Path | None:
-    """The upstream kubelet: $KUBELET_SIM_KUBELET; then the one `beside` the API server in use
-    (the same directory as its kube-apiserver: the same version); then the cache's directory of
-    the server's `version` ("v1.34.9", from /version); then where the control plane's binaries
-    are looked for ($KUBEBUILDER_ASSETS, $KUBELET_SIM_KUBE_BIN, the download cache, newest
-    first), then PATH. A kubelet is never to be newer than its API server (the version skew
-    policy): the first two are what a comparison needs."""
-    env = dict(os.environ) if env is None else env
-    if env.get("KUBELET_SIM_KUBELET"):
-        given = Path(env["KUBELET_SIM_KUBELET"])
-        return given if given.is_file() else None
-    cache = binaries.cache_dir(env)
-    dirs = [] if beside is None else [beside.parent]
-    numbered = (version or "").lstrip("v").split("+")[0].split("-")[0]
-    if numbered and not numbered.startswith("0."):
-        dirs.append(cache / numbered)
-    dirs += [Path(env[v]) for v in ("KUBEBUILDER_ASSETS", "KUBELET_SIM_KUBE_BIN") if env.get(v)]
-    with contextlib.suppress(OSError):
-        dirs += sorted((d for d in cache.iterdir() if d.is_dir()), key=_version_order, reverse=True)
-    for d in dirs:
-        if (d / "kubelet").is_file() and os.access(d / "kubelet", os.X_OK):
-            return d / "kubelet"
-    found = shutil.which("kubelet", path=env.get("PATH", os.defpath))
-    return Path(found) if found else None
-
-
-def _version_order(directory: Path) -> tuple[int, ...]:
-    parts = directory.name.split(".")
-    return tuple(int(p) for p in parts) if all(p.isdigit() for p in parts) else (-1,)
-
-
-def kubelet_flags(kubelet: Path) -> set[str]:
-    """The long flags the kubelet binary still takes (from its --help): the runtime flags
-    v1.24 needs (`--container-runtime remote`) were removed in v1.27, and what replaced them
-    lives in the KubeletConfiguration (`containerRuntimeEndpoint`, `imageServiceEndpoint`).
-    Read from the binary, not from its --version: a build that stamped no version
-    (`v0.0.0-master`, as the rig's v1.24) says nothing by its number."""
-    shown = subprocess.run(
-        [str(kubelet), "--help"], capture_output=True, text=True, timeout=30, check=False
-    )
-    words = (shown.stdout + shown.stderr).split()
-    return {w for w in words if w.startswith("--") and len(w) > 2}
 
 
 # --- the node -------------------------------------------------------------------------------
@@ -172,9 +117,7 @@ class ReferenceNode:
     _socket_dir: Path | None = field(default=None, repr=False)
     _cgroups: list[Path] = field(repr=False, default_factory=list)
     _tunables: dict[str, str] = field(repr=False, default_factory=dict)
-    _chains_before: set[tuple[str, str]] = field(repr=False, default_factory=set)
     _host_dirs_made: list[Path] = field(repr=False, default_factory=list)
-    _pod_uids: set[str] = field(repr=False, default_factory=set)
     _container_ids: set[str] = field(repr=False, default_factory=set)
     _reader: tuple[Path, Path] | None = field(default=None, repr=False)
     _started: float = field(default=0.0, repr=False)
@@ -199,6 +142,9 @@ class ReferenceNode:
             ("docker", "docker.io"),
             ("ip", "iproute2"),
             ("iptables", "iptables"),
+            ("unshare", "util-linux"),
+            ("nsenter", "util-linux"),
+            ("mount", "mount"),
         ):
             if shutil.which(tool) is None:
                 return f"no {tool} on PATH (apt-get install {package})"
@@ -252,7 +198,6 @@ class ReferenceNode:
         self._started = time.monotonic()
         try:
             self.workdir.mkdir(mode=0o700, parents=True, exist_ok=True)
-            self._chains_before = host.iptables_chains()
             self._host_dirs_made = [d for d in HOST_DIRS if not d.exists()]
             self._network()
             # The node's address is its own bridge's (the kubelet refuses a loopback one): the
@@ -280,23 +225,27 @@ class ReferenceNode:
 
     def stop(self) -> None:
         """Stop the kubelet, remove every pod sandbox and container, stop containerd, and
-        remove what they left: mounts, bridge, chains, cgroups, logs, the work directory."""
+        remove what they left: mounts, its chains, bridge, cgroups, the work directory (with
+        its pods' logs)."""
         with contextlib.suppress(Exception):
-            self._record_pods()
+            self._record_containers()
         self._end("kubelet")
         if "containerd" in self._procs:
             self._remove_pods()
         self._end("containerd")
         for point in host.mount_points_under([self.workdir, *self._extra_dirs()]):
             host.quiet(["umount", "-l", str(point)])
+        if self.subnet is not None:  # while the bridge holds the subnet: no other node's yet
+            cni_chains.remove(self.network_name, self._container_ids, self.subnet)
         if self.bridge:
             host.quiet(["ip", "link", "del", self.bridge])
-        self._remove_chains()
         self._remove_cgroups()
         self._restore_tunables()
-        for path in CNI_CACHE.glob(f"{self._network_name}-*"):
+        for path in CNI_CACHE.glob(f"{self.network_name}-*"):
             path.unlink(missing_ok=True)
-        self._remove_logs()
+        for directory in self._host_dirs_made:
+            with contextlib.suppress(OSError):
+                directory.rmdir()  # only if empty: another node's files stay
         for d in self._extra_dirs():
             shutil.rmtree(d, ignore_errors=True)
         if not host.mount_points_under([self.workdir]):  # never remove files through a mount
@@ -305,7 +254,8 @@ class ReferenceNode:
     def leftovers(self) -> list[str]:
         """What of this node is still on the host, one line each (empty after `stop()`):
         processes naming its directories (kubelet, containerd, shims), mounts under them, its
-        bridge, cgroups, CNI chains made since start, the work directory."""
+        bridge, cgroups, the CNI chains and rules naming its network or containers, the work
+        directory."""
         found = []
         dirs = [str(self.workdir), *map(str, self._extra_dirs())]
         for proc in Path("/proc").iterdir():
@@ -321,12 +271,9 @@ class ReferenceNode:
         if self.bridge and Path("/sys/class/net", self.bridge).exists():
             found.append(f"bridge {self.bridge}")
         found += [f"cgroup {p}" for p in self._own_cgroups()]
-        found += [
-            f"iptables -t {t} chain {c}"
-            for t, c in sorted(host.iptables_chains() - self._chains_before)
-            if c.startswith("CNI-")
-        ]
-        found += [f"file {p}" for p in CNI_CACHE.glob(f"{self._network_name}-*")]
+        if self.subnet is not None:
+            found += cni_chains.describe(self.network_name, self._container_ids, self.subnet)
+        found += [f"file {p}" for p in CNI_CACHE.glob(f"{self.network_name}-*")]
         if self.workdir.exists():
             found.append(f"directory {self.workdir}")
         return found
@@ -404,8 +351,15 @@ class ReferenceNode:
     # --- pieces ------------------------------------------------------------------------------
 
     @property
-    def _network_name(self) -> str:
+    def network_name(self) -> str:
+        """Its CNI network's name (`ksref-<id>`): libcni's cache files and the plugins' chains
+        are named from it."""
         return f"ksref-{self._id}"
+
+    @property
+    def cgroup_root(self) -> str:
+        """The kubelet's --cgroup-root, made in every hierarchy at start."""
+        return f"/ksref-{self._id}"
 
     def _extra_dirs(self) -> list[Path]:
         return [self._socket_dir] if self._socket_dir else []
@@ -416,6 +370,29 @@ class ReferenceNode:
 
     def _ctr(self) -> list[str]:
         return ["ctr", "-a", str(self.socket), "-n", "k8s.io"]
+
+    def _own_mounts(self, args: list[str]) -> list[str]:
+        """`args` run in a mount namespace of their own where /var/log is the node's `log`
+        directory: every kubelet writes pod logs under /var/log/pods and garbage-collects
+        there what is not its own pods' (another kubelet's included), and v1.24 cannot be
+        told another directory. Mounts made there (containerd's, the kubelet's, the shims')
+        stay there, and go with the last of its processes."""
+        logs = self.workdir / "log"
+        logs.mkdir(exist_ok=True)
+        bind = f'mount --bind "$0" {LOG_DIR} && exec "$@"'
+        return ["unshare", "--mount", "--propagation", "slave", "--", "sh", "-c", bind,
+                str(logs), *args]  # fmt: skip
+
+    def _containerds_mounts(self, args: list[str]) -> list[str]:
+        """`args` run in containerd's mount namespace: the kubelet sees the same /var/log and
+        containerd sees the volumes the kubelet mounts. containerd is our child and not yet
+        reaped (running), so its pid names it."""
+        containerd = self._procs["containerd"]
+        namespace = Path(f"/proc/{containerd.pid}/ns/mnt")
+        ours = Path("/proc/self/ns/mnt").readlink()
+        if containerd.poll() is not None or namespace.readlink() == ours:
+            raise ReferenceNodeError(f"containerd has no mount namespace of its own ({ours})")
+        return ["nsenter", f"--mount={namespace}", "--", *args]
 
     def _spawn(self, name: str, args: list[str]) -> subprocess.Popen[bytes]:
         proc = spawn_child(args, self.workdir / f"{name}.log", self.workdir, append=True)
@@ -453,83 +430,21 @@ class ReferenceNode:
             host.run(["ip", *args])
         conf = self.workdir / "cni"
         conf.mkdir(exist_ok=True)
-        conflist = {
-            "cniVersion": "0.4.0",
-            "name": self._network_name,
-            "plugins": [
-                {
-                    "type": "bridge",
-                    "bridge": self.bridge,
-                    "isGateway": True,
-                    "ipMasq": False,
-                    "hairpinMode": True,
-                    "ipam": {
-                        "type": "host-local",
-                        "ranges": [[{"subnet": str(self.subnet), "gateway": str(gateway)}]],
-                        "routes": [{"dst": "0.0.0.0/0"}],
-                        "dataDir": str(self.workdir / "ipam"),
-                    },
-                },
-                {"type": "portmap", "capabilities": {"portMappings": True}},
-                {"type": "firewall"},
-            ],
-        }
-        (conf / "10-ksref.conflist").write_text(json.dumps(conflist, indent=2))
+        (conf / "10-ksref.conflist").write_text(
+            json.dumps(reference_config.cni_conflist(self), indent=2)
+        )
 
     def _start_containerd(self, timeout: float) -> None:
         base = self.workdir / "containerd"
         base.mkdir(exist_ok=True)
         if len(str(base / "containerd.sock.ttrpc")) > SOCKET_PATH_MAX:
             self._socket_dir = Path(tempfile.mkdtemp(prefix="ksref-", dir="/run"))
-        config = f"""version = 2
-root = {json.dumps(str(base / "root"))}
-state = {json.dumps(str(base / "state"))}
-disabled_plugins = [
-  "io.containerd.snapshotter.v1.aufs", "io.containerd.snapshotter.v1.btrfs",
-  "io.containerd.snapshotter.v1.zfs", "io.containerd.snapshotter.v1.devmapper",
-]
-
-[grpc]
-  address = {json.dumps(str(self.socket))}
-
-[ttrpc]
-  address = {json.dumps(str(self.socket) + ".ttrpc")}
-
-[debug]
-  address = ""
-
-[metrics]
-  address = ""
-
-[plugins."io.containerd.internal.v1.opt"]
-  path = {json.dumps(str(base / "opt"))}
-
-[plugins."io.containerd.grpc.v1.cri"]
-  sandbox_image = {json.dumps(self.pause_image)}
-  disable_apparmor = true
-  stream_server_address = "127.0.0.1"
-  stream_server_port = "0"
-  enable_selinux = false
-  restrict_oom_score_adj = {str(not host.has_capability(CAP_SYS_RESOURCE)).lower()}
-
-[plugins."io.containerd.grpc.v1.cri".containerd]
-  snapshotter = "overlayfs"
-  default_runtime_name = "runc"
-
-[plugins."io.containerd.grpc.v1.cri".containerd.runtimes.runc]
-  runtime_type = "io.containerd.runc.v2"
-
-[plugins."io.containerd.grpc.v1.cri".containerd.runtimes.runc.options]
-  SystemdCgroup = false
-  Root = {json.dumps(str(base / "runc"))}
-
-[plugins."io.containerd.grpc.v1.cri".cni]
-  bin_dir = {json.dumps(str(CNI_BIN_DIR))}
-  conf_dir = {json.dumps(str(self.workdir / "cni"))}
-  max_conf_num = 1
-"""
+        config = reference_config.containerd_config(self, base)
         (base / "config.toml").write_text(config)
-        proc = self._spawn("containerd", ["containerd", "--config", str(base / "config.toml")])
+        proc = self._spawn(
+            "containerd",
+            self._own_mounts(["containerd", "--config", str(base / "config.toml")]),
+        )
         deadline = time.monotonic() + timeout
         while time.monotonic() < deadline and proc.poll() is None:
             ready = subprocess.run(
@@ -547,7 +462,7 @@ disabled_plugins = [
         for mount, fstype in host.cgroup_mounts():
             if fstype == "cgroup2" and mount != host.CGROUP_ROOT:
                 continue  # a hybrid host's unified hierarchy: libcontainer's v1 mode skips it
-            path = mount / f"ksref-{self._id}"
+            path = mount / self.cgroup_root.lstrip("/")
             path.mkdir(exist_ok=True)
             self._cgroups.append(path)
             if "cpuset" in mount.name.split(","):
@@ -576,86 +491,12 @@ disabled_plugins = [
         cp = self.control_plane
         kubelet = self._kubelet()
         assert kubelet is not None
-        flags = kubelet_flags(kubelet)
         creds = cp.node_credentials(self.name, (self.node_ip,))
         self.port, self.healthz_port = host.free_port(self.node_ip), host.free_port("127.0.0.1")
-        root = self.workdir / "kubelet"
-        root.mkdir(exist_ok=True)
-        config: dict[str, Any] = {
-            "apiVersion": "kubelet.config.k8s.io/v1beta1",
-            "kind": "KubeletConfiguration",
-            "address": self.node_ip,
-            "port": self.port,
-            "readOnlyPort": 0,
-            "healthzBindAddress": "127.0.0.1",
-            "healthzPort": self.healthz_port,
-            "tlsCertFile": str(creds.serving.cert),
-            "tlsPrivateKeyFile": str(creds.serving.key),
-            "authentication": {
-                "anonymous": {"enabled": False},
-                "webhook": {"enabled": True},
-                "x509": {"clientCAFile": str(cp.client_ca[0])},
-            },
-            "authorization": {"mode": "Webhook"},
-            "cgroupDriver": "cgroupfs",
-            "cgroupRoot": f"/ksref-{self._id}",
-            "failSwapOn": False,
-            "evictionHard": {},
-            "evictionSoft": {},
-            "imageGCHighThresholdPercent": 100,
-            "imageGCLowThresholdPercent": 99,
-            # The kubelet's own defaults where they shape what a pod's status shows, and
-            # today's client limits (v1.27 raised them from 5/10): with v1.24's, the
-            # scenarios `compare` runs at once queued its status writes and events for
-            # seconds, and a queued write is skipped (each pod alone would not see that).
-            "syncFrequency": "1m",
-            "kubeAPIQPS": 50,
-            "kubeAPIBurst": 100,
-            "eventRecordQPS": 50,
-            "eventBurst": 100,
-            "clusterDomain": self.cluster_domain,
-            "clusterDNS": list(self.cluster_dns),
-            "makeIPTablesUtilChains": False,
-            "volumePluginDir": str(root / "volume-plugins"),
-            "serializeImagePulls": False,
-            "registerNode": True,
-        }
-        if self.static_pod_path is not None:
-            self.static_pod_path.mkdir(parents=True, exist_ok=True)
-            config["staticPodPath"] = str(self.static_pod_path)
-        endpoint = f"unix://{self.socket}"
-        if "--container-runtime" in flags:  # v1.26 and older: the runtime is told by flags
-            runtime_flags = [
-                "--container-runtime", "remote",
-                "--container-runtime-endpoint", endpoint,
-                "--image-service-endpoint", endpoint,
-            ]  # fmt: skip
-        else:  # v1.27 on: in the configuration (the flags are deprecated, --container-runtime gone)
-            config["containerRuntimeEndpoint"] = endpoint
-            config["imageServiceEndpoint"] = endpoint
-            runtime_flags = []
-        # Only image GC's keep-list since v1.27 (containerd's sandbox_image is the sandbox's);
-        # going in v1.35.
-        if "--pod-infra-container-image" in flags:
-            runtime_flags += ["--pod-infra-container-image", self.pause_image]
-        (root / "config.yaml").write_text(json.dumps(config, indent=2))  # JSON is YAML
         self._spawn(
             "kubelet",
-            [
-                str(kubelet),
-                "--config", str(root / "config.yaml"),
-                "--kubeconfig", str(creds.kubeconfig),
-                "--hostname-override", self.name,
-                "--node-ip", self.node_ip,
-                *runtime_flags,
-                "--root-dir", str(root / "root"),
-                "--cert-dir", str(root / "pki"),
-                *(["--register-with-taints", ",".join(self.taints)] if self.taints else []),
-                *(["--node-labels", ",".join(f"{k}={v}" for k, v in self.labels.items())]
-                  if self.labels else []),
-                f"--v={self.verbosity}",
-            ],
-        )  # fmt: skip
+            self._containerds_mounts(reference_config.kubelet_command(self, kubelet, creds)),
+        )
 
     # --- the API server ----------------------------------------------------------------------
 
@@ -709,18 +550,11 @@ disabled_plugins = [
 
     # --- cleanup -----------------------------------------------------------------------------
 
-    def _record_pods(self) -> None:
-        """The pod uids (the kubelet's pod directories) and container ids this node has:
-        their log files go at stop."""
-        with contextlib.suppress(OSError):
-            self._pod_uids |= {p.name for p in (self.workdir / "kubelet/root/pods").iterdir()}
-        if "containerd" not in self._procs:
-            return
-        for container in self.containers():
-            self._container_ids.add(container["id"])
-            uid = container["labels"].get("io.kubernetes.pod.uid")
-            if uid:
-                self._pod_uids.add(uid)
+    def _record_containers(self) -> None:
+        """The ids of the containers and sandboxes containerd holds: the CNI plugins name their
+        chains from them (and the network's name), so these are the chains it removes."""
+        if "containerd" in self._procs:
+            self._container_ids |= {c["id"] for c in self.containers()}
 
     def _remove_pods(self) -> None:
         """Every sandbox stopped (CNI DEL: addresses, firewall rules, the netns) and removed
@@ -742,30 +576,11 @@ disabled_plugins = [
         for container in host.quiet([*ctr, "containers", "ls", "-q"]).split():
             host.quiet([*ctr, "containers", "rm", container])
 
-    def _remove_chains(self) -> None:
-        """The CNI plugins' chains made since start, if only this node's pods used them."""
-        if self.subnet is None:
-            return
-        for table, chain in sorted(host.iptables_chains() - self._chains_before):
-            if not chain.startswith("CNI-"):
-                continue
-            rules = host.iptables(table, "-S", chain).splitlines()[1:]
-            if any(not host.only_in(rule, self.subnet) for rule in rules):
-                continue  # another node's pod is behind it
-            for line in host.iptables(table, "-S").splitlines():
-                parts = line.split()
-                if parts[:1] == ["-A"] and parts[-2:] == ["-j", chain]:
-                    host.iptables(table, "-D", *shlex.split(line)[1:])
-        for table, chain in sorted(host.iptables_chains() - self._chains_before):
-            if chain.startswith("CNI-"):
-                host.iptables(table, "-F", chain)
-                host.iptables(table, "-X", chain)
-
     def _own_cgroups(self) -> list[Path]:
         """Its cgroup root in every hierarchy: those made at start and those runc made (a
         hybrid host's unified hierarchy)."""
         with contextlib.suppress(OSError):
-            found = [m / f"ksref-{self._id}" for m, _ in host.cgroup_mounts()]
+            found = [m / self.cgroup_root.lstrip("/") for m, _ in host.cgroup_mounts()]
             return [p for p in dict.fromkeys([*self._cgroups, *found]) if p.is_dir()]
         return [p for p in self._cgroups if p.is_dir()]
 
@@ -777,17 +592,3 @@ disabled_plugins = [
                         sub.rmdir()
             with contextlib.suppress(OSError):
                 path.rmdir()
-
-    def _remove_logs(self) -> None:
-        for uid in self._pod_uids:
-            for directory in POD_LOGS.glob(f"*_{uid}"):
-                shutil.rmtree(directory, ignore_errors=True)
-        for cid in self._container_ids:
-            for link in CONTAINER_LOGS.glob(f"*-{cid}.log"):
-                link.unlink(missing_ok=True)
-        for directory in self._host_dirs_made:
-            with contextlib.suppress(OSError):
-                directory.rmdir()  # only if empty: another node's files stay
-
-
-# --- helpers --------------------------------------------------------------------------------

@@ -7,7 +7,7 @@ from __future__ import annotations
 import stat
 from pathlib import Path
 
-from kubelet_sim.controlplane.reference_node import find_kubelet, kubelet_flags
+from kubelet_sim.controlplane.reference_config import find_kubelet, kubelet_flags
 
 V124_HELP = """      --container-runtime string      The container runtime to use.
       --container-runtime-endpoint string   [Experimental] The endpoint of remote runtime service.
