@@ -385,6 +385,18 @@ E2E_STEPS = [
 ]
 
 
+FIRST_WRITE = "first status written"
+
+
+def _in_order(steps: list[str], expected: list[str]) -> bool:
+    """`steps` are `expected` in order, but for the first status write: the status manager's,
+    beside the runtime, so anywhere after the admission and before Ready."""
+    others = [s for s in steps if s != FIRST_WRITE]
+    if others != [s for s in expected if s != FIRST_WRITE] or steps.count(FIRST_WRITE) != 1:
+        return False
+    return steps.index("admitted") < steps.index(FIRST_WRITE) < steps.index("Ready written")
+
+
 @dataclass
 class _Streamed:
     printed: list[str] = field(default_factory=list)
@@ -447,7 +459,7 @@ def test_the_stream_shows_a_pods_handoff_through_ready_and_its_deletion(
     finally:
         running.stop()
     lines = streamed.of(cluster, "streamed")
-    assert [f[3] for f in lines] == [*E2E_STEPS, "deleting", "gone"], streamed.printed
+    assert _in_order([f[3] for f in lines], [*E2E_STEPS, "deleting", "gone"]), streamed.printed
     assert all(f[2] == cluster.node_name for f in lines), "each line names the node"
     by_step = {f[3]: f for f in lines}
     assert by_step["seen by the node"][4].startswith("ADDED via watch, rv ")
@@ -500,7 +512,7 @@ def test_the_stream_shows_the_schedulers_part(
         running.stop()
     placed_lines = streamed.of(cluster, "placed")
     steps = [f[3] for f in placed_lines]
-    assert steps == ["created", "scheduled", "bound", *E2E_STEPS[1:]], streamed.printed
+    assert _in_order(steps, ["created", "scheduled", "bound", *E2E_STEPS[1:]]), streamed.printed
     scheduled = placed_lines[1]
     assert (scheduled[2], scheduled[4]) == (cluster.node_name, f"by {SCHEDULER}")
     nowhere_lines = streamed.of(cluster, "nowhere")
