@@ -193,7 +193,10 @@ class PodHandoff:
         return lines
 
     def _never(self, step: Step, steps: Sequence[Step], pod: Json) -> bool:
-        """Unknown steps that will stay unknown: nothing waits for them."""
+        """Unknown steps that will stay unknown, or that go beside the others (the first status
+        write is the status manager's, beside the runtime): nothing waits for them."""
+        if step.step == "first status written":
+            return True
         if step.step == "admitted":
             return any(s.step == "rejected" and s.time is not None for s in steps)
         if step.step == "bound":

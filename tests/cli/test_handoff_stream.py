@@ -459,7 +459,8 @@ def test_the_stream_shows_a_pods_handoff_through_ready_and_its_deletion(
     finally:
         running.stop()
     lines = streamed.of(cluster, "streamed")
-    assert _in_order([f[3] for f in lines], [*E2E_STEPS, "deleting", "gone"]), streamed.printed
+    steps = [f[3] for f in lines]
+    assert _in_order(steps, [*E2E_STEPS, "deleting", "gone"]), (steps, streamed.printed)
     assert all(f[2] == cluster.node_name for f in lines), "each line names the node"
     by_step = {f[3]: f for f in lines}
     assert by_step["seen by the node"][4].startswith("ADDED via watch, rv ")
@@ -512,7 +513,7 @@ def test_the_stream_shows_the_schedulers_part(
         running.stop()
     placed_lines = streamed.of(cluster, "placed")
     steps = [f[3] for f in placed_lines]
-    assert _in_order(steps, ["created", "scheduled", "bound", *E2E_STEPS[1:]]), streamed.printed
+    assert _in_order(steps, ["created", "scheduled", "bound", *E2E_STEPS[1:]]), steps
     scheduled = placed_lines[1]
     assert (scheduled[2], scheduled[4]) == (cluster.node_name, f"by {SCHEDULER}")
     nowhere_lines = streamed.of(cluster, "nowhere")
