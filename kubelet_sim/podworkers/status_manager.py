@@ -157,12 +157,9 @@ class StatusManager:
         for uid in list(self._entries):
             self._sync(uid)
 
-    def _queue_write(self, uid: str, after: float = 0.0) -> None:
+    def _queue_write(self, uid: str) -> None:
         if self._queue is None:
             self._sync(uid)
-            return
-        if after > 0:
-            self._queue.add_after(uid, after)
         else:
             self._queue.add(uid)
 
@@ -196,7 +193,7 @@ class StatusManager:
             unwritten, delete = entry.written < version, entry.delete
         if unwritten:
             retry = self._write(uid, entry, pod, status, version)
-            if retry is not None or entry.gone:
+            if retry is not None:
                 return retry
         with self._lock:
             if entry.written < entry.version:  # a newer one came meanwhile: its turn is queued
