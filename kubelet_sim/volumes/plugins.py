@@ -110,10 +110,20 @@ def empty_dir(ctx: Context, name: str, source: Json) -> Prepared:
     elif ctx.tmpfs_size is None:
         return Prepared(ctx.volume_dir(plugin, name, 0o777), tmpfs=True)
     else:
-        limit = source.get("sizeLimit")
-        path = ctx.memory_dir(plugin, name, None if limit is None else value(str(limit)))
+        path = ctx.memory_dir(plugin, name, _size_limit(source.get("sizeLimit")))
     _owned(ctx, path, name, read_only=False, changed=False)
     return Prepared(path)
+
+
+def _size_limit(limit: object) -> int | None:
+    """An emptyDir's sizeLimit in bytes; one that is no quantity (a static pod's manifest is
+    not validated by an API server) fails the mount, never the sync."""
+    if limit is None:
+        return None
+    try:
+        return value(str(limit))
+    except ValueError as exc:
+        raise MountError(f"sizeLimit {limit!r}: {exc}") from exc
 
 
 def config_map(ctx: Context, name: str, source: Json) -> Prepared:

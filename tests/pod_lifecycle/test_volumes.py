@@ -818,3 +818,14 @@ def test_an_owned_empty_dir_keeps_its_setgid_on_every_setup(
     for _ in range(2):
         path = run(manager, objects, pod).paths["e"]
         assert (mode(path), path.stat().st_gid) == (0o2777, 3000)
+
+
+@needs_mount
+def test_a_memory_empty_dir_whose_size_limit_is_no_quantity_fails_its_mount(
+    manager: VolumeManager, objects: Objects
+) -> None:
+    """A static pod's manifest reaches us unvalidated: the volume fails, the sync goes on."""
+    pod = make_pod([{"name": "ram", "emptyDir": {"medium": "Memory", "sizeLimit": "lots"}}])
+    setup = run(manager, objects, pod)
+    assert not setup.ok
+    assert "sizeLimit 'lots'" in setup.errors[0]
