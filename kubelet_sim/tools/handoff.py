@@ -35,7 +35,7 @@ READY_STEP = "Ready written"
 # How long a known step waits for an earlier one still unknown. The parties record on their
 # own channels (the scheduler's event comes on its own watch; Docker and the journal are read
 # one after the other), so a later step can be seen a moment before an earlier one.
-HOLD_SECONDS = 1.0
+HOLD_SECONDS = 3.0
 TERMINAL_PHASES = ("Succeeded", "Failed")
 
 log = get_logger("kubelet_sim.handoff")
@@ -190,7 +190,13 @@ class PodHandoff:
             lines += self._print(s)
         if not held:
             self._held_since = None
+        if self.ready and not self._late():
+            self.settled = True
         return lines
+
+    def _late(self) -> set[str]:
+        """Steps passed over that are still to be printed, when their time comes."""
+        return self._passed - self.printed.keys()
 
     def _never(self, step: Step, steps: Sequence[Step], pod: Json) -> bool:
         """Unknown steps that will stay unknown, or that go beside the others (the first status
@@ -221,7 +227,8 @@ class PodHandoff:
         self.printed[s.step] = s
         lines = [self._line(s.time, s.precise, s.step, s.detail, latency)]
         if s.step == READY_STEP:
-            self.ready = self.settled = True
+            self.ready = True
+            self.settled = not self._late()  # else polled on for the late ones
             created = self.printed.get("created")
             if created is not None and created.time is not None:
                 total = _seconds(s.time - created.time) + ("" if created.precise else "~")
