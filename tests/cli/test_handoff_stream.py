@@ -219,7 +219,8 @@ def test_a_step_passed_over_is_still_printed_when_it_comes_after_ready() -> None
     h.update(_bound(), [SCHEDULED_EVENT], everything, sandbox_only, now=0.0)
     lines = h.update(_bound(), [SCHEDULED_EVENT], everything, sandbox_only, now=1.5)
     assert _steps(lines)[-2:] == ["Ready written", "total"], "held only for a moment"
-    assert h.ready and not h.settled, "the container's steps are still to come"
+    assert h.ready
+    assert not h.settled, "the container's steps are still to come"
     done = [*sandbox_only, _container("c", "01.300", "01.400")]
     late = h.update(_bound(), [SCHEDULED_EVENT], everything, done, now=1.75)
     assert _steps(late) == ["container c created", "container c started"]
