@@ -115,7 +115,7 @@ def pod_syncer(
     )
     hooks = HookRunner(p.runtime, p.events, settings.node_ip, node=settings.node_name)
     stopper = ContainerStopper(
-        p.runtime, watcher, p.events, hooks, supervisor, wake=p.wake, clock=clock
+        p.runtime, watcher, p.events, hooks, supervisor=supervisor, wake=p.wake, clock=clock
     )
     starter = ContainerStarter(
         settings,
