@@ -106,10 +106,7 @@ class KubeletServer:
                 " handshake, not 401",
                 python=sys.implementation.name,
             )
-        # The process's listener: its connection limits and token guard are the process's (one
-        # bound on failed TokenReviews per client, not per node).
-        self.listener = listener
-        gate.tokens = self.listener.tokens
+        self.listener = listener  # the process's: its connection limits are the process's
         try:
             self.endpoint = self.listener.bind(
                 address, port, self.tls.context, self.serve, self.log

@@ -193,10 +193,11 @@ class Listener:
     """One selector thread and one worker pool for every node's socket in the process (a
     thousand virtual nodes cost no thread each); `limits` are shared by all of them."""
 
-    def __init__(self, limits: ConnectionLimits, log: Any) -> None:
+    def __init__(self, limits: ConnectionLimits, log: Any, *, tokens: TokenGuard) -> None:
+        """`tokens`: the process's bearer tokens' cache and budgets, for every node here."""
         self.limits, self.log = limits, log
         self._pool = _Pool(limits.workers, "kubelet-api")
-        self.tokens = TokenGuard()  # bearer tokens' cache and budgets, for every node here
+        self.tokens = tokens
         self.certificates = FailureBudget()  # client certificates' failed checks, likewise
         self._streams = threading.BoundedSemaphore(limits.max_streams)
         self._lock = threading.Lock()
