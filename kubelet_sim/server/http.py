@@ -16,7 +16,7 @@ import ssl
 import sys
 from collections.abc import Callable
 from pathlib import Path
-from typing import NamedTuple
+from typing import TYPE_CHECKING, NamedTuple
 from urllib.parse import parse_qs
 
 from kubelet_sim.logs import get_logger
@@ -32,9 +32,21 @@ from kubelet_sim.server.streaming.serve import PREFIXES
 from kubelet_sim.server.streaming.serve import serve as serve_stream
 from kubelet_sim.server.tls import ServingTls, serving_tls
 
+if TYPE_CHECKING:
+    from kubelet_sim.server.x509auth import X509Authenticator
+
 
 class ServerError(Exception):
     """The server cannot start (the port is taken, a certificate file is bad): one line."""
+
+
+def client_certificates(client_ca_file: str | None) -> X509Authenticator:
+    """The client CA file's authenticator as the file is now (`x509auth.ClientCa`: read again
+    when it changes), imported at the first request (with `cryptography`, some 8 MiB a
+    process never pays while no client comes)."""
+    from kubelet_sim.server.x509auth import client_ca  # noqa: PLC0415 (at first use)
+
+    return client_ca(client_ca_file).current()
 
 
 class Target(NamedTuple):
@@ -156,7 +168,8 @@ class KubeletServer:
         conn: ssl.SSLSocket = handler.request  # type: ignore[assignment]
         client = _peer_address(conn)
         try:
-            peer = self.tls.authenticator.authenticate(conn, self.listener.certificates, client)
+            certificates = client_certificates(self.tls.client_ca_file)
+            peer = certificates.authenticate(conn, self.listener.certificates, client)
         except Throttled:
             self.endpoint.counters.add("kubelet_sim_server_certificate_checks_throttled_total")
             verdict = THROTTLED
