@@ -23,17 +23,11 @@ from kubelet_sim.pod.admission import rejected_status
 from kubelet_sim.pod.attempts import latest_attempt, latest_sandbox, pod_address
 from kubelet_sim.pod.container_config import spec_hash, with_current_hashes
 from kubelet_sim.pod.generation import CURRENT, KubeletGeneration
+from kubelet_sim.pod.phase import TERMINAL_PHASES, hold_terminal_phase
 from kubelet_sim.pod.references import referenced_objects
 from kubelet_sim.pod.restart_backoff import KeyedBackoff
 from kubelet_sim.pod.spec import ContainerView, PodView
-from kubelet_sim.pod.status import (
-    TERMINAL_PHASES,
-    StatusInput,
-    WaitingReason,
-    format_time_precise,
-    generate_status,
-    hold_terminal_phase,
-)
+from kubelet_sim.pod.status import StatusInput, WaitingReason, format_time_precise, generate_status
 from kubelet_sim.podworkers.admission import PodAdmitter
 from kubelet_sim.podworkers.event_refs import container_spec, event_ref, pod_name
 from kubelet_sim.podworkers.hooks import HookRunner
