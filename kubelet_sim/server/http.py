@@ -23,8 +23,9 @@ from kubelet_sim.logs import get_logger
 from kubelet_sim.server import run_endpoint
 from kubelet_sim.server.auth import THROTTLED, Gate
 from kubelet_sim.server.budgets import Throttled
+from kubelet_sim.server.connections import Stream
 from kubelet_sim.server.exchange import Exchange
-from kubelet_sim.server.listener import Listener, Stream
+from kubelet_sim.server.listener import Listener
 from kubelet_sim.server.metrics import render
 from kubelet_sim.server.ports import ContainerStreams
 from kubelet_sim.server.routes import NodeView, Reply, route

@@ -29,9 +29,10 @@ from kubelet_sim.loops.supervise import Supervisor
 from kubelet_sim.node.settings import NodeSettings
 from kubelet_sim.podworkers.settings import PodSettings
 from kubelet_sim.server.certs import self_signed
+from kubelet_sim.server.connections import Endpoint
 from kubelet_sim.server.exchange import Exchange
 from kubelet_sim.server.http import _send
-from kubelet_sim.server.listener import Endpoint, Listener
+from kubelet_sim.server.listener import Listener
 from kubelet_sim.server.routes import Reply
 from kubelet_sim.server.settings import ConnectionLimits, ServerSettings
 from kubelet_sim.server.tls import ServingTls
