@@ -36,6 +36,7 @@ NODE_PARTS = {
 }
 # The pod workers' own parts: made where the pod syncer is assembled, for the builder.
 SYNCER_PARTS = {"PodSyncer", "PodAdmitter", "HookRunner", "ContainerStopper", "ContainerStarter"}
+SYNCER_PARTS |= {"ActionRunner"}
 SYNCER_ASSEMBLY = PACKAGE / "podworkers" / "assemble.py"
 # The Docker engine, one per process, and each node's runtime on it: made by the builder (the
 # CLI's tools and the demo ask it for theirs; runtime/ makes a node runtime's streams).
