@@ -48,6 +48,7 @@ from kubelet_sim.server.auth import Gate
 from kubelet_sim.server.http import KubeletServer
 from kubelet_sim.server.listener import Listener, kernel_backlog
 from kubelet_sim.server.settings import ConnectionLimits
+from kubelet_sim.server.tokens import TokenGuard
 
 MODELS = ("pool", "threads", "asyncio")
 
@@ -101,12 +102,13 @@ class _Reviews:
 
 
 def serve_pool(directory: Path) -> int:
-    listener = Listener(ConnectionLimits(), get_logger("bench.kubelet_api"))
+    tokens = TokenGuard()
+    listener = Listener(ConnectionLimits(), get_logger("bench.kubelet_api"), tokens=tokens)
     listener.start(Supervisor())
     server = KubeletServer(
         _Node(),
         None,  # type: ignore[arg-type]  # no logs, no streams: /healthz only
-        Gate(_Reviews(), "bench"),
+        Gate(_Reviews(), "bench", tokens=tokens),
         address="127.0.0.1",
         port=0,
         cert_file=directory / "server.crt",

@@ -13,8 +13,10 @@ import pytest
 
 from kubelet_sim.assembly.node import Node
 from kubelet_sim.assembly.nodeset import NodeIdentity, NodeSet, NodeSetSettings
+from kubelet_sim.assembly.process import engine_for
 from kubelet_sim.node.settings import NodeSettings
 from kubelet_sim.podworkers.settings import PodSettings
+from kubelet_sim.runtime.engine import DockerEngine
 from kubelet_sim.server.settings import ServerSettings
 from tests.cluster import Cluster, wait_for
 from tests.docker_env import DockerEnv
@@ -29,12 +31,14 @@ class RunningAgent:
     thread: threading.Thread
     nodes: NodeSet
     failures: list[tuple[str, str]]
+    engine: DockerEngine  # the process's, the set's: closed after it
 
     def stop(self) -> None:
         self.stop_event.set()
         self.thread.join(15)
         assert not self.thread.is_alive(), "the agent did not stop"
         self.nodes.close()
+        self.engine.close()
         # A pool sandbox still being made when the node's stop deadline passed is removed by
         # the pool's thread once made: waited for, so that none outlives the test.
         wait_for(lambda: not self.agent.pool.running(), 60, "the sandbox pool's thread to end")
@@ -57,6 +61,7 @@ def start_agent(
     """An agent on its thread. `node` holds NodeSettings fields (cpu, memory, ...), `pod`
     PodSettings fields; `prepare` may swap parts of the agent before it runs (fault tests)."""
     settings = NodeSettings(node_name=cluster.node_name, node_ip="127.0.0.1", **(node or {}))
+    engine = engine_for(docker_network, pull_progress_deadline=pull_progress_deadline or 60.0)
     nodes = NodeSet(
         NodeSetSettings(
             nodes=(NodeIdentity(settings, cluster.node_kubeconfig, root_dir=root),),
@@ -70,7 +75,8 @@ def start_agent(
             proxy_kubeconfig=cluster.kubeconfig
             if service_proxy and not proxy_own_credentials
             else None,
-        )
+        ),
+        engine,
     )
     (agent,) = nodes.nodes
     if prepare is not None:
@@ -81,7 +87,7 @@ def start_agent(
         target=lambda: failures.extend(nodes.run(stop)), name="agent", daemon=True
     )
     thread.start()
-    running = RunningAgent(agent, stop, thread, nodes, failures)
+    running = RunningAgent(agent, stop, thread, nodes, failures, engine)
     wait_for(agent.workers.started.is_set, 20, "the agent's pod workers to start")
     return running
 

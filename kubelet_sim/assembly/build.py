@@ -231,7 +231,7 @@ def build_node(
             objects,
             final_delete,
             index,
-            VolumeManager(runtime.root_dir, allocatable=allocatable),
+            VolumeManager(runtime.root_dir, allocatable=allocatable, mount=process.host.may_mount),
             TokenManager(kube.api),
             wake=wake,
             services=services,
@@ -348,7 +348,12 @@ def _kubelet_server(
     return KubeletServer(
         served,
         runtime.streams,
-        Gate(Reviews(kube.api), node.node_name, settings.anonymous_auth),
+        Gate(
+            Reviews(kube.api),
+            node.node_name,
+            settings.anonymous_auth,
+            tokens=process.listener.tokens,
+        ),
         address=settings.address,
         port=settings.port,
         cert_file=settings.tls_cert_file,

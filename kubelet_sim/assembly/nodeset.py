@@ -24,7 +24,7 @@ from pathlib import Path
 from kubelet_sim import cri
 from kubelet_sim.assembly.build import NodeWiring, build_node
 from kubelet_sim.assembly.node import SHUTDOWN_SECONDS, Node
-from kubelet_sim.assembly.process import ProcessContext, RuntimeOptions, engine_for, timer_threads
+from kubelet_sim.assembly.process import ProcessContext, RuntimeOptions, timer_threads
 from kubelet_sim.kube.client import KubeConnection, connect, wait_for_api_server
 from kubelet_sim.kube.schema import ServerSchema
 from kubelet_sim.kube.shared_watches import SharedWatches, may_watch_every_node
@@ -43,6 +43,7 @@ from kubelet_sim.runtime.node_runtime import NodeRuntime
 from kubelet_sim.runtime.observe import ContainerEvents
 from kubelet_sim.server.listener import Listener
 from kubelet_sim.server.settings import ServerSettings
+from kubelet_sim.server.tokens import TokenGuard
 from kubelet_sim.validation import ConfigError
 
 # Each node holds about 4 connections at once (2 watches, its writes, its lease).
@@ -108,11 +109,10 @@ class NodeSet:
     Construction raises ConfigError, KubeConfigError, RuntimeUnavailable or ServerError with
     a one-line message; nothing runs until `start`."""
 
-    def __init__(self, settings: NodeSetSettings, engine: DockerEngine | None = None) -> None:
-        """`engine`: the process's, where the caller connected it already for work of its own
-        (the demo's and a test cluster's images and pod endpoint), and closes it; without one
-        the set connects the process's engine after the API connections (a missing kubeconfig
-        is said first) and closes it in `close`."""
+    def __init__(self, settings: NodeSetSettings, engine: DockerEngine) -> None:
+        """`engine`: the process's (`process.engine_for`), whose pods join the settings'
+        network; its caller connected it, for work of its own as well (the demo's and a test
+        cluster's images and pod endpoint), and closes it after `close`."""
         self.settings = settings
         self.failures: list[tuple[str, str]] = []
         self._threads: list[threading.Thread] = []
@@ -123,14 +123,11 @@ class NodeSet:
         if settings.service_proxy and settings.proxy_kubeconfig is not None:
             pool = 2 * len(settings.nodes) + 2
             proxy = connect(settings.proxy_kubeconfig, pool_size=pool)
-        self._owns_engine = engine is None
-        if engine is not None and engine.network != settings.docker_network:
+        if engine.network != settings.docker_network:
             raise ConfigError(
                 f"the engine's pods join {engine.network!r}, the nodes' {settings.docker_network!r}"
             )
-        self.engine = engine or engine_for(
-            settings.docker_network, pull_progress_deadline=settings.image_pull_progress_deadline
-        )
+        self.engine = engine
         try:
             self.process = _process_context(settings, self.engine, self._process_failed)
             self.nodes, self.scopes = self._build(settings, kube, proxy)
@@ -344,8 +341,6 @@ class NodeSet:
         process = getattr(self, "process", None)
         if process is not None and process.listener is not None:
             process.listener.stop()
-        if self._owns_engine:
-            self.engine.close()
 
 
 def _connections(settings: NodeSetSettings) -> dict[str, KubeConnection]:
@@ -374,21 +369,37 @@ def _process_context(
     supervisor = Supervisor(on_failure=on_failure)
     names = [n.settings.node_name for n in settings.nodes]
     label = f"{cri.LABEL_NODE}={names[0]}" if len(names) == 1 else cri.LABEL_NODE
+    host = detect_host()  # the same host for every node: read once
+    if not host.may_mount:
+        _say_volumes_stay_on_disk(settings.root_dir)
     listener = None
     if settings.server is not None:
-        listener = Listener(settings.server.limits, get_logger("kubelet_sim.server"))
+        log = get_logger("kubelet_sim.server")
+        listener = Listener(settings.server.limits, log, tokens=TokenGuard())
     return ProcessContext(
         engine=engine,
         timers=Timers(pool_threads=timer_threads(len(names)), supervisor=supervisor),
         container_events=ContainerEvents(engine, label=label, supervisor=supervisor),
         listener=listener,
-        host=detect_host(),  # the same host for every node: read once
+        host=host,
         probe=SharedProbe(engine),
         supervisor=supervisor,
         runtime_options=RuntimeOptions(
             log_rotation=settings.log_rotation,
             owner_labels=dict(settings.owner_labels),
         ),
+    )
+
+
+def _say_volumes_stay_on_disk(root_dir: Path) -> None:
+    """Once a process: what its nodes' volumes do without CAP_SYS_ADMIN."""
+    get_logger("kubelet_sim.volumes").warning(
+        "cannot mount (needs root or CAP_SYS_ADMIN): secret and service account token"
+        " volumes are kept on disk under the root dir instead of tmpfs, and subPaths are"
+        " mounted by path, open to a symlink swapped in between check and mount; an"
+        " emptyDir of medium Memory is a tmpfs Docker makes per container, emptied at"
+        " a restart",
+        root_dir=str(root_dir),
     )
 
 

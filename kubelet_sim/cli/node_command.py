@@ -9,6 +9,7 @@ import typer
 
 from kubelet_sim import __version__
 from kubelet_sim.assembly.nodeset import NodeSet, exit_past_calls_in_flight, usable_root_dir
+from kubelet_sim.assembly.process import engine_for
 from kubelet_sim.cli.common import fail, stop_on_signals, typer_app
 from kubelet_sim.cli.node_options import NodeOptions, with_node_options
 from kubelet_sim.cli.ui import UiOptions, with_ui_options
@@ -163,8 +164,15 @@ def run(
             context=context,
             proxy_kubeconfig=proxy_kubeconfig,
         )
-        node_set = NodeSet(settings)
+        engine = engine_for(
+            settings.docker_network, pull_progress_deadline=settings.image_pull_progress_deadline
+        )
+    except (ConfigError, RuntimeUnavailable) as exc:
+        fail(str(exc))
+    try:
+        node_set = NodeSet(settings, engine)
     except (ConfigError, KubeConfigError, RuntimeUnavailable, ServerError) as exc:
+        engine.close()
         fail(str(exc))
     stop = stop_on_signals()
     web = None
@@ -175,6 +183,7 @@ def run(
         if web is not None:
             web.stop()
         node_set.close()
+        engine.close()
     if failures:
         message = "; ".join(f"node {name}: {why}" for name, why in failures)
         typer.echo(f"kubelet-sim: error: {message}", err=True)

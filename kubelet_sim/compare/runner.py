@@ -36,6 +36,7 @@ from kubelet_sim.kube.rest import ApiError, request_json
 from kubelet_sim.kube.schema import ServerSchema
 from kubelet_sim.kube.watches import events_in_namespace, pods_in_namespace
 from kubelet_sim.loops.clock import SYSTEM_CLOCK, Clock
+from kubelet_sim.loops.supervise import Supervisor
 from kubelet_sim.pod.generation import generation_of
 
 LABEL = "kubelet-sim.io/compare"
@@ -212,9 +213,10 @@ def run_compare(
     except ApiError as exc:
         raise CompareError(f"cannot create namespace {namespace}: {exc}") from exc
     progress(f"namespace {namespace}; ours: {node}, reference: {reference_node}")
+    supervisor = Supervisor(tool="compare")  # the command's own watches, no node's
     informers = [
-        Informer(pods_in_namespace(api, namespace), recorder.on_pod),
-        Informer(events_in_namespace(api, namespace), recorder.on_event),
+        Informer(pods_in_namespace(api, namespace), recorder.on_pod, supervisor=supervisor),
+        Informer(events_in_namespace(api, namespace), recorder.on_event, supervisor=supervisor),
     ]
     try:
         for informer in informers:

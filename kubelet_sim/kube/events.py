@@ -94,7 +94,7 @@ class EventRecorder:
         node: str,
         *,
         queue_size: int = QUEUE_SIZE,
-        supervisor: Supervisor | None = None,
+        supervisor: Supervisor,
         spam_by_type: Callable[[], bool] = lambda: False,
     ) -> None:
         self._api = api
@@ -107,7 +107,6 @@ class EventRecorder:
         self._seen: OrderedDict[tuple[str, ...], _Seen] = OrderedDict()
         self._stop = threading.Event()
         self._log = get_logger("kubelet_sim.events", node=node)
-        supervisor = supervisor or Supervisor(node=node)
         self._writer = supervisor.on_demand("event recorder", self._run, self._stop)
         self.sent = 0
         self.dropped = 0

@@ -118,7 +118,7 @@ class Informer:
         timeouts: WatchTimeouts | None = None,
         backoff: Backoff | None = None,
         observer: Observer | None = None,
-        supervisor: Supervisor | None = None,
+        supervisor: Supervisor,
         **log_context: Any,
     ) -> None:
         self.source = source
@@ -141,7 +141,7 @@ class Informer:
         self._rng = random.Random()
         self._listed = False
         self.log = get_logger("kubelet_sim.informer", watch=source.description, **log_context)
-        self.supervisor = supervisor or Supervisor(watch=source.description, **log_context)
+        self.supervisor = supervisor
 
     # -- the cache -------------------------------------------------------------------------
 

@@ -90,7 +90,7 @@ class ReferencedObjectWatches:
         timeouts: WatchTimeouts | None = None,
         backoff: Callable[[], Backoff] | None = None,
         node: str = "",
-        supervisor: Supervisor | None = None,
+        supervisor: Supervisor,
         max_idle: float = MAX_IDLE,
         recycle_period: float = RECYCLE_PERIOD,
         pool_size: int | None = None,
@@ -118,7 +118,7 @@ class ReferencedObjectWatches:
         self._lock = threading.Lock()
         self._log_context: dict[str, Any] = {"node": node} if node else {}
         self.log = get_logger("kubelet_sim.object_watches", **self._log_context)
-        self._supervisor = supervisor or Supervisor(**self._log_context)
+        self._supervisor = supervisor
         self._recycler = self._supervisor.on_demand(
             "object watch recycler", self._recycle_loop, self._stopping
         )

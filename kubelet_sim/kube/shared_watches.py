@@ -87,7 +87,7 @@ class SharedWatches:
         *,
         node: str | None = None,
         proxy_api: client.ApiClient | None = None,
-        supervisor: Supervisor | None = None,
+        supervisor: Supervisor,
     ) -> None:
         """`node`: the one node these watches serve (its pods and its Node by field selector,
         as the kubelet watches them); None: every node's. `proxy_api`: the service proxy's

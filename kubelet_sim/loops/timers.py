@@ -71,9 +71,9 @@ class Timers:
     def __init__(
         self,
         *,
+        supervisor: Supervisor,
         pool_threads: int = POOL_THREADS,
         clock: Clock = SYSTEM_CLOCK,
-        supervisor: Supervisor | None = None,
         late_after: float = LATE_AFTER,
     ) -> None:
         self.clock = clock
@@ -94,7 +94,6 @@ class Timers:
         self._ended = threading.Condition(lock)  # a run ended (for a cancel that waits)
         self._stop = threading.Event()
         self._rng = random.Random()
-        supervisor = supervisor or Supervisor()
         self._threads = [supervisor.thread("timers", self._schedule, self._stop)] + [
             supervisor.thread(f"timers pool {i}", self._work, self._stop)
             for i in range(pool_threads)

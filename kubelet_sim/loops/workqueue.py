@@ -29,8 +29,8 @@ class ShutDown(Exception):
 
 
 class WorkQueue(Generic[K]):
-    def __init__(self, supervisor: Supervisor | None = None) -> None:
-        self._supervisor = supervisor or Supervisor()
+    def __init__(self, supervisor: Supervisor) -> None:
+        self._supervisor = supervisor
         self._shut = threading.Event()  # the delay thread's stop
         self._queue: deque[K] = deque()
         self._idle: deque[K] = deque()  # taken only when _queue is empty

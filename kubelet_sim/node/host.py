@@ -35,6 +35,7 @@ GO_ARCH = {
 }
 SIOCGIFADDR = 0x8915
 STORAGE_PATHS = ("/var/lib/docker", "/")
+CAP_SYS_ADMIN = 21
 # A name lookup that takes longer counts as no answer: the node does not wait on a slow DNS.
 RESOLVE_TIMEOUT = 2.0
 
@@ -57,6 +58,7 @@ class HostFacts:
     # Huge page sizes as resource names ("hugepages-2Mi") and the bytes reserved for each.
     hugepages: dict[str, int] = field(default_factory=dict)
     apparmor: bool = False  # the kernel enforces AppArmor (runc's apparmor.IsEnabled)
+    may_mount: bool = False  # this process may mount: tmpfs volumes, subPath binds (can_mount)
 
 
 def detect_host() -> HostFacts:
@@ -76,7 +78,19 @@ def detect_host() -> HostFacts:
         boot_id=_read("/proc/sys/kernel/random/boot_id"),
         hugepages=_hugepages(),
         apparmor=apparmor_enabled(),
+        may_mount=can_mount(),
     )
+
+
+def can_mount() -> bool:
+    """Whether this process may mount (CAP_SYS_ADMIN in its effective set)."""
+    try:
+        for line in Path("/proc/self/status").read_text().splitlines():
+            if line.startswith("CapEff:"):
+                return bool(int(line.split()[1], 16) >> CAP_SYS_ADMIN & 1)
+    except (OSError, ValueError):
+        pass
+    return False
 
 
 def system_uuid(root: str = "") -> str:

@@ -12,9 +12,9 @@ from dataclasses import dataclass, field
 
 from kubelet_sim.cri import ContainerState, ObservedContainer
 from kubelet_sim.pod.attempts import latest_attempt, latest_sandbox
+from kubelet_sim.pod.phase import should_restart
 from kubelet_sim.pod.probes import ProbeKind, ProbeResults, Result, probe_grace
 from kubelet_sim.pod.spec import ContainerView, PodView
-from kubelet_sim.pod.status import should_restart
 
 
 @dataclass

@@ -18,6 +18,7 @@ from typing import Any
 
 from kubelet_sim.formats.jsontypes import Json
 from kubelet_sim.formats.quantity import add_saturating, milli_value, value
+from kubelet_sim.pod.conditions import OWNED_CONDITIONS
 from kubelet_sim.pod.host_access import forbidden_message
 from kubelet_sim.pod.security import (
     APPARMOR_REASON,
@@ -27,7 +28,6 @@ from kubelet_sim.pod.security import (
 )
 from kubelet_sim.pod.spec import ContainerView, PodView
 from kubelet_sim.pod.static import is_static_pod
-from kubelet_sim.pod.status import OWNED_CONDITIONS
 
 REJECTED_PREFIX = "Pod was rejected: "  # kubelet.rejectPod writes this before every message
 FORBIDDEN = "Forbidden"

@@ -25,8 +25,8 @@ from kubelet_sim.formats.jsontypes import Json
 from kubelet_sim.formats.quantity import milli_value, value
 from kubelet_sim.pod.admission import Allocatable, _fit, pod_requests
 from kubelet_sim.pod.attempts import latest_attempt
+from kubelet_sim.pod.conditions import RESIZE_CONDITIONS
 from kubelet_sim.pod.spec import ContainerView, PodView
-from kubelet_sim.pod.status import RESIZE_CONDITIONS
 
 RESIZABLE = ("cpu", "memory")
 PENDING, IN_PROGRESS = RESIZE_CONDITIONS

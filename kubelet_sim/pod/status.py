@@ -1,5 +1,6 @@
-"""Pod status as the kubelet generates it (kubelet_pods.go generateAPIPodStatus, getPhase,
-convertToAPIContainerStatuses; status/generate.go for the conditions).
+"""Pod status as the kubelet generates it (kubelet_pods.go generateAPIPodStatus,
+convertToAPIContainerStatuses): the container statuses here, the phase by phase.py (getPhase),
+the conditions by conditions.py (status/generate.go).
 
 Pure: the observed containers, the reasons a sync left behind and the previous status go in;
 the status dict that is written to `pods/status` comes out.
@@ -15,18 +16,15 @@ from datetime import UTC, datetime
 from kubelet_sim.cri import ContainerState, ObservedContainer
 from kubelet_sim.formats.jsontypes import Json
 from kubelet_sim.pod.attempts import attempts_of, latest_attempt, latest_sandbox
+from kubelet_sim.pod.conditions import OWNED_CONDITIONS, pod_conditions
 from kubelet_sim.pod.generation import CURRENT, KubeletGeneration
+from kubelet_sim.pod.phase import TERMINAL_PHASES, active_app_started, get_phase, should_restart
 from kubelet_sim.pod.probes import ProbeResults, Result
 from kubelet_sim.pod.spec import ContainerView, PodView
 
 CONTAINER_CREATING = "ContainerCreating"
 POD_INITIALIZING = "PodInitializing"
 STATUS_UNKNOWN = "ContainerStatusUnknown"
-KUBELET_CONDITIONS = ("PodReadyToStartContainers", "Initialized", "Ready", "ContainersReady")
-# PodScheduled is also written by the kubelet (always True) but first set by the scheduler.
-OWNED_CONDITIONS = (*KUBELET_CONDITIONS, "PodScheduled")
-# In-place resize's (pod/resize.py decides them): pending (Deferred, Infeasible), in progress.
-RESIZE_CONDITIONS = ("PodResizePending", "PodResizeInProgress")
 
 
 @dataclass(frozen=True)
@@ -109,7 +107,15 @@ def generate_status(inp: StatusInput) -> Json:
     status["phase"] = _phase_with_reason(inp, status, old)
     if keeps_phase:
         default_unknown_states(pod, status, inp.generation)
-    status["conditions"] = _conditions(inp, status, old, sandbox)
+    status["conditions"] = pod_conditions(
+        pod,
+        status,
+        old,
+        sandbox_ready=sandbox is not None and sandbox.state is ContainerState.RUNNING,
+        generation=inp.generation,
+        now=format_time(inp.now),
+        resize_conditions=inp.resize_conditions,
+    )
     _add_observed_generation(pod, status)
     status["hostIP"] = inp.host_ip
     status["hostIPs"] = [{"ip": inp.host_ip}]
@@ -135,7 +141,7 @@ def _phase_with_reason(inp: StatusInput, status: Json, old: Json) -> str:
     pod = inp.pod
     all_statuses = status["containerStatuses"] + status.get("initContainerStatuses", [])
     terminal = inp.generation.terminal_phase  # before v1.27 a deleted pod kept its phase
-    started = _active_app_started(pod, inp.containers)
+    started = active_app_started(pod, inp.containers)
     phase = get_phase(pod, all_statuses, inp.is_terminal and terminal, started)
     if inp.finished and terminal and phase in ("Pending", "Running"):
         phase = "Failed"  # TerminatePod: every pod the node finished with ends terminal
@@ -156,29 +162,6 @@ def _phase_with_reason(inp: StatusInput, status: Json, old: Json) -> str:
     if api_phase in TERMINAL_PHASES and phase != api_phase:
         phase = api_phase  # terminal phases never change
     return str(phase)
-
-
-TERMINAL_PHASES = ("Failed", "Succeeded")
-
-
-def hold_terminal_phase(status: Json, api_status: Json) -> Json:
-    """status_manager.go mergePodStatus (`transitioningToTerminalPhase` while
-    `couldHaveRunningContainers`): a status that would move the API's phase from Pending or
-    Running to Succeeded or Failed, written while the pod worker has not finished terminating
-    the pod, carries the API's phase, reason and message instead. Everything else is written
-    as generated (the conditions too: `Ready: False/PodFailed` beside `phase: Running`).
-    The caller applies it by the kubelet's version (KubeletGeneration.
-    terminal_phase_after_termination) and only before the pod is terminated."""
-    api_phase = api_status.get("phase")
-    if status.get("phase") not in TERMINAL_PHASES or api_phase in TERMINAL_PHASES:
-        return status
-    held = dict(status)
-    held["phase"] = api_phase or "Pending"
-    for key in ("reason", "message"):
-        held.pop(key, None)
-        if api_status.get(key):
-            held[key] = api_status[key]
-    return held
 
 
 def _add_observed_generation(pod: PodView, status: Json) -> None:
@@ -239,115 +222,6 @@ def default_unknown_states(
 def _exit_code(st: Json) -> int | None:
     terminated = (st.get("state") or {}).get("terminated")
     return None if terminated is None else int(terminated.get("exitCode", -1))
-
-
-def get_phase(
-    pod: PodView, statuses: Sequence[Json], is_terminal: bool, initialized: bool = False
-) -> str:
-    """getPhase from kubelet_pods.go. `initialized`: an app container of the current sandbox
-    has started (HasAnyActiveRegularContainerStarted), so restarting sidecars do not put the
-    pod back into Pending."""
-    by_name = {s["name"]: s for s in statuses}
-    pending_init = failed_init = 0
-    for container in pod.init_containers:
-        if container.is_sidecar:
-            continue  # counted with the app containers below
-        kind, code = _phase_state(by_name.get(container.name))
-        if kind in ("terminated", "restarting"):
-            failed_init += code != 0
-        else:
-            pending_init += 1
-    unknown = running = waiting = stopped = succeeded = pending_sidecars = 0
-    for container in pod.sidecars:  # a stopped sidecar counts for nothing
-        st = by_name.get(container.name)
-        kind, _ = _phase_state(st)
-        running += kind == "running"
-        waiting += kind == "waiting"
-        unknown += kind in ("missing", "unknown")
-        pending_sidecars += kind in ("waiting", "unknown") or (
-            kind == "running" and not (st or {}).get("started")
-        )
-    for container in pod.containers:
-        kind, code = _phase_state(by_name.get(container.name))
-        running += kind == "running"
-        waiting += kind == "waiting"
-        unknown += kind in ("missing", "unknown")
-        stopped += kind in ("terminated", "restarting")
-        succeeded += kind == "terminated" and code == 0
-    if failed_init > 0 and pod.restart_policy == "Never":
-        return "Failed"
-    if pending_init > 0 or (pending_sidecars > 0 and not initialized) or waiting > 0:
-        return "Pending"
-    if running > 0 and unknown == 0:
-        return "Running"
-    if running == 0 and stopped > 0 and unknown == 0:
-        return _all_stopped_phase(pod, is_terminal, all_succeeded=stopped == succeeded)
-    return "Pending"
-
-
-def _all_stopped_phase(pod: PodView, is_terminal: bool, *, all_succeeded: bool) -> str:
-    """getPhase once every app container has stopped: they may still be restarted."""
-    if is_terminal:
-        return "Succeeded" if all_succeeded else "Failed"
-    if pod.restart_policy == "Always":
-        return "Running"
-    if all_succeeded:
-        return "Succeeded"
-    if pod.restart_policy == "Never":
-        return "Failed"
-    return "Running"
-
-
-def _phase_state(st: Json | None) -> tuple[str, int | None]:
-    """A container status as getPhase sorts it, with the exit code of its (last) end:
-    missing, running, terminated, restarting (waiting after an end), waiting, or unknown."""
-    if st is None:
-        return "missing", None
-    state, last = st.get("state") or {}, st.get("lastState") or {}
-    if "running" in state:
-        return "running", None
-    if "terminated" in state:
-        return "terminated", state["terminated"].get("exitCode")
-    if "waiting" in state and "terminated" in last:
-        return "restarting", last["terminated"].get("exitCode")
-    if "waiting" in state:
-        return "waiting", None
-    return "unknown", None
-
-
-def _active_app_started(pod: PodView, observed: Sequence[ObservedContainer]) -> bool:
-    """HasAnyActiveRegularContainerStarted: an app container of the newest sandbox exists."""
-    sandbox = latest_sandbox(observed)
-    if sandbox is None:
-        return False
-    apps = {c.name for c in pod.containers}
-    return any(
-        c.name in apps
-        and (
-            sandbox.created_at is None or c.created_at is None or c.created_at >= sandbox.created_at
-        )
-        for c in observed
-        if not c.is_sandbox
-    )
-
-
-def should_restart(
-    container: ContainerView, pod: PodView, latest: ObservedContainer | None
-) -> bool:
-    """ShouldContainerBeRestarted (kubecontainer/helpers.go)."""
-    if pod.being_deleted:
-        return False
-    if latest is None:
-        return True
-    if latest.state is ContainerState.RUNNING:
-        return False
-    if latest.state in (ContainerState.UNKNOWN, ContainerState.CREATED):
-        return True
-    if container.is_sidecar:
-        return True  # its own restartPolicy, Always, overrides the pod's
-    if pod.restart_policy == "Never":
-        return False
-    return not (pod.restart_policy == "OnFailure" and latest.exit_code == 0)
 
 
 def _container_statuses(
@@ -602,113 +476,3 @@ def _started_and_ready(inp: StatusInput, spec: ContainerView, st: Json) -> tuple
         not spec.has_readiness_probe or (probes is not None and probes.readiness is Result.SUCCESS)
     )
     return started, ready
-
-
-def _go_list(names: Sequence[str]) -> str:
-    return "[" + " ".join(names) + "]"
-
-
-def _conditions(
-    inp: StatusInput, status: Json, old: Json, sandbox: ObservedContainer | None
-) -> list[Json]:
-    pod, phase = inp.pod, status["phase"]
-    kept = [
-        c
-        for c in pod.status.get("conditions") or []
-        if c.get("type") not in (*OWNED_CONDITIONS, *RESIZE_CONDITIONS)
-    ]
-    sandbox_ready = sandbox is not None and sandbox.state is ContainerState.RUNNING
-    generated = [_initialized(pod, status, phase, inp.generation)]
-    if inp.generation.ready_to_start_condition:
-        state = "True" if sandbox_ready else "False"
-        generated.insert(0, {"type": "PodReadyToStartContainers", "status": state})
-    containers_ready = _containers_ready(pod, status, phase, inp.generation)
-    ready = _ready(pod, containers_ready, kept)
-    generated += [ready, containers_ready, {"type": "PodScheduled", "status": "True"}]
-    old_conditions = {c.get("type"): c for c in old.get("conditions") or []}
-    api_conditions = {c.get("type"): c for c in pod.status.get("conditions") or []}
-    now = format_time(inp.now)
-    for condition in generated:
-        previous = old_conditions.get(condition["type"]) or api_conditions.get(condition["type"])
-        condition["lastProbeTime"] = None
-        if previous is not None and previous.get("status") == condition["status"]:
-            condition["lastTransitionTime"] = previous.get("lastTransitionTime") or now
-        else:
-            condition["lastTransitionTime"] = now
-    # determinePodResizeStatus' conditions come before the ones the kubelet generates.
-    return kept + [dict(c) for c in inp.resize_conditions] + generated
-
-
-def _ready(pod: PodView, containers_ready: Json, others: Sequence[Json]) -> Json:
-    """GeneratePodReadyCondition: ContainersReady, then every readiness gate's condition."""
-    if containers_ready["status"] != "True":
-        return dict(containers_ready, type="Ready")
-    by_type = {c.get("type"): c for c in others}
-    unready = []
-    for gate in pod.spec.get("readinessGates") or []:
-        kind = str(gate.get("conditionType", ""))
-        found = by_type.get(kind)
-        if found is None:
-            unready.append(
-                f'corresponding condition of pod readiness gate "{kind}" does not exist.'
-            )
-        elif (state := found.get("status")) != "True":
-            unready.append(f'the status of pod readiness gate "{kind}" is not "True", but {state}')
-    if unready:
-        return {
-            "type": "Ready",
-            "status": "False",
-            "reason": "ReadinessGatesNotReady",
-            "message": ", ".join(unready),
-        }
-    return {"type": "Ready", "status": "True"}
-
-
-def _initialized(pod: PodView, status: Json, phase: str, generation: KubeletGeneration) -> Json:
-    """GeneratePodInitializedCondition: with or without init containers, a Succeeded pod is
-    Initialized with reason PodCompleted."""
-    by_name = {s["name"]: s for s in status.get("initContainerStatuses", [])}
-    unknown = [c.name for c in pod.init_containers if c.name not in by_name]
-    # isInitContainerInitialized: a sidecar once started, a regular one once it succeeded
-    incomplete = [
-        c.name
-        for c in pod.init_containers
-        if c.name in by_name and not by_name[c.name]["started" if c.is_sidecar else "ready"]
-    ]
-    if phase == "Succeeded" and not unknown:
-        return {"type": "Initialized", "status": "True", "reason": "PodCompleted"}
-    # HasAnyRegularContainerStarted: a pod whose app containers ran was initialized before.
-    if generation.sidecars and any(
-        "running" in s["state"] or "terminated" in s["state"] for s in status["containerStatuses"]
-    ):
-        return {"type": "Initialized", "status": "True"}
-    return _not_ready("Initialized", "ContainersNotInitialized", unknown, incomplete, "incomplete")
-
-
-def _containers_ready(
-    pod: PodView, status: Json, phase: str, generation: KubeletGeneration
-) -> Json:
-    by_name = {s["name"]: s for s in status["containerStatuses"]}
-    by_name.update((s["name"], s) for s in status.get("initContainerStatuses", []))
-    containers = [*pod.sidecars, *pod.containers]  # sidecars count for readiness, first
-    unknown = [c.name for c in containers if c.name not in by_name]
-    unready = [c.name for c in containers if c.name in by_name and not by_name[c.name]["ready"]]
-    if phase == "Succeeded" and not unknown:
-        return {"type": "ContainersReady", "status": "False", "reason": "PodCompleted"}
-    if phase == "Failed" and generation.terminal_phase:
-        return {"type": "ContainersReady", "status": "False", "reason": "PodFailed"}
-    return _not_ready("ContainersReady", "ContainersNotReady", unknown, unready, "unready")
-
-
-def _not_ready(
-    kind: str, reason: str, unknown: Sequence[str], not_ready: Sequence[str], adjective: str
-) -> Json:
-    """False with the kubelet's message listing the containers, or True when none is listed."""
-    messages = []
-    if unknown:
-        messages.append(f"containers with unknown status: {_go_list(unknown)}")
-    if not_ready:
-        messages.append(f"containers with {adjective} status: {_go_list(not_ready)}")
-    if not messages:
-        return {"type": kind, "status": "True"}
-    return {"type": kind, "status": "False", "reason": reason, "message": ", ".join(messages)}

@@ -15,6 +15,7 @@ from kubelet_sim.loops.clock import SYSTEM_CLOCK, Clock
 from kubelet_sim.loops.supervise import Supervisor
 from kubelet_sim.pod.generation import CURRENT, KubeletGeneration
 from kubelet_sim.pod.spec import ContainerView, PodView
+from kubelet_sim.podworkers.action_runner import ActionRunner
 from kubelet_sim.podworkers.admission import PodAdmitter
 from kubelet_sim.podworkers.event_refs import event_ref
 from kubelet_sim.podworkers.hooks import HookRunner
@@ -115,7 +116,7 @@ def pod_syncer(
     )
     hooks = HookRunner(p.runtime, p.events, settings.node_ip, node=settings.node_name)
     stopper = ContainerStopper(
-        p.runtime, watcher, p.events, hooks, supervisor, wake=p.wake, clock=clock
+        p.runtime, watcher, p.events, hooks, supervisor=supervisor, wake=p.wake, clock=clock
     )
     starter = ContainerStarter(
         settings,
@@ -156,6 +157,7 @@ def pod_syncer(
         starter=starter,
         prober=prober,
         resizer=resizer,
+        runner=ActionRunner(stopper, starter),
         clock=clock,
         generation=p.generation,
     )

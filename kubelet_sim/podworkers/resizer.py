@@ -28,9 +28,10 @@ from kubelet_sim.pod import resize
 from kubelet_sim.pod.actions import PodActions
 from kubelet_sim.pod.admission import Allocatable
 from kubelet_sim.pod.attempts import latest_attempt
+from kubelet_sim.pod.conditions import RESIZE_CONDITIONS
 from kubelet_sim.pod.container_config import container_resources
 from kubelet_sim.pod.spec import PodView
-from kubelet_sim.pod.status import RESIZE_CONDITIONS, format_time
+from kubelet_sim.pod.status import format_time
 from kubelet_sim.podworkers.event_refs import event_ref
 from kubelet_sim.podworkers.ports import ContainerCache, EventSink, PodIndex, PodRuntime
 

@@ -41,8 +41,8 @@ class ContainerStopper:
         watcher: ContainerCache,
         events: EventSink,
         hooks: HookRunner | None = None,
-        supervisor: Supervisor | None = None,
         *,
+        supervisor: Supervisor,
         wake: Wake = lambda _uid: None,
         clock: Clock = SYSTEM_CLOCK,
     ) -> None:
@@ -57,7 +57,6 @@ class ContainerStopper:
         self._cond = threading.Condition()
         self._closed = False
         self._stopped = threading.Event()  # the timer's supervisor: stop, do not restart
-        supervisor = supervisor or Supervisor(node=runtime.node_name)
         name = f"stop-timer {runtime.node_name}"
         self._timer = supervisor.on_demand(name, self._run, self._stopped)
         self._timer.start()

@@ -2,7 +2,7 @@
 
 Like the kubelet's SyncPod / SyncTerminatingPod, but in one place: a pod that is deleted, past
 its deadline or terminal is killed and finished; otherwise the next actions are applied
-(starting is `starter.py`, stopping `stopper.py`).
+(carried out by `action_runner.py`: starting is `starter.py`, stopping `stopper.py`).
 """
 
 from __future__ import annotations
@@ -18,22 +18,17 @@ from kubelet_sim.kube.events import WARNING
 from kubelet_sim.logs import get_logger
 from kubelet_sim.loops.backoff import Backoff
 from kubelet_sim.loops.clock import SYSTEM_CLOCK, Clock
-from kubelet_sim.pod.actions import PodActions, compute_actions
+from kubelet_sim.pod.actions import compute_actions
 from kubelet_sim.pod.admission import rejected_status
 from kubelet_sim.pod.attempts import latest_attempt, latest_sandbox, pod_address
 from kubelet_sim.pod.container_config import spec_hash, with_current_hashes
 from kubelet_sim.pod.generation import CURRENT, KubeletGeneration
+from kubelet_sim.pod.phase import TERMINAL_PHASES, hold_terminal_phase
 from kubelet_sim.pod.references import referenced_objects
 from kubelet_sim.pod.restart_backoff import KeyedBackoff
-from kubelet_sim.pod.spec import ContainerView, PodView
-from kubelet_sim.pod.status import (
-    TERMINAL_PHASES,
-    StatusInput,
-    WaitingReason,
-    format_time_precise,
-    generate_status,
-    hold_terminal_phase,
-)
+from kubelet_sim.pod.spec import PodView
+from kubelet_sim.pod.status import StatusInput, WaitingReason, format_time_precise, generate_status
+from kubelet_sim.podworkers.action_runner import ActionRunner, soonest
 from kubelet_sim.podworkers.admission import PodAdmitter
 from kubelet_sim.podworkers.event_refs import container_spec, event_ref, pod_name
 from kubelet_sim.podworkers.hooks import HookRunner
@@ -95,6 +90,7 @@ class PodSyncer:
         starter: ContainerStarter,
         prober: ProbeManager,
         resizer: PodResizer,
+        runner: ActionRunner,
         clock: Clock = SYSTEM_CLOCK,
         generation: Callable[[], KubeletGeneration] = lambda: CURRENT,
     ) -> None:
@@ -122,6 +118,7 @@ class PodSyncer:
         self.start_duration = Histogram(POD_START_BUCKETS)
         self.prober = prober
         self.resizer = resizer  # in-place resize: the allocation the pod runs at
+        self.runner = runner  # carries out what sync_pod decided
         self.log = get_logger("kubelet_sim.podworkers", node=settings.node_name)
 
     # -- entry point -----------------------------------------------------------------------
@@ -257,19 +254,21 @@ class PodSyncer:
         if not volumes.ok and wants_to_start and not (actions.kill_pod or syncing.killing_pod):
             return self.mount_backoff.get(view.uid)
         if syncing.killing_pod or (actions.kill_pod and not actions.create_sandbox):
-            return self._kill_pod(view, state, observed, deadline)
+            return self.runner.kill_pod(view, state, observed, deadline)
         if actions.create_sandbox:
-            sandbox, wait = self._new_sandbox(view, state, observed, actions, deadline)
+            sandbox, wait = self.runner.new_sandbox(view, state, observed, actions, deadline)
             if sandbox is None:
                 return wait
             syncing.acted_before_pull = True
         assert sandbox is not None
         self.starter.sandbox_config_warnings(view)  # SyncPod's generatePodSandboxConfig
-        self._kill_failed_post_starts(view, observed, state)
-        retry.extend(self._kill_containers(view, state, syncing, actions))
+        self.runner.kill_failed_post_starts(view, observed, state)
+        retry.extend(self.runner.kill_containers(view, state, syncing, actions))
         if state.post_starts.any_running:  # SyncPod starts containers one after the other,
-            return _soonest(*retry)  # each with its hook: the hook's end brings the pod back
-        started = self._start_containers(view, observed, state, syncing, actions, sandbox, volumes)
+            return soonest(*retry)  # each with its hook: the hook's end brings the pod back
+        started = self.runner.start_containers(
+            view, observed, state, syncing, actions, sandbox, volumes
+        )
         retry.extend(started)
         # A restart was tried: the next sync tells the kill and the start together.
         for name, killed_id in list(syncing.restarting.items()):
@@ -277,9 +276,9 @@ class PodSyncer:
             if killed is None or killed.state is cri.ContainerState.EXITED:
                 del syncing.restarting[name]
         if self.starter.puller.pulling(view.uid, images):
-            return _soonest(*retry)  # the pull's end wakes the pod
+            return soonest(*retry)  # the pull's end wakes the pod
         error_retry = self.error_retry.next_delay()
-        return _soonest(*retry, _next_sync(state, syncing, reasons, continues_pull, error_retry))
+        return soonest(*retry, _next_sync(state, syncing, reasons, continues_pull, error_retry))
 
     def _observe(self, uid: str, state: PodState) -> list[cri.ObservedContainer]:
         """The pod's containers as this sync starts from (the kubelet's pod cache entry): the
@@ -317,122 +316,6 @@ class PodSyncer:
             if latest is None or latest.id != killed_id:
                 del syncing.restarting[name]
         return bool(syncing.restarting)
-
-    def _kill_pod(
-        self,
-        view: PodView,
-        state: PodState,
-        observed: Sequence[cri.ObservedContainer],
-        deadline: float | None,
-    ) -> float | None:
-        """killPodWithSyncResult, which the kubelet finishes in one sync: nothing starts (a
-        sidecar that stopped is not restarted) until the sandbox is down too."""
-        stopping = self.stopper.stop_all(view, observed, state, grace=view.termination_grace_period)
-        if (stop := state.stop) is not None:  # goes on until the sandbox is down
-            stop.kills_pod = True
-        return _soonest(deadline, stopping)
-
-    def _new_sandbox(
-        self,
-        view: PodView,
-        state: PodState,
-        observed: Sequence[cri.ObservedContainer],
-        actions: PodActions,
-        deadline: float | None,
-    ) -> tuple[cri.ObservedContainer | None, float | None]:
-        """The old sandbox's containers stopped first, then a new sandbox; without one, when
-        to come back."""
-        stopping = self.stopper.stop_all(view, observed, state, grace=view.termination_grace_period)
-        if stopping is not None:
-            return None, _soonest(deadline, stopping)
-        sandbox = self.starter.create_sandbox(view, actions.sandbox_attempt)
-        if sandbox is None:
-            return None, ERROR_RETRY
-        return sandbox, None
-
-    def _kill_containers(
-        self, view: PodView, state: PodState, syncing: Syncing, actions: PodActions
-    ) -> list[float | None]:
-        """The containers a probe or a changed definition condemns; when to look again."""
-        retry: list[float | None] = []
-        for victim, message in actions.containers_to_kill:
-            grace = view.termination_grace_period
-            if victim.id in actions.probe_kills:
-                probe_grace = actions.probe_kills[victim.id]
-                grace = grace if probe_grace is None else probe_grace
-                if view.restart_policy != "Never":  # computePodActions restarts it
-                    syncing.restarting[victim.name] = victim.id
-            else:  # a changed definition: started again whatever the policy
-                syncing.replacing.add(victim.name)
-                syncing.restarting[victim.name] = victim.id
-            self.stopper.stop(view, victim, state, grace, message)
-            retry.append(self.stopper.recheck_in([victim.id]))
-        return retry
-
-    def _start_containers(
-        self,
-        view: PodView,
-        observed: Sequence[cri.ObservedContainer],
-        state: PodState,
-        syncing: Syncing,
-        actions: PodActions,
-        sandbox: cri.ObservedContainer,
-        volumes: VolumeSetup,
-    ) -> list[float | None]:
-        """Init, app, then ephemeral containers, one after the other until a postStart hook
-        holds the rest; each one's retry delay."""
-        retry: list[float | None] = []
-        for container in self._to_start(view, observed, syncing, actions):
-            killed = syncing.restarting.get(container.name)
-            wait = self.starter.start(view, container, sandbox, state, volumes, killed=killed)
-            if wait is None:
-                syncing.replacing.discard(container.name)
-            retry.append(wait)
-            if state.post_starts.any_running:  # its postStart runs: the next ones wait
-                return retry
-        for container in actions.ephemeral_to_start:
-            if state.post_starts.any_running:
-                break
-            target = container.raw.get("targetContainerName")
-            running = latest_attempt(observed, target) if target else None
-            shares = running.id if running and running.state is cri.ContainerState.RUNNING else ""
-            killed = syncing.restarting.get(container.name)
-            retry.append(
-                self.starter.start(view, container, sandbox, state, volumes, shares, killed=killed)
-            )
-        return retry
-
-    def _kill_failed_post_starts(
-        self, view: PodView, observed: Sequence[cri.ObservedContainer], state: PodState
-    ) -> None:
-        """startContainer: a failed postStart hook kills its container (then the restart
-        policy and the crash-loop backoff decide what follows)."""
-        for container_id in state.post_starts.take_failed():
-            victim = next((c for c in observed if c.id == container_id), None)
-            if victim is not None and victim.state is cri.ContainerState.RUNNING:
-                state.post_starts.killed(container_id)  # still starting until it stopped
-                grace = view.termination_grace_period
-                self.stopper.stop(view, victim, state, grace, "FailedPostStartHook")
-
-    def _to_start(
-        self,
-        view: PodView,
-        observed: Sequence[cri.ObservedContainer],
-        syncing: Syncing,
-        actions: PodActions,
-    ) -> list[ContainerView]:
-        """The planned starts, plus replacements of changed containers once their old attempt
-        has stopped (started whatever the restart policy, as SyncPod does in one go)."""
-        running = {
-            c.name for c in observed if c.state is cri.ContainerState.RUNNING and not c.is_sandbox
-        }
-        starts = [*actions.init_to_start, *actions.containers_to_start]
-        starts += [
-            c
-            for c in view.containers
-            if c.name in syncing.replacing and c.name not in running and c not in starts
-        ]
-        return [c for c in starts if c.name not in running]  # a replaced one still stopping
 
     def _setup_volumes(
         self, view: PodView, observed: Sequence[cri.ObservedContainer]
@@ -641,11 +524,6 @@ def _next_sync(
         # back, unless a change in the runtime does first, and that sync tells it.
         return error_retry
     return None
-
-
-def _soonest(*delays: float | None) -> float | None:
-    pending = [d for d in delays if d is not None]
-    return min(pending) if pending else None
 
 
 def _starting(state: PodState, observed: Sequence[cri.ObservedContainer]) -> frozenset[str]:

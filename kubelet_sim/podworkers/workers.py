@@ -47,11 +47,11 @@ class PodWorkers:
         queue: WorkQueue[str],
         workers: int = 8,
         resync: float = RESYNC_SECONDS,
-        supervisor: Supervisor | None = None,
+        *,
+        supervisor: Supervisor,
         clock: Clock = SYSTEM_CLOCK,
     ) -> None:
         self.syncer = syncer
-        supervisor = supervisor or Supervisor()
         self.queue = queue
         self.enqueue = waker(queue)
         self.clock = clock

@@ -66,7 +66,7 @@ class ProbeManager:
         record_event: RecordEvent,
         *,
         node: str = "",
-        supervisor: Supervisor | None = None,
+        supervisor: Supervisor,
         threads: int = PROBE_THREADS,
         wake: Callable[[str], None] = lambda _uid: None,
         clock: Clock = SYSTEM_CLOCK,
@@ -83,7 +83,6 @@ class ProbeManager:
         self._seq = itertools.count()
         self._cond = threading.Condition()
         self._stop = threading.Event()
-        supervisor = supervisor or Supervisor()
         self._due: deque[tuple[_Key, _Worker, str]] = deque()  # attempts for the pool
         self._pool = supervisor.on_demand(
             f"probe {node}", self._run_attempts, self._stop, limit=threads

@@ -269,9 +269,9 @@ class ContainerEvents:
         self,
         engine: DockerEngine,
         *,
+        supervisor: Supervisor,
         backoff: Backoff | None = None,
         since_margin: float = 1.0,
-        supervisor: Supervisor | None = None,
         label: str = cri.LABEL_NODE,
         thread_name: str = "container events",
     ) -> None:
@@ -287,7 +287,7 @@ class ContainerEvents:
         self._stream: EventStream | None = None
         self._last_event_ns: int | None = None
         self._stopping = threading.Event()
-        self._thread = (supervisor or Supervisor()).thread(
+        self._thread = supervisor.thread(
             thread_name, self._run, self._stopping, on_crash=self._relisting
         )
 

@@ -76,13 +76,15 @@ class Gate:
         reviews: ReviewClient,
         node_name: str,
         anonymous: bool = False,
-        tokens: TokenGuard | None = None,
+        *,
+        tokens: TokenGuard,
     ) -> None:
-        """`tokens`: the process's one guard (the server hands in its listener's)."""
+        """`tokens`: the process's one guard, its listener's (one bound on failed TokenReviews
+        per client, not per node)."""
         self.reviews = reviews
         self.node_name = node_name
         self.anonymous = anonymous
-        self.tokens = tokens or TokenGuard()
+        self.tokens = tokens
 
     def authenticate(
         self,

@@ -16,15 +16,16 @@ import ssl
 import sys
 from collections.abc import Callable
 from pathlib import Path
-from typing import NamedTuple
+from typing import TYPE_CHECKING, NamedTuple
 from urllib.parse import parse_qs
 
 from kubelet_sim.logs import get_logger
 from kubelet_sim.server import run_endpoint
 from kubelet_sim.server.auth import THROTTLED, Gate
 from kubelet_sim.server.budgets import Throttled
+from kubelet_sim.server.connections import Stream
 from kubelet_sim.server.exchange import Exchange
-from kubelet_sim.server.listener import Listener, Stream
+from kubelet_sim.server.listener import Listener
 from kubelet_sim.server.metrics import render
 from kubelet_sim.server.ports import ContainerStreams
 from kubelet_sim.server.routes import NodeView, Reply, route
@@ -32,9 +33,21 @@ from kubelet_sim.server.streaming.serve import PREFIXES
 from kubelet_sim.server.streaming.serve import serve as serve_stream
 from kubelet_sim.server.tls import ServingTls, serving_tls
 
+if TYPE_CHECKING:
+    from kubelet_sim.server.x509auth import X509Authenticator
+
 
 class ServerError(Exception):
     """The server cannot start (the port is taken, a certificate file is bad): one line."""
+
+
+def client_certificates(client_ca_file: str | None) -> X509Authenticator:
+    """The client CA file's authenticator as the file is now (`x509auth.ClientCa`: read again
+    when it changes), imported at the first request (with `cryptography`, some 8 MiB a
+    process never pays while no client comes)."""
+    from kubelet_sim.server.x509auth import client_ca  # noqa: PLC0415 (at first use)
+
+    return client_ca(client_ca_file).current()
 
 
 class Target(NamedTuple):
@@ -106,10 +119,7 @@ class KubeletServer:
                 " handshake, not 401",
                 python=sys.implementation.name,
             )
-        # The process's listener: its connection limits and token guard are the process's (one
-        # bound on failed TokenReviews per client, not per node).
-        self.listener = listener
-        gate.tokens = self.listener.tokens
+        self.listener = listener  # the process's: its connection limits are the process's
         try:
             self.endpoint = self.listener.bind(
                 address, port, self.tls.context, self.serve, self.log
@@ -159,7 +169,8 @@ class KubeletServer:
         conn: ssl.SSLSocket = handler.request  # type: ignore[assignment]
         client = _peer_address(conn)
         try:
-            peer = self.tls.authenticator.authenticate(conn, self.listener.certificates, client)
+            certificates = client_certificates(self.tls.client_ca_file)
+            peer = certificates.authenticate(conn, self.listener.certificates, client)
         except Throttled:
             self.endpoint.counters.add("kubelet_sim_server_certificate_checks_throttled_total")
             verdict = THROTTLED

@@ -42,7 +42,6 @@ import contextlib
 import functools
 import heapq
 import itertools
-import queue
 import selectors
 import socket
 import ssl
@@ -53,21 +52,28 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from kubelet_sim.server import tokens
 from kubelet_sim.server.budgets import FailureBudget
+from kubelet_sim.server.connections import (
+    BUSY,
+    HANDSHAKE,
+    HEADERS,
+    IDLE,
+    TIMEOUT_REASON,
+    Connection,
+    Endpoint,
+    Serve,
+    Stream,
+    close_write_and_drain,
+)
 from kubelet_sim.server.exchange import BadRequest, Exchange, refusal
-from kubelet_sim.server.metrics import Counters
+from kubelet_sim.server.pool import WorkerPool
 from kubelet_sim.server.settings import ConnectionLimits
 from kubelet_sim.server.tokens import TokenGuard
 
 if TYPE_CHECKING:
     from kubelet_sim.loops.supervise import Supervisor
 
-HANDSHAKE, HEADERS, IDLE, BUSY = "handshake", "headers", "idle", "busy"
-_TIMEOUT_REASON = {HANDSHAKE: "handshake_timeout", HEADERS: "header_timeout", IDLE: "idle_timeout"}
 REFUSAL_LOG_INTERVAL = 10.0
-RST_AVOIDANCE_DELAY = 0.5  # Go net/http's rstAvoidanceDelay
-DRAIN_LIMIT = 256 << 10  # then a client that keeps sending gets its reset
 
 
 def kernel_backlog() -> int:
@@ -78,125 +84,15 @@ def kernel_backlog() -> int:
         return socket.SOMAXCONN
 
 
-class Connection:
-    def __init__(self, sock: ssl.SSLSocket, endpoint: Endpoint, peer: str, deadline: float) -> None:
-        self.sock = sock
-        self.endpoint = endpoint
-        self.peer = peer
-        self.state = HANDSHAKE
-        self.deadline = deadline
-        self.buffer = bytearray()
-        self.generation = 0  # a deadline in the heap counts only for the parking it was set for
-        self.closed = False
-        self.authenticated = False  # its last request with a credential held one (made room last)
-        self.auth_failures = 0  # 401s and 429s answered on it
-
-
-Stream = Callable[[], None]
-# a request served, or authenticated and handed back as the rest to run on a thread of its own
-Serve = Callable[[Exchange], Stream | None]
-WORKER_IDLE = 30.0  # a worker with nothing to do this long ends: after a burst, back to none
-
-
-class _Pool:
-    """At most `size` threads, made when work waits and none is free, gone when idle."""
-
-    def __init__(self, size: int, name: str) -> None:
-        self._size, self._name = size, name
-        self._work: queue.SimpleQueue[Callable[[], None] | None] = queue.SimpleQueue()
-        self._lock = threading.Lock()
-        self._threads = self._idle = self._pending = 0
-        self._stopped = False
-
-    def submit(self, work: Callable[[], None]) -> None:
-        with self._lock:
-            if self._stopped:
-                raise RuntimeError("the pool is stopped")
-            self._pending += 1
-            self._work.put(work)  # under the lock: a worker timing out sees it pending
-            spawn = self._pending > self._idle and self._threads < self._size
-            if spawn:
-                self._threads += 1
-        if spawn:
-            threading.Thread(target=self._worker, name=self._name, daemon=True).start()
-
-    def _worker(self) -> None:
-        while True:
-            with self._lock:
-                self._idle += 1
-            try:
-                work = self._work.get(timeout=WORKER_IDLE)
-            except queue.Empty:
-                with self._lock:
-                    self._idle -= 1
-                    if self._pending == 0:
-                        self._threads -= 1
-                        return
-                continue
-            with self._lock:
-                self._idle -= 1
-                if work is not None:
-                    self._pending -= 1
-                else:
-                    self._threads -= 1
-            if work is None:
-                return
-            work()
-
-    def shutdown(self) -> None:
-        with self._lock:
-            self._stopped = True
-            for _ in range(self._threads):
-                self._work.put(None)
-
-
-HELP = {
-    "kubelet_sim_server_connections": ("gauge", "Connections open to the kubelet API."),
-    "kubelet_sim_server_connections_refused_total": (
-        "counter", "Connections refused or closed by a limit, by reason.",
-    ),
-    "kubelet_sim_server_streams": ("gauge", "Long-running requests being served."),
-    "kubelet_sim_server_stream_refusals_total": (
-        "counter", "Streams ended or refused by a limit or a framing error, by reason.",
-    ),
-    "kubelet_sim_server_connections_evicted_total": (
-        "counter", "Waiting connections closed to make room at the connection cap, by whether"
-        " one of their requests had authenticated (reason: unauthenticated or idle).",
-    ),
-    "kubelet_sim_server_authentication_failures_total": (
-        "counter", "Requests answered 401 or 429: no credential, or none that held.",
-    ),
-    "kubelet_sim_server_certificate_checks_throttled_total": (
-        "counter", "Requests answered 429: their address, or the process, spent its failed"
-        " client certificate checks.",
-    ),
-    **tokens.HELP,
-}  # fmt: skip
-
-
-class Endpoint:
-    """One node's listening socket and where its connections go: that node's TLS context,
-    handler and log; its counters are that node's /metrics."""
-
-    def __init__(
-        self, sock: socket.socket, context: Callable[[], ssl.SSLContext], serve: Serve, log: Any
-    ) -> None:
-        self.sock, self.context, self.serve, self.log = sock, context, serve, log
-        self.port = int(sock.getsockname()[1])
-        self.counters = Counters()
-        self.counters.help = HELP
-        self.open_connections = 0  # under the listener's lock
-        self.released = threading.Event()  # its socket is closed
-
-
 class Listener:
     """One selector thread and one worker pool for every node's socket in the process (a
     thousand virtual nodes cost no thread each); `limits` are shared by all of them."""
 
-    def __init__(self, limits: ConnectionLimits, log: Any) -> None:
+    def __init__(self, limits: ConnectionLimits, log: Any, *, tokens: TokenGuard) -> None:
+        """`tokens`: the process's bearer tokens' cache and budgets, for every node here."""
         self.limits, self.log = limits, log
-        self._pool = _Pool(limits.workers, "kubelet-api")
-        self.tokens = TokenGuard()  # bearer tokens' cache and budgets, for every node here
+        self._pool = WorkerPool(limits.workers, "kubelet-api")
+        self.tokens = tokens
         self.certificates = FailureBudget()  # client certificates' failed checks, likewise
         self._streams = threading.BoundedSemaphore(limits.max_streams)
         self._lock = threading.Lock()
@@ -494,7 +390,7 @@ class Listener:
         conn.sock.settimeout(1.0)
         with contextlib.suppress(OSError):
             conn.sock.sendall(refusal(status, text))
-            _close_write_and_drain(conn.sock)
+            close_write_and_drain(conn.sock)
         self._close(conn)
 
     def _start_stream(self, conn: Connection, rest: Stream) -> None:
@@ -517,21 +413,6 @@ class Listener:
                 self._streams.release()
 
         threading.Thread(target=stream, name="kubelet-api-stream", daemon=True).start()
-
-
-def _close_write_and_drain(sock: socket.socket) -> None:
-    """Go's closeWriteAndWait: a close with the client's bytes unread sends a reset, which can
-    reach the client before it reads the answer (or cut its send short); so end our side, and
-    read what it still sends for up to RST_AVOIDANCE_DELAY first."""
-    sock.shutdown(socket.SHUT_WR)  # an SSLSocket drops its TLS layer here: raw bytes follow
-    deadline = time.monotonic() + RST_AVOIDANCE_DELAY
-    drained = 0
-    while (left := deadline - time.monotonic()) > 0 and drained < DRAIN_LIMIT:
-        sock.settimeout(left)
-        chunk = sock.recv(65536)
-        if not chunk:
-            return
-        drained += len(chunk)
 
 
 class _Selecting:
@@ -631,7 +512,7 @@ class _Selecting:
                 continue
             self.unpark(conn)
             conn.endpoint.counters.add(
-                "kubelet_sim_server_connections_refused_total", reason=_TIMEOUT_REASON[conn.state]
+                "kubelet_sim_server_connections_refused_total", reason=TIMEOUT_REASON[conn.state]
             )
             conn.endpoint.log.debug("connection timed out", client=conn.peer, state=conn.state)
             self.listener._close(conn)

@@ -31,12 +31,8 @@ import threading
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING
 
 from kubelet_sim.kube.reviews import User
-
-if TYPE_CHECKING:
-    from kubelet_sim.server.x509auth import X509Authenticator
 
 _SSL_VERIFY_NONE, _SSL_VERIFY_PEER = 0, 1
 _CERT_VERIFY_CALLBACK = ctypes.CFUNCTYPE(ctypes.c_int, ctypes.c_void_p, ctypes.c_void_p)
@@ -106,8 +102,8 @@ class PeerCertificate:
 
 
 class ServingTls:
-    """A node's serving TLS: the context, made at its first connection, and the client
-    certificate check.
+    """A node's serving TLS: the context, made at its first connection (the client
+    certificate is checked above it, by `x509auth`).
 
     OpenSSL 3 takes 5-10 ms to load a key into a context, each context holds tens of kilobytes
     and signing a self-signed certificate takes milliseconds more: a thousand nodes would pay
@@ -124,15 +120,6 @@ class ServingTls:
         self._context: ssl.SSLContext | None = None
         self._context_ca: tuple[int, ...] | None = None  # the CA file a handshake check read
         self._lock = threading.Lock()
-
-    @property
-    def authenticator(self) -> X509Authenticator:
-        """The client CA file's authenticator as the file is now (`x509auth.ClientCa`: read
-        again when it changes), imported at the first request (with `cryptography`, some
-        8 MiB a process never pays while no client comes)."""
-        from kubelet_sim.server.x509auth import client_ca  # noqa: PLC0415 (at first use)
-
-        return client_ca(self.client_ca_file).current()
 
     def context(self) -> ssl.SSLContext:
         """Raises OSError or ssl.SSLError if the files went bad since the check. Where the

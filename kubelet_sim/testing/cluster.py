@@ -427,6 +427,7 @@ class Cluster:
             raise ClusterError(f"no node {name!r}; the nodes are {self.nodes}") from None
 
     def _run(self, node: _Node) -> None:
+        assert self._engine is not None, "a node runs only while the cluster is up"
         node.running = NodeSet(node.settings, self._engine)
         node.running.start(node.stop)
 

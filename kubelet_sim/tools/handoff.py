@@ -27,6 +27,7 @@ from kubelet_sim.kube.client import KubeConnection
 from kubelet_sim.kube.informer import DELETED, Informer, object_key
 from kubelet_sim.kube.watches import events_with_reason, pods_in_namespace
 from kubelet_sim.logs import get_logger
+from kubelet_sim.loops.supervise import Supervisor
 from kubelet_sim.runtime.node_runtime import NodeRuntime
 from kubelet_sim.tools.trace import SCHEDULED, Step, timeline
 
@@ -447,11 +448,15 @@ def stream(
     def on_pod(kind: str, pod: Json) -> None:
         state.watched.on_pod(kind, pod, synced=pods.synced.is_set())
 
-    pods = Informer(pods_in_namespace(kube.api, namespace), on_pod, tool="handoff")
+    supervisor = Supervisor(tool="handoff")  # the stream's own watches, no node's
+    pods = Informer(
+        pods_in_namespace(kube.api, namespace), on_pod, supervisor=supervisor, tool="handoff"
+    )
     informers = [pods] + [
         Informer(
             events_with_reason(kube.api, reason, namespace),
             state.watched.on_event,
+            supervisor=supervisor,
             tool="handoff",
         )
         for reason in (SCHEDULED, FAILED_SCHEDULING)

@@ -24,6 +24,7 @@ from kubelet_sim.kube.client import KubeConnection
 from kubelet_sim.kube.informer import DELETED, Informer
 from kubelet_sim.kube.rest import request_json
 from kubelet_sim.kube.watches import pods_on_node
+from kubelet_sim.loops.supervise import Supervisor
 from kubelet_sim.pod.status import format_time_precise
 from kubelet_sim.runtime.node_runtime import NodeRuntime
 
@@ -292,7 +293,10 @@ def follow(
             done.add(uid)
             ready.put((str(meta.get("namespace")), str(meta.get("name"))))
 
-    informer = Informer(pods_on_node(kube.api, node_name), on_event, node=node_name)
+    supervisor = Supervisor(tool="trace", node=node_name)  # the command's own watch
+    informer = Informer(
+        pods_on_node(kube.api, node_name), on_event, supervisor=supervisor, node=node_name
+    )
     informer.start()
     try:
         while not stop.is_set() and not informer.synced.wait(0.2):

@@ -18,6 +18,7 @@ from kubelet_sim.formats.jsontypes import Json
 from kubelet_sim.kube.client import KubeConnection
 from kubelet_sim.kube.informer import Informer, StreamEvent, WatchTimeouts
 from kubelet_sim.kube.watches import own_node, pods_on_node
+from kubelet_sim.loops.supervise import Supervisor
 from kubelet_sim.pod.status import format_time_precise
 
 Write = Callable[[str], None]
@@ -85,8 +86,15 @@ def stream(
 
         return observe
 
+    supervisor = Supervisor(tool="watch", node=node_name)  # the command's own watches
     informers = [
-        Informer(source, observer=observer_for(name), timeouts=timeouts, node=node_name)
+        Informer(
+            source,
+            observer=observer_for(name),
+            timeouts=timeouts,
+            supervisor=supervisor,
+            node=node_name,
+        )
         for name, source in (
             (f"pods on {node_name}", pods_on_node(kube.api, node_name)),
             (f"node {node_name}", own_node(kube.api, node_name)),

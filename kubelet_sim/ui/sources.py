@@ -31,6 +31,7 @@ from kubelet_sim.kube.watches import (
 )
 from kubelet_sim.logs import get_logger
 from kubelet_sim.loops.backoff import Backoff
+from kubelet_sim.loops.supervise import Supervisor
 from kubelet_sim.runtime.node_runtime import NodeRuntime
 from kubelet_sim.tools import trace
 from kubelet_sim.tools import watch as watch_tool
@@ -77,24 +78,35 @@ class Sources:
 
     def start(self) -> None:
         kube, state = self.kube, self.state
+        # The web view's own watches: a display beside the nodes, whose failure fails none.
+        supervisor = Supervisor(tool="ui")
         refused = _allowed(kube, "/api/v1/nodes")
         if refused is None:
-            self._informers.append(Informer(all_nodes(kube.api), state.on_node, tool="ui"))
+            self._informers.append(
+                Informer(all_nodes(kube.api), state.on_node, supervisor=supervisor, tool="ui")
+            )
         else:  # v1.32+ (AuthorizeNodeWithSelectors): a kubelet may read only its own Node
             state.note("nodes", f"only this process's nodes: listing all nodes: {refused}")
             self._informers += [
-                Informer(own_node(kube.api, node), state.on_node, tool="ui")
+                Informer(own_node(kube.api, node), state.on_node, supervisor=supervisor, tool="ui")
                 for node in state.our_nodes
             ]
         refused = _allowed(kube, "/api/v1/pods")
         if refused is None:
             self._informers.append(
-                Informer(pods_in_namespace(kube.api, None), state.on_pod, tool="ui")
+                Informer(
+                    pods_in_namespace(kube.api, None),
+                    state.on_pod,
+                    supervisor=supervisor,
+                    tool="ui",
+                )
             )
         else:
             state.note("pods", f"only this process's nodes' pods: listing all pods: {refused}")
             self._informers += [
-                Informer(pods_on_node(kube.api, node), state.on_pod, tool="ui")
+                Informer(
+                    pods_on_node(kube.api, node), state.on_pod, supervisor=supervisor, tool="ui"
+                )
                 for node in state.our_nodes
             ]
         refused = _allowed(kube, "/api/v1/events")
@@ -103,6 +115,7 @@ class Sources:
                 Informer(
                     events_with_reason(kube.api, reason, None),
                     state.on_scheduler_event,
+                    supervisor=supervisor,
                     tool="ui",
                 )
                 for reason in SCHEDULER_REASONS

@@ -16,23 +16,11 @@ MS_NOSUID = 0x2
 MS_NODEV = 0x4
 MS_BIND = 0x1000
 MNT_DETACH = 0x2
-CAP_SYS_ADMIN = 21
 
 
 @cache
 def _libc() -> ctypes.CDLL:
     return ctypes.CDLL(ctypes.util.find_library("c") or "libc.so.6", use_errno=True)
-
-
-def can_mount() -> bool:
-    """Whether this process may mount (CAP_SYS_ADMIN in its effective set)."""
-    try:
-        for line in Path("/proc/self/status").read_text().splitlines():
-            if line.startswith("CapEff:"):
-                return bool(int(line.split()[1], 16) >> CAP_SYS_ADMIN & 1)
-    except (OSError, ValueError):
-        pass
-    return False
 
 
 def _check(result: int, what: str, path: str) -> None:

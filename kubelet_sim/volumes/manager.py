@@ -14,7 +14,6 @@ from __future__ import annotations
 
 import contextlib
 import os
-import threading
 from pathlib import Path
 from typing import Any
 
@@ -23,7 +22,7 @@ from kubelet_sim.linux.safe_paths import remove_tree, safe_part
 from kubelet_sim.logs import get_logger
 from kubelet_sim.pod.admission import Allocatable
 from kubelet_sim.pod.spec import PodView
-from kubelet_sim.volumes.hostmount import can_mount, mount_points_under, unmount
+from kubelet_sim.volumes.hostmount import mount_points_under, unmount
 from kubelet_sim.volumes.plugins import PLUGINS, Context
 from kubelet_sim.volumes.types import MountError, ObjectLookup, Prepared, TokenSource, VolumeSetup
 
@@ -33,14 +32,7 @@ def failed_mount(volume: str, error: str) -> str:
     return f'MountVolume.SetUp failed for volume "{volume}" : {error}'
 
 
-def host_allocatable() -> Allocatable:
-    """This host's CPUs and physical memory, where no node's allocatable is given."""
-    memory = os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES")
-    return Allocatable(cpu_milli=(os.cpu_count() or 1) * 1000, memory_bytes=memory, pods=110)
-
-
 ROOT_MODE, POD_DIR_MODE = 0o700, 0o750  # the kubelet's pod dirs are 0750
-_warned = threading.Event()
 
 
 def make_dir(path: Path, mode: int) -> Path:
@@ -57,33 +49,16 @@ class VolumeManager:
 
     `allocatable` is the node's (Node.status.allocatable): its memory is the size of a pod's
     tmpfs volumes unless the pod's memory limit is smaller (the kubelet's
-    calculateEmptyDirMemorySize), and downward API files read it for an unset limit. None (tests,
-    tools): this host's CPUs and memory. `mount=None` asks the host whether this process may
-    mount.
+    calculateEmptyDirMemorySize), and downward API files read it for an unset limit. `mount`:
+    whether this process may mount, a fact of the host read once for the process (`HostFacts`).
     """
 
-    def __init__(
-        self,
-        root_dir: Path,
-        *,
-        allocatable: Allocatable | None = None,
-        mount: bool | None = None,
-    ) -> None:
+    def __init__(self, root_dir: Path, *, allocatable: Allocatable, mount: bool) -> None:
         self.root = root_dir.resolve()
-        self.allocatable = allocatable or host_allocatable()
+        self.allocatable = allocatable
         self.memory_bytes = self.allocatable.memory_bytes
-        self.mount = can_mount() if mount is None else mount
+        self.mount = mount
         self._owned: dict[str, set[str]] = {}  # pod uid → its volumes whose fsGroup is set
-        if not self.mount and mount is None and not _warned.is_set():
-            _warned.set()
-            get_logger("kubelet_sim.volumes").warning(
-                "cannot mount (needs root or CAP_SYS_ADMIN): secret and service account token"
-                " volumes are kept on disk under the root dir instead of tmpfs, and subPaths are"
-                " mounted by path, open to a symlink swapped in between check and mount; an"
-                " emptyDir of medium Memory is a tmpfs Docker makes per container, emptied at"
-                " a restart",
-                root_dir=str(self.root),
-            )
 
     def pod_dir(self, pod_uid: str) -> Path:
         return self.root / "pods" / safe_part(pod_uid)

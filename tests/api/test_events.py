@@ -6,6 +6,7 @@ from structlog.testing import capture_logs
 
 from kubelet_sim.kube.client import connect
 from kubelet_sim.kube.events import NORMAL, WARNING, EventRecorder, EventRef
+from kubelet_sim.loops.supervise import Supervisor
 from tests.cluster import Cluster, wait_for
 
 
@@ -18,7 +19,9 @@ def test_repeats_are_counted_not_created_again(cluster: Cluster) -> None:
     container_ref = EventRef(
         cluster.namespace, "p", pod.metadata.uid, field_path="spec.containers{c}"
     )
-    recorder = EventRecorder(connect(cluster.kubeconfig).api, cluster.node_name).start()
+    recorder = EventRecorder(
+        connect(cluster.kubeconfig).api, cluster.node_name, supervisor=Supervisor()
+    ).start()
     try:
         recorder.event(container_ref, WARNING, "BackOff", "Back-off restarting failed container")
         recorder.event(container_ref, WARNING, "BackOff", "Back-off restarting failed container")
@@ -58,7 +61,7 @@ def test_a_full_queue_drops_its_oldest_events_counted_and_warned_once(cluster: C
     # recorder's.
     api = connect(cluster.kubeconfig).api
     with capture_logs() as logs:
-        recorder = EventRecorder(api, cluster.node_name, queue_size=5)
+        recorder = EventRecorder(api, cluster.node_name, queue_size=5, supervisor=Supervisor())
         for i in range(8):
             recorder.event(ref, NORMAL, "Pulling", f"event {i}")
         assert (recorder.queued(), recorder.dropped) == (5, 3)

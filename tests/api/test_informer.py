@@ -13,6 +13,7 @@ from kubelet_sim.kube.client import connect
 from kubelet_sim.kube.informer import DELETED, Informer, WatchTimeouts
 from kubelet_sim.kube.watches import pods_on_node
 from kubelet_sim.loops.backoff import Backoff
+from kubelet_sim.loops.supervise import Supervisor
 from tests.cluster import Cluster, wait_for
 
 FAST_TIMEOUTS = WatchTimeouts(server_min=20, server_max=30, read=1.5, connect=1.0)
@@ -72,6 +73,7 @@ def informer(
         recorder,
         timeouts=FAST_TIMEOUTS,
         backoff=fast_backoff(),
+        supervisor=Supervisor(),
     ).start()
     wait_for(inf.synced.is_set, 5, "informer did not list")
     yield inf
@@ -185,7 +187,11 @@ def test_frozen_server_is_noticed_by_the_read_timeout(cluster: Cluster, informer
 def test_stop_returns_promptly_while_a_watch_is_open(
     cluster: Cluster, agent_api: client.ApiClient
 ) -> None:
-    inf = Informer(pods_on_node(agent_api, cluster.node_name), timeouts=WatchTimeouts()).start()
+    inf = Informer(
+        pods_on_node(agent_api, cluster.node_name),
+        timeouts=WatchTimeouts(),
+        supervisor=Supervisor(),
+    ).start()
     wait_for(inf.synced.is_set, 5, "informer did not list")
     wait_for(lambda: inf.stats.watches >= 1, 5, "no watch opened")
     stopping = threading.Thread(target=inf.stop, kwargs={"timeout": 10})
@@ -200,7 +206,12 @@ def test_a_list_the_server_refuses_is_said_so_and_never_synced(cluster: Cluster)
     from kubelet_sim.kube.watches import all_endpoint_slices
 
     api = connect(cluster.require_node_credentials()).api  # skips where the cluster gives none
-    refused = Informer(all_endpoint_slices(api), backoff=fast_backoff(), node=cluster.node_name)
+    refused = Informer(
+        all_endpoint_slices(api),
+        backoff=fast_backoff(),
+        node=cluster.node_name,
+        supervisor=Supervisor(),
+    )
     refused.start()
     try:
         wait_for(refused.refused.is_set, 10, "the refusal noticed")

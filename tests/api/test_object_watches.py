@@ -12,6 +12,7 @@ from kubelet_sim.kube.client import connect
 from kubelet_sim.kube.informer import WatchTimeouts
 from kubelet_sim.kube.object_watches import Ref, ReferencedObjectWatches
 from kubelet_sim.loops.backoff import Backoff
+from kubelet_sim.loops.supervise import Supervisor
 from tests.cluster import Cluster, wait_for
 
 
@@ -33,6 +34,7 @@ def watches(cluster: Cluster, changes: list[Ref]) -> Iterator[ReferencedObjectWa
         on_change,
         timeouts=WatchTimeouts(server_min=20, server_max=30, read=5),
         backoff=lambda: Backoff(initial=0.05, cap=0.4),
+        supervisor=Supervisor(),
     )
     yield manager
     manager.stop()
@@ -106,6 +108,7 @@ def test_idle_and_immutable_objects_are_not_watched_and_a_read_watches_again(
         timeouts=WatchTimeouts(server_min=20, server_max=30, read=5),
         max_idle=1.0,
         recycle_period=0.2,
+        supervisor=Supervisor(),
     )
     try:
         manager.set_pod_references("pod-1", {env, frozen})
@@ -139,6 +142,7 @@ def test_a_pool_sized_for_the_watches_keeps_their_connections(
         lambda _ref: None,
         timeouts=WatchTimeouts(server_min=1, server_max=1, read=5),
         pool_size=pool_size,
+        supervisor=Supervisor(),
     )
     caplog.set_level("WARNING", logger="urllib3.connectionpool")
     try:
@@ -175,6 +179,7 @@ def test_past_a_pods_own_watches_its_objects_are_polled_on_one_thread(
         timeouts=WatchTimeouts(server_min=20, server_max=30, read=5),
         watches_per_pod=4,
         poll_period=0.2,
+        supervisor=Supervisor(),
     )
     try:
         manager.set_pod_references("pod-1", refs)

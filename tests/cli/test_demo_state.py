@@ -13,7 +13,8 @@ import pytest
 
 from kubelet_sim.demo.state_dir import MARKER, DemoRunning, DemoState
 from kubelet_sim.linux.processes import ProcessMark
-from kubelet_sim.volumes.hostmount import can_mount, mount_points_under, mount_tmpfs
+from kubelet_sim.node.host import can_mount
+from kubelet_sim.volumes.hostmount import mount_points_under, mount_tmpfs
 from tests.cluster import wait_for
 
 NOBODY = 65534

@@ -14,6 +14,7 @@ from kubelet_sim.formats.quantity import value
 from kubelet_sim.kube.client import connect
 from kubelet_sim.kube.node_api import NodeApi
 from kubelet_sim.kube.rest import ApiError, call_json
+from kubelet_sim.loops.supervise import Supervisor
 from kubelet_sim.loops.timers import Timers
 from kubelet_sim.node.host import HostFacts, detect_host, resolve_name
 from kubelet_sim.node.lifecycle import NodeLifecycle, RuntimeProbe
@@ -51,7 +52,7 @@ class FakeProbe:
 @pytest.fixture
 def timers() -> Iterator[Timers]:
     """The process's timers, as a node gets them from its builder."""
-    running = Timers(pool_threads=4).start()
+    running = Timers(pool_threads=4, supervisor=Supervisor()).start()
     yield running
     running.stop()
 

@@ -11,7 +11,7 @@ from kubelet_sim.loops.workqueue import ShutDown, WorkQueue
 
 
 def test_key_added_twice_is_processed_once() -> None:
-    queue: WorkQueue[str] = WorkQueue()
+    queue: WorkQueue[str] = WorkQueue(Supervisor())
     queue.add("a")
     queue.add("b")
     queue.add("a")
@@ -19,7 +19,7 @@ def test_key_added_twice_is_processed_once() -> None:
 
 
 def test_key_added_while_processing_comes_back_after_done_not_before() -> None:
-    queue: WorkQueue[str] = WorkQueue()
+    queue: WorkQueue[str] = WorkQueue(Supervisor())
     queue.add("a")
     assert queue.get(0) == "a"
     queue.add("a")
@@ -31,7 +31,7 @@ def test_key_added_while_processing_comes_back_after_done_not_before() -> None:
 
 
 def test_an_idle_key_waits_behind_every_other_key() -> None:
-    queue: WorkQueue[str] = WorkQueue()
+    queue: WorkQueue[str] = WorkQueue(Supervisor())
     queue.add_idle("gone")
     queue.add("a")
     queue.add("b")
@@ -46,14 +46,14 @@ def test_an_idle_key_waits_behind_every_other_key() -> None:
 
 
 def test_add_after_delivers_later() -> None:
-    queue: WorkQueue[str] = WorkQueue()
+    queue: WorkQueue[str] = WorkQueue(Supervisor())
     queue.add_after("a", 0.05)
     assert queue.get(0) is None
     assert queue.get(2.0) == "a"
 
 
 def test_shut_down_wakes_waiting_workers() -> None:
-    queue: WorkQueue[str] = WorkQueue()
+    queue: WorkQueue[str] = WorkQueue(Supervisor())
     raised = threading.Event()
 
     def worker() -> None:
@@ -69,7 +69,7 @@ def test_shut_down_wakes_waiting_workers() -> None:
 
 
 def test_delayed_adds_keep_one_entry_per_key_at_the_earliest_time() -> None:
-    queue: WorkQueue[str] = WorkQueue()
+    queue: WorkQueue[str] = WorkQueue(Supervisor())
     queue.add_after("a", 60)
     queue.add_after("a", 60)
     queue.add_after("a", 0.05)
@@ -100,7 +100,7 @@ def test_a_delay_past_any_timer_holds_up_no_other_key() -> None:
 def test_delayed_keys_come_in_the_order_of_their_times_whatever_order_they_were_added() -> None:
     """A later key added behind an earlier one does not wake the delay thread (it wakes for
     the earlier one anyway); an earlier one added behind a later one does."""
-    queue: WorkQueue[str] = WorkQueue()
+    queue: WorkQueue[str] = WorkQueue(Supervisor())
     queue.add_after("second", 0.2)
     queue.add_after("third", 0.4)
     queue.add_after("first", 0.05)

@@ -13,6 +13,7 @@ from datetime import UTC, datetime
 from typing import Any
 
 from kubelet_sim import cri
+from kubelet_sim.loops.supervise import Supervisor
 from kubelet_sim.pod.probes import Result
 from kubelet_sim.pod.spec import ContainerView, PodView
 from kubelet_sim.prober.manager import ProbeManager
@@ -77,7 +78,7 @@ class Harness:
         self.runtime = FakeExec()
         self.events: list[tuple[str, str]] = []
         self.woken: list[str] = []
-        self.manager = ProbeManager(self.runtime, self._event)
+        self.manager = ProbeManager(self.runtime, self._event, supervisor=Supervisor())
         self.manager.wake = self.woken.append
         self.manager.start()
 

@@ -74,7 +74,7 @@ def view() -> PodView:
 
 def stopper() -> tuple[ContainerStopper, FakeRuntime]:
     runtime = FakeRuntime()
-    return ContainerStopper(runtime, FakeWatcher(), NoEvents()), runtime  # type: ignore[arg-type]
+    return ContainerStopper(runtime, FakeWatcher(), NoEvents(), supervisor=Supervisor()), runtime  # type: ignore[arg-type]
 
 
 def test_a_stop_returns_at_once_and_kills_when_the_grace_period_ends() -> None:

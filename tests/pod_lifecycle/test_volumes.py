@@ -14,11 +14,12 @@ import pytest
 import structlog
 
 from kubelet_sim import cri
+from kubelet_sim.node.host import can_mount
 from kubelet_sim.pod.admission import Allocatable
 from kubelet_sim.pod.spec import PodView
 from kubelet_sim.volumes import VolumeError, VolumeManager, VolumeSetup, mounts_for
 from kubelet_sim.volumes import subpath as subpath_module
-from kubelet_sim.volumes.hostmount import can_mount, mount_points_under
+from kubelet_sim.volumes.hostmount import mount_points_under
 from tests.cluster import wait_for
 from tests.docker_env import TEST_LABEL, DockerEnv
 
@@ -65,7 +66,7 @@ def make_pod(volumes: list[dict[str, Any]], mounts: list[dict[str, Any]] | None 
 @pytest.fixture
 def manager(tmp_path: Path) -> Iterator[VolumeManager]:
     """Mounts (tmpfs, subPath binds) when this process may; never leaves one behind."""
-    manager = VolumeManager(tmp_path)
+    manager = VolumeManager(tmp_path, allocatable=NODE, mount=can_mount())
     yield manager
     manager.teardown(UID)
     assert not mount_points_under(tmp_path)
@@ -74,7 +75,7 @@ def manager(tmp_path: Path) -> Iterator[VolumeManager]:
 @pytest.fixture
 def on_disk(tmp_path: Path) -> VolumeManager:
     """A node that may not mount: everything stays on disk, subPaths are mounted by path."""
-    return VolumeManager(tmp_path, mount=False)
+    return VolumeManager(tmp_path, allocatable=NODE, mount=False)
 
 
 needs_mount = pytest.mark.skipif(not can_mount(), reason="needs CAP_SYS_ADMIN to mount")

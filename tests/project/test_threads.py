@@ -20,8 +20,10 @@ NOT_SUPERVISED = {
     "podworkers/image_manager.py": "the pull pool: a pull that raises is ErrImagePull",
     "node/host.py": "one name lookup, waited for with a timeout (getaddrinfo has none)",
     "runtime/streams.py": "a streaming session's pumps and its dial: they end with it",
-    "server/listener.py": "the kubelet API's request pool and a thread per upgraded stream"
-    " (its selector loop runs under a Supervisor: the node's, or the node set's when shared)",
+    "server/listener.py": "a thread per upgraded stream (its selector loop runs under a"
+    " Supervisor: the node's, or the node set's when shared)",
+    "server/pool.py": "the kubelet API's request pool: a request that raises ends with its"
+    " connection",
     "server/streaming/serve.py": "a streaming session's thread: it ends with its connection",
     "server/streaming/remotecommand.py": "an exec/attach session's pumps: they end with it",
     "server/streaming/portforward.py": "a port-forward session's pumps and stream timer",
@@ -83,7 +85,8 @@ def test_the_loops_the_docs_call_supervised_run_under_a_supervisor() -> None:
 
 
 def test_the_kubelet_api_selector_loop_runs_under_a_supervisor() -> None:
-    """listener.py makes its pool's threads itself; its selector loop only through a Supervisor."""
+    """listener.py makes its streams' threads itself (pool.py its workers); its selector loop
+    only through a Supervisor."""
     source = (PACKAGE / "server/listener.py").read_text()
     assert 'supervisor.thread("kubelet-server", self.run' in source
 

@@ -15,6 +15,7 @@ import pytest
 from kubelet_sim import cri
 from kubelet_sim.cri import created_observation
 from kubelet_sim.loops.backoff import Backoff
+from kubelet_sim.loops.supervise import Supervisor
 from kubelet_sim.runtime import translate
 from kubelet_sim.runtime.engine import DockerEngine
 from kubelet_sim.runtime.images import status_image_id
@@ -485,7 +486,9 @@ class Changes:
 @pytest.fixture
 def watched(pod: Pod) -> Iterator[tuple[ContainerWatcher, Changes]]:
     changes = Changes()
-    events = ContainerEvents(pod.rt.engine, label=f"{cri.LABEL_NODE}={pod.rt.node_name}")
+    events = ContainerEvents(
+        pod.rt.engine, label=f"{cri.LABEL_NODE}={pod.rt.node_name}", supervisor=Supervisor()
+    )
     watcher = ContainerWatcher(pod.rt, changes, events=events)
     watcher.start()
     events.start()
@@ -617,7 +620,9 @@ def test_watcher_backs_off_while_docker_is_down_and_stops_at_once(tmp_path: Path
 
     client = docker.DockerClient(base_url=f"unix://{tmp_path}/no.sock", version="1.41")
     runtime = NodeRuntime(DockerEngine(client), node_name="rt-down", root_dir=tmp_path)
-    events = ContainerEvents(runtime.engine, backoff=Backoff(initial=0.05, cap=0.2))
+    events = ContainerEvents(
+        runtime.engine, backoff=Backoff(initial=0.05, cap=0.2), supervisor=Supervisor()
+    )
     watcher = ContainerWatcher(runtime, events=events)
     watcher.start()
     events.start()

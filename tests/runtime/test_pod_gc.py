@@ -5,6 +5,7 @@ from __future__ import annotations
 import time
 
 from kubelet_sim.cri import ContainerState, ObservedContainer, PodRef
+from kubelet_sim.loops.supervise import Supervisor
 from kubelet_sim.loops.timers import Timers
 from kubelet_sim.pod.gc import garbage
 from kubelet_sim.pod.restart_backoff import KeyedBackoff
@@ -43,7 +44,8 @@ def test_each_gc_pass_drops_idle_backoff_entries() -> None:
     crash = KeyedBackoff(initial=10, maximum=300)
     crash.next("idle", event_time=0, now=time.time() - 601)
     crash.next("fresh", event_time=0, now=time.time())
-    gc = ContainerGC(_Watcher(), None, "n", Timers(pool_threads=1), backoffs=[crash])  # type: ignore[arg-type]
+    timers = Timers(pool_threads=1, supervisor=Supervisor())
+    gc = ContainerGC(_Watcher(), None, "n", timers, backoffs=[crash])  # type: ignore[arg-type]
     assert gc.collect() == 0
     assert len(crash) == 1
     assert crash.get("fresh") == 10

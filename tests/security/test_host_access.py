@@ -11,7 +11,8 @@ from typing import Any
 import pytest
 
 from kubelet_sim import cri
-from kubelet_sim.volumes.hostmount import can_mount, mount_points_under
+from kubelet_sim.node.host import can_mount
+from kubelet_sim.volumes.hostmount import mount_points_under
 from tests.agent_fixture import RunningAgent, start_agent
 from tests.cluster import Cluster, wait_for
 from tests.docker_env import DockerEnv

@@ -24,6 +24,7 @@ from kubernetes.client.exceptions import ApiException
 from kubelet_sim.kube.reviews import Decision, User
 from kubelet_sim.server.auth import Gate
 from kubelet_sim.server.settings import ServerSettings
+from kubelet_sim.server.tokens import TokenGuard
 from tests.agent_fixture import start_agent
 from tests.cluster import Cluster, wait_for
 from tests.docker_env import DockerEnv
@@ -268,6 +269,6 @@ class _Reviews:
 def test_the_gate_never_turns_a_rejected_token_anonymous(
     authorization: str, anonymous: bool, answer: int | None
 ) -> None:
-    gate = Gate(_Reviews(), "n1", anonymous=anonymous)
+    gate = Gate(_Reviews(), "n1", anonymous=anonymous, tokens=TokenGuard())
     refused = gate.check("GET", "/pods", None, authorization)
     assert (refused[0] if refused else None) == answer

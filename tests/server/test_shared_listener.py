@@ -23,17 +23,20 @@ from kubernetes.client.exceptions import ApiException
 
 from kubelet_sim import cri
 from kubelet_sim.assembly.nodeset import NodeIdentity, NodeSet, NodeSetSettings
+from kubelet_sim.assembly.process import engine_for
 from kubelet_sim.logs import get_logger
 from kubelet_sim.loops.supervise import Supervisor
 from kubelet_sim.node.settings import NodeSettings
 from kubelet_sim.podworkers.settings import PodSettings
 from kubelet_sim.server.certs import self_signed
+from kubelet_sim.server.connections import Endpoint
 from kubelet_sim.server.exchange import Exchange
 from kubelet_sim.server.http import _send
-from kubelet_sim.server.listener import Endpoint, Listener
+from kubelet_sim.server.listener import Listener
 from kubelet_sim.server.routes import Reply
 from kubelet_sim.server.settings import ConnectionLimits, ServerSettings
 from kubelet_sim.server.tls import ServingTls
+from kubelet_sim.server.tokens import TokenGuard
 from tests.cluster import Cluster, wait_for
 from tests.docker_env import DockerEnv
 from tests.kubelet_api import api_server_as_kubelet_client, client_certificates
@@ -87,7 +90,7 @@ def test_one_listener_routes_each_port_to_its_own_endpoint(tmp_path: Path) -> No
     """Without Docker or an API server: one selector thread for three ports, each answered by
     its own handler with its own certificate; closing one leaves the others; stop ends it."""
     log = get_logger("tests.shared_listener")
-    listener = Listener(ConnectionLimits(workers=2), log)
+    listener = Listener(ConnectionLimits(workers=2), log, tokens=TokenGuard())
 
     def endpoint(name: str) -> Endpoint:
         make = functools.partial(self_signed, tmp_path / name, name, [name], ["127.0.0.1"])
@@ -133,6 +136,7 @@ def nodes(cluster: Cluster, docker_env: DockerEnv, tmp_path: Path) -> Iterator[N
     server = ServerSettings(
         address="127.0.0.1", port=0, client_ca_file=str(client_certificates(cluster, tls))
     )
+    engine = engine_for()
     node_set = NodeSet(
         NodeSetSettings(
             nodes=tuple(
@@ -143,7 +147,8 @@ def nodes(cluster: Cluster, docker_env: DockerEnv, tmp_path: Path) -> Iterator[N
             server=server,
             kubeconfig=cluster.kubeconfig,  # admin: node credentials name one node
             service_proxy=False,
-        )
+        ),
+        engine,
     )
     stop = threading.Event()
     before = _listener_threads()
@@ -158,6 +163,7 @@ def nodes(cluster: Cluster, docker_env: DockerEnv, tmp_path: Path) -> Iterator[N
         stop.set()
         node_set.wait(stop)
         node_set.close()
+        engine.close()
         for name in names:
             docker_env.remove_labelled(f"{cri.LABEL_NODE}={name}")
             with contextlib.suppress(ApiException):

@@ -15,6 +15,7 @@ from kubelet_sim.controlplane.pki import CertificateAuthority
 from kubelet_sim.server import peer_chain
 from kubelet_sim.server import tls as tls_module
 from kubelet_sim.server.certs import self_signed
+from kubelet_sim.server.http import client_certificates
 from kubelet_sim.server.tls import ServingTls
 
 
@@ -36,7 +37,7 @@ def test_a_missing_client_ca_file_stops_the_start(tmp_path: Path) -> None:
 
 def test_without_a_client_ca_nothing_is_read_at_start() -> None:
     tls = ServingTls(_no_files, None)
-    assert tls.authenticator.roots == []  # made on first use
+    assert client_certificates(tls.client_ca_file).roots == []  # made on first use
 
 
 def test_where_the_handshake_verifies_a_changed_ca_file_makes_a_new_context(

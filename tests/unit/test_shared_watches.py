@@ -8,6 +8,7 @@ from typing import Any
 from kubernetes import client
 
 from kubelet_sim.kube.shared_watches import NodeHandlers, SharedWatches
+from kubelet_sim.loops.supervise import Supervisor
 
 
 def _node(name: str, cidr: str, ip: str, ready: str = "True") -> dict[str, Any]:
@@ -23,7 +24,9 @@ def _node(name: str, cidr: str, ip: str, ready: str = "True") -> dict[str, Any]:
 
 def _watches() -> tuple[SharedWatches, dict[str, list[Any]]]:
     seen: dict[str, list[Any]] = {"n1 pods": [], "n2 pods": [], "n1 node": [], "network": []}
-    watches = SharedWatches(client.ApiClient(), proxy_api=client.ApiClient())
+    watches = SharedWatches(
+        client.ApiClient(), proxy_api=client.ApiClient(), supervisor=Supervisor()
+    )
     for name in ("n1", "n2"):
         watches.register(
             name,

@@ -11,6 +11,7 @@ from typing import Any
 
 import pytest
 
+from kubelet_sim.loops.supervise import Supervisor
 from kubelet_sim.loops.timers import Timers
 from kubelet_sim.pod.static import (
     CONFIG_HASH,
@@ -278,7 +279,8 @@ def _source(directory: Path) -> _Source:
         wake=lambda _uid: None,
         node=lambda: node,
         known=lambda _uid: False,
-        timers=Timers(pool_threads=1),  # not started: the tests run passes themselves
+        # not started: the tests run passes themselves
+        timers=Timers(pool_threads=1, supervisor=Supervisor()),
     )
     return made
 

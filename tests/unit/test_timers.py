@@ -10,13 +10,14 @@ from collections.abc import Iterator
 import pytest
 from structlog.testing import capture_logs
 
+from kubelet_sim.loops.supervise import Supervisor
 from kubelet_sim.loops.timers import URGENT, Timers
 from tests.cluster import wait_for
 
 
 @pytest.fixture
 def timers() -> Iterator[Timers]:
-    made = Timers(pool_threads=2).start()
+    made = Timers(pool_threads=2, supervisor=Supervisor()).start()
     yield made
     made.stop()
 
@@ -88,7 +89,7 @@ def test_cancel_ends_a_task(timers: Timers) -> None:
 
 
 def test_a_run_later_than_the_limit_is_counted_per_kind() -> None:
-    timers = Timers(pool_threads=1, late_after=0.05).start()
+    timers = Timers(pool_threads=1, late_after=0.05, supervisor=Supervisor()).start()
     try:
         block = threading.Event()
         timers.every("slow", "n1", 60.0, lambda: block.wait(0.5))
@@ -103,7 +104,7 @@ def test_a_run_later_than_the_limit_is_counted_per_kind() -> None:
 def test_a_due_lease_renewal_runs_before_other_due_work() -> None:
     """With the pool busy, the tasks due meanwhile queue; the urgent one (a Lease) goes first,
     though it became due last."""
-    timers = Timers(pool_threads=1).start()
+    timers = Timers(pool_threads=1, supervisor=Supervisor()).start()
     try:
         order: list[str] = []
         release = threading.Event()
@@ -124,7 +125,7 @@ def test_a_burst_of_late_runs_is_one_warning_then_one_sum(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
     monkeypatch.setattr("kubelet_sim.loops.timers.LATE_LOG_INTERVAL", 0.3)
-    timers = Timers(pool_threads=1, late_after=0.01).start()
+    timers = Timers(pool_threads=1, late_after=0.01, supervisor=Supervisor()).start()
     try:
         with capture_logs() as logs:
             release = threading.Event()

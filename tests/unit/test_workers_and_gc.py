@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from kubelet_sim.loops.supervise import Supervisor
 from kubelet_sim.loops.timers import Timers
 from kubelet_sim.loops.workqueue import WorkQueue
 from kubelet_sim.podworkers.gc import ContainerGC
@@ -115,7 +116,8 @@ def test_the_gc_removes_dead_attempts_and_forgets_old_backoffs(node: Node) -> No
         node.cache,
         node.syncer.stopper,
         "n1",
-        timers=Timers(pool_threads=1),  # not started: the test runs one pass itself
+        # not started: the test runs one pass itself
+        timers=Timers(pool_threads=1, supervisor=Supervisor()),
         backoffs=(node.syncer.starter.crash_backoff,),
         clock=node.clock,
     )
