@@ -9,18 +9,60 @@ functions only read a node's settings and write its configuration files.
 from __future__ import annotations
 
 import contextlib
+import ipaddress
 import json
 import os
 import shutil
 import subprocess
+from collections.abc import Mapping, Sequence
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Protocol
 
 from kubelet_sim.controlplane import binaries, host
 
 if TYPE_CHECKING:
     from kubelet_sim.controlplane.cluster import NodeCredentials
-    from kubelet_sim.controlplane.reference_node import ReferenceNode
+
+
+class ReferenceNode(Protocol):
+    """What these files are made from: reference_node.ReferenceNode, read only (a protocol,
+    so the module that starts the node imports this one and not the other way round)."""
+
+    @property
+    def name(self) -> str: ...
+    @property
+    def workdir(self) -> Path: ...
+    @property
+    def socket(self) -> Path: ...
+    @property
+    def pause_image(self) -> str: ...
+    @property
+    def node_ip(self) -> str | None: ...
+    @property
+    def subnet(self) -> ipaddress.IPv4Network | None: ...
+    @property
+    def network_name(self) -> str: ...
+    @property
+    def bridge(self) -> str: ...
+    @property
+    def port(self) -> int: ...
+    @property
+    def healthz_port(self) -> int: ...
+    @property
+    def cgroup_root(self) -> str: ...
+    @property
+    def cluster_domain(self) -> str: ...
+    @property
+    def cluster_dns(self) -> Sequence[str]: ...
+    @property
+    def static_pod_path(self) -> Path | None: ...
+    @property
+    def taints(self) -> Sequence[str]: ...
+    @property
+    def labels(self) -> Mapping[str, str]: ...
+    @property
+    def verbosity(self) -> int: ...
+
 
 CNI_BIN_DIR = Path("/usr/lib/cni")
 
