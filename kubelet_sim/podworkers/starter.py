@@ -1,9 +1,9 @@
 """Starting a pod's sandbox and containers, as the kubelet's startContainer does.
 
 The host-access gate first (--allow-privileged), then crash-loop backoff, the image, the
-container config, create and start, each failure ending in the kubelet's waiting reason and event
-(CreateContainerConfigError, CrashLoopBackOff, ErrImagePull, CreateContainerError,
-RunContainerError).
+container's plan (pod/container_plan.py: its config and pod files, pure), create and start,
+each failure ending in the kubelet's waiting reason and event (CreateContainerConfigError,
+CrashLoopBackOff, ErrImagePull, CreateContainerError, RunContainerError).
 """
 
 from __future__ import annotations
@@ -21,22 +21,19 @@ from kubelet_sim.pod.attempts import latest_attempt
 from kubelet_sim.pod.container_config import (
     ContainerConfigError,
     ObjectLookup,
-    container_config,
-    pod_hostname,
     sandbox_config,
     spec_hash,
 )
-from kubelet_sim.pod.dns import ResolvConf, hosts_file, pod_dns, sandbox_hostname
+from kubelet_sim.pod.container_plan import RESOLV_CONF, NodeFacts, StartFacts, plan_container
+from kubelet_sim.pod.dns import ResolvConf, pod_dns, sandbox_hostname
 from kubelet_sim.pod.host_access import container_refusal
 from kubelet_sim.pod.pull_secrets import auths_for
 from kubelet_sim.pod.restart_backoff import KeyedBackoff, go_duration
 from kubelet_sim.pod.sandbox_pool import pool_refusal
 from kubelet_sim.pod.security import (
     checks_image_user,
-    non_root_problem,
     user_namespace_problem,
 )
-from kubelet_sim.pod.service_env import NOT_SYNCED, service_env
 from kubelet_sim.pod.spec import ContainerView, PodView
 from kubelet_sim.pod.status import WaitingReason, format_time_precise
 from kubelet_sim.podworkers.event_refs import event_ref, pod_name
@@ -56,10 +53,6 @@ from kubelet_sim.podworkers.stopper import ContainerStopper
 from kubelet_sim.volumes import VolumeError, VolumeSetup, mounts_for
 
 ERROR_RETRY = 10.0  # the kubelet's pod worker backoff after a failed sync
-
-
-ETC_HOSTS = "etc-hosts"  # the kubelet's name for it in the pod's directory
-RESOLV_CONF = "resolv.conf"
 
 
 class ContainerStarter:
@@ -98,6 +91,9 @@ class ContainerStarter:
         self.services = services
         self.clock = clock
         self.pool = pool  # warm sandboxes, for pods that may use one
+        self.node_facts = NodeFacts(
+            settings.node_name, settings.node_ip, settings.allocatable, settings.dns
+        )
         self.puller = ImagePuller(runtime, events, wake, clock)
         self.crash_backoff = KeyedBackoff(initial=10.0, maximum=300.0)
         self.sandbox_images: set[str] = set()
@@ -192,33 +188,29 @@ class ContainerStarter:
             if image.waiting is not None:
                 state.waiting[container.name] = image.waiting
             return image.retry_in
-        non_root = self._non_root_problem(view, container)
-        if non_root is not None:
-            return self._failed(state, container, ref, "CreateContainerConfigError", non_root)
-        services = self.services()
-        if services is None:
-            return self._failed(state, container, ref, "CreateContainerConfigError", NOT_SYNCED)
-        links = view.spec.get("enableServiceLinks") is not False
         try:
-            cfg = container_config(
+            plan = plan_container(
                 view,
                 container,
-                node=self.settings.node_name,
-                attempt=self._next_attempt(view, container, latest, state),
-                host_ip=self.settings.node_ip,
-                pod_ip=sandbox.ip,
-                lookup=self.lookup,
-                allocatable=self.settings.allocatable,
-                services=service_env(services, view.namespace, links),
-                mounts=[
-                    *mounts_for(container, volumes),
-                    *self._managed_mounts(view, container, sandbox),
-                ],
+                self.node_facts,
+                StartFacts(
+                    pod_dir=self.runtime.files.pod_dir(view.uid),
+                    attempt=self._next_attempt(view, container, latest, state),
+                    sandbox_ip=sandbox.ip,
+                    services=self.services(),
+                    volume_mounts=mounts_for(container, volumes),
+                    image_user=self._image_user(view, container),
+                    node_hosts=self._node_hosts(view),
+                    resolv_conf_written=self._resolv_conf_written(view),
+                    pid_of=pid_of,
+                ),
+                self.lookup,
             )
         except (ContainerConfigError, VolumeError) as exc:
             return self._failed(state, container, ref, "CreateContainerConfigError", str(exc))
-        if pid_of:
-            cfg = replace(cfg, pid_namespace_of=pid_of)
+        for file in plan.files:
+            self.runtime.files.write_managed(view.uid, file.name, file.text)
+        cfg = plan.config
         try:
             container_id = self.runtime.create_container(cfg, sandbox.id)
         except cri.ContainerStartError as exc:
@@ -237,40 +229,27 @@ class ContainerStarter:
             self._post_start(self.hooks, view, container, container_id, sandbox, state)
         return None
 
-    def _non_root_problem(self, view: PodView, container: ContainerView) -> str | None:
-        """verifyRunAsNonRoot against the image's USER (inspected only when it matters)."""
+    def _image_user(self, view: PodView, container: ContainerView) -> str:
+        """The image's USER, inspected only where runAsNonRoot needs it."""
         if not checks_image_user(view, container):
-            return non_root_problem(view, container, "")
+            return ""
         image = self.runtime.image_status(container.image)
-        return non_root_problem(view, container, image.user if image else "")
+        return image.user if image else ""
+
+    def _node_hosts(self, view: PodView) -> str:
+        if not view.host_network:
+            return ""
+        try:
+            return Path(self.settings.hosts_file).read_text()
+        except OSError:
+            return ""
+
+    def _resolv_conf_written(self, view: PodView) -> bool:
+        return (self.runtime.files.pod_dir(view.uid) / RESOLV_CONF).exists()
 
     @property
     def _domain(self) -> str:
         return self.settings.dns.cluster_domain
-
-    def _managed_mounts(
-        self, view: PodView, container: ContainerView, sandbox: cri.ObservedContainer
-    ) -> list[cri.Mount]:
-        """/etc/hosts (makeHostsMount, unless a volume is mounted there) and the pod's
-        /etc/resolv.conf (as containerd mounts the sandbox's into each container)."""
-        files = self.runtime.files
-        resolv = files.pod_dir(view.uid) / RESOLV_CONF
-        if not resolv.exists():  # a sandbox this agent did not make (adopted after a restart)
-            files.write_managed(view.uid, RESOLV_CONF, pod_dns(view, self.settings.dns)[0].render())
-        mounts = [cri.Mount(str(resolv), "/etc/resolv.conf")]
-        if any(m.mount_path == "/etc/hosts" for m in container.volume_mounts):
-            return mounts
-        node_hosts = ""
-        if view.host_network:
-            try:
-                node_hosts = Path(self.settings.hosts_file).read_text()
-            except OSError:
-                node_hosts = ""
-        ips = [self.settings.node_ip] if view.host_network else [sandbox.ip] if sandbox.ip else []
-        hostname = pod_hostname(view)
-        text = hosts_file(view, ips, hostname, self._domain, node_hosts)
-        hosts = files.write_managed(view.uid, ETC_HOSTS, text)
-        return [cri.Mount(str(hosts), "/etc/hosts"), *mounts]
 
     def _post_start(
         self,
