@@ -20,6 +20,7 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any, Protocol
 
 from kubelet_sim import cri
 from kubelet_sim.assembly.build import NodeWiring, build_node
@@ -53,6 +54,14 @@ SHARED_CONNECTIONS_PER_NODE = 1
 STARTERS = 16  # nodes registered and started at once (each waits on a few API calls)
 
 
+class ApiGate(Protocol):
+    """What stands between one node and the API server, and can cut it off
+    (controlplane/relay.py's ApiRelay, through which the node's kubeconfig points)."""
+
+    def cut(self, seconds: float) -> None: ...
+    def restore(self) -> None: ...
+
+
 @dataclass(frozen=True)
 class NodeIdentity:
     """One node: what it registers as, and credentials of its own where it has them (a
@@ -63,6 +72,7 @@ class NodeIdentity:
     kubeconfig: str | None = None
     serving_cert: tuple[Path, Path] | None = None  # certificate, key
     root_dir: Path | None = None  # where its pod files live; default: the set's root/<name>
+    api_gate: ApiGate | None = None  # for `kill_node` and `cut_node`
 
 
 @dataclass(frozen=True)
@@ -100,11 +110,14 @@ class _Scope:
     connection: KubeConnection
     every_node: bool
     names: list[str]
+    proxy_api: Any = None  # the service proxy's client (its own credentials), if it runs
 
 
 class NodeSet:
     """Built in one go (connect, bind every kubelet port); `start` runs the nodes' threads,
-    `wait` returns once they stopped with the failures (node, why).
+    `wait` returns once they stopped with the failures (node, why). While it runs, one node
+    may be stopped, started again (built afresh on the same process context), killed or cut
+    off the API server (through its identity's `api_gate`): the test Cluster's node faults.
 
     Construction raises ConfigError, KubeConfigError, RuntimeUnavailable or ServerError with
     a one-line message; nothing runs until `start`."""
@@ -118,6 +131,12 @@ class NodeSet:
         self._threads: list[threading.Thread] = []
         self._stop: threading.Event | None = None
         self._stopped = False
+        # Per node: what it was built from, its own stop (set by the set's end too), and
+        # whether it is halted on its own (stop_node, kill_node) while the others run.
+        self._wirings: dict[str, tuple[NodeWiring, _Scope]] = {}
+        self._node_stops: dict[str, threading.Event] = {}
+        self._halted: set[str] = set()
+        self._lock = threading.Lock()
         kube = _connections(settings)  # the API first: a missing kubeconfig says so first
         proxy: KubeConnection | None = None
         if settings.service_proxy and settings.proxy_kubeconfig is not None:
@@ -152,6 +171,7 @@ class NodeSet:
             ]
         # Read once for all the nodes (it is the same server), on its first use.
         schema = ServerSchema.of_server(next(iter(kube.values())).api) if kube else ServerSchema()
+        self._schema = schema
         on_set = [n.settings.node_name for n in identities if n.kubeconfig is None]
         # Where pods' namespaces cannot be entered, no proxy runs and nothing is watched for it.
         proxy_off = netns.unavailable() if settings.service_proxy else None
@@ -172,7 +192,7 @@ class NodeSet:
                     proxy_api=proxy_api,
                     supervisor=self.process.supervisor if every_node else supervisor,
                 )
-                scopes[key] = _Scope(watches, connection, every_node, [])
+                scopes[key] = _Scope(watches, connection, every_node, [], proxy_api)
             scopes[key].names.append(name)
             server = settings.server
             if server is not None:
@@ -192,6 +212,7 @@ class NodeSet:
                 supervisor=supervisor,
                 proxy_off=proxy_off,
             )
+            self._wirings[name] = (wiring, scopes[key])
             built = build_node(wiring, settings.pods, self.process, schema)
             # Before any watch starts: the first list reaches the node as a list.
             scopes[key].watches.register(name, built.handlers())
@@ -218,14 +239,7 @@ class NodeSet:
                     if not waiting:
                         return
                     node = waiting.pop()
-                try:
-                    node.start(stop)
-                except Exception as exc:  # a bug: this node cannot run, so none does
-                    get_logger("kubelet_sim.nodeset", node=node.node_name).exception(
-                        "node failed to start"
-                    )
-                    self.failures.append((node.node_name, f"{type(exc).__name__}: {exc}"))
-                    stop.set()
+                self._start_node(node, stop)
 
         def start_all() -> None:
             for scope in self.scopes:
@@ -240,6 +254,97 @@ class NodeSet:
         thread = threading.Thread(target=start_all, name="node starter 0", daemon=True)
         thread.start()
         self._threads.append(thread)
+
+    def _start_node(self, node: Node, stop: threading.Event) -> None:
+        own = self._node_stops.setdefault(node.node_name, threading.Event())
+        try:
+            node.start(own)
+        except Exception as exc:  # a bug: this node cannot run, so none does
+            get_logger("kubelet_sim.nodeset", node=node.node_name).exception("node failed to start")
+            self.failures.append((node.node_name, f"{type(exc).__name__}: {exc}"))
+            stop.set()
+            own.set()
+
+    # -- one node of a running set ----------------------------------------------------------
+
+    def stop_node(self, name: str) -> None:
+        """The node's agent stops cleanly while the others run; its containers keep running.
+        Its Lease ages and the controller-manager marks the Node NotReady (after the grace
+        period)."""
+        node = self._node(name)
+        with self._lock:
+            if name in self._halted:
+                return
+            self._halted.add(name)
+        self._node_stops.setdefault(name, threading.Event()).set()
+        node.lifecycle.interrupt()
+        node.stop()
+        _wiring, scope = self._wirings[name]
+        if not scope.every_node:  # its own watches: no one else reads them
+            scope.watches.stop(SHUTDOWN_SECONDS)
+
+    def start_node(self, name: str) -> None:
+        """Start a stopped or killed node again, built afresh on the set's process context
+        (its API restored): it adopts its containers, as a restarted kubelet. Returns at once;
+        the node is Ready when the API server says so."""
+        stop = self._stop
+        if stop is None or stop.is_set():
+            raise ConfigError("the node set is not running")
+        self.stop_node(name)
+        gate = self._gate(name)
+        if gate is not None:
+            gate.restore()
+        wiring, scope = self._wirings[name]
+        supervisor = Supervisor(node=name)
+        if not scope.every_node:
+            watches = SharedWatches(
+                wiring.kube.api, node=name, proxy_api=scope.proxy_api, supervisor=supervisor
+            )
+            scope = _Scope(watches, scope.connection, False, [name], scope.proxy_api)
+        wiring = dataclasses.replace(wiring, watches=scope.watches, supervisor=supervisor)
+        built = build_node(wiring, self.settings.pods, self.process, self._schema)
+        scope.watches.register(name, built.handlers())
+        with self._lock:
+            self._wirings[name] = (wiring, scope)
+            self.nodes = [built if n.node_name == name else n for n in self.nodes]
+            if not scope.every_node:  # its old watches stopped with it
+                self.scopes = [sc for sc in self.scopes if name not in sc.names or sc.every_node]
+                self.scopes.append(scope)
+            self._node_stops[name] = threading.Event()
+            self._halted.discard(name)
+        thread = threading.Thread(
+            target=self._start_node, args=(built, stop), name=f"node starter {name}", daemon=True
+        )
+        thread.start()
+        self._threads.append(thread)
+
+    def kill_node(self, name: str) -> None:
+        """As a crash: the node's API connections drop at once, with no last write, and its
+        threads are stopped behind that cut; its containers keep running."""
+        self._required_gate(name).cut(float("inf"))
+        self.stop_node(name)
+
+    def cut_node(self, name: str, seconds: float) -> None:
+        """The node loses the API server for `seconds` (from now; this returns at once): its
+        connections drop and new ones are refused. Then it reconnects and resyncs."""
+        self._required_gate(name).cut(seconds)
+
+    def _node(self, name: str) -> Node:
+        for node in self.nodes:
+            if node.node_name == name:
+                return node
+        names = [n.node_name for n in self.nodes]
+        raise ConfigError(f"no node {name!r}; the nodes are {names}")
+
+    def _gate(self, name: str) -> ApiGate | None:
+        self._node(name)
+        return next(n.api_gate for n in self.settings.nodes if n.settings.node_name == name)
+
+    def _required_gate(self, name: str) -> ApiGate:
+        gate = self._gate(name)
+        if gate is None:
+            raise ConfigError(f"node {name!r} has no API gate to cut")
+        return gate
 
     def _process_failed(self, why: str) -> None:
         """A loop of the process's (the listener, the timers, the events stream, the watches
@@ -284,15 +389,20 @@ class NodeSet:
         # Never block without a timeout here: the kernel may hand SIGTERM to any thread, and
         # the main thread runs the Python handler only when it wakes up.
         while not stop.wait(0.5):
-            failed = [n for n in self.nodes if n.supervisor.failed.is_set()]
+            failed = [
+                n
+                for n in self.nodes
+                if n.supervisor.failed.is_set() and n.node_name not in self._halted
+            ]
             for node in failed:
                 node.log.error("stopped: a loop kept failing", error=node.supervisor.failure)
                 self.failures.append((node.node_name, node.supervisor.failure))
             if failed:
                 stop.set()
         for node in self.nodes:
+            self._node_stops.setdefault(node.node_name, threading.Event()).set()
             node.lifecycle.interrupt()
-        for thread in self._threads:
+        for thread in list(self._threads):
             while thread.is_alive():
                 thread.join(0.5)
         self._stop_all()

@@ -5,8 +5,9 @@
 
 The control plane (etcd, kube-apiserver, kube-controller-manager, kube-scheduler) starts as
 the demo's does; the nodes run in this process with kubelet credentials (`system:node:<name>`),
-as the demo's, without its sample. Each node is a NodeSet of its own behind an `ApiRelay`, so
-that one node can be stopped, started, killed or cut off the API server while the others run.
+as the demo's, without its sample. The nodes are one NodeSet (one process context: timers,
+Docker events stream, kubelet API listener), each behind an `ApiRelay` of its own, so that
+one node can be stopped, started, killed or cut off the API server while the others run.
 On exit (an exception too) the nodes stop, every container with the cluster's label is
 removed, the control plane ends and its data goes.
 
@@ -31,7 +32,6 @@ import tempfile
 import threading
 import time
 from collections.abc import Callable
-from dataclasses import dataclass, field
 from pathlib import Path
 from types import TracebackType
 from typing import Any
@@ -79,15 +79,6 @@ class ClusterError(RuntimeError):
 
 class KubectlMissing(ClusterError):
     """No kubectl binary; the message says where we looked."""
-
-
-@dataclass
-class _Node:
-    name: str
-    settings: NodeSetSettings  # one node, with its credentials (its kubeconfig: via the relay)
-    relay: ApiRelay
-    stop: threading.Event = field(default_factory=threading.Event)
-    running: NodeSet | None = None
 
 
 class Cluster:
@@ -160,7 +151,10 @@ class Cluster:
         self.plane: ControlPlane | None = None
         self._engine: DockerEngine | None = None
         self._admin: KubeConnection | None = None
-        self._nodes: dict[str, _Node] = {}
+        # The nodes: one set, so one process context (timers, events stream, listener).
+        self._nodeset: NodeSet | None = None
+        self._relays: dict[str, ApiRelay] = {}
+        self._stop = threading.Event()
         self._binding_uid: str | None = None  # the ClusterRoleBinding we made in a joined one
         self._pause = DEFAULT_PAUSE_IMAGE
         self.image = DEFAULT_SAMPLE_IMAGE  # busybox: pulled, or the local look-alike
@@ -194,6 +188,7 @@ class Cluster:
 
     def _start(self) -> None:
         self._began = time.monotonic()
+        self._stop = threading.Event()
         self.workdir.mkdir(mode=0o700, parents=True, exist_ok=True)
         network = self._network or ("bridge" if self.joined is None else _kind_or_bridge())
         self._engine = engine = engine_for(network)
@@ -256,50 +251,54 @@ class Cluster:
         # Where the API server reaches the nodes: loopback with our control plane, this
         # host's address on the pods' network when joining (kind's nodes are there).
         address = NODE_IP if self._engine.network == "bridge" else self._engine.network_gateway()
-        for name in self.nodes:
-            relay = ApiRelay(host, port)
-            one = NodeSetSettings(
-                nodes=(
-                    NodeIdentity(
-                        NodeSettings(
-                            node_name=name,
-                            node_ip=address,
-                            kubelet_port=0,
-                            register_with_taints=[],
-                            creator=self.labels[cri.LABEL_OWNER],
-                        )
-                    ),
-                ),
-                root_dir=self.workdir / "nodes",
-                docker_network=self._engine.network,
-                server=ServerSettings(address=address, port=0),
-                owner_labels=dict(self.labels),
-            )
-            if plane is not None:
-                one = with_node_credentials(plane, one, self._pause)
-                source = Path(str(one.nodes[0].kubeconfig))
-            else:
-                source = self.kubeconfig
-                one = _with_pause_image(one, self._pause)
+        nodes = NodeSetSettings(
+            nodes=tuple(
+                NodeIdentity(
+                    NodeSettings(
+                        node_name=name,
+                        node_ip=address,
+                        kubelet_port=0,
+                        register_with_taints=[],
+                        creator=self.labels[cri.LABEL_OWNER],
+                    )
+                )
+                for name in self.nodes
+            ),
+            root_dir=self.workdir / "nodes",
+            docker_network=self._engine.network,
+            server=ServerSettings(address=address, port=0),
+            owner_labels=dict(self.labels),
+        )
+        if plane is not None:
+            nodes = with_node_credentials(plane, nodes, self._pause)
+        else:
+            nodes = _with_pause_image(nodes, self._pause)
+        # Each node reaches the API server through a relay of its own, which `kill_node` and
+        # `cut_node` cut; its kubeconfig (its own credentials, or the user's) points there.
+        identities = []
+        for node in nodes.nodes:
+            name = node.settings.node_name
+            relay = self._relays[name] = ApiRelay(host, port)
+            source = Path(node.kubeconfig) if node.kubeconfig else self.kubeconfig
             own = through_relay(
                 source, self.workdir / f"{name}.kubeconfig", relay.port, self.context
             )
-            one = dataclasses.replace(
-                one, nodes=(dataclasses.replace(one.nodes[0], kubeconfig=str(own)),)
-            )
-            node = self._nodes[name] = _Node(name, one, relay)
-            self._run(node)
+            identities.append(dataclasses.replace(node, kubeconfig=str(own), api_gate=relay))
+        self._nodeset = NodeSet(dataclasses.replace(nodes, nodes=tuple(identities)), self._engine)
+        self._nodeset.start(self._stop)
         self._step("nodes started")
 
     def close(self) -> None:
         """Stop everything this cluster started; safe to call more than once."""
-        for node in self._nodes.values():
-            node.stop.set()  # all at once: each then only waits for its own end
-        for node in self._nodes.values():
+        nodeset, self._nodeset = self._nodeset, None
+        if nodeset is not None:
+            self._stop.set()
             with contextlib.suppress(Exception):
-                self._halt(node)
-            node.relay.close()
-        self._nodes.clear()
+                nodeset.wait(self._stop)
+            nodeset.close()
+        for relay in self._relays.values():
+            relay.close()
+        self._relays.clear()
         if self.joined is not None and self._admin is not None:
             # A cluster of the user's keeps no NotReady leftovers of ours, and all of its own.
             with contextlib.suppress(Exception):
@@ -396,48 +395,30 @@ class Cluster:
     def stop_node(self, name: str) -> None:
         """The node's agent stops cleanly; its containers keep running. Its Lease ages and the
         controller-manager marks the Node NotReady (after the grace period)."""
-        self._halt(self._node(name))
+        self._running(name).stop_node(name)
 
     def start_node(self, name: str, *, wait: bool = True) -> None:
         """Start a stopped or killed node again (API restored): it adopts its containers."""
-        node = self._node(name)
-        self._halt(node)
-        node.relay.restore()
-        node.stop = threading.Event()
-        self._run(node)
+        self._running(name).start_node(name)
         if wait:
             self.wait_ready(name)
 
     def kill_node(self, name: str) -> None:
         """As a crash: the node's API connections drop at once, with no last write, and its
         threads are stopped behind that cut; its containers keep running."""
-        node = self._node(name)
-        node.relay.cut(float("inf"))
-        self._halt(node)
+        self._running(name).kill_node(name)
 
     def cut_node(self, name: str, seconds: float) -> None:
         """The node loses the API server for `seconds` (from now; this returns at once): its
         connections drop and new ones are refused. Then it reconnects and resyncs."""
-        self._node(name).relay.cut(seconds)
+        self._running(name).cut_node(name, seconds)
 
-    def _node(self, name: str) -> _Node:
-        try:
-            return self._nodes[name]
-        except KeyError:
-            raise ClusterError(f"no node {name!r}; the nodes are {self.nodes}") from None
-
-    def _run(self, node: _Node) -> None:
-        assert self._engine is not None, "a node runs only while the cluster is up"
-        node.running = NodeSet(node.settings, self._engine)
-        node.running.start(node.stop)
-
-    def _halt(self, node: _Node) -> None:
-        running, node.running = node.running, None
-        if running is None:
-            return
-        node.stop.set()
-        running.wait(node.stop)
-        running.close()
+    def _running(self, name: str) -> NodeSet:
+        if name not in self.nodes:
+            raise ClusterError(f"no node {name!r}; the nodes are {self.nodes}")
+        if self._nodeset is None:
+            raise ClusterError("the cluster is not running: start() first")
+        return self._nodeset
 
 
 def _kind_or_bridge() -> str:

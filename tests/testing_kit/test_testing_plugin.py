@@ -241,6 +241,17 @@ spec:
 """
 
 
+def test_a_clusters_nodes_run_on_one_process_context(two_nodes: Any) -> None:
+    """N nodes, one of each per process (assembly/process.py): one Docker events stream, one
+    kubelet API listener, one timer pool; not one each per node."""
+    import threading
+
+    names = [t.name for t in threading.enumerate()]
+    assert names.count("container events") == 1, sorted(names)
+    assert names.count("kubelet-server") == 1, sorted(names)
+    assert names.count("timers") == 1, sorted(names)
+
+
 def test_a_stopped_nodes_pods_come_back_on_the_other_node(two_nodes: Any, tmp_path: Path) -> None:
     cluster = two_nodes
     ns = "evicted"
@@ -328,6 +339,26 @@ def test_a_node_cut_off_the_api_server_resyncs_and_loses_nothing(
     # The controller-manager may have marked the silent node Unknown; the node's next status
     # update (every 10 s) makes it Ready again.
     wait_for(lambda: _ready(cluster, "n2") == "True", 30, "n2 Ready again")
+
+
+def test_a_killed_node_started_again_adopts_its_running_pod(two_nodes: Any, tmp_path: Path) -> None:
+    """kill_node then start_node on the cluster's one node set: the node is built afresh on
+    the same process context and adopts its container, as a restarted kubelet does."""
+    cluster = two_nodes
+    ns = "killed"
+    cluster.create_namespace(ns)
+    (tmp_path / "p.json").write_text(_pod_on("survivor", "n2", cluster.image))
+    cluster.kubectl("-n", ns, "create", "-f", str(tmp_path / "p.json"))
+    wait_for(lambda: any(_running(p) for p in _pods(cluster, ns)), 60, "the pod Running")
+    (before,) = _pods(cluster, ns)
+    cluster.kill_node("n2")
+    cluster.start_node("n2")  # waits for Ready
+    wait_for(lambda: _ready(cluster, "n2") == "True", 30, "n2 Ready")
+    (after,) = _pods(cluster, ns)
+    assert _running(after)
+    was, now = before["status"]["containerStatuses"][0], after["status"]["containerStatuses"][0]
+    assert now["containerID"] == was["containerID"], "adopted, not recreated"
+    assert now["restartCount"] == 0
 
 
 def _static_kubectl() -> Path | None:
