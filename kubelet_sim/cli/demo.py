@@ -13,10 +13,10 @@ from kubelet_sim.cli.common import fail, stop_on_signals, typer_app
 from kubelet_sim.cli.node_options import DEFAULT_PAUSE_IMAGE, NodeOptions, with_node_options
 from kubelet_sim.cli.ui import UiOptions, with_ui_options
 from kubelet_sim.controlplane import binaries as kube_bin
-from kubelet_sim.demo.sample_images import DEFAULT_SAMPLE_IMAGE
 from kubelet_sim.demo.state_dir import DemoRunning, DemoState, default_state_dir
 from kubelet_sim.kube.client import KubeConfigError
 from kubelet_sim.kube.rest import ApiError
+from kubelet_sim.localcluster.images import DEFAULT_SAMPLE_IMAGE
 from kubelet_sim.logs import configure_logging
 from kubelet_sim.runtime.engine import RuntimeUnavailable
 from kubelet_sim.server.http import ServerError
@@ -97,7 +97,11 @@ def demo(
     # that a node (`kubelet-sim --node-name`) does not hold it until its first client comes.
     from kubelet_sim.controlplane.cluster import ControlPlaneError  # noqa: PLC0415
     from kubelet_sim.controlplane.reference_node import ReferenceNodeError  # noqa: PLC0415
-    from kubelet_sim.demo.session import NODE_IP, Demo, DemoError, DemoSettings  # noqa: PLC0415
+    from kubelet_sim.demo.session import Demo, DemoSettings  # noqa: PLC0415
+    from kubelet_sim.localcluster.local_cluster import (  # noqa: PLC0415
+        NODE_IP,
+        LocalClusterError,
+    )
 
     state = DemoState(state_dir or default_state_dir())
     try:
@@ -149,7 +153,7 @@ def demo(
         failures = Demo(settings, _say).run(stop)
     except (
         DemoRunning,
-        DemoError,
+        LocalClusterError,  # the demo's own (DemoError) too
         ControlPlaneError,
         ConfigError,
         KubeConfigError,

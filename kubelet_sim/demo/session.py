@@ -7,34 +7,35 @@ removed (unless `keep`).
 
 from __future__ import annotations
 
-import dataclasses
 import shutil
 import threading
 import time
-from collections.abc import Callable, Iterable, Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 
 from kubelet_sim.assembly.nodeset import NodeSet, NodeSetSettings
 from kubelet_sim.assembly.process import engine_for
 from kubelet_sim.controlplane.binaries import Binaries
-from kubelet_sim.controlplane.cluster import API_SERVICE_IP, ControlPlane
+from kubelet_sim.controlplane.cluster import ControlPlane
 from kubelet_sim.controlplane.reference_node import ReferenceNode
 from kubelet_sim.demo import sample
-from kubelet_sim.demo.pod_endpoint import make_pod_endpoint
-from kubelet_sim.demo.sample_images import ensure_images
 from kubelet_sim.demo.state_dir import DemoState
-from kubelet_sim.formats.jsontypes import Json
 from kubelet_sim.formats.pem import copy_private
-from kubelet_sim.kube.client import KubeConnection, connect
-from kubelet_sim.kube.rest import ApiError, request_json
+from kubelet_sim.kube.client import KubeConnection
+from kubelet_sim.localcluster.images import ensure_images
+from kubelet_sim.localcluster.local_cluster import (
+    READY_TIMEOUT,
+    LocalCluster,
+    LocalClusterError,
+    wait_default_account,
+    wait_nodes_ready,
+)
 from kubelet_sim.runtime.engine import DockerEngine
 from kubelet_sim.runtime.node_runtime import NodeRuntime
 from kubelet_sim.tools import handoff
 
-NODE_IP = "127.0.0.1"  # one machine: the API server reaches its kubelets on loopback
 REFERENCE_NODE = "kubelet-ref"  # --reference-node: the upstream kubelet's node
-READY_TIMEOUT = 60.0
 
 
 @dataclass(frozen=True)
@@ -60,112 +61,12 @@ class DemoSettings:
         return tuple(n.settings.node_name for n in self.nodes.nodes)
 
 
-def grant_node_proxier(admin: KubeConnection) -> None:
-    """The nodes' service proxies read EndpointSlices with kube-proxy's role, as kube-proxy
-    itself does on a kubeadm cluster (there bound to its own ServiceAccount)."""
-    request_json(
-        admin.api,
-        "POST",
-        "/apis/rbac.authorization.k8s.io/v1/clusterrolebindings",
-        node_proxier_binding(),
-    )
-
-
-def node_proxier_binding() -> Json:
-    """The ClusterRoleBinding `grant_node_proxier` creates."""
-    return {
-        "apiVersion": "rbac.authorization.k8s.io/v1",
-        "kind": "ClusterRoleBinding",
-        "metadata": {"name": "kubelet-sim:node-proxier"},
-        "roleRef": {
-            "apiGroup": "rbac.authorization.k8s.io",
-            "kind": "ClusterRole",
-            "name": "system:node-proxier",
-        },
-        "subjects": [
-            {"apiGroup": "rbac.authorization.k8s.io", "kind": "Group", "name": "system:nodes"}
-        ],
-    }
-
-
-def with_node_credentials(
-    plane: ControlPlane, nodes: NodeSetSettings, pause_image: str
-) -> NodeSetSettings:
-    """`nodes` as kubelets of `plane` after TLS bootstrap: each with its own credentials
-    (`system:node:<name>`) and a serving certificate, trusting the plane's client CA, on the
-    sandbox image `pause_image`."""
-    identities = []
-    for node in nodes.nodes:
-        creds = plane.node_credentials(node.settings.node_name, ips=(NODE_IP,))
-        identities.append(
-            dataclasses.replace(
-                node,
-                kubeconfig=str(creds.kubeconfig),
-                serving_cert=(creds.serving.cert, creds.serving.key),
-            )
-        )
-    assert nodes.server is not None
-    return dataclasses.replace(
-        nodes,
-        nodes=tuple(identities),
-        pods=dataclasses.replace(nodes.pods, pause_image=pause_image),
-        server=dataclasses.replace(nodes.server, client_ca_file=str(plane.client_ca[0])),
-    )
-
-
-def node_ready(node: Json) -> bool:
-    conditions = (node.get("status") or {}).get("conditions") or []
-    return any(c.get("type") == "Ready" and c.get("status") == "True" for c in conditions)
-
-
-def wait_nodes_ready(
-    admin: KubeConnection,
-    names: Iterable[str],
-    stop: threading.Event,
-    *,
-    on_ready: Callable[[str], None] | None = None,
-    timeout: float = READY_TIMEOUT,
-) -> None:
-    """Until every node of `names` is Ready (`on_ready` hears each), `stop` is set, or
-    DemoError at the deadline."""
-    waiting = set(names)
-    deadline = time.monotonic() + timeout
-    while waiting and not stop.is_set():
-        if time.monotonic() > deadline:
-            raise DemoError(f"nodes not Ready after {timeout:.0f} s: {sorted(waiting)}")
-        for node in request_json(admin.api, "GET", "/api/v1/nodes").get("items") or []:
-            name = node["metadata"]["name"]
-            if name in waiting and node_ready(node):
-                waiting.discard(name)
-                if on_ready is not None:
-                    on_ready(name)
-        stop.wait(0.2)
-
-
-def wait_default_account(
-    admin: KubeConnection, namespace: str, stop: threading.Event, timeout: float = READY_TIMEOUT
-) -> bool:
-    """Pods are refused until the namespace's `default` ServiceAccount exists: True once it
-    does, False at the deadline or on `stop`."""
-    path = f"/api/v1/namespaces/{namespace}/serviceaccounts/default"
-    deadline = time.monotonic() + timeout
-    while not stop.is_set() and time.monotonic() < deadline:
-        try:
-            request_json(admin.api, "GET", path)
-            return True
-        except ApiError as exc:
-            if exc.status != 404:
-                raise
-        stop.wait(0.2)
-    return False
-
-
 class Demo:
     def __init__(self, settings: DemoSettings, say: Callable[[str], None]) -> None:
         self.settings = settings
         self._say = say
         self._began = time.monotonic()
-        self.plane: ControlPlane | None = None
+        self.local: LocalCluster | None = None
         self.nodes: NodeSet | None = None
         self.engine: DockerEngine | None = None
         self.reference: ReferenceNode | None = None
@@ -204,26 +105,22 @@ class Demo:
         image, pause = ensure_images(
             engine, s.image, s.nodes.pods.pause_image, defaults=s.default_images, say=self.say
         )
-        endpoint, why_not = make_pod_endpoint(engine, pause, dict(s.state.owner_labels))
-        self.plane = plane = ControlPlane(
+        self.local = local = LocalCluster(
             s.binaries,
             s.state.data / "control-plane",
-            verify_kubelets=True,
-            pod_endpoint=endpoint,
+            engine,
+            pause_image=pause,
+            owner_labels=dict(s.state.owner_labels),
             on_step=lambda what, seconds: self.say(f"{what} ready in {seconds:.1f} s"),
         )
         self.say(f"starting a control plane from {s.binaries.apiserver.parent}")
-        plane.start()
-        if endpoint is not None:
-            where = f"kubernetes.default ({API_SERVICE_IP}) at {endpoint.ip}"
-            self.say(f"pods reach the API server as {where}")
-        else:
-            self.say(f"pods cannot reach the API server: {why_not}")
+        local.start()
+        self.say(local.pods_reach)
+        assert local.plane is not None
+        plane = local.plane
         s.state.write(children=[(pid, argv) for _name, pid, argv in plane.processes])
-        admin = connect(str(plane.admin_kubeconfig))
-        if s.nodes.service_proxy:
-            grant_node_proxier(admin)
-        self.nodes = NodeSet(with_node_credentials(plane, s.nodes, pause), engine)
+        admin = local.admin
+        self.nodes = NodeSet(local.join(s.nodes), engine)
         self.nodes.start(stop)
         wait_nodes_ready(admin, s.node_names, stop, on_ready=lambda name: self.say(f"{name} Ready"))
         if s.reference_node and not stop.is_set():
@@ -300,13 +197,13 @@ class Demo:
         if self.reference is not None:
             self.reference.stop()
             self.say(f"{REFERENCE_NODE} stopped")
-        if self.plane is not None:
-            self.plane.stop(remove=not self.settings.keep)
+        if self.local is not None:
+            self.local.stop(remove=not self.settings.keep)
             self.say("control plane stopped")
         self.settings.state.release(keep=self.settings.keep)
         kept = f"; data kept in {self.settings.state.directory}" if self.settings.keep else ""
         self.say(f"cleaned up in {time.monotonic() - began:.1f} s{kept}")
 
 
-class DemoError(RuntimeError):
+class DemoError(LocalClusterError):
     """The demo could not come up; the message says why."""

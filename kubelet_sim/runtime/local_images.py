@@ -2,7 +2,7 @@
 
 Where no registry answers (an offline laptop, this project's machines) and the user kept the
 demo's default images, `kubelet-sim demo` runs its sample and its sandboxes on these instead
-(kubelet_sim/demo/sample_images.py): a busybox image and a pause-like sandbox image, made with
+(kubelet_sim/localcluster/images.py): a busybox image and a pause-like sandbox image, made with
 `docker import` from a root filesystem. So this is part of the product, shipped in the wheel;
 the tests and the benchmarks reuse it because their machines reach no registry either.
 """

@@ -42,20 +42,18 @@ from kubelet_sim.assembly.process import engine_for
 from kubelet_sim.controlplane.binaries import Binaries, BinariesMissing, cache_dir, find_binaries
 from kubelet_sim.controlplane.cluster import ControlPlane
 from kubelet_sim.controlplane.relay import ApiRelay
-from kubelet_sim.demo.pod_endpoint import make_pod_endpoint
-from kubelet_sim.demo.sample_images import DEFAULT_SAMPLE_IMAGE, ensure_images
-from kubelet_sim.demo.session import (
-    NODE_IP,
-    grant_node_proxier,
-    node_proxier_binding,
-    wait_default_account,
-    wait_nodes_ready,
-    with_node_credentials,
-)
 from kubelet_sim.formats.pem import copy_private
 from kubelet_sim.kube.client import KubeConnection, connect
 from kubelet_sim.kube.rest import ApiError, request_json
 from kubelet_sim.linux.safe_paths import remove_tree
+from kubelet_sim.localcluster.images import DEFAULT_SAMPLE_IMAGE, ensure_images
+from kubelet_sim.localcluster.local_cluster import (
+    NODE_IP,
+    LocalCluster,
+    node_proxier_binding,
+    wait_default_account,
+    wait_nodes_ready,
+)
 from kubelet_sim.node.settings import NodeSettings
 from kubelet_sim.runtime.engine import DockerEngine, RuntimeUnavailable
 from kubelet_sim.server.settings import ServerSettings
@@ -148,7 +146,7 @@ class Cluster:
         self._toleration = not_ready_toleration
         self._on_step = on_step
         self._began = 0.0
-        self.plane: ControlPlane | None = None
+        self._local: LocalCluster | None = None  # our control plane, unless joining
         self._engine: DockerEngine | None = None
         self._admin: KubeConnection | None = None
         # The nodes: one set, so one process context (timers, events stream, listener).
@@ -213,20 +211,25 @@ class Cluster:
             raise ClusterError(f"no default ServiceAccount after {self.timeout:.0f} s")
         self._step("default ServiceAccount")
 
+    @property
+    def plane(self) -> ControlPlane | None:
+        """Our control plane (None when joining a cluster, or before `start`)."""
+        return self._local.plane if self._local is not None else None
+
     def _start_plane(self, engine: DockerEngine) -> None:
         assert self.binaries is not None
-        endpoint, self.pod_endpoint_missing = make_pod_endpoint(engine, self._pause, self.labels)
-        self._step("pods' API endpoint")
-        self.plane = plane = ControlPlane(
+        self._local = LocalCluster(
             self.binaries,
             self.workdir / "control-plane",
-            verify_kubelets=True,
+            engine,
+            pause_image=self._pause,
+            owner_labels=self.labels,
             node_monitor_grace_period=self._grace,
             default_toleration_seconds=self._toleration,
-            pod_endpoint=endpoint,
             on_step=lambda what, _seconds: self._step(what),
         )
-        plane.start(self.timeout, meanwhile=self._start_nodes)
+        self._local.start(self.timeout, meanwhile=self._start_nodes)
+        self.pod_endpoint_missing = self._local.pod_endpoint_missing
 
     def _start_nodes(self) -> None:
         """The nodes, as soon as the API server serves (the controllers start meanwhile)."""
@@ -238,9 +241,7 @@ class Cluster:
             host, port = api_server(self.kubeconfig, self.context)
         self._admin = admin = connect(str(self.kubeconfig), self.context)
         try:
-            if plane is not None:
-                grant_node_proxier(admin)
-            else:
+            if plane is None:
                 joined.refuse_taken_names(admin, self.nodes)
                 self._binding_uid = joined.create_binding(admin, node_proxier_binding())
         except joined.NameTaken as exc:
@@ -269,8 +270,11 @@ class Cluster:
             server=ServerSettings(address=address, port=0),
             owner_labels=dict(self.labels),
         )
-        if plane is not None:
-            nodes = with_node_credentials(plane, nodes, self._pause)
+        if self._local is not None:
+            try:
+                nodes = self._local.join(nodes)
+            except ApiError as exc:
+                raise ClusterError(f"granting the nodes kube-proxy's role: {exc}") from None
         else:
             nodes = _with_pause_image(nodes, self._pause)
         # Each node reaches the API server through a relay of its own, which `kill_node` and
@@ -313,9 +317,9 @@ class Cluster:
                 self._engine.remove_owned(self.labels)
             self._engine.close()
             self._engine = None
-        if self.plane is not None:
-            self.plane.stop(remove=True)
-            self.plane = None
+        if self._local is not None:
+            self._local.stop(remove=True)
+            self._local = None
         nodes_dir = self.workdir / "nodes"
         if nodes_dir.exists():
             for point in mount_points_under(nodes_dir.resolve()):

@@ -40,18 +40,22 @@ ALLOWED: dict[str, set[str]] = {
     "ui": SHARED | {"kube", "runtime", "tools"},
     "controlplane": SHARED,
     "compare": SHARED | {"kube", "pod"},  # pod/generation.py: the server version's rules
+    # The one local cluster (control plane, pod endpoint, credentials) the demo and the
+    # pytest plugin's Cluster both build on.
+    "localcluster": SHARED | {"controlplane", "assembly", "kube", "runtime"},
     "demo": SHARED
     | {"controlplane", "assembly", "tools", "kube", "runtime", "node", "server", "pod"}
-    | {"volumes"},
+    | {"volumes", "localcluster"},
     "cli": SHARED
     | {"kube", "runtime", "node", "assembly", "tools", "server", "demo", "controlplane"}
-    | {"podworkers"}
+    | {"podworkers", "localcluster"}
     | {"ui", "compare"},
     "__main__": {"cli"},
     # The pytest plugin and its Cluster (the pytest11 entry point, beside the command): the
     # demo's control plane and nodes, put together for a controller's tests.
     "testing": SHARED
-    | {"controlplane", "demo", "assembly", "kube", "runtime", "node", "server", "volumes"},
+    | {"controlplane", "localcluster", "assembly", "kube", "runtime", "node", "server"}
+    | {"volumes"},
 }
 THIRD_PARTY_OWNER = {"kubernetes": "kube", "docker": "runtime"}
 

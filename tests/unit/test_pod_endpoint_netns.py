@@ -16,7 +16,7 @@ from typing import Any
 import pytest
 
 from kubelet_sim.controlplane.relay import listen_in_netns
-from kubelet_sim.demo.pod_endpoint import make_pod_endpoint
+from kubelet_sim.localcluster.pod_endpoint import make_pod_endpoint
 from kubelet_sim.runtime.engine import DockerEngine
 from tests.cluster import wait_for
 from tests.unit.test_engine_split import FakeApi, FakeClient
