@@ -10,7 +10,6 @@ from __future__ import annotations
 import json
 import os
 import re
-import shutil
 import signal
 import socket
 import subprocess
@@ -28,6 +27,7 @@ from kubelet_sim.controlplane.binaries import BinariesMissing, find_binaries
 from kubelet_sim.runtime.local_images import BUSYBOX_IMAGE, PAUSE_IMAGE
 from tests.cluster import deadline_scale, wait_for
 from tests.docker_env import DockerEnv
+from tests.kubectl import kubectl
 
 pytestmark = pytest.mark.docker
 
@@ -145,16 +145,7 @@ def _images() -> list[str]:
 
 
 def _kubectl(kubeconfig: str, *args: str) -> subprocess.CompletedProcess[str]:
-    kubectl = shutil.which("kubectl")
-    if kubectl is None:
-        pytest.skip("kubectl not on PATH")
-    return subprocess.run(
-        [kubectl, "--kubeconfig", kubeconfig, *args],
-        capture_output=True,
-        text=True,
-        timeout=60 * deadline_scale(),
-        check=False,
-    )
+    return kubectl(kubeconfig, *args, text=True)
 
 
 def _json(kubeconfig: str, *args: str) -> Any:

@@ -17,8 +17,6 @@ the control-plane binaries or kubectl they skip and say why.
 
 from __future__ import annotations
 
-import shutil
-import subprocess
 from collections.abc import Iterator
 from typing import Any
 
@@ -26,7 +24,9 @@ import pytest
 
 from kubelet_sim.controlplane.cluster import UPSTREAM_ADDRESS_TYPES
 from kubelet_sim.node.host import resolve_name
-from tests.cluster import Cluster, control_plane_session, deadline_scale, new_cluster, wait_for
+from tests.cluster import Cluster, control_plane_session, new_cluster, wait_for
+from tests.kubectl import KUBECTL
+from tests.kubectl import kubectl as run_kubectl
 from tests.kubeenv import KubeEnv, KubeEnvError, find_binaries
 from tests.kubelet_api import Node, node
 from tests.pods import container, make_pod, running_ready, wait_status
@@ -35,7 +35,6 @@ __all__ = ["node"]  # the fixture
 
 pytestmark = pytest.mark.docker
 
-KUBECTL = shutil.which("kubectl")
 KUBEADM_ADDRESS_TYPES = "InternalIP,ExternalIP,Hostname"  # kubeadm's, so kind's
 # None: the flag left out, so kube-apiserver's own default (UPSTREAM_ADDRESS_TYPES) applies
 PREFERENCES = {"hostname-first": None, "internalip-first": KUBEADM_ADDRESS_TYPES}
@@ -67,12 +66,7 @@ def cluster(plane: KubeEnv, request: pytest.FixtureRequest) -> Iterator[Cluster]
 
 
 def kubectl(cluster: Cluster, *args: str) -> Any:
-    return subprocess.run(
-        [str(KUBECTL), "--kubeconfig", cluster.kubeconfig, "-n", cluster.namespace, *args],
-        capture_output=True,
-        check=False,
-        timeout=60 * deadline_scale(),
-    )
+    return run_kubectl(cluster.kubeconfig, *args, namespace=cluster.namespace)
 
 
 def _addresses(cluster: Cluster) -> list[dict[str, str]]:

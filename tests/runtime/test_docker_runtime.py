@@ -6,7 +6,7 @@ import os
 import socket
 import time
 import uuid
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -21,7 +21,7 @@ from kubelet_sim.runtime.engine import DockerEngine
 from kubelet_sim.runtime.images import status_image_id
 from kubelet_sim.runtime.node_runtime import NodeRuntime
 from kubelet_sim.runtime.observe import ContainerEvents, ContainerWatcher
-from tests.cluster import wait_for as cluster_wait_for
+from tests.cluster import wait_for
 from tests.docker_env import TEST_LABEL, DockerEnv
 from tests.loopback_registry import loopback_registry
 
@@ -89,10 +89,6 @@ def pod(rt: NodeRuntime, docker_env: DockerEnv, request: pytest.FixtureRequest) 
     return Pod(rt, docker_env, request.node.nodeid)
 
 
-def wait_for(condition: Callable[[], Any], timeout: float = 10.0, what: str = "") -> Any:
-    return cluster_wait_for(condition, timeout, what or str(condition))
-
-
 def free_port(kind: socket.SocketKind) -> int:
     with socket.socket(socket.AF_INET, kind) as sock:
         sock.bind(("127.0.0.1", 0))
@@ -141,7 +137,7 @@ def test_sandbox_publishes_host_ports(
         except OSError:
             return b""
 
-    assert wait_for(answer, what="the app answering on the host port") == b"hello\n"
+    assert wait_for(answer, 10, "the app answering on the host port") == b"hello\n"
 
 
 def test_host_network_sandbox_shares_the_node_namespaces(
@@ -278,7 +274,7 @@ def test_stop_waits_grace_then_kills(pod: Pod) -> None:
     polite = pod.start(
         name="polite", entrypoint=("sh", "-c", 'trap "exit 0" TERM; sleep 1000 & wait')
     )
-    wait_for(lambda: pod.exec(polite, "echo up") == "up", what="polite container running")
+    wait_for(lambda: pod.exec(polite, "echo up") == "up", 10, "polite container running")
     # Measured against the grace period, not a wall-clock budget (a loaded machine is slow).
     began = time.monotonic()
     pod.rt.stop_container(polite, grace_seconds=60)
@@ -314,7 +310,7 @@ def test_stop_sends_the_images_stop_signal(
     """From the inspect the events stream made of the container, or from one of its own."""
     script = "trap 'exit 42' USR1; trap 'exit 15' TERM; while :; do sleep 0.1; done"
     container_id = pod.start(image=usr1_image, entrypoint=("sh", "-c", script))
-    wait_for(lambda: pod.exec(container_id, "echo up") == "up", what="the container running")
+    wait_for(lambda: pod.exec(container_id, "echo up") == "up", 10, "the container running")
     runtime = pod.rt
     if inspected_first:
         assert runtime.inspect(container_id) is not None
@@ -515,10 +511,10 @@ def test_watcher_follows_a_container_through_its_life(
     changes.clear()
 
     container_id = pod.rt.create_container(pod.config(cmd=("sleep", "0.3")), pod.sandbox.id)
-    wait_for(lambda: _state(watcher, container_id) == cri.ContainerState.CREATED, what="created")
+    wait_for(lambda: _state(watcher, container_id) == cri.ContainerState.CREATED, 10, "created")
     pod.rt.start_container(container_id)
-    wait_for(lambda: _state(watcher, container_id) == cri.ContainerState.RUNNING, what="running")
-    wait_for(lambda: _state(watcher, container_id) == cri.ContainerState.EXITED, what="exited")
+    wait_for(lambda: _state(watcher, container_id) == cri.ContainerState.RUNNING, 10, "running")
+    wait_for(lambda: _state(watcher, container_id) == cri.ContainerState.EXITED, 10, "exited")
     exited = watcher.get(container_id)
     assert exited is not None
     assert (exited.exit_code, exited.name) == (0, "app")
@@ -527,14 +523,14 @@ def test_watcher_follows_a_container_through_its_life(
     assert len(changes.uids) >= 3
 
     pod.rt.remove_container(container_id)
-    wait_for(lambda: watcher.get(container_id) is None, what="destroyed")
+    wait_for(lambda: watcher.get(container_id) is None, 10, "destroyed")
     assert [c.id for c in watcher.pod_containers(pod.ref.uid)] == [pod.sandbox.id]
     # One list (one inspect), then one inspect per create/start/die; replayed events of the
     # sandbox (subscribed from just before the list) are already reflected: no inspect.
     assert watcher.stats.lists == 1
     assert watcher.stats.inspects == 1 + 3
     pod.rt.remove_container(pod.sandbox.id)
-    wait_for(lambda: watcher.pod_uids() == set(), what="the pod's last container destroyed")
+    wait_for(lambda: watcher.pod_uids() == set(), 10, "the pod's last container destroyed")
     assert watcher.pod_containers(pod.ref.uid) == []
 
 
@@ -547,7 +543,7 @@ def test_an_oom_event_after_the_exit_makes_the_container_oom_killed(
     watcher, changes = watched
     assert watcher.wait_synced(5)
     container_id = pod.start(entrypoint=("sh", "-c", "exit 137"))
-    wait_for(lambda: _state(watcher, container_id) == cri.ContainerState.EXITED, what="exited")
+    wait_for(lambda: _state(watcher, container_id) == cri.ContainerState.EXITED, 10, "exited")
     exited = watcher.get(container_id)
     assert exited is not None
     assert (exited.exit_code, exited.oom_killed) == (137, False)
@@ -567,7 +563,7 @@ def test_an_oom_event_after_the_exit_makes_the_container_oom_killed(
     assert (marked.exit_code, marked.oom_killed) == (137, True)
     assert changes.uids == [pod.ref.uid]
     watcher.reconnect()  # a relist reads OOMKilled false again from Docker: the mark stays
-    wait_for(lambda: watcher.stats.lists == 2, what="relist after reconnect")
+    wait_for(lambda: watcher.stats.lists == 2, 10, "relist after reconnect")
     relisted = watcher.get(container_id)
     assert relisted is not None
     assert relisted.oom_killed
@@ -579,18 +575,18 @@ def test_watcher_ignores_exec_events_and_relists_after_reconnect(
     watcher, _ = watched
     assert watcher.wait_synced(5)
     app = pod.start(cmd=("sleep", "60"))
-    wait_for(lambda: _state(watcher, app) == cri.ContainerState.RUNNING, what="running")
+    wait_for(lambda: _state(watcher, app) == cri.ContainerState.RUNNING, 10, "running")
     inspects = watcher.stats.inspects
     events = watcher.stats.events
     pod.exec(app, "true")  # exec_create/exec_start/exec_die: events, but nothing to inspect
-    wait_for(lambda: watcher.stats.events > events, what="exec events")
+    wait_for(lambda: watcher.stats.events > events, 10, "exec events")
     assert watcher.stats.inspects == inspects
 
     watcher.reconnect()
-    wait_for(lambda: watcher.stats.lists == 2, what="relist after reconnect")
+    wait_for(lambda: watcher.stats.lists == 2, 10, "relist after reconnect")
     assert watcher.stats.reconnects == 1
     later = pod.start(name="later", cmd=("sleep", "60"))
-    wait_for(lambda: _state(watcher, later) == cri.ContainerState.RUNNING, what="seen after")
+    wait_for(lambda: _state(watcher, later) == cri.ContainerState.RUNNING, 10, "seen after")
     assert {c.name for c in watcher.pod_containers(pod.ref.uid)} == {"POD", "app", "later"}
 
 
@@ -604,13 +600,13 @@ def test_watcher_record_never_goes_back_in_time(
     watcher.record(created_observation(cfg, container_id))
     assert _state(watcher, container_id) == cri.ContainerState.CREATED  # visible at once
     pod.rt.start_container(container_id)
-    wait_for(lambda: _state(watcher, container_id) == cri.ContainerState.EXITED, what="exited")
+    wait_for(lambda: _state(watcher, container_id) == cri.ContainerState.EXITED, 10, "exited")
     # The list's, start and die; plus create when its event beats our record() (a real race).
     assert watcher.stats.inspects <= 1 + 3
     watcher.record(created_observation(cfg, container_id))  # stale: ignored
     assert _state(watcher, container_id) == cri.ContainerState.EXITED
     pod.rt.remove_container(container_id)
-    wait_for(lambda: watcher.get(container_id) is None, what="destroyed")
+    wait_for(lambda: watcher.get(container_id) is None, 10, "destroyed")
     watcher.record(created_observation(cfg, container_id))  # after destroy: ignored
     assert watcher.get(container_id) is None
 
@@ -626,7 +622,7 @@ def test_watcher_backs_off_while_docker_is_down_and_stops_at_once(tmp_path: Path
     watcher = ContainerWatcher(runtime, events=events)
     watcher.start()
     events.start()
-    wait_for(lambda: watcher.stats.reconnects >= 3, what="retries with backoff")
+    wait_for(lambda: watcher.stats.reconnects >= 3, 10, "retries with backoff")
     assert not watcher.synced
     assert watcher.stats.lists == 0
     began = time.monotonic()

@@ -28,23 +28,19 @@ from kubelet_sim.server.streaming import websocket
 from kubelet_sim.server.streaming.pump import ProtocolError
 from tests import spdy_client
 from tests.cluster import Cluster, deadline_scale, wait_for
+from tests.kubectl import KUBECTL, needs_kubectl
+from tests.kubectl import kubectl as run_kubectl
 from tests.kubelet_api import Node, node
 from tests.pods import container, make_pod, running_ready, wait_status
 
 __all__ = ["node"]  # the fixture
 
-KUBECTL = shutil.which("kubectl")
-needs_kubectl = pytest.mark.skipif(KUBECTL is None, reason="kubectl is not installed here")
 SERVE = "mkdir -p /www && echo hello from $HOSTNAME > /www/index.html && httpd -f -p 8080 -h /www"
 
 
 def kubectl(cluster: Cluster, *args: str, stdin: bytes = b"", timeout: float = 60) -> Any:
-    return subprocess.run(
-        [str(KUBECTL), "--kubeconfig", cluster.kubeconfig, "-n", cluster.namespace, *args],
-        input=stdin,
-        capture_output=True,
-        check=False,
-        timeout=timeout * deadline_scale(),
+    return run_kubectl(
+        cluster.kubeconfig, *args, namespace=cluster.namespace, stdin=stdin, timeout=timeout
     )
 
 
