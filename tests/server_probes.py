@@ -232,7 +232,9 @@ def ask_kubelet_client_ca(api: Any, trusted: str | None, scale: float = 1.0) -> 
     der = kubelet_client_certificate(api, scale)
     if isinstance(der, str):
         return der
-    verdict = X509Authenticator(trusted).verify(der)
+    # A kubeconfig without a CA (insecure-skip-tls-verify) gives none: then nothing verifies.
+    roots = X509Authenticator.from_pem(Path(trusted).read_bytes()) if trusted else None
+    verdict = (roots or X509Authenticator()).verify(der)
     if verdict.user is not None:
         return None
     cert = x509.load_der_x509_certificate(der)
