@@ -149,6 +149,10 @@ def test_the_fixtures_give_a_cluster_and_take_it_down(pytester: pytest.Pytester)
 
 
 KEPT_TEST = """
+import faulthandler, signal
+faulthandler.register(signal.SIGUSR1)  # where it is stuck, if it does not end when told
+
+
 def test_uses_the_cluster(kubelet_sim_cluster):
     assert kubelet_sim_cluster.nodes == ["n1"]
 """
@@ -193,7 +197,18 @@ def test_keep_leaves_the_cluster_up_until_ctrl_c(pytester: pytest.Pytester) -> N
             api.close()
         assert [c.status for c in node.status.conditions if c.type == "Ready"] == ["True"]
         session.send_signal(signal.SIGINT)
-        session.wait(60 * deadline_scale())
+        try:
+            session.wait(60 * deadline_scale())
+        except subprocess.TimeoutExpired:
+            session.send_signal(signal.SIGUSR1)  # its threads' stacks, then the output
+            time.sleep(2)
+            session.kill()
+            session.wait(10)
+            rest = []
+            with contextlib.suppress(queue.Empty):
+                while True:
+                    rest.append(lines.get(timeout=1))
+            pytest.fail("Ctrl-C did not end the session:\n" + "".join(seen + rest)[-20000:])
         assert not Path(kubeconfig).exists(), "Ctrl-C tears it down"
     finally:
         if session.poll() is None:
