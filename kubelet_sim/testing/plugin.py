@@ -125,13 +125,24 @@ def kubelet_sim_cluster(pytestconfig: pytest.Config) -> Iterator[Cluster]:
             _tell(
                 pytestconfig,
                 f"\nkubelet-sim: kept running (--kubelet-sim-keep):"
-                f" export KUBECONFIG={cluster.kubeconfig}\nCtrl-C tears it down.",
+                f" export KUBECONFIG={cluster.kubeconfig}\nCtrl-C (or SIGTERM) tears it down.",
             )
-            try:
-                while not threading.Event().wait(3600):
-                    pass
-            except KeyboardInterrupt:
-                pass
+            _wait_for_ctrl_c()
+
+
+def _wait_for_ctrl_c() -> None:
+    """Until SIGINT or SIGTERM, whatever this process inherited: a pytest started in the
+    background of a script ignores SIGINT (the shell's doing), and would never end."""
+    import signal  # noqa: PLC0415
+
+    told = threading.Event()
+    previous = {s: signal.signal(s, lambda *_: told.set()) for s in (signal.SIGINT, signal.SIGTERM)}
+    try:
+        while not told.wait(1.0):
+            pass
+    finally:
+        for number, handler in previous.items():
+            signal.signal(number, handler)
 
 
 @pytest.fixture

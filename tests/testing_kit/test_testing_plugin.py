@@ -164,12 +164,15 @@ def test_keep_leaves_the_cluster_up_until_ctrl_c(pytester: pytest.Pytester) -> N
     pytester.makepyfile(test_kept=KEPT_TEST)
     args = [*_plugin_args(), "-p", "no:cacheprovider", "-s", "--kubelet-sim-keep"]
     args += ["--kubelet-sim-nodes", "1", "--kubelet-sim-kube-bin", str(KUBE_BIN)]
+    # Started as a script's `pytest ... &` is: SIGINT ignored from the start (the shell's
+    # doing, inherited; CI runs its passes so). Ctrl-C must still end it.
     session = subprocess.Popen(
         [sys.executable, "-m", "pytest", *args],
         cwd=pytester.path,
         stdout=subprocess.PIPE,
         stderr=subprocess.STDOUT,
         text=True,
+        preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_IGN),  # noqa: PLW1509
     )
     lines: queue.Queue[str] = queue.Queue()
     seen: list[str] = []
