@@ -285,14 +285,10 @@ def test_the_circle_check_finds_a_circle() -> None:
 
 
 MAX_LINES = 600
-# Being split by another engineer (issue 42): the one module allowed over MAX_LINES for now.
-OVER_MAX_LINES_FOR_NOW = {"controlplane/reference_node.py"}
 
 
 @pytest.mark.parametrize("path", MODULES, ids=lambda p: str(p.relative_to(PACKAGE)))
 def test_no_module_is_over_600_lines(path: Path) -> None:
     """A module over 600 lines holds more than one job: split it by job within its layer."""
-    if str(path.relative_to(PACKAGE)) in OVER_MAX_LINES_FOR_NOW:
-        return
     lines = len(path.read_text().splitlines())
     assert lines <= MAX_LINES, f"{path.relative_to(PACKAGE)}: {lines} lines"
