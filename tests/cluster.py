@@ -287,7 +287,7 @@ class Cluster:
             checked = trust or self.session.kubeconfig_ca()
             lacking = self.session.probe(
                 "kubelet-client CA",
-                lambda: ask_kubelet_client_ca(self.api, checked, deadline_scale()),
+                lambda: ask_kubelet_client_ca(self.api, checked, deadline_scale(), self.namespace),
             )
             if lacking:
                 pytest.skip(lacking)
