@@ -30,6 +30,20 @@ _CONTAINER = {"name": "c", "image": "kubelet-sim.local/probe", "imagePullPolicy"
 _NOWHERE = {"kubelet-sim.io/probe": "nowhere"}  # a node selector no node matches
 
 
+def ask_service_account_admission(api: Any, namespace: str) -> str | None:
+    """A pod created with dryRun=All in `namespace` (admitted, not stored): the API server's
+    ServiceAccount admission plugin gives it the ServiceAccount `default` (and its
+    kube-api-access volume); a server running without that plugin leaves it unset."""
+    pod = {"metadata": {"name": "kubelet-sim-probe"}, "spec": {"containers": [_CONTAINER]}}
+    made = request_json(api, "POST", f"/api/v1/namespaces/{namespace}/pods?dryRun=All", pod)
+    if (made.get("spec") or {}).get("serviceAccountName"):
+        return None
+    return (
+        "needs the API server's ServiceAccount admission plugin: a pod created here got no "
+        "ServiceAccount (kube-apiserver --disable-admission-plugins ServiceAccount?)"
+    )
+
+
 def ask_signer(api: Any, kubeconfig: str, node_name: str) -> str | None:
     """An approved CSR for a kubelet's client certificate, which a controller-manager signs."""
     with tempfile.TemporaryDirectory() as scratch:
