@@ -37,6 +37,7 @@ from tests.server_probes import (
     ask_controller,
     ask_kubelet_client_ca,
     ask_scheduler,
+    ask_service_account_admission,
     ask_signer,
     check_node_authorizer,
 )
@@ -287,11 +288,28 @@ class Cluster:
             checked = trust or self.session.kubeconfig_ca()
             lacking = self.session.probe(
                 "kubelet-client CA",
-                lambda: ask_kubelet_client_ca(self.api, checked, deadline_scale()),
+                lambda: ask_kubelet_client_ca(self.api, checked, deadline_scale(), self.namespace),
             )
             if lacking:
                 pytest.skip(lacking)
         return trust
+
+    def service_account_admission(self) -> str | None:
+        """What the API server lacks for ServiceAccount admission (None: it has it, as the fake
+        and the tests' own control plane do); asked once per session with a dry-run pod."""
+        if self.fake is not None or self.session.env is not None:
+            return None
+        return self.session.probe(
+            "ServiceAccount admission",
+            lambda: ask_service_account_admission(self.api, self.namespace),
+        )
+
+    def require_service_account_admission(self) -> None:
+        """Skip where the API server runs without its ServiceAccount admission plugin (a
+        cluster of the user's may): no `default` ServiceAccount, no kube-api-access volume."""
+        lacking = self.service_account_admission()
+        if lacking:
+            pytest.skip(lacking)
 
     def require_scheduler(self) -> None:
         """Skip where no scheduler places pods: the fake, or a cluster without one (asked once

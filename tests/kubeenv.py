@@ -130,12 +130,19 @@ def main() -> None:
         action="store_true",
         help="with --otherwise: no real kubelet node beside (it takes some 10 s and root)",
     )
+    parser.add_argument(
+        "--no-service-account-admission",
+        action="store_true",
+        help="the API server without its ServiceAccount admission plugin (no kube-api-access)",
+    )
     args = parser.parse_args()
     options = dict(OTHERWISE) if args.otherwise else {}
     if args.controllers is not None:
         options["controller_list"] = args.controllers
     if args.no_scheduler:
         options["scheduler"] = False
+    if args.no_service_account_admission:
+        options["service_account_admission"] = False
     stop_signals = {signal.SIGINT, signal.SIGTERM}
     signal.pthread_sigmask(signal.SIG_BLOCK, stop_signals)  # sigwait needs them blocked
     env = KubeEnv(find_binaries(), **options).start()

@@ -30,6 +30,20 @@ _CONTAINER = {"name": "c", "image": "kubelet-sim.local/probe", "imagePullPolicy"
 _NOWHERE = {"kubelet-sim.io/probe": "nowhere"}  # a node selector no node matches
 
 
+def ask_service_account_admission(api: Any, namespace: str) -> str | None:
+    """A pod created with dryRun=All in `namespace` (admitted, not stored): the API server's
+    ServiceAccount admission plugin gives it the ServiceAccount `default` (and its
+    kube-api-access volume); a server running without that plugin leaves it unset."""
+    pod = {"metadata": {"name": "kubelet-sim-probe"}, "spec": {"containers": [_CONTAINER]}}
+    made = request_json(api, "POST", f"/api/v1/namespaces/{namespace}/pods?dryRun=All", pod)
+    if (made.get("spec") or {}).get("serviceAccountName"):
+        return None
+    return (
+        "needs the API server's ServiceAccount admission plugin: a pod created here got no "
+        "ServiceAccount (kube-apiserver --disable-admission-plugins ServiceAccount?)"
+    )
+
+
 def ask_signer(api: Any, kubeconfig: str, node_name: str) -> str | None:
     """An approved CSR for a kubelet's client certificate, which a controller-manager signs."""
     with tempfile.TemporaryDirectory() as scratch:
@@ -182,11 +196,14 @@ def _catcher() -> _CertificateCatcher | str:
     return _CertificateCatcher(context)
 
 
-def kubelet_client_certificate(api: Any, scale: float = 1.0) -> bytes | str:
+def kubelet_client_certificate(api: Any, scale: float = 1.0, namespace: str = "") -> bytes | str:
     """The certificate the API server shows a kubelet when it proxies (logs, exec, ...), DER;
     or why none was seen, in one line. As a node sees it: `_CertificateCatcher` as the kubelet
     endpoint of a Node `kubelet-sim-probe-*` (tainted: no scheduler places a pod there), and a
-    request for the node's /healthz through the API server's node proxy."""
+    request for the log of a pod bound to it in `namespace` (its container never runs), as
+    `kubectl logs` asks. Not the node proxy (nodes/proxy): the API server refuses to proxy to a
+    loopback address there ("address not allowed"), where the tests' nodes serve, though logs,
+    exec and port-forward reach them; without `namespace` it is asked all the same."""
     catcher = _catcher()
     if isinstance(catcher, str):
         return catcher
@@ -198,30 +215,46 @@ def kubelet_client_certificate(api: Any, scale: float = 1.0) -> bytes | str:
         "spec": {"taints": [{"key": "kubelet-sim.io/probe", "effect": "NoSchedule"}]},
         "status": {"addresses": addresses, "daemonEndpoints": endpoint},
     }
+    pod = {
+        "metadata": {"name": name},
+        "spec": {
+            "nodeName": name,
+            "containers": [_CONTAINER],
+            "tolerations": [{"operator": "Exists"}],
+            "automountServiceAccountToken": False,
+        },
+    }
+    pods = f"/api/v1/namespaces/{namespace}/pods"
+    path = f"{pods}/{name}/log?container=c" if namespace else f"/api/v1/nodes/{name}/proxy/healthz"
     answer = ""
     try:
         request_json(api, "POST", "/api/v1/nodes", node)
         try:
-            proxied = api.param_serialize(
-                "GET", f"/api/v1/nodes/{name}/proxy/healthz", auth_settings=["BearerToken"]
-            )
+            if namespace:
+                request_json(api, "POST", pods, pod)
+            proxied = api.param_serialize("GET", path, auth_settings=["BearerToken"])
             response = api.call_api(*proxied, _request_timeout=(5, 30 * scale))
             answer = f"{response.status} {response.read()[:200]!r}"
         except Exception as exc:  # the proxy's own failure, as the API server says it
             answer = f"{type(exc).__name__}: {exc}"
     finally:
         catcher.close()
+        if namespace:
+            with contextlib.suppress(ApiError):
+                request_json(api, "DELETE", f"{pods}/{name}", {"gracePeriodSeconds": 0})
         with contextlib.suppress(ApiError):
             request_json(api, "DELETE", f"/api/v1/nodes/{name}")
     if catcher.seen:
         return catcher.seen[0]
     return (
-        "the API server's node proxy showed no client certificate to a kubelet with a "
-        f"self-signed serving certificate on 127.0.0.1 (it answered {answer.splitlines()[0]})"
+        "the API server showed no client certificate to a kubelet with a self-signed serving "
+        f"certificate on 127.0.0.1 (it answered {answer.splitlines()[0]})"
     )
 
 
-def ask_kubelet_client_ca(api: Any, trusted: str | None, scale: float = 1.0) -> str | None:
+def ask_kubelet_client_ca(
+    api: Any, trusted: str | None, scale: float = 1.0, namespace: str = ""
+) -> str | None:
     """Whether a node trusting `trusted` (a PEM file: the kubeconfig's CA and any given in
     KUBELET_SIM_TEST_KUBELET_CLIENT_CA; None: nothing) lets the API server in: what the
     cluster lacks for logs, exec, attach and port-forward through it, or None."""
@@ -229,7 +262,7 @@ def ask_kubelet_client_ca(api: Any, trusted: str | None, scale: float = 1.0) -> 
 
     from kubelet_sim.server.x509auth import X509Authenticator
 
-    der = kubelet_client_certificate(api, scale)
+    der = kubelet_client_certificate(api, scale, namespace)
     if isinstance(der, str):
         return der
     # A kubeconfig without a CA (insecure-skip-tls-verify) gives none: then nothing verifies.

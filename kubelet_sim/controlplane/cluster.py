@@ -140,7 +140,9 @@ class ControlPlane:
     `controller_list` is kube-controller-manager's --controllers (None: its default set),
     `scheduler=False` starts no kube-scheduler, `service_cidr` is the Service range (the API
     server's certificate names its first address), `controller_credentials` runs each controller
-    with its own ServiceAccount's token (kubeadm's --use-service-account-credentials)."""
+    with its own ServiceAccount's token (kubeadm's --use-service-account-credentials),
+    `service_account_admission=False` turns the API server's ServiceAccount admission plugin off
+    (no `default` ServiceAccount required, no `kube-api-access` volume added to pods)."""
 
     binaries: Binaries
     workdir: Path
@@ -162,6 +164,7 @@ class ControlPlane:
     own_kubelet_client_ca: bool = False
     root_ca_file: bool = True
     service_account_issuer: str = ISSUER
+    service_account_admission: bool = True
     pod_endpoint: PodEndpoint | None = None
     on_step: Callable[[str, float], None] | None = None
     url: str = ""
@@ -402,6 +405,7 @@ class ControlPlane:
             if endpoint is not None
             else ["--advertise-address", "127.0.0.1", "--endpoint-reconciler-type", "none"]
         )
+        no_sa_admission = ["--disable-admission-plugins", "ServiceAccount"]
         tolerate = self.default_toleration_seconds
         toleration = (
             []
@@ -432,6 +436,7 @@ class ControlPlane:
                 *prefer,
                 "--authorization-mode", "Node,RBAC",
                 "--enable-admission-plugins", "NodeRestriction",
+                *([] if self.service_account_admission else no_sa_admission),
                 "--service-account-key-file", str(pki / "sa.pub"),
                 "--service-account-signing-key-file", str(pki / "sa.key"),
                 "--service-account-issuer", self.service_account_issuer,

@@ -55,6 +55,7 @@ def test_token_request_for_a_pod(cluster: Cluster) -> None:
 
 
 def test_pod_with_a_missing_service_account_is_forbidden(cluster: Cluster) -> None:
+    cluster.require_service_account_admission()  # what refuses it
     with pytest.raises(ApiException) as refused:
         cluster.core.create_namespaced_pod(
             cluster.namespace, pod_body("p", serviceAccountName="ghost")

@@ -67,7 +67,8 @@ def test_pod_defaults(cluster: Cluster) -> None:
         0,
     )
     assert spec.preemption_policy == "PreemptLowerPriority"
-    assert (spec.service_account_name, spec.service_account) == ("default", "default")
+    if cluster.service_account_admission() is None:  # the admission plugin's, not defaults'
+        assert (spec.service_account_name, spec.service_account) == ("default", "default")
     assert spec.security_context is not None
     tolerations = {(t.key, t.operator, t.effect, t.toleration_seconds) for t in spec.tolerations}
     assert tolerations == {
@@ -93,6 +94,7 @@ def test_pod_defaults(cluster: Cluster) -> None:
 
 
 def test_service_account_volume(cluster: Cluster) -> None:
+    cluster.require_service_account_admission()
     pod = cluster.core.create_namespaced_pod(cluster.namespace, pod_body("p"))
     [volume] = pod.spec.volumes
     assert re.fullmatch(r"kube-api-access-[a-z0-9]{5}", volume.name)

@@ -79,6 +79,7 @@ def capped(cluster: Cluster, docker_env: DockerEnv, tmp_path: Path) -> Iterator[
         yield n
 
 
+@pytest.mark.through_api_server  # `kubectl logs` through the API server, once flooded
 def test_connections_that_got_401_and_stay_open_lock_no_one_out(
     cluster: Cluster, capped: Node
 ) -> None:
