@@ -213,6 +213,7 @@ class NodeSet:
                 proxy_off=proxy_off,
             )
             self._wirings[name] = (wiring, scopes[key])
+            self._node_stops[name] = threading.Event()
             built = build_node(wiring, settings.pods, self.process, schema)
             # Before any watch starts: the first list reaches the node as a list.
             scopes[key].watches.register(name, built.handlers())
@@ -256,7 +257,7 @@ class NodeSet:
         self._threads.append(thread)
 
     def _start_node(self, node: Node, stop: threading.Event) -> None:
-        own = self._node_stops.setdefault(node.node_name, threading.Event())
+        own = self._node_stops[node.node_name]
         try:
             node.start(own)
         except Exception as exc:  # a bug: this node cannot run, so none does
@@ -276,7 +277,7 @@ class NodeSet:
             if name in self._halted:
                 return
             self._halted.add(name)
-        self._node_stops.setdefault(name, threading.Event()).set()
+        self._node_stops[name].set()
         node.lifecycle.interrupt()
         node.stop()
         _wiring, scope = self._wirings[name]
@@ -400,7 +401,7 @@ class NodeSet:
             if failed:
                 stop.set()
         for node in self.nodes:
-            self._node_stops.setdefault(node.node_name, threading.Event()).set()
+            self._node_stops[node.node_name].set()
             node.lifecycle.interrupt()
         for thread in list(self._threads):
             while thread.is_alive():

@@ -188,20 +188,21 @@ class ContainerStarter:
             if image.waiting is not None:
                 state.waiting[container.name] = image.waiting
             return image.retry_in
+        pod_dir = self.runtime.files.pod_dir(view.uid)
         try:
             plan = plan_container(
                 view,
                 container,
                 self.node_facts,
                 StartFacts(
-                    pod_dir=self.runtime.files.pod_dir(view.uid),
+                    pod_dir=pod_dir,
                     attempt=self._next_attempt(view, container, latest, state),
                     sandbox_ip=sandbox.ip,
                     services=self.services(),
                     volume_mounts=mounts_for(container, volumes),
                     image_user=self._image_user(view, container),
                     node_hosts=self._node_hosts(view),
-                    resolv_conf_written=self._resolv_conf_written(view),
+                    resolv_conf_written=(pod_dir / RESOLV_CONF).exists(),
                     pid_of=pid_of,
                 ),
                 self.lookup,
@@ -243,9 +244,6 @@ class ContainerStarter:
             return Path(self.settings.hosts_file).read_text()
         except OSError:
             return ""
-
-    def _resolv_conf_written(self, view: PodView) -> bool:
-        return (self.runtime.files.pod_dir(view.uid) / RESOLV_CONF).exists()
 
     @property
     def _domain(self) -> str:

@@ -239,7 +239,9 @@ class Cluster:
             host, port = api_server(self.kubeconfig)
         else:
             host, port = api_server(self.kubeconfig, self.context)
-        self._admin = admin = connect(str(self.kubeconfig), self.context)
+        # Our control plane's admin connection is the local cluster's (it granted the role).
+        local = self._local
+        self._admin = admin = local.admin if local else connect(str(self.kubeconfig), self.context)
         try:
             if plane is None:
                 joined.refuse_taken_names(admin, self.nodes)

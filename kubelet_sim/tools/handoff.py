@@ -228,8 +228,7 @@ class PodHandoff:
         self.printed[s.step] = s
         lines = [self._line(s.time, s.precise, s.step, s.detail, latency)]
         if s.step == READY_STEP:
-            self.ready = True
-            self.settled = not self._late()  # else polled on for the late ones
+            self.ready = True  # settled by _steps once no passed-over step is still to come
             created = self.printed.get("created")
             if created is not None and created.time is not None:
                 total = _seconds(s.time - created.time) + ("" if created.precise else "~")
