@@ -451,7 +451,7 @@ def main(argv: list[str] | None = None) -> int:
             failure = f"{exc!r}"[:500]
             print(f"bench: stopped by {failure}", flush=True)
         rows = pod_rows(pods, args, floor) + scale_rows(scaled, args)
-        api = "fake" if owned.fake else ("real (tests/kubeenv.py)" if owned.env else "given")
+        api = "fake" if owned.fake else ("real (ControlPlane)" if owned.env else "given")
         m = report.machine()
         pool = "off" if str(args.sandbox_pool_size) == "0" else args.sandbox_pool_size
         print(f"\n== issue 22: {api} API server; {m['cpus']} CPUs ({m['cpu_model']}), "

@@ -12,6 +12,7 @@ import os
 import signal
 import subprocess
 import sys
+import tempfile
 import threading
 import time
 import urllib.parse
@@ -26,8 +27,9 @@ from kubernetes import client
 from bench import dockerside
 from bench.kube import api_client
 from bench.times import parse_time
+from kubelet_sim.controlplane.binaries import DEFAULT_KUBE_VERSION, find_binaries
+from kubelet_sim.controlplane.cluster import ControlPlane
 from kubelet_sim.runtime.local_images import PAUSE_IMAGE
-from tests.kubeenv import KubeEnv, find_binaries
 
 REPO = Path(__file__).resolve().parent.parent
 AGENT_USER_AGENT_PREFIX = "kubelet-sim/"
@@ -194,12 +196,19 @@ class AgentProcess:
             self._log.close()
 
 
+def real_control_plane() -> ControlPlane:
+    """The package's control plane of the default version in a fresh directory (`stop()`
+    removes it), with controller-manager and scheduler when their binaries are there."""
+    found = find_binaries(version=DEFAULT_KUBE_VERSION, require_controllers=False)
+    return ControlPlane(found, Path(tempfile.mkdtemp(prefix="bench-cp-"))).start()
+
+
 class ApiServer:
     """What a bench runs against: the fake in a subprocess, or a real control plane
-    (tests/kubeenv.py) whose agents get node credentials."""
+    (`real_control_plane`) whose agents get node credentials."""
 
     def __init__(self, real: bool, tmp: Path) -> None:
-        self.env = KubeEnv(find_binaries()).start() if real else None
+        self.env = real_control_plane() if real else None
         self.fake = None if real else FakeProcess(tmp / "kubeconfig")
         self.label = "real" if real else "fake"
         self.kubeconfig = str(self.env.admin_kubeconfig if self.env else self.fake.kubeconfig)  # type: ignore[union-attr]

@@ -24,8 +24,8 @@ from kubernetes import client
 from bench import dockerside, measure, report
 from bench.dockerproxy import DockerProxy
 from bench.kube import BUSYBOX, api_client
-from bench.processes import AGENT_USER_AGENT_PREFIX, AgentProcess, FakeProcess
-from tests.kubeenv import KubeEnv, find_binaries
+from bench.processes import AGENT_USER_AGENT_PREFIX, AgentProcess, FakeProcess, real_control_plane
+from kubelet_sim.controlplane.cluster import ControlPlane
 
 PAUSE = "kubelet-sim.local/pause:test"
 RESULTS = Path(__file__).resolve().parent / "results"
@@ -38,7 +38,7 @@ def add_server_options(p: argparse.ArgumentParser) -> None:
     p.add_argument(
         "--real-api",
         action="store_true",
-        help="start a real control plane (tests/kubeenv.py: KUBEBUILDER_ASSETS or "
+        help="start a real control plane (the package's, v1.34: KUBEBUILDER_ASSETS or "
         "KUBELET_SIM_KUBE_BIN) and run the agent with node credentials",
     )
     p.add_argument(
@@ -92,7 +92,7 @@ class Owned:
         self.agent: AgentProcess | None = None
         self.proxy: DockerProxy | None = None
         self.tmp: Path | None = None
-        self.env: KubeEnv | None = None
+        self.env: ControlPlane | None = None
         self.extra: list[subprocess.Popen[bytes]] = []  # other processes (bench.scale's)
 
     def stop_processes(self) -> None:
@@ -132,7 +132,7 @@ def start_api_and_agent(args: argparse.Namespace, owned: Owned, deadline: measur
     unless told not to; the kubeconfig to measure with."""
     kubeconfig, agent_kubeconfig = args.kubeconfig, args.agent_kubeconfig
     if args.real_api:
-        owned.env = KubeEnv(find_binaries()).start()
+        owned.env = real_control_plane()
         kubeconfig = str(owned.env.admin_kubeconfig)
         agent_kubeconfig = str(owned.env.node_kubeconfig(args.node_name))
         print(f"bench: real API server at {owned.env.url} ({', '.join(owned.env.components)})")

@@ -18,7 +18,7 @@ from kubelet_sim.node.settings import NodeSettings
 from kubelet_sim.podworkers.settings import PodSettings
 from kubelet_sim.runtime.engine import DockerEngine
 from kubelet_sim.server.settings import ServerSettings
-from tests.cluster import Cluster, wait_for
+from tests.cluster import ApiUnderTest, wait_for
 from tests.docker_env import DockerEnv
 
 __all__ = ["RunningAgent", "agent", "start_agent"]
@@ -45,7 +45,7 @@ class RunningAgent:
 
 
 def start_agent(
-    cluster: Cluster,
+    cluster: ApiUnderTest,
     docker_env: DockerEnv,
     root: Path,
     *,
@@ -93,7 +93,7 @@ def start_agent(
 
 
 @pytest.fixture
-def agent(cluster: Cluster, docker_env: DockerEnv, tmp_path: Path) -> Iterator[RunningAgent]:
+def agent(cluster: ApiUnderTest, docker_env: DockerEnv, tmp_path: Path) -> Iterator[RunningAgent]:
     running = start_agent(cluster, docker_env, tmp_path / "root")
     yield running
     if running.thread.is_alive():

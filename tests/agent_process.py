@@ -18,7 +18,7 @@ import pytest
 
 from kubelet_sim import cri
 from kubelet_sim.runtime.local_images import PAUSE_IMAGE
-from tests.cluster import Cluster, deadline_scale, wait_for
+from tests.cluster import ApiUnderTest, deadline_scale, wait_for
 from tests.docker_env import DockerEnv
 from tests.mounts import remove_root
 
@@ -70,7 +70,7 @@ class AgentProcess:
 
 @contextmanager
 def running_agent(
-    cluster: Cluster,
+    cluster: ApiUnderTest,
     *extra: str,
     env: dict[str, str] | None = None,
     kubeconfig: str | None = None,

@@ -44,7 +44,7 @@ from tests.server_probes import (
 
 __all__ = [
     "NO_SCHEDULER",
-    "Cluster",
+    "ApiUnderTest",
     "EventStream",
     "api_mode",
     "cluster",
@@ -113,7 +113,7 @@ def server_has_field(api: Any, definition: str, field: str) -> bool:
     return _FIELDS_SEEN[key]
 
 
-def kubelet_generation(cluster: Cluster) -> KubeletGeneration:
+def kubelet_generation(cluster: ApiUnderTest) -> KubeletGeneration:
     """Whose status rules the node follows on this cluster's server (pod/generation.py)."""
     from kubelet_sim.kube.schema import ServerSchema
     from kubelet_sim.pod.generation import generation_of
@@ -218,7 +218,7 @@ class _Session:
 
 
 @dataclass
-class Cluster:
+class ApiUnderTest:
     """What a test gets: clients, a fresh namespace, a unique node name, maybe the fake."""
 
     api: Any  # kubernetes.client.ApiClient
@@ -382,7 +382,7 @@ def _namespace_defaults(api: Any, session: _Session, namespace: str) -> None:
     ServiceAccount `default` (pods are refused without it) and the ConfigMap `kube-root-ca.crt`
     (every automounted token's volume reads it). Where the cluster has no controller for one
     (asked once per session: none within the probe's deadline), the suite makes it, as a
-    control plane without kube-controller-manager needs; `Cluster.require_namespace_defaults`
+    control plane without kube-controller-manager needs; `ApiUnderTest.require_namespace_defaults`
     skips a test of the controllers themselves, saying which one is missing."""
     from kubelet_sim.kube.rest import ApiError, request_json
 
@@ -467,7 +467,7 @@ def _cleanup(core: Any, session: _Session, namespace: str, node_name: str) -> No
 
 
 @pytest.fixture
-def cluster(cluster_session: _Session) -> Iterator[Cluster]:
+def cluster(cluster_session: _Session) -> Iterator[ApiUnderTest]:
     """A fresh namespace `ks-test-<random>` and node name `ks-node-<random>` per test."""
     with new_cluster(cluster_session) as c:
         yield c
@@ -479,7 +479,7 @@ def control_plane_session(env: KubeEnv) -> _Session:
 
 
 @contextlib.contextmanager
-def new_cluster(cluster_session: _Session, node_name: str | None = None) -> Iterator[Cluster]:
+def new_cluster(cluster_session: _Session, node_name: str | None = None) -> Iterator[ApiUnderTest]:
     """What the `cluster` fixture gives, on any session; `node_name` instead of a random one."""
     from kubernetes import client, config
 
@@ -490,7 +490,7 @@ def new_cluster(cluster_session: _Session, node_name: str | None = None) -> Iter
     core.create_namespace(client.V1Namespace(metadata=client.V1ObjectMeta(name=namespace)))
     if cluster_session.fake is None:
         _namespace_defaults(api, cluster_session, namespace)
-    c = Cluster(
+    c = ApiUnderTest(
         api=api,
         core=core,
         coordination=client.CoordinationV1Api(api),

@@ -52,7 +52,7 @@ def _through_api_server(request: pytest.FixtureRequest) -> None:
     """A test marked `through_api_server` skips first, with one line, where the API server's
     kubelet-client certificate is one the tests' nodes cannot verify (a cluster of the user's
     whose signer the kubeconfig does not name and KUBELET_SIM_TEST_KUBELET_CLIENT_CA does not
-    give: `Cluster.require_kubelet_client_ca`)."""
+    give: `ApiUnderTest.require_kubelet_client_ca`)."""
     if request.node.get_closest_marker("through_api_server") is None:
         return
     if "cluster" in request.fixturenames:

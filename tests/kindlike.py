@@ -61,7 +61,7 @@ from kubelet_sim.controlplane.pki import CertificateAuthority, service_account_k
 from kubelet_sim.kube.rest import ApiError, request_json
 from kubelet_sim.runtime.local_images import PAUSE_IMAGE
 from tests.agent_process import AgentProcess
-from tests.cluster import Cluster, _Session, wait_for
+from tests.cluster import ApiUnderTest, _Session, wait_for
 from tests.docker_env import TEST_LABEL, DockerEnv
 from tests.mounts import remove_root
 
@@ -247,9 +247,9 @@ class KindLike:
         path = self.workdir / f"{component}.log"
         return path.read_text(errors="replace") if path.exists() else ""
 
-    def cluster(self, namespace: str, node_name: str) -> Cluster:
+    def cluster(self, namespace: str, node_name: str) -> ApiUnderTest:
         """What the tests' pod helpers take: the admin client, a namespace, a node."""
-        return Cluster(
+        return ApiUnderTest(
             api=self.api, core=self.core, coordination=None,
             kubeconfig=str(self.admin_kubeconfig), fake=None, namespace=namespace,
             node_name=node_name, session=_Session(str(self.admin_kubeconfig), None),

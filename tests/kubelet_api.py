@@ -19,7 +19,7 @@ from kubernetes import client
 from kubelet_sim.controlplane.pki import CertificateAuthority
 from kubelet_sim.server.settings import ConnectionLimits, ServerSettings
 from tests.agent_fixture import RunningAgent, start_agent
-from tests.cluster import Cluster
+from tests.cluster import ApiUnderTest
 from tests.docker_env import DockerEnv
 
 COUNT = ["sh", "-c", "i=0; while :; do i=$((i+1)); echo line $i; sleep 0.2; done"]
@@ -55,7 +55,10 @@ def stranger_certificate(tls: Path, user: str) -> Path:
 
 @contextlib.contextmanager
 def serving_node(
-    cluster: Cluster, docker_env: DockerEnv, tmp_path: Path, limits: ConnectionLimits | None = None
+    cluster: ApiUnderTest,
+    docker_env: DockerEnv,
+    tmp_path: Path,
+    limits: ConnectionLimits | None = None,
 ) -> Iterator[Node]:
     """An agent serving the kubelet API on a free loopback port, trusting the control plane's
     client CA when this session started one (else a CA of the test's own)."""
@@ -77,7 +80,7 @@ def serving_node(
                 running.stop()
 
 
-def client_certificates(cluster: Cluster, tls: Path) -> Path:
+def client_certificates(cluster: ApiUnderTest, tls: Path) -> Path:
     """In `tls`: admin.crt/key (the API server's kubelet-client identity), stranger.crt/key
     (the same names from another CA); returns the client CA file the node should trust: the
     test's CA and what lets the API server in (`_Session.kubelet_client_trust`; a test that
@@ -97,7 +100,7 @@ def client_certificates(cluster: Cluster, tls: Path) -> Path:
 
 
 @contextlib.contextmanager
-def api_server_as_kubelet_client(cluster: Cluster, tls: Path) -> Iterator[None]:
+def api_server_as_kubelet_client(cluster: ApiUnderTest, tls: Path) -> Iterator[None]:
     """The fake API server reaches nodes as kube-apiserver --kubelet-client-certificate does,
     with the admin certificate of `client_certificates` (the real one has its own)."""
     fake = cluster.session.fake
@@ -111,12 +114,12 @@ def api_server_as_kubelet_client(cluster: Cluster, tls: Path) -> Iterator[None]:
 
 
 @pytest.fixture
-def node(cluster: Cluster, docker_env: DockerEnv, tmp_path: Path) -> Iterator[Node]:
+def node(cluster: ApiUnderTest, docker_env: DockerEnv, tmp_path: Path) -> Iterator[Node]:
     with serving_node(cluster, docker_env, tmp_path) as serving:
         yield serving
 
 
-def sa_token(cluster: Cluster, name: str) -> str:
+def sa_token(cluster: ApiUnderTest, name: str) -> str:
     """A token of a new service account `name` in the test's namespace (10 minutes)."""
     cluster.core.create_namespaced_service_account(cluster.namespace, {"metadata": {"name": name}})
     return str(
@@ -127,7 +130,7 @@ def sa_token(cluster: Cluster, name: str) -> str:
 
 
 @pytest.fixture
-def admin_token(cluster: Cluster) -> Iterator[str]:
+def admin_token(cluster: ApiUnderTest) -> Iterator[str]:
     """A bearer token the API server vouches for, allowed every kubelet API path: the fake's
     admin token (system:masters); on a real server a service account bound to the built-in
     system:kubelet-api-admin role, as one would bind a monitoring agent."""

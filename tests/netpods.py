@@ -7,7 +7,7 @@ from __future__ import annotations
 import subprocess
 
 from kubelet_sim import cri
-from tests.cluster import Cluster
+from tests.cluster import ApiUnderTest
 from tests.docker_env import DockerEnv
 from tests.pods import get_pod, pod_containers, running_ready, wait_status
 
@@ -16,12 +16,12 @@ SERVE = [
 ]  # fmt: skip
 
 
-def pod_ip(cluster: Cluster, name: str) -> str:
+def pod_ip(cluster: ApiUnderTest, name: str) -> str:
     st = wait_status(cluster, name, running_ready, 30, "running and ready")
     return str(st["podIP"])
 
 
-def app_container(cluster: Cluster, docker_env: DockerEnv, name: str) -> str:
+def app_container(cluster: ApiUnderTest, docker_env: DockerEnv, name: str) -> str:
     uid = (get_pod(cluster, name) or {})["metadata"]["uid"]
     (app,) = [
         c

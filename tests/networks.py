@@ -9,13 +9,13 @@ from typing import Any
 import pytest
 
 from kubelet_sim import cri
-from tests.cluster import Cluster
+from tests.cluster import ApiUnderTest
 from tests.docker_env import TEST_LABEL, DockerEnv
 
 
 @pytest.fixture
 def network(
-    cluster: Cluster, docker_env: DockerEnv, request: pytest.FixtureRequest
+    cluster: ApiUnderTest, docker_env: DockerEnv, request: pytest.FixtureRequest
 ) -> Iterator[Any]:
     """A bridge network of the test's own engine, as kind makes its `kind` network."""
     created = docker_env.client.networks.create(

@@ -20,7 +20,7 @@ from typing import Any
 
 import pytest
 
-from tests.cluster import Cluster
+from tests.cluster import ApiUnderTest
 
 
 @dataclass
@@ -64,7 +64,7 @@ class OtherPods:
 
 @contextlib.contextmanager
 def pods_of_others(
-    cluster: Cluster, nodes: Collection[str] | Callable[[str], bool]
+    cluster: ApiUnderTest, nodes: Collection[str] | Callable[[str], bool]
 ) -> Iterator[OtherPods]:
     """Watch, from now until the block ends, pods bound to `nodes` (names, or a test of a name)
     outside the test's namespace."""
@@ -115,7 +115,7 @@ def pods_of_others(
 
 
 @pytest.fixture
-def others_on_node(cluster: Cluster) -> Iterator[OtherPods]:
+def others_on_node(cluster: ApiUnderTest) -> Iterator[OtherPods]:
     """`pods_of_others` on the test's node, from before the test body starts its agent."""
     with pods_of_others(cluster, {cluster.node_name}) as others:
         yield others

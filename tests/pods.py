@@ -9,7 +9,7 @@ from kubelet_sim import cri
 from kubelet_sim.kube.client import connect
 from kubelet_sim.kube.rest import ApiError, call_json
 from kubelet_sim.tools.trace import Step, collect
-from tests.cluster import Cluster, wait_for
+from tests.cluster import ApiUnderTest, wait_for
 from tests.docker_env import DockerEnv
 
 BUSYBOX = "kubelet-sim.local/busybox:test"
@@ -22,7 +22,7 @@ def container(name: str = "c", command: list[str] | None = None, **extra: Any) -
 
 
 def make_pod(
-    cluster: Cluster,
+    cluster: ApiUnderTest,
     name: str,
     *containers: dict[str, Any],
     restart: str = "Always",
@@ -50,7 +50,7 @@ def make_pod(
     return cluster.api.sanitize_for_serialization(created)  # type: ignore[no-any-return]
 
 
-def get_pod(cluster: Cluster, name: str) -> dict[str, Any] | None:
+def get_pod(cluster: ApiUnderTest, name: str) -> dict[str, Any] | None:
     """The pod as the server sent it (raw JSON: every field, and no model round trip, whose
     CPU cost, polled, slowed the agent it was waiting for)."""
     try:
@@ -61,7 +61,7 @@ def get_pod(cluster: Cluster, name: str) -> dict[str, Any] | None:
         raise
 
 
-def status_of(cluster: Cluster, name: str) -> dict[str, Any]:
+def status_of(cluster: ApiUnderTest, name: str) -> dict[str, Any]:
     pod = get_pod(cluster, name)
     return (pod or {}).get("status") or {}
 
@@ -76,7 +76,7 @@ def container_status(status: dict[str, Any], name: str = "c", init: bool = False
 
 
 def wait_status(
-    cluster: Cluster, name: str, predicate: Any, timeout: float, what: str
+    cluster: ApiUnderTest, name: str, predicate: Any, timeout: float, what: str
 ) -> dict[str, Any]:
     def check() -> dict[str, Any] | None:
         st = status_of(cluster, name)
@@ -106,7 +106,7 @@ def pod_containers(docker_env: DockerEnv, uid: str) -> list[SeenContainer]:
     ]
 
 
-def ended_output(cluster: Cluster, docker_env: DockerEnv, name: str) -> str:
+def ended_output(cluster: ApiUnderTest, docker_env: DockerEnv, name: str) -> str:
     """What the pod's one app container printed (stdout and stderr), once the pod (restart
     policy Never) ran to its end; it must have succeeded."""
     wait_status(cluster, name, lambda s: s.get("phase") in ("Succeeded", "Failed"), 30, "the end")
@@ -125,7 +125,7 @@ def running_ready(st: dict[str, Any]) -> bool:
     return st.get("phase") == "Running" and condition(st, "Ready").get("status") == "True"
 
 
-def wait_for_events(cluster: Cluster, name: str, *reasons: str, timeout: float = 10.0) -> None:
+def wait_for_events(cluster: ApiUnderTest, name: str, *reasons: str, timeout: float = 10.0) -> None:
     """Events go out on the agent's own thread, after the status that a test waited for."""
 
     def seen() -> bool:
@@ -134,17 +134,17 @@ def wait_for_events(cluster: Cluster, name: str, *reasons: str, timeout: float =
     wait_for(seen, timeout, f"the kubelet's events {sorted(reasons)} for {name}")
 
 
-def event_messages(cluster: Cluster, name: str, reason: str) -> list[str]:
+def event_messages(cluster: ApiUnderTest, name: str, reason: str) -> list[str]:
     """The messages of the kubelet's events of one reason for a pod, oldest first."""
     return [e.message for e in kubelet_events(cluster, name) if e.reason == reason]
 
 
-def kubelet_events(cluster: Cluster, name: str) -> list[Any]:
+def kubelet_events(cluster: ApiUnderTest, name: str) -> list[Any]:
     items = cluster.core.list_namespaced_event(cluster.namespace).items
     return [e for e in items if e.involved_object.name == name and e.source.component == "kubelet"]
 
 
-def traced(cluster: Cluster, runtime: Any, name: str) -> list[Step]:
+def traced(cluster: ApiUnderTest, runtime: Any, name: str) -> list[Step]:
     """The pod's steps once the node journaled its Ready write (just after the write itself,
     which the test may have seen first)."""
     kube = connect(cluster.kubeconfig)

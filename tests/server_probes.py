@@ -4,7 +4,7 @@ that signs the API server's kubelet-client certificate.
 
 Each probe makes an object that asks for the component's work without running anything (a pod
 that fits no node, a workload that makes no pods, a CSR), waits up to `PROBE_DEADLINE` for the
-component's answer and returns what the cluster lacks in one line, or None. The `Cluster`
+component's answer and returns what the cluster lacks in one line, or None. The `ApiUnderTest`
 methods (`tests/cluster.py`) ask each once per session and skip with that line.
 """
 

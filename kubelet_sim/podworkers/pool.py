@@ -127,6 +127,9 @@ class SandboxPool:
                 self._failed.append(sandbox_id)
             self.wake()
             return None
+        finally:
+            with self._lock:  # the pod's containers start from here: the refill waits on this
+                self._last_claim = time.monotonic()
 
     # -- the pool's thread (on demand: it ends when the pool holds and wants none) -----------
 

@@ -40,7 +40,7 @@ from kubelet_sim.pod.probes import ProbeKind, parse_probe
 from kubelet_sim.pod.spec import PodView
 from kubelet_sim.podworkers.hooks import HookRunner
 from tests.agent_fixture import RunningAgent, start_agent
-from tests.cluster import Cluster, wait_for
+from tests.cluster import ApiUnderTest, wait_for
 from tests.docker_env import DockerEnv
 from tests.pods import (
     container,
@@ -391,12 +391,12 @@ def test_a_hook_that_raises_or_hangs_leaves_the_next_hook_to_run() -> None:
 IGNORES_SIGTERM = ["sleep", "3600"]  # PID 1 without a handler: SIGTERM does nothing
 
 
-def _delete(cluster: Cluster, name: str, grace: int | None = None) -> None:
+def _delete(cluster: ApiUnderTest, name: str, grace: int | None = None) -> None:
     cluster.core.delete_namespaced_pod(name, cluster.namespace, grace_period_seconds=grace)
 
 
 def test_a_grace_period_of_1e10_leaves_every_other_stop_on_time(
-    cluster: Cluster, agent: RunningAgent
+    cluster: ApiUnderTest, agent: RunningAgent
 ) -> None:
     """The issue's hole: the stop timer died of the first pod's 10**10 s, and the second pod,
     which ignores SIGTERM, was never killed. Now the first waits out its (bounded) grace, and
@@ -431,7 +431,7 @@ def _runs(agent: RunningAgent, pod: dict[str, Any]) -> bool:
 
 
 def test_a_pod_asking_for_1e999990_cpus_is_refused_and_the_next_one_runs(
-    cluster: Cluster, docker_env: DockerEnv, tmp_path: Path
+    cluster: ApiUnderTest, docker_env: DockerEnv, tmp_path: Path
 ) -> None:
     """The issue's other hole: admission raised on every sync, and no pod after this one was
     admitted. Both are created before the node looks, so they are decided as one burst."""
@@ -454,7 +454,7 @@ def test_a_pod_asking_for_1e999990_cpus_is_refused_and_the_next_one_runs(
 
 
 def test_a_cpu_limit_of_1e999990_limits_nothing(
-    cluster: Cluster, agent: RunningAgent, docker_env: DockerEnv
+    cluster: ApiUnderTest, agent: RunningAgent, docker_env: DockerEnv
 ) -> None:
     """A limit past the kernel's largest CFS quota runs as that quota (Docker refuses more)."""
     pod = make_pod(

@@ -24,7 +24,7 @@ import pytest
 
 from kubelet_sim.kube.client import connect
 from kubelet_sim.kube.rest import ApiError, request_json
-from tests.cluster import Cluster, api_mode, server_has_field
+from tests.cluster import ApiUnderTest, api_mode, server_has_field
 from tests.fakeapi import FakeApiServer, openapi
 
 SMP = "application/strategic-merge-patch+json"
@@ -221,7 +221,7 @@ def _fake_schema_for(api: Any) -> str:
     return "v1.34" if newer else "v1.24"
 
 
-def test_the_fakes_schema_is_the_real_servers(cluster: Cluster) -> None:
+def test_the_fakes_schema_is_the_real_servers(cluster: ApiUnderTest) -> None:
     """The fake's copy of the schema is what a real server of its version serves today (the
     definitions the fake keeps, descriptions left out): a new capture shows up here."""
     if api_mode() != "real":
@@ -235,7 +235,7 @@ def test_the_fakes_schema_is_the_real_servers(cluster: Cluster) -> None:
 
 
 @pytest.fixture
-def sides(cluster: Cluster, fake_server: tuple[FakeApiServer, Path]) -> tuple[Side, Side]:
+def sides(cluster: ApiUnderTest, fake_server: tuple[FakeApiServer, Path]) -> tuple[Side, Side]:
     if api_mode() != "real":
         pytest.skip("compares the fake with a real API server: runs in the real-API pass")
     server, path = fake_server

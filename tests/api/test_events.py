@@ -7,10 +7,10 @@ from structlog.testing import capture_logs
 from kubelet_sim.kube.client import connect
 from kubelet_sim.kube.events import NORMAL, WARNING, EventRecorder, EventRef
 from kubelet_sim.loops.supervise import Supervisor
-from tests.cluster import Cluster, wait_for
+from tests.cluster import ApiUnderTest, wait_for
 
 
-def test_repeats_are_counted_not_created_again(cluster: Cluster) -> None:
+def test_repeats_are_counted_not_created_again(cluster: ApiUnderTest) -> None:
     pod = cluster.core.create_namespaced_pod(
         cluster.namespace,
         {"metadata": {"name": "p"}, "spec": {"containers": [{"name": "c", "image": "busybox:1"}]}},
@@ -49,7 +49,9 @@ def test_repeats_are_counted_not_created_again(cluster: Cluster) -> None:
     assert (killing.count, killing.message, killing.type) == (1, "Stopping container c", "Normal")
 
 
-def test_a_full_queue_drops_its_oldest_events_counted_and_warned_once(cluster: Cluster) -> None:
+def test_a_full_queue_drops_its_oldest_events_counted_and_warned_once(
+    cluster: ApiUnderTest,
+) -> None:
     """While nothing can be written (the API server down; here: the writer not yet started) the
     queue keeps the newest `queue_size` events, counts the dropped ones and warns once."""
     pod = cluster.core.create_namespaced_pod(

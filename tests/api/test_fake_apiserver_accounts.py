@@ -8,7 +8,7 @@ import json
 import pytest
 from kubernetes.client.exceptions import ApiException
 
-from tests.cluster import Cluster, pod_body, wait_for
+from tests.cluster import ApiUnderTest, pod_body, wait_for
 
 
 def _exists(read: object) -> bool:
@@ -19,7 +19,7 @@ def _exists(read: object) -> bool:
     return True
 
 
-def test_every_namespace_gets_default_account_and_root_ca(cluster: Cluster) -> None:
+def test_every_namespace_gets_default_account_and_root_ca(cluster: ApiUnderTest) -> None:
     cluster.require_namespace_defaults()
     ns = cluster.namespace
     wait_for(
@@ -36,7 +36,7 @@ def test_every_namespace_gets_default_account_and_root_ca(cluster: Cluster) -> N
     assert "BEGIN CERTIFICATE" in ca.data["ca.crt"]
 
 
-def test_token_request_for_a_pod(cluster: Cluster) -> None:
+def test_token_request_for_a_pod(cluster: ApiUnderTest) -> None:
     ns = cluster.namespace
     body = {
         "apiVersion": "authentication.k8s.io/v1",
@@ -54,7 +54,7 @@ def test_token_request_for_a_pod(cluster: Cluster) -> None:
     assert missing.value.status == 404
 
 
-def test_pod_with_a_missing_service_account_is_forbidden(cluster: Cluster) -> None:
+def test_pod_with_a_missing_service_account_is_forbidden(cluster: ApiUnderTest) -> None:
     cluster.require_service_account_admission()  # what refuses it
     with pytest.raises(ApiException) as refused:
         cluster.core.create_namespaced_pod(

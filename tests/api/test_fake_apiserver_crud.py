@@ -13,7 +13,7 @@ import pytest
 from kubernetes.client import ApiException
 
 from kubelet_sim.kube.rest import ApiError, request_json
-from tests.cluster import NO_SCHEDULER, Cluster, pod_body, wait_for
+from tests.cluster import NO_SCHEDULER, ApiUnderTest, pod_body, wait_for
 
 
 def _status(exc: ApiException) -> dict[str, Any]:
@@ -21,7 +21,7 @@ def _status(exc: ApiException) -> dict[str, Any]:
     return body
 
 
-def _raw_get(cluster: Cluster, path: str, **query: str) -> dict[str, Any]:
+def _raw_get(cluster: ApiUnderTest, path: str, **query: str) -> dict[str, Any]:
     response = cluster.api.call_api(
         *cluster.api.param_serialize(
             "GET", path, query_params=list(query.items()), auth_settings=["BearerToken"]
@@ -31,7 +31,7 @@ def _raw_get(cluster: Cluster, path: str, **query: str) -> dict[str, Any]:
     return json.loads(response.data)
 
 
-def test_create_get_update_delete_configmap(cluster: Cluster) -> None:
+def test_create_get_update_delete_configmap(cluster: ApiUnderTest) -> None:
     ns = cluster.namespace
     created = cluster.core.create_namespaced_config_map(
         ns, {"metadata": {"name": "cm"}, "data": {"a": "1"}}
@@ -57,7 +57,7 @@ def test_create_get_update_delete_configmap(cluster: Cluster) -> None:
     assert err.value.status == 404
 
 
-def test_not_found_status_body(cluster: Cluster) -> None:
+def test_not_found_status_body(cluster: ApiUnderTest) -> None:
     with pytest.raises(ApiException) as err:
         cluster.core.read_namespaced_pod("missing", cluster.namespace)
     body = _status(err.value)
@@ -69,7 +69,7 @@ def test_not_found_status_body(cluster: Cluster) -> None:
     assert body["details"] == {"name": "missing", "kind": "pods"}
 
 
-def test_already_exists(cluster: Cluster) -> None:
+def test_already_exists(cluster: ApiUnderTest) -> None:
     cluster.core.create_namespaced_config_map(cluster.namespace, {"metadata": {"name": "dup"}})
     with pytest.raises(ApiException) as err:
         cluster.core.create_namespaced_config_map(cluster.namespace, {"metadata": {"name": "dup"}})
@@ -79,7 +79,7 @@ def test_already_exists(cluster: Cluster) -> None:
     assert body["message"] == 'configmaps "dup" already exists'
 
 
-def test_stale_update_conflicts_and_unconditional_update_wins(cluster: Cluster) -> None:
+def test_stale_update_conflicts_and_unconditional_update_wins(cluster: ApiUnderTest) -> None:
     ns = cluster.namespace
     cm = cluster.core.create_namespaced_config_map(
         ns, {"metadata": {"name": "cm"}, "data": {"v": "1"}}
@@ -99,7 +99,7 @@ def test_stale_update_conflicts_and_unconditional_update_wins(cluster: Cluster) 
     assert cluster.core.replace_namespaced_config_map("cm", ns, cm).data == {"v": "3"}
 
 
-def test_generate_name(cluster: Cluster) -> None:
+def test_generate_name(cluster: ApiUnderTest) -> None:
     cm = cluster.core.create_namespaced_config_map(
         cluster.namespace, {"metadata": {"generateName": "gen-"}}
     )
@@ -107,7 +107,7 @@ def test_generate_name(cluster: Cluster) -> None:
     assert cm.metadata.generate_name == "gen-"
 
 
-def test_create_in_missing_namespace(cluster: Cluster) -> None:
+def test_create_in_missing_namespace(cluster: ApiUnderTest) -> None:
     with pytest.raises(ApiException) as err:
         cluster.core.create_namespaced_config_map("ks-absent-ns", {"metadata": {"name": "x"}})
     body = _status(err.value)
@@ -115,7 +115,7 @@ def test_create_in_missing_namespace(cluster: Cluster) -> None:
     assert body["message"] == 'namespaces "ks-absent-ns" not found'
 
 
-def test_invalid_name_is_422(cluster: Cluster) -> None:
+def test_invalid_name_is_422(cluster: ApiUnderTest) -> None:
     with pytest.raises(ApiException) as err:
         cluster.core.create_namespaced_config_map(
             cluster.namespace, {"metadata": {"name": "Bad_Name"}}
@@ -129,7 +129,9 @@ def test_invalid_name_is_422(cluster: Cluster) -> None:
     assert body["details"]["causes"][0]["field"] == "metadata.name"
 
 
-def test_resource_versions_increase_globally_and_list_carries_current(cluster: Cluster) -> None:
+def test_resource_versions_increase_globally_and_list_carries_current(
+    cluster: ApiUnderTest,
+) -> None:
     ns = cluster.namespace
     a = cluster.core.create_namespaced_config_map(ns, {"metadata": {"name": "a"}})
     b = cluster.core.create_namespaced_secret(
@@ -143,7 +145,7 @@ def test_resource_versions_increase_globally_and_list_carries_current(cluster: C
     assert all("kind" not in item and "apiVersion" not in item for item in raw["items"])
 
 
-def test_list_exact_resource_version_sees_the_past(cluster: Cluster) -> None:
+def test_list_exact_resource_version_sees_the_past(cluster: ApiUnderTest) -> None:
     ns = cluster.namespace
     cluster.core.create_namespaced_config_map(ns, {"metadata": {"name": "a"}})
     rv = cluster.core.list_namespaced_config_map(ns).metadata.resource_version
@@ -157,7 +159,7 @@ def test_list_exact_resource_version_sees_the_past(cluster: Cluster) -> None:
     assert {"a", "b"} <= {i.metadata.name for i in now.items}
 
 
-def test_list_exact_too_old_is_410(cluster: Cluster) -> None:
+def test_list_exact_too_old_is_410(cluster: ApiUnderTest) -> None:
     fake = cluster.require_fake("compact() forgets history on demand")
     cluster.core.create_namespaced_config_map(cluster.namespace, {"metadata": {"name": "a"}})
     rv = fake.current_rv()
@@ -171,7 +173,7 @@ def test_list_exact_too_old_is_410(cluster: Cluster) -> None:
     assert _status(err.value)["reason"] == "Expired"
 
 
-def test_label_selectors(cluster: Cluster) -> None:
+def test_label_selectors(cluster: ApiUnderTest) -> None:
     ns = cluster.namespace
     for name, labels in (("a", {"app": "web", "tier": "fe"}), ("b", {"app": "db"}), ("c", {})):
         cluster.core.create_namespaced_config_map(
@@ -198,7 +200,7 @@ def test_label_selectors(cluster: Cluster) -> None:
     assert names("app=web,tier=be") == []
 
 
-def test_field_selectors(cluster: Cluster) -> None:
+def test_field_selectors(cluster: ApiUnderTest) -> None:
     ns = cluster.namespace
     unbound = pod_body("p1", restart_policy="Never", schedulerName=NO_SCHEDULER)
     cluster.core.create_namespaced_pod(ns, unbound)  # stays so: no scheduler binds it
@@ -221,7 +223,7 @@ def test_field_selectors(cluster: Cluster) -> None:
     assert sorted(i.metadata.name for i in all_ns.items) == ["p1", "p2"]
 
 
-def test_unsupported_field_selector_is_400(cluster: Cluster) -> None:
+def test_unsupported_field_selector_is_400(cluster: ApiUnderTest) -> None:
     with pytest.raises(ApiException) as err:
         cluster.core.list_namespaced_pod(cluster.namespace, field_selector="spec.foo=bar")
     body = _status(err.value)
@@ -230,7 +232,7 @@ def test_unsupported_field_selector_is_400(cluster: Cluster) -> None:
     assert body["message"] == "field label not supported: spec.foo"
 
 
-def test_secret_defaults(cluster: Cluster) -> None:
+def test_secret_defaults(cluster: ApiUnderTest) -> None:
     secret = cluster.core.create_namespaced_secret(
         cluster.namespace, {"metadata": {"name": "s"}, "stringData": {"k": "v"}}
     )
@@ -240,7 +242,7 @@ def test_secret_defaults(cluster: Cluster) -> None:
     assert "s" in [i.metadata.name for i in listed.items]
 
 
-def test_namespaces(cluster: Cluster) -> None:
+def test_namespaces(cluster: ApiUnderTest) -> None:
     ns = cluster.core.read_namespace(cluster.namespace)
     assert ns.status.phase == "Active"
     assert ns.spec.finalizers == ["kubernetes"]
@@ -251,7 +253,7 @@ def test_namespaces(cluster: Cluster) -> None:
     assert cluster.namespace in {n.metadata.name for n in active.items}
 
 
-def _namespace_gone(cluster: Cluster, name: str) -> bool:
+def _namespace_gone(cluster: ApiUnderTest, name: str) -> bool:
     try:
         cluster.core.read_namespace(name)
     except ApiException as exc:
@@ -259,7 +261,7 @@ def _namespace_gone(cluster: Cluster, name: str) -> bool:
     return False
 
 
-def test_deleting_a_namespace_removes_its_contents(cluster: Cluster) -> None:
+def test_deleting_a_namespace_removes_its_contents(cluster: ApiUnderTest) -> None:
     extra = f"{cluster.namespace}-x"
 
     cluster.core.create_namespace({"metadata": {"name": extra}})
@@ -273,7 +275,7 @@ def test_deleting_a_namespace_removes_its_contents(cluster: Cluster) -> None:
             cluster.core.delete_namespace(extra, _preload_content=False)
 
 
-def test_nodes_and_status_subresource(cluster: Cluster) -> None:
+def test_nodes_and_status_subresource(cluster: ApiUnderTest) -> None:
     node = cluster.core.create_node({"metadata": {"name": cluster.node_name, "labels": {"k": "v"}}})
     assert node.kind == "Node"
     assert node.metadata.namespace is None
@@ -293,7 +295,7 @@ def test_nodes_and_status_subresource(cluster: Cluster) -> None:
     assert [n.metadata.name for n in found.items] == [cluster.node_name]
 
 
-def test_leases(cluster: Cluster) -> None:
+def test_leases(cluster: ApiUnderTest) -> None:
     ns, co = cluster.namespace, cluster.coordination
     body = {
         "metadata": {"name": cluster.node_name},
@@ -336,7 +338,7 @@ def test_leases(cluster: Cluster) -> None:
     )
 
 
-def test_events(cluster: Cluster) -> None:
+def test_events(cluster: ApiUnderTest) -> None:
     ns = cluster.namespace
     event = {
         "metadata": {"name": "ev1"},
@@ -357,7 +359,7 @@ def test_events(cluster: Cluster) -> None:
     assert [(e.metadata.name, e.count) for e in found.items] == [("ev1", 2)]
 
 
-def test_discovery_and_version(cluster: Cluster) -> None:
+def test_discovery_and_version(cluster: ApiUnderTest) -> None:
     from kubernetes.client import VersionApi
 
     version = VersionApi(cluster.api).get_code()
@@ -368,7 +370,7 @@ def test_discovery_and_version(cluster: Cluster) -> None:
 
 
 def test_deleting_a_namespace_waits_for_the_nodes_final_delete_of_bound_pods(
-    cluster: Cluster,
+    cluster: ApiUnderTest,
 ) -> None:
     """The namespace controller deletes pods gracefully: a pod bound to a node stays
     Terminating (and its namespace with it) until the node's kubelet deletes it for good."""

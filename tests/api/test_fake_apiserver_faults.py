@@ -12,7 +12,7 @@ from typing import Any
 import pytest
 from kubernetes.client import ApiException
 
-from tests.cluster import Cluster, open_watch, pod_body, wait_for
+from tests.cluster import ApiUnderTest, open_watch, pod_body, wait_for
 from tests.fakeapi import FakeApiServer
 
 pytestmark = pytest.mark.fake_only
@@ -28,7 +28,7 @@ def _raw_get(fake: FakeApiServer, path: str, timeout: float) -> tuple[int, bytes
         conn.close()
 
 
-def test_drop_watches_cuts_open_streams(cluster: Cluster) -> None:
+def test_drop_watches_cuts_open_streams(cluster: ApiUnderTest) -> None:
     fake = cluster.require_fake("drop_watches")
     stream = open_watch(cluster.core.list_namespaced_pod, cluster.namespace)
     wait_for(
@@ -39,7 +39,7 @@ def test_drop_watches_cuts_open_streams(cluster: Cluster) -> None:
     assert cluster.core.list_namespaced_pod(cluster.namespace).items == []
 
 
-def test_fail_next_with_status_bodies(cluster: Cluster) -> None:
+def test_fail_next_with_status_bodies(cluster: ApiUnderTest) -> None:
     fake = cluster.require_fake("fail_next")
     ns = cluster.namespace
     fake.fail_next(1, 500)
@@ -69,7 +69,7 @@ def test_fail_next_with_status_bodies(cluster: Cluster) -> None:
         cluster.core.read_namespaced_config_map("special", ns)
 
 
-def test_latency(cluster: Cluster) -> None:
+def test_latency(cluster: ApiUnderTest) -> None:
     fake = cluster.require_fake("set_latency")
     fake.set_latency(0.2)
     started = time.monotonic()
@@ -78,7 +78,7 @@ def test_latency(cluster: Cluster) -> None:
     fake.set_latency(0)
 
 
-def test_freeze_holds_requests_and_silences_watches(cluster: Cluster) -> None:
+def test_freeze_holds_requests_and_silences_watches(cluster: ApiUnderTest) -> None:
     fake = cluster.require_fake("freeze")
     ns = cluster.namespace
     # kube-root-ca.crt is in every namespace (as on a real cluster); watch only what we make.
@@ -118,7 +118,7 @@ def test_freeze_holds_requests_and_silences_watches(cluster: Cluster) -> None:
     assert "during" in names
 
 
-def test_compact_then_resume(cluster: Cluster) -> None:
+def test_compact_then_resume(cluster: ApiUnderTest) -> None:
     fake = cluster.require_fake("compact")
     rv = fake.current_rv()
     cluster.core.create_namespaced_config_map(cluster.namespace, {"metadata": {"name": "a"}})
@@ -137,7 +137,7 @@ def test_compact_then_resume(cluster: Cluster) -> None:
     fresh.close()
 
 
-def test_request_log(cluster: Cluster) -> None:
+def test_request_log(cluster: ApiUnderTest) -> None:
     fake = cluster.require_fake("request log")
     ns = cluster.namespace
     since = time.time()
@@ -157,7 +157,7 @@ def test_request_log(cluster: Cluster) -> None:
     assert fake.requests(verb="get", name="absent")[-1].code == 404
 
 
-def test_direct_access(cluster: Cluster) -> None:
+def test_direct_access(cluster: ApiUnderTest) -> None:
     fake = cluster.require_fake("in-process access")
     pod = cluster.core.create_namespaced_pod(cluster.namespace, pod_body("p"))
     stored = fake.get_object("pods", cluster.namespace, "p")

@@ -12,7 +12,7 @@ from typing import Any
 import pytest
 from kubernetes.client import ApiException, V1DeleteOptions, V1Preconditions
 
-from tests.cluster import NO_SCHEDULER, Cluster, pod_body
+from tests.cluster import NO_SCHEDULER, ApiUnderTest, pod_body
 
 SA_PATH = "/var/run/secrets/kubernetes.io/serviceaccount"
 MERGE = "application/merge-patch+json"
@@ -26,7 +26,7 @@ def _status(exc: ApiException) -> dict[str, Any]:
     return body
 
 
-def _bind(cluster: Cluster, name: str, node: str | None = None) -> Any:
+def _bind(cluster: ApiUnderTest, name: str, node: str | None = None) -> Any:
     """POST a Binding; the server answers a Status, which the client can't parse as V1Binding."""
     body = {
         "metadata": {"name": name},
@@ -38,13 +38,13 @@ def _bind(cluster: Cluster, name: str, node: str | None = None) -> Any:
     return json.loads(response.data)
 
 
-def _bound_pod(cluster: Cluster, name: str, **spec: Any) -> Any:
+def _bound_pod(cluster: ApiUnderTest, name: str, **spec: Any) -> Any:
     return cluster.core.create_namespaced_pod(
         cluster.namespace, pod_body(name, nodeName=cluster.node_name, **spec)
     )
 
 
-def test_pod_defaults(cluster: Cluster) -> None:
+def test_pod_defaults(cluster: ApiUnderTest) -> None:
     pod = cluster.core.create_namespaced_pod(
         cluster.namespace,
         pod_body("p", image="busybox:1.36", containers=[
@@ -93,7 +93,7 @@ def test_pod_defaults(cluster: Cluster) -> None:
     assert not pod.status.conditions
 
 
-def test_service_account_volume(cluster: Cluster) -> None:
+def test_service_account_volume(cluster: ApiUnderTest) -> None:
     cluster.require_service_account_admission()
     pod = cluster.core.create_namespaced_pod(cluster.namespace, pod_body("p"))
     [volume] = pod.spec.volumes
@@ -135,7 +135,7 @@ def test_service_account_volume(cluster: Cluster) -> None:
         ),
     ],
 )
-def test_qos_class(cluster: Cluster, resources: dict[str, Any], qos: str) -> None:
+def test_qos_class(cluster: ApiUnderTest, resources: dict[str, Any], qos: str) -> None:
     body = pod_body("p")
     body["spec"]["containers"][0]["resources"] = resources
     pod = cluster.core.create_namespaced_pod(cluster.namespace, body)
@@ -158,7 +158,7 @@ def test_qos_class(cluster: Cluster, resources: dict[str, Any], qos: str) -> Non
         ),
     ],
 )
-def test_pod_validation(cluster: Cluster, spec: dict[str, Any], message: str) -> None:
+def test_pod_validation(cluster: ApiUnderTest, spec: dict[str, Any], message: str) -> None:
     with pytest.raises(ApiException) as err:
         cluster.core.create_namespaced_pod(
             cluster.namespace, {"metadata": {"name": "p"}, "spec": spec}
@@ -171,7 +171,7 @@ def test_pod_validation(cluster: Cluster, spec: dict[str, Any], message: str) ->
     assert body["details"]["causes"]
 
 
-def test_pod_spec_update_is_mostly_forbidden(cluster: Cluster) -> None:
+def test_pod_spec_update_is_mostly_forbidden(cluster: ApiUnderTest) -> None:
     ns = cluster.namespace
     cluster.core.create_namespaced_pod(ns, pod_body("p"))
     image = cluster.core.patch_namespaced_pod(
@@ -196,7 +196,7 @@ def test_pod_spec_update_is_mostly_forbidden(cluster: Cluster) -> None:
     )
 
 
-def test_status_subresource_and_main_resource_are_isolated(cluster: Cluster) -> None:
+def test_status_subresource_and_main_resource_are_isolated(cluster: ApiUnderTest) -> None:
     ns = cluster.namespace
     cluster.core.create_namespaced_pod(ns, pod_body("p", nodeName=cluster.node_name))
     main = cluster.core.patch_namespaced_pod(
@@ -223,14 +223,14 @@ def test_status_subresource_and_main_resource_are_isolated(cluster: Cluster) -> 
     assert replaced.status.qos_class == "BestEffort"
 
 
-def test_noop_patch_keeps_resource_version(cluster: Cluster) -> None:
+def test_noop_patch_keeps_resource_version(cluster: ApiUnderTest) -> None:
     ns = cluster.namespace
     pod = cluster.core.create_namespaced_pod(ns, pod_body("p", nodeName=cluster.node_name))
     same = cluster.core.patch_namespaced_pod_status("p", ns, {"status": {"phase": "Pending"}})
     assert same.metadata.resource_version == pod.metadata.resource_version
 
 
-def test_strategic_merge_of_conditions_and_container_statuses(cluster: Cluster) -> None:
+def test_strategic_merge_of_conditions_and_container_statuses(cluster: ApiUnderTest) -> None:
     ns = cluster.namespace
     _bound_pod(cluster, "p")
     first = {
@@ -277,7 +277,7 @@ def test_strategic_merge_of_conditions_and_container_statuses(cluster: Cluster) 
     assert [c.type for c in pod.status.conditions] == ["Initialized"]
 
 
-def test_strategic_merge_lists_without_key_are_replaced(cluster: Cluster) -> None:
+def test_strategic_merge_lists_without_key_are_replaced(cluster: ApiUnderTest) -> None:
     ns = cluster.namespace
     cluster.core.create_namespaced_pod(ns, pod_body("p"))
     pod = cluster.core.patch_namespaced_pod(
@@ -306,7 +306,7 @@ def test_strategic_merge_lists_without_key_are_replaced(cluster: Cluster) -> Non
     assert [t.key for t in node.spec.taints] == ["b"]
 
 
-def test_merge_and_json_patch(cluster: Cluster) -> None:
+def test_merge_and_json_patch(cluster: ApiUnderTest) -> None:
     ns = cluster.namespace
     cluster.core.create_namespaced_config_map(
         ns, {"metadata": {"name": "cm", "labels": {"a": "1", "b": "2"}}, "data": {"x": "1"}}
@@ -334,7 +334,7 @@ def test_merge_and_json_patch(cluster: Cluster) -> None:
     assert err.value.status == 422
 
 
-def test_patch_preconditions_and_missing_object(cluster: Cluster) -> None:
+def test_patch_preconditions_and_missing_object(cluster: ApiUnderTest) -> None:
     ns = cluster.namespace
     cm = cluster.core.create_namespaced_config_map(ns, {"metadata": {"name": "cm"}})
     with pytest.raises(ApiException) as err:
@@ -368,7 +368,7 @@ def test_patch_preconditions_and_missing_object(cluster: Cluster) -> None:
     assert err.value.status == 404
 
 
-def test_unsupported_patch_type_is_415(cluster: Cluster) -> None:
+def test_unsupported_patch_type_is_415(cluster: ApiUnderTest) -> None:
     cluster.core.create_namespaced_config_map(cluster.namespace, {"metadata": {"name": "cm"}})
     with pytest.raises(ApiException) as err:
         cluster.core.patch_namespaced_config_map(
@@ -377,7 +377,7 @@ def test_unsupported_patch_type_is_415(cluster: Cluster) -> None:
     assert err.value.status == 415
 
 
-def test_binding(cluster: Cluster) -> None:
+def test_binding(cluster: ApiUnderTest) -> None:
     ns = cluster.namespace
     # A scheduler of our own, so that a real cluster's default-scheduler leaves the pod to us.
     cluster.core.create_namespaced_pod(ns, pod_body("p", schedulerName=NO_SCHEDULER))
@@ -395,13 +395,13 @@ def test_binding(cluster: Cluster) -> None:
     )
 
 
-def test_pod_created_with_node_name_has_no_scheduled_condition(cluster: Cluster) -> None:
+def test_pod_created_with_node_name_has_no_scheduled_condition(cluster: ApiUnderTest) -> None:
     pod = _bound_pod(cluster, "p")
     assert pod.spec.node_name == cluster.node_name
     assert not pod.status.conditions
 
 
-def test_graceful_deletion_of_bound_pod(cluster: Cluster) -> None:
+def test_graceful_deletion_of_bound_pod(cluster: ApiUnderTest) -> None:
     ns = cluster.namespace
     pod = _bound_pod(cluster, "p", terminationGracePeriodSeconds=20)
     deleted = cluster.core.delete_namespaced_pod("p", ns)
@@ -425,7 +425,7 @@ def test_graceful_deletion_of_bound_pod(cluster: Cluster) -> None:
 
 
 @pytest.mark.parametrize("case", ["unbound", "terminal", "grace0"])
-def test_immediate_pod_deletion(cluster: Cluster, case: str) -> None:
+def test_immediate_pod_deletion(cluster: ApiUnderTest, case: str) -> None:
     ns = cluster.namespace
     if case == "unbound":  # and left so: no scheduler binds it to a node of the cluster's
         cluster.core.create_namespaced_pod(ns, pod_body("p", schedulerName=NO_SCHEDULER))
@@ -442,7 +442,7 @@ def test_immediate_pod_deletion(cluster: Cluster, case: str) -> None:
     assert err.value.status == 404
 
 
-def test_delete_preconditions(cluster: Cluster) -> None:
+def test_delete_preconditions(cluster: ApiUnderTest) -> None:
     ns = cluster.namespace
     pod = cluster.core.create_namespaced_pod(ns, pod_body("p"))
     wrong = V1DeleteOptions(
@@ -462,7 +462,7 @@ def test_delete_preconditions(cluster: Cluster) -> None:
     cluster.core.delete_namespaced_pod("p", ns, body=right)
 
 
-def test_finalizers_hold_deletion(cluster: Cluster) -> None:
+def test_finalizers_hold_deletion(cluster: ApiUnderTest) -> None:
     ns = cluster.namespace
     cluster.core.create_namespaced_config_map(
         ns, {"metadata": {"name": "cm", "finalizers": ["example.com/hold"]}}
@@ -479,7 +479,7 @@ def test_finalizers_hold_deletion(cluster: Cluster) -> None:
 
 
 def test_order_directive_on_a_list_without_merge_key_is_never_a_silent_success(
-    cluster: Cluster,
+    cluster: ApiUnderTest,
 ) -> None:
     """The patch the agent once sent: a real server fails on it (v1.24 panics and drops the
     connection), so the fake must fail too."""
@@ -501,7 +501,7 @@ def test_order_directive_on_a_list_without_merge_key_is_never_a_silent_success(
 
 
 def test_unknown_status_fields_are_dropped_but_their_order_directive_fails(
-    cluster: Cluster,
+    cluster: ApiUnderTest,
 ) -> None:
     """What an older server does with a newer kubelet's field (v1.24 and `hostIPs`)."""
     ns = cluster.namespace
@@ -520,7 +520,7 @@ def test_unknown_status_fields_are_dropped_but_their_order_directive_fails(
     )
 
 
-def test_pod_ips_are_validated_and_pod_ip_is_authoritative(cluster: Cluster) -> None:
+def test_pod_ips_are_validated_and_pod_ip_is_authoritative(cluster: ApiUnderTest) -> None:
     ns = cluster.namespace
     _bound_pod(cluster, "p")
     with pytest.raises(ApiException) as err:

@@ -9,13 +9,13 @@ import time
 from pathlib import Path
 from typing import Any
 
-from tests.cluster import NO_SCHEDULER, Cluster, open_watch, pod_body
+from tests.cluster import NO_SCHEDULER, ApiUnderTest, open_watch, pod_body
 
 # Every namespace of a real cluster holds kube-root-ca.crt; watches select only ours.
 OURS = "made-by=test"
 
 
-def _cm(cluster: Cluster, name: str, **labels: str) -> Any:
+def _cm(cluster: ApiUnderTest, name: str, **labels: str) -> Any:
     body = {"metadata": {"name": name, "labels": {"made-by": "test", **labels}}, "data": {"v": "1"}}
     return cluster.core.create_namespaced_config_map(cluster.namespace, body)
 
@@ -25,7 +25,7 @@ def _name(event: dict[str, Any]) -> str:
     return name
 
 
-def test_watch_from_empty_and_zero_rv_lists_current_objects_first(cluster: Cluster) -> None:
+def test_watch_from_empty_and_zero_rv_lists_current_objects_first(cluster: ApiUnderTest) -> None:
     _cm(cluster, "a")
     _cm(cluster, "b")
     for rv in ("", "0"):
@@ -49,7 +49,7 @@ def test_watch_from_empty_and_zero_rv_lists_current_objects_first(cluster: Clust
             stream.close()
 
 
-def test_watch_from_resource_version_replays_later_events(cluster: Cluster) -> None:
+def test_watch_from_resource_version_replays_later_events(cluster: ApiUnderTest) -> None:
     ns = cluster.namespace
     rv = _cm(cluster, "a").metadata.resource_version
     _cm(cluster, "b")
@@ -72,7 +72,7 @@ def test_watch_from_resource_version_replays_later_events(cluster: Cluster) -> N
         stream.close()
 
 
-def test_selector_transitions_become_added_and_deleted(cluster: Cluster) -> None:
+def test_selector_transitions_become_added_and_deleted(cluster: ApiUnderTest) -> None:
     ns = cluster.namespace
     stream = open_watch(cluster.core.list_namespaced_config_map, ns, label_selector="app=web")
     try:
@@ -94,7 +94,7 @@ def test_selector_transitions_become_added_and_deleted(cluster: Cluster) -> None
         stream.close()
 
 
-def test_pod_watch_by_node_name_sees_binding_as_added(cluster: Cluster) -> None:
+def test_pod_watch_by_node_name_sees_binding_as_added(cluster: ApiUnderTest) -> None:
     ns = cluster.namespace
     selector = f"spec.nodeName={cluster.node_name}"
     # Bound by the test alone: no scheduler of a real cluster takes it first.
@@ -118,7 +118,7 @@ def test_pod_watch_by_node_name_sees_binding_as_added(cluster: Cluster) -> None:
         stream.close()
 
 
-def test_deleted_event_carries_last_state_with_new_rv(cluster: Cluster) -> None:
+def test_deleted_event_carries_last_state_with_new_rv(cluster: ApiUnderTest) -> None:
     ns = cluster.namespace
     pod = cluster.core.create_namespaced_pod(ns, pod_body("p", nodeName=cluster.node_name))
     stream = open_watch(
@@ -145,7 +145,7 @@ def test_deleted_event_carries_last_state_with_new_rv(cluster: Cluster) -> None:
         stream.close()
 
 
-def test_bookmarks_only_when_asked(cluster: Cluster) -> None:
+def test_bookmarks_only_when_asked(cluster: ApiUnderTest) -> None:
     fake = cluster.require_fake("bookmark interval is 1 min on a real server")
     ns = cluster.namespace
     fake.bookmark_interval, old = 0.1, fake.bookmark_interval
@@ -169,7 +169,7 @@ def test_bookmarks_only_when_asked(cluster: Cluster) -> None:
         fake.bookmark_interval = old
 
 
-def test_timeout_seconds_closes_the_stream(cluster: Cluster) -> None:
+def test_timeout_seconds_closes_the_stream(cluster: ApiUnderTest) -> None:
     started = time.monotonic()
     stream = open_watch(
         cluster.core.list_namespaced_config_map, cluster.namespace, timeout_seconds=1
@@ -179,7 +179,7 @@ def test_timeout_seconds_closes_the_stream(cluster: Cluster) -> None:
     assert time.monotonic() - started < 10
 
 
-def test_resume_after_compaction_gets_410_error_event(cluster: Cluster) -> None:
+def test_resume_after_compaction_gets_410_error_event(cluster: ApiUnderTest) -> None:
     fake = cluster.require_fake("compact() forgets history on demand")
     ns = cluster.namespace
     rv = _cm(cluster, "a").metadata.resource_version
@@ -194,7 +194,7 @@ def test_resume_after_compaction_gets_410_error_event(cluster: Cluster) -> None:
     assert stream.assert_ends() == []
 
 
-def test_history_window_is_bounded(cluster: Cluster, tmp_path: Path) -> None:
+def test_history_window_is_bounded(cluster: ApiUnderTest, tmp_path: Path) -> None:
     cluster.require_fake("needs a server with a tiny history window")
     from kubernetes import client, config
 

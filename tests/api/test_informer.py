@@ -14,7 +14,7 @@ from kubelet_sim.kube.informer import DELETED, Informer, WatchTimeouts
 from kubelet_sim.kube.watches import pods_on_node
 from kubelet_sim.loops.backoff import Backoff
 from kubelet_sim.loops.supervise import Supervisor
-from tests.cluster import Cluster, wait_for
+from tests.cluster import ApiUnderTest, wait_for
 
 FAST_TIMEOUTS = WatchTimeouts(server_min=20, server_max=30, read=1.5, connect=1.0)
 
@@ -59,14 +59,14 @@ def recorder() -> Recorder:
 
 
 @pytest.fixture
-def agent_api(cluster: Cluster) -> client.ApiClient:
+def agent_api(cluster: ApiUnderTest) -> client.ApiClient:
     """A client configured as the agent's own (no hidden urllib3 retries)."""
     return connect(cluster.kubeconfig).api
 
 
 @pytest.fixture
 def informer(
-    agent_api: client.ApiClient, cluster: Cluster, recorder: Recorder
+    agent_api: client.ApiClient, cluster: ApiUnderTest, recorder: Recorder
 ) -> Iterator[Informer]:
     inf = Informer(
         pods_on_node(agent_api, cluster.node_name),
@@ -80,26 +80,26 @@ def informer(
     inf.stop()
 
 
-def server_truth(cluster: Cluster) -> set[str]:
+def server_truth(cluster: ApiUnderTest) -> set[str]:
     pods = cluster.core.list_pod_for_all_namespaces(
         field_selector=f"spec.nodeName={cluster.node_name}"
     ).items
     return {f"{p.metadata.namespace}/{p.metadata.name}" for p in pods}
 
 
-def create_pod(cluster: Cluster, name: str, node: str | None = None) -> str:
+def create_pod(cluster: ApiUnderTest, name: str, node: str | None = None) -> str:
     cluster.core.create_namespaced_pod(cluster.namespace, pod_body(name, node or cluster.node_name))
     return f"{cluster.namespace}/{name}"
 
 
-def delete_now(cluster: Cluster, name: str) -> None:
+def delete_now(cluster: ApiUnderTest, name: str) -> None:
     cluster.core.delete_namespaced_pod(
         name, cluster.namespace, body=client.V1DeleteOptions(grace_period_seconds=0)
     )
 
 
 def test_pod_bound_to_node_is_seen_within_a_second(
-    cluster: Cluster, informer: Informer, recorder: Recorder
+    cluster: ApiUnderTest, informer: Informer, recorder: Recorder
 ) -> None:
     other_node = f"{cluster.node_name}-other"
     create_pod(cluster, "elsewhere", node=other_node)
@@ -111,7 +111,7 @@ def test_pod_bound_to_node_is_seen_within_a_second(
 
 
 def test_delete_is_delivered_with_last_state(
-    cluster: Cluster, informer: Informer, recorder: Recorder
+    cluster: ApiUnderTest, informer: Informer, recorder: Recorder
 ) -> None:
     key = create_pod(cluster, "short-lived")
     wait_for(lambda: informer.get(key) is not None, 5, "pod not seen")
@@ -121,7 +121,7 @@ def test_delete_is_delivered_with_last_state(
 
 
 def test_dropped_watches_resume_from_resource_version_without_relisting(
-    cluster: Cluster, informer: Informer
+    cluster: ApiUnderTest, informer: Informer
 ) -> None:
     fake = cluster.require_fake("drops every open watch")
     first = create_pod(cluster, "before")
@@ -136,7 +136,7 @@ def test_dropped_watches_resume_from_resource_version_without_relisting(
 
 
 def test_compaction_while_away_relists_and_delivers_the_missed_delete(
-    cluster: Cluster, informer: Informer, recorder: Recorder
+    cluster: ApiUnderTest, informer: Informer, recorder: Recorder
 ) -> None:
     fake = cluster.require_fake("compacts history and fails watches")
     keep, gone = create_pod(cluster, "keep"), create_pod(cluster, "gone")
@@ -154,7 +154,7 @@ def test_compaction_while_away_relists_and_delivers_the_missed_delete(
 
 
 def test_server_errors_back_off_then_watch_again_from_the_same_version(
-    cluster: Cluster, informer: Informer
+    cluster: ApiUnderTest, informer: Informer
 ) -> None:
     fake = cluster.require_fake("fails requests with 500 and 429")
     fake.fail_next(3, 500, verb="watch")
@@ -167,7 +167,9 @@ def test_server_errors_back_off_then_watch_again_from_the_same_version(
     assert informer.keys() == server_truth(cluster)
 
 
-def test_frozen_server_is_noticed_by_the_read_timeout(cluster: Cluster, informer: Informer) -> None:
+def test_frozen_server_is_noticed_by_the_read_timeout(
+    cluster: ApiUnderTest, informer: Informer
+) -> None:
     fake = cluster.require_fake("freezes like a half-open link")
     reconnects = informer.stats.reconnects
     fake.freeze()
@@ -185,7 +187,7 @@ def test_frozen_server_is_noticed_by_the_read_timeout(cluster: Cluster, informer
 
 
 def test_stop_returns_promptly_while_a_watch_is_open(
-    cluster: Cluster, agent_api: client.ApiClient
+    cluster: ApiUnderTest, agent_api: client.ApiClient
 ) -> None:
     inf = Informer(
         pods_on_node(agent_api, cluster.node_name),
@@ -200,7 +202,7 @@ def test_stop_returns_promptly_while_a_watch_is_open(
     assert not stopping.is_alive(), "stop() hung on an open watch"
 
 
-def test_a_list_the_server_refuses_is_said_so_and_never_synced(cluster: Cluster) -> None:
+def test_a_list_the_server_refuses_is_said_so_and_never_synced(cluster: ApiUnderTest) -> None:
     """Node credentials may not list EndpointSlices: whoever waits for that first list (a new
     pod's service-proxy set-up) learns it was refused rather than wait out a grace period."""
     from kubelet_sim.kube.watches import all_endpoint_slices

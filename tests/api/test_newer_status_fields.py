@@ -4,12 +4,12 @@ it does not (v1.24): observedGeneration, and a container's resources and allocat
 from __future__ import annotations
 
 from tests.agent_fixture import RunningAgent
-from tests.cluster import Cluster, server_has_field
+from tests.cluster import ApiUnderTest, server_has_field
 from tests.pods import container, container_status, get_pod, make_pod, running_ready, wait_status
 
 
 def test_observed_generation_follows_the_pods_generation(
-    cluster: Cluster, agent: RunningAgent
+    cluster: ApiUnderTest, agent: RunningAgent
 ) -> None:
     created = make_pod(cluster, "gen")
     st = wait_status(cluster, "gen", running_ready, 30, "Running and Ready")
@@ -34,7 +34,7 @@ def test_observed_generation_follows_the_pods_generation(
 
 
 def test_a_running_container_reports_its_resources_where_the_server_has_the_fields(
-    cluster: Cluster, agent: RunningAgent
+    cluster: ApiUnderTest, agent: RunningAgent
 ) -> None:
     resources = {"requests": {"cpu": "50m", "memory": "16Mi"}, "limits": {"memory": "64Mi"}}
     make_pod(cluster, "sized", container(resources=resources))

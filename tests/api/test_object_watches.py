@@ -13,7 +13,7 @@ from kubelet_sim.kube.informer import WatchTimeouts
 from kubelet_sim.kube.object_watches import Ref, ReferencedObjectWatches
 from kubelet_sim.loops.backoff import Backoff
 from kubelet_sim.loops.supervise import Supervisor
-from tests.cluster import Cluster, wait_for
+from tests.cluster import ApiUnderTest, wait_for
 
 
 @pytest.fixture
@@ -22,7 +22,7 @@ def changes() -> list[Ref]:
 
 
 @pytest.fixture
-def watches(cluster: Cluster, changes: list[Ref]) -> Iterator[ReferencedObjectWatches]:
+def watches(cluster: ApiUnderTest, changes: list[Ref]) -> Iterator[ReferencedObjectWatches]:
     lock = threading.Lock()
 
     def on_change(ref: Ref) -> None:
@@ -41,7 +41,7 @@ def watches(cluster: Cluster, changes: list[Ref]) -> Iterator[ReferencedObjectWa
 
 
 def test_watches_start_with_first_user_and_stop_with_last(
-    cluster: Cluster, watches: ReferencedObjectWatches, changes: list[Ref]
+    cluster: ApiUnderTest, watches: ReferencedObjectWatches, changes: list[Ref]
 ) -> None:
     ns = cluster.namespace
     cluster.core.create_namespaced_config_map(
@@ -70,7 +70,9 @@ def test_watches_start_with_first_user_and_stop_with_last(
     assert watches.watched() == set()
 
 
-def test_each_object_is_watched_by_name(cluster: Cluster, watches: ReferencedObjectWatches) -> None:
+def test_each_object_is_watched_by_name(
+    cluster: ApiUnderTest, watches: ReferencedObjectWatches
+) -> None:
     fake = cluster.require_fake("reads the request log")
     ns = cluster.namespace
     since = fake.requests()[-1].time if fake.requests() else 0.0
@@ -86,7 +88,7 @@ def test_each_object_is_watched_by_name(cluster: Cluster, watches: ReferencedObj
 
 
 def test_idle_and_immutable_objects_are_not_watched_and_a_read_watches_again(
-    cluster: Cluster,
+    cluster: ApiUnderTest,
 ) -> None:
     """The kubelet's limits on per-object watches: one nobody read for a while stops (its
     object is still known), the next read lists and watches again; an immutable one stops
@@ -132,7 +134,7 @@ def test_idle_and_immutable_objects_are_not_watched_and_a_read_watches_again(
 
 @pytest.mark.parametrize(("pool_size", "discards"), [(2, True), (32, False)])
 def test_a_pool_sized_for_the_watches_keeps_their_connections(
-    cluster: Cluster, caplog: pytest.LogCaptureFixture, pool_size: int, discards: bool
+    cluster: ApiUnderTest, caplog: pytest.LogCaptureFixture, pool_size: int, discards: bool
 ) -> None:
     """Watches that end (here every second) hand their connection back; a pool smaller than
     the watches throws it away with urllib3's "Connection pool is full" warning."""
@@ -162,7 +164,7 @@ def test_a_pool_sized_for_the_watches_keeps_their_connections(
 
 
 def test_past_a_pods_own_watches_its_objects_are_polled_on_one_thread(
-    cluster: Cluster, changes: list[Ref]
+    cluster: ApiUnderTest, changes: list[Ref]
 ) -> None:
     """Issue 26: a pod with many references costs a bounded number of threads and
     connections; what is past its watches is read by GET each poll period."""

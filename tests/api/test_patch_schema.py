@@ -14,7 +14,7 @@ from kubelet_sim.kube.schema import (
     definitions_of,
     reachable,
 )
-from tests.cluster import Cluster
+from tests.cluster import ApiUnderTest
 
 # Fields of our tables that servers older than the field do not have (v1.24 lacks them).
 NEWER_FIELDS = {"hostIPs", "resourceClaimStatuses"}
@@ -44,7 +44,7 @@ def _compare(ours: PatchSchema, definition: dict[str, Any]) -> None:
             assert field in NEWER_FIELDS, f"{field} is in our table but not in the server's schema"
 
 
-def test_patch_strategies_are_the_servers(cluster: Cluster) -> None:
+def test_patch_strategies_are_the_servers(cluster: ApiUnderTest) -> None:
     """containerStatuses has no merge key on a real server: the bug of issue 8, checked at the
     source (on the fake: against its copy of a real v1.24 server's schema)."""
     definitions = request_json(cluster.api, "GET", "/openapi/v2", timeout=(5, 60))["definitions"]
@@ -53,7 +53,7 @@ def test_patch_strategies_are_the_servers(cluster: Cluster) -> None:
     assert _server_merge_keys(definitions[POD_STATUS])["containerStatuses"] is None
 
 
-def test_status_is_pruned_to_the_fields_the_server_knows(cluster: Cluster) -> None:
+def test_status_is_pruned_to_the_fields_the_server_knows(cluster: ApiUnderTest) -> None:
     schema = ServerSchema.of_server(cluster.api)
     assert schema.knows(POD_STATUS)
     status = {
@@ -87,7 +87,7 @@ def test_pruning_follows_refs_and_keeps_maps() -> None:
 
 
 def test_the_definitions_are_decoded_alone_as_the_whole_document_has_them(
-    cluster: Cluster,
+    cluster: ApiUnderTest,
 ) -> None:
     """The schema reads only the document's `definitions` (memory: issue 22); they are the
     whole document's, on the server and on documents laid out otherwise."""

@@ -18,7 +18,7 @@ import yaml
 from kubernetes.client.exceptions import ApiException
 
 from tests.agent_fixture import start_agent
-from tests.cluster import Cluster, wait_for
+from tests.cluster import ApiUnderTest, wait_for
 from tests.docker_env import DockerEnv
 from tests.pods import container, get_pod, make_pod, running_ready, wait_status
 
@@ -60,7 +60,7 @@ def _allowed(rules: list[dict[str, Any]], verb: str, resource: str, group: str) 
     )
 
 
-def _workload(cluster: Cluster) -> None:
+def _workload(cluster: ApiUnderTest) -> None:
     """A pod that uses what the agent reads and writes: a ConfigMap, a Secret, a projected
     service account token, status writes, events, and its final delete."""
     ns = cluster.namespace
@@ -82,7 +82,7 @@ def _workload(cluster: Cluster) -> None:
     wait_for(lambda: get_pod(cluster, "user") is None, 30, "the pod deleted to the end")
 
 
-def _service_account_kubeconfig(cluster: Cluster, tmp_path: Path) -> str:
+def _service_account_kubeconfig(cluster: ApiUnderTest, tmp_path: Path) -> str:
     """Apply the manifest with the admin, then a kubeconfig with the ServiceAccount's token."""
     from kubernetes import client
 
@@ -114,7 +114,7 @@ def _service_account_kubeconfig(cluster: Cluster, tmp_path: Path) -> str:
 
 
 def test_the_manifest_allows_everything_the_agent_does(
-    cluster: Cluster, docker_env: DockerEnv, tmp_path: Path
+    cluster: ApiUnderTest, docker_env: DockerEnv, tmp_path: Path
 ) -> None:
     if cluster.fake is not None:
         since = 0.0

@@ -11,7 +11,7 @@ from typing import Any
 import pytest
 
 from tests.agent_process import AgentProcess, running_agent
-from tests.cluster import Cluster, wait_for
+from tests.cluster import ApiUnderTest, wait_for
 
 pytestmark = pytest.mark.docker
 
@@ -29,7 +29,7 @@ def _run(*args: str, env: dict[str, str] | None = None) -> subprocess.CompletedP
     )
 
 
-def _wait_ready(cluster: Cluster, agent: AgentProcess, timeout: float = 30) -> None:
+def _wait_ready(cluster: ApiUnderTest, agent: AgentProcess, timeout: float = 30) -> None:
     try:
         wait_for(lambda: _node_ready(cluster), timeout, "the Node to be Ready")
     except BaseException:
@@ -37,7 +37,7 @@ def _wait_ready(cluster: Cluster, agent: AgentProcess, timeout: float = 30) -> N
         raise
 
 
-def _node_ready(cluster: Cluster) -> bool:
+def _node_ready(cluster: ApiUnderTest) -> bool:
     try:
         node = cluster.core.read_node(cluster.node_name)
     except Exception:
@@ -46,7 +46,7 @@ def _node_ready(cluster: Cluster) -> bool:
 
 
 def test_agent_registers_logs_json_and_stops_cleanly_on_sigterm(
-    cluster: Cluster, docker_env: object
+    cluster: ApiUnderTest, docker_env: object
 ) -> None:
     with running_agent(cluster, "--node-labels", "kubelet-sim.io/demo=yes") as agent:
         _wait_ready(cluster, agent)
@@ -88,7 +88,7 @@ def test_agent_registers_logs_json_and_stops_cleanly_on_sigterm(
     )
 
 
-def _own_taints(cluster: Cluster) -> list[tuple[str, str | None, str]]:
+def _own_taints(cluster: ApiUnderTest) -> list[tuple[str, str | None, str]]:
     """The Node's taints but those a real cluster's node lifecycle controller adds itself."""
     node = cluster.core.read_node(cluster.node_name)
     return [
@@ -103,7 +103,7 @@ def _own_taints(cluster: Cluster) -> list[tuple[str, str | None, str]]:
     [("", []), ("example.com/gpu=yes:NoExecute", [("example.com/gpu", "yes", "NoExecute")])],
 )
 def test_register_with_taints_replaces_the_default(
-    cluster: Cluster, docker_env: object, flag: str, taints: list[tuple[str, str, str]]
+    cluster: ApiUnderTest, docker_env: object, flag: str, taints: list[tuple[str, str, str]]
 ) -> None:
     """NodeRestriction lets a kubelet set its taints when it creates its Node; none is kept
     from the default, and an explicit empty value registers none."""
@@ -112,7 +112,7 @@ def test_register_with_taints_replaces_the_default(
         assert _own_taints(cluster) == taints
 
 
-def test_delete_node_on_exit(cluster: Cluster, docker_env: object) -> None:
+def test_delete_node_on_exit(cluster: ApiUnderTest, docker_env: object) -> None:
     """With credentials that may delete Nodes (a kubelet's may not; see test_node_lifecycle)."""
     with running_agent(cluster, "--delete-node-on-exit", kubeconfig=cluster.kubeconfig) as agent:
         _wait_ready(cluster, agent)
@@ -144,7 +144,7 @@ def test_missing_kubeconfig_is_one_clear_line(tmp_path: Path) -> None:
     )
 
 
-def test_unreachable_docker_is_one_clear_line(cluster: Cluster) -> None:
+def test_unreachable_docker_is_one_clear_line(cluster: ApiUnderTest) -> None:
     result = _run(
         "--node-name", "n1", "--kubeconfig", cluster.kubeconfig,
         env={"DOCKER_HOST": "unix:///nonexistent/docker.sock"},
@@ -191,7 +191,7 @@ def test_unreachable_api_server_is_retried_and_logged(tmp_path: Path) -> None:
 
 
 def test_insecure_kubeconfig_warns_once_not_per_request(
-    cluster: Cluster, docker_env: object, tmp_path: Path
+    cluster: ApiUnderTest, docker_env: object, tmp_path: Path
 ) -> None:
     import yaml
 
@@ -213,7 +213,7 @@ def test_insecure_kubeconfig_warns_once_not_per_request(
     assert len(warned) == 1, warned
 
 
-def test_container_log_rotation_flags_reach_docker(cluster: Cluster, docker_env: Any) -> None:
+def test_container_log_rotation_flags_reach_docker(cluster: ApiUnderTest, docker_env: Any) -> None:
     from tests.pods import make_pod, running_ready, wait_status
 
     flags = ("--container-log-max-size", "1Mi", "--container-log-max-files", "3")
@@ -232,7 +232,7 @@ def test_container_log_rotation_flags_reach_docker(cluster: Cluster, docker_env:
             }
 
 
-def test_too_few_log_files_is_one_clear_line(cluster: Cluster) -> None:
+def test_too_few_log_files_is_one_clear_line(cluster: ApiUnderTest) -> None:
     result = _run("--node-name", "n1", "--kubeconfig", cluster.kubeconfig,
                   "--container-log-max-files", "1")  # fmt: skip
     assert result.returncode == 1

@@ -20,7 +20,7 @@ import pytest
 from kubelet_sim import cri
 from kubelet_sim.kube.rest import ApiError, request_json
 from tests.agent_fixture import RunningAgent, start_agent
-from tests.cluster import Cluster, deadline_scale, wait_for
+from tests.cluster import ApiUnderTest, deadline_scale, wait_for
 from tests.docker_env import DockerEnv
 
 pytestmark = pytest.mark.docker
@@ -50,7 +50,7 @@ class TwoNodes:
     agents: list[RunningAgent]
 
 
-def _node_exists(cluster: Cluster, name: str) -> bool:
+def _node_exists(cluster: ApiUnderTest, name: str) -> bool:
     try:
         request_json(cluster.api, "GET", f"/api/v1/nodes/{name}")
     except ApiError:
@@ -59,7 +59,7 @@ def _node_exists(cluster: Cluster, name: str) -> bool:
 
 
 @pytest.fixture
-def two_nodes(cluster: Cluster, docker_env: DockerEnv, tmp_path: Path) -> Iterator[TwoNodes]:
+def two_nodes(cluster: ApiUnderTest, docker_env: DockerEnv, tmp_path: Path) -> Iterator[TwoNodes]:
     """Two agents on the test's cluster: the test's node (ours) and `<node>-ref`."""
     other = dataclasses.replace(
         cluster, node_name=f"{cluster.node_name}-ref", _node_kubeconfig=None
@@ -125,7 +125,7 @@ class Command:
         return line.split()[2].rstrip(";")
 
 
-def _namespace_gone_or_going(cluster: Cluster, namespace: str) -> bool:
+def _namespace_gone_or_going(cluster: ApiUnderTest, namespace: str) -> bool:
     try:
         found = request_json(cluster.api, "GET", f"/api/v1/namespaces/{namespace}")
     except ApiError as exc:
@@ -133,7 +133,7 @@ def _namespace_gone_or_going(cluster: Cluster, namespace: str) -> bool:
     return bool((found.get("metadata") or {}).get("deletionTimestamp"))
 
 
-def _pods_left(cluster: Cluster, namespace: str) -> list[str]:
+def _pods_left(cluster: ApiUnderTest, namespace: str) -> list[str]:
     body = request_json(cluster.api, "GET", f"/api/v1/namespaces/{namespace}/pods")
     return [
         item["metadata"]["name"]
@@ -143,7 +143,7 @@ def _pods_left(cluster: Cluster, namespace: str) -> list[str]:
 
 
 def test_two_kubelet_sim_nodes_agree_and_the_namespace_is_removed(
-    cluster: Cluster, two_nodes: TwoNodes, tmp_path: Path
+    cluster: ApiUnderTest, two_nodes: TwoNodes, tmp_path: Path
 ) -> None:
     mine = tmp_path / "mine.yaml"
     mine.write_text(MINE)
@@ -181,7 +181,9 @@ def test_two_kubelet_sim_nodes_agree_and_the_namespace_is_removed(
     wait_for(lambda: _namespace_gone_or_going(cluster, namespace), 10, "the namespace deleted")
 
 
-def test_ctrl_c_removes_the_pods_and_the_namespace(cluster: Cluster, two_nodes: TwoNodes) -> None:
+def test_ctrl_c_removes_the_pods_and_the_namespace(
+    cluster: ApiUnderTest, two_nodes: TwoNodes
+) -> None:
     command = Command(
         "--node", two_nodes.ours, "--reference-node", two_nodes.reference,
         "--kubeconfig", cluster.kubeconfig, "--scenario", "readiness-fails", "--observe", "600",
@@ -197,7 +199,9 @@ def test_ctrl_c_removes_the_pods_and_the_namespace(cluster: Cluster, two_nodes: 
     assert _namespace_gone_or_going(cluster, namespace)
 
 
-def test_a_bad_scenario_or_node_is_refused_with_one_line(cluster: Cluster, tmp_path: Path) -> None:
+def test_a_bad_scenario_or_node_is_refused_with_one_line(
+    cluster: ApiUnderTest, tmp_path: Path
+) -> None:
     bad = tmp_path / "bad.yaml"
     bad.write_text("kind: Pod\nmetadata: {name: p}\nspec: {}\n")
     code, _ = Command(

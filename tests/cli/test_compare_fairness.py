@@ -15,12 +15,12 @@ import pytest
 from kubelet_sim.formats.jsontypes import Json
 from kubelet_sim.kube.rest import ApiError, request_json
 from kubelet_sim.runtime.local_images import BUSYBOX_IMAGE
-from tests.cluster import Cluster, deadline_scale
+from tests.cluster import ApiUnderTest, deadline_scale
 
 PAUSE_ONLY = [["registry.k8s.io/pause:3.10"]]
 
 
-def _put_node(cluster: Cluster, name: str, ready: str, images: list[list[str]]) -> None:
+def _put_node(cluster: ApiUnderTest, name: str, ready: str, images: list[list[str]]) -> None:
     request_json(cluster.api, "POST", "/api/v1/nodes", {"metadata": {"name": name}})
     status: Json = {
         "conditions": [
@@ -44,7 +44,7 @@ def _put_node(cluster: Cluster, name: str, ready: str, images: list[list[str]]) 
 
 
 @pytest.fixture
-def reference(cluster: Cluster) -> Iterator[str]:
+def reference(cluster: ApiUnderTest) -> Iterator[str]:
     """The name of a second Node, removed after the test (the cluster removes its own)."""
     name = f"{cluster.node_name}-ref"
     yield name
@@ -55,7 +55,7 @@ def reference(cluster: Cluster) -> Iterator[str]:
             raise
 
 
-def _compare(cluster: Cluster, reference: str) -> subprocess.CompletedProcess[str]:
+def _compare(cluster: ApiUnderTest, reference: str) -> subprocess.CompletedProcess[str]:
     return subprocess.run(
         [
             sys.executable, "-m", "kubelet_sim", "compare", "--node", cluster.node_name,
@@ -86,7 +86,7 @@ def _is_tls_warning(line: str) -> bool:
 
 
 def test_a_reference_node_not_ready_is_refused_with_exit_code_2(
-    cluster: Cluster, reference: str
+    cluster: ApiUnderTest, reference: str
 ) -> None:
     _put_node(cluster, cluster.node_name, "True", [[BUSYBOX_IMAGE]])
     _put_node(cluster, reference, "False", [[BUSYBOX_IMAGE]])
@@ -99,7 +99,7 @@ def test_a_reference_node_not_ready_is_refused_with_exit_code_2(
 
 
 def test_an_image_missing_on_the_reference_is_refused_with_exit_code_2(
-    cluster: Cluster, reference: str
+    cluster: ApiUnderTest, reference: str
 ) -> None:
     _put_node(cluster, cluster.node_name, "True", [[BUSYBOX_IMAGE]])
     _put_node(cluster, reference, "True", PAUSE_ONLY)

@@ -22,14 +22,14 @@ import pytest
 from kubelet_sim.controlplane.reference_node import ReferenceNode
 from tests.agent_fixture import start_agent
 from tests.cli.test_compare import Command, _node_exists
-from tests.cluster import Cluster, wait_for
+from tests.cluster import ApiUnderTest, wait_for
 from tests.docker_env import DockerEnv
 
 pytestmark = pytest.mark.docker
 
 
 def _compare(
-    cluster: Cluster, reference: ReferenceNode, *scenarios: str, runs: int = 1
+    cluster: ApiUnderTest, reference: ReferenceNode, *scenarios: str, runs: int = 1
 ) -> dict[str, Any]:
     chosen = [arg for name in scenarios for arg in ("--scenario", name)]
     command = Command(
@@ -51,7 +51,7 @@ def _differing(report: dict[str, Any]) -> list[dict[str, Any]]:
 
 @pytest.mark.timeout(2400)
 def test_every_shipped_scenario_agrees_with_the_real_kubelet(
-    cluster: Cluster, docker_env: DockerEnv, reference_node: ReferenceNode, tmp_path: Path
+    cluster: ApiUnderTest, docker_env: DockerEnv, reference_node: ReferenceNode, tmp_path: Path
 ) -> None:
     running = start_agent(cluster, docker_env, tmp_path / "root")
     try:

@@ -22,7 +22,7 @@ from kubelet_sim import cri
 from kubelet_sim.kube.client import connect
 from kubelet_sim.tools.handoff import PodHandoff, _Stream, stream
 from tests.agent_fixture import RunningAgent, start_agent
-from tests.cluster import Cluster, wait_for
+from tests.cluster import ApiUnderTest, wait_for
 from tests.docker_env import DockerEnv
 from tests.pods import container, get_pod, make_pod
 
@@ -419,12 +419,12 @@ class _Streamed:
     printed: list[str] = field(default_factory=list)
     errors: list[BaseException] = field(default_factory=list)
 
-    def of(self, cluster: Cluster, name: str) -> list[list[str]]:
+    def of(self, cluster: ApiUnderTest, name: str) -> list[list[str]]:
         """The fields of each line about one pod of the test's namespace, in printed order."""
         pod = f"{cluster.namespace}/{name}"
         return [_fields(line) for line in list(self.printed) if f"  {pod}  " in line]
 
-    def has(self, cluster: Cluster, name: str, step: str) -> bool:
+    def has(self, cluster: ApiUnderTest, name: str, step: str) -> bool:
         return any(f[3] == step for f in self.of(cluster, name)) or bool(self.errors)
 
 
@@ -435,7 +435,7 @@ STREAM_HOLD = 15.0
 
 
 @contextlib.contextmanager
-def _streaming(cluster: Cluster, running: RunningAgent) -> Iterator[_Streamed]:
+def _streaming(cluster: ApiUnderTest, running: RunningAgent) -> Iterator[_Streamed]:
     """`stream()` on its thread, as the demo runs it (all namespaces), until the block ends."""
     streamed = _Streamed()
     stop, listening = threading.Event(), threading.Event()
@@ -468,7 +468,7 @@ def _streaming(cluster: Cluster, running: RunningAgent) -> Iterator[_Streamed]:
 
 @pytest.mark.docker
 def test_the_stream_shows_a_pods_handoff_through_ready_and_its_deletion(
-    cluster: Cluster, docker_env: DockerEnv, tmp_path: Path
+    cluster: ApiUnderTest, docker_env: DockerEnv, tmp_path: Path
 ) -> None:
     running = start_agent(cluster, docker_env, tmp_path / "root")
     try:
@@ -516,7 +516,7 @@ def _for_the_scheduler(name: str, node: str) -> dict[str, Any]:
 
 @pytest.mark.docker
 def test_the_stream_shows_the_schedulers_part(
-    cluster: Cluster, docker_env: DockerEnv, tmp_path: Path
+    cluster: ApiUnderTest, docker_env: DockerEnv, tmp_path: Path
 ) -> None:
     """With a real scheduler: who placed the pod and where, and why another fits nowhere."""
     cluster.require_scheduler()

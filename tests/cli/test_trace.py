@@ -12,7 +12,7 @@ import pytest
 
 from kubelet_sim.kube.client import connect
 from tests.agent_fixture import start_agent
-from tests.cluster import Cluster, wait_for
+from tests.cluster import ApiUnderTest, wait_for
 from tests.docker_env import DockerEnv
 from tests.pods import container, make_pod, running_ready, traced, wait_status
 
@@ -36,7 +36,7 @@ STEPS = [
 
 
 def test_trace_of_a_pod_with_an_init_container(
-    cluster: Cluster, docker_env: DockerEnv, tmp_path: Path
+    cluster: ApiUnderTest, docker_env: DockerEnv, tmp_path: Path
 ) -> None:
     root = tmp_path / "root"
     running = start_agent(cluster, docker_env, root / cluster.node_name)
@@ -72,7 +72,7 @@ def test_trace_of_a_pod_with_an_init_container(
 
 
 def test_trace_command_prints_the_timeline(
-    cluster: Cluster, docker_env: DockerEnv, tmp_path: Path
+    cluster: ApiUnderTest, docker_env: DockerEnv, tmp_path: Path
 ) -> None:
     root = tmp_path / "root"
     running = start_agent(cluster, docker_env, root / cluster.node_name)
@@ -110,7 +110,7 @@ def test_trace_command_prints_the_timeline(
 
 
 def test_follow_prints_each_new_pod_once_it_is_ready(
-    cluster: Cluster, docker_env: DockerEnv, tmp_path: Path
+    cluster: ApiUnderTest, docker_env: DockerEnv, tmp_path: Path
 ) -> None:
     import threading
 

@@ -32,12 +32,12 @@ from kubelet_sim.kube.informer import ADDED, DELETED
 from kubelet_sim.ui import Limits, RunningUi, start_ui
 from kubelet_sim.ui.page_state import UiState, pod_summary
 from kubelet_sim.ui.server import Access, is_loopback
-from tests.cluster import Cluster, deadline_scale, pod_body, wait_for
+from tests.cluster import ApiUnderTest, deadline_scale, pod_body, wait_for
 from tests.docker_env import DockerEnv
 
 
 @contextlib.contextmanager
-def _ui(cluster: Cluster, **kwargs: Any) -> Iterator[RunningUi]:
+def _ui(cluster: ApiUnderTest, **kwargs: Any) -> Iterator[RunningUi]:
     ui = start_ui(connect(cluster.kubeconfig), {}, nodes=[cluster.node_name], port=0, **kwargs)
     try:
         yield ui
@@ -79,7 +79,9 @@ def _sse_events(url: str, wanted: int) -> list[tuple[str, Any]]:
 # -- on both API servers -----------------------------------------------------------------------
 
 
-def test_the_view_streams_a_snapshot_then_each_pod_change_and_deletion(cluster: Cluster) -> None:
+def test_the_view_streams_a_snapshot_then_each_pod_change_and_deletion(
+    cluster: ApiUnderTest,
+) -> None:
     with _ui(cluster) as ui:
         status, headers, page = _get(ui.url)
         assert status == 200
@@ -116,7 +118,7 @@ def test_the_view_streams_a_snapshot_then_each_pod_change_and_deletion(cluster: 
         wait_for(lambda: not ours(json.loads(_get(ui.url + "api/snapshot")[2])), 10, "the pod gone")
 
 
-def test_read_only_and_loopback_only_by_default(cluster: Cluster) -> None:
+def test_read_only_and_loopback_only_by_default(cluster: ApiUnderTest) -> None:
     with _ui(cluster) as ui:
         assert ui.server.address == "127.0.0.1"
         assert ui.server.access.token is None
@@ -129,7 +131,7 @@ def test_read_only_and_loopback_only_by_default(cluster: Cluster) -> None:
         assert _get(ui.url + "api/snapshot", Host="localhost:1")[0] == 200
 
 
-def test_idle_connections_hold_no_threads_and_do_not_lock_others_out(cluster: Cluster) -> None:
+def test_idle_connections_hold_no_threads_and_do_not_lock_others_out(cluster: ApiUnderTest) -> None:
     """300 connections that send nothing wait in one selector thread (at most MAX_WAITING of
     them, the oldest closed first); a browser's request is still answered at once."""
     from kubelet_sim.ui.server import MAX_WAITING
@@ -154,7 +156,7 @@ def test_idle_connections_hold_no_threads_and_do_not_lock_others_out(cluster: Cl
                 sock.close()
 
 
-def test_bound_beyond_loopback_it_wants_the_printed_token(cluster: Cluster) -> None:
+def test_bound_beyond_loopback_it_wants_the_printed_token(cluster: ApiUnderTest) -> None:
     with _ui(cluster, address="0.0.0.0") as ui:
         token = ui.server.access.token
         assert token is not None
@@ -172,7 +174,7 @@ def test_bound_beyond_loopback_it_wants_the_printed_token(cluster: Cluster) -> N
         assert _get(base + "api/snapshot", Cookie=cookie)[0] == 200
 
 
-def test_the_command_prints_its_url_serves_and_stops_on_sigterm(cluster: Cluster) -> None:
+def test_the_command_prints_its_url_serves_and_stops_on_sigterm(cluster: ApiUnderTest) -> None:
     env = {**os.environ, "KUBELET_SIM_UI_PORT": "0"}
     proc = subprocess.Popen(
         [sys.executable, "-m", "kubelet_sim", "ui", "--kubeconfig", cluster.kubeconfig],
@@ -195,7 +197,7 @@ def test_the_command_prints_its_url_serves_and_stops_on_sigterm(cluster: Cluster
             proc.wait()
 
 
-def test_the_node_command_serves_the_view_with_ui(cluster: Cluster) -> None:
+def test_the_node_command_serves_the_view_with_ui(cluster: ApiUnderTest) -> None:
     """`kubelet-sim --ui` with a kubelet's own credentials (on the real server: no list of
     every pod, no events): its node, its pods, its stream; what it may not read, said."""
     from tests.agent_process import running_agent
@@ -342,7 +344,7 @@ def test_the_page_fetches_nothing_from_elsewhere() -> None:
 
 @pytest.mark.docker
 def test_a_client_beyond_loopback_is_refused(
-    cluster: Cluster, docker_env: DockerEnv, network: Any
+    cluster: ApiUnderTest, docker_env: DockerEnv, network: Any
 ) -> None:
     """From a container on a Docker network of the test's own: the default view cannot be
     reached at all, and one bound to that network's gateway wants the token."""

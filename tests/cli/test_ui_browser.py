@@ -26,7 +26,7 @@ from kubelet_sim.kube.client import connect
 from kubelet_sim.tools import trace
 from kubelet_sim.ui import start_ui
 from tests.agent_fixture import start_agent
-from tests.cluster import Cluster, deadline_scale, wait_for
+from tests.cluster import ApiUnderTest, deadline_scale, wait_for
 from tests.docker_env import DockerEnv
 from tests.pods import container, get_pod, make_pod, traced
 
@@ -123,12 +123,12 @@ def _expected_latencies(steps: list[dict[str, Any]]) -> list[str]:
     return out
 
 
-def _scheduler_available(cluster: Cluster) -> bool:
+def _scheduler_available(cluster: ApiUnderTest) -> bool:
     env = cluster.session.env
     return env is not None and "kube-scheduler" in env.components
 
 
-def _create_unschedulable(cluster: Cluster) -> None:
+def _create_unschedulable(cluster: ApiUnderTest) -> None:
     nowhere = {
         "metadata": {"name": "nowhere"},
         "spec": {
@@ -139,7 +139,7 @@ def _create_unschedulable(cluster: Cluster) -> None:
     cluster.core.create_namespaced_pod(cluster.namespace, nowhere)
 
 
-def _create_web(cluster: Cluster) -> None:
+def _create_web(cluster: ApiUnderTest) -> None:
     """Pod `web`, through the scheduler where there is one (its part shows too), else bound."""
     if _scheduler_available(cluster):
         body = {
@@ -158,7 +158,7 @@ def _create_web(cluster: Cluster) -> None:
 
 
 def test_a_pod_appears_runs_shows_its_handoff_and_goes(
-    cluster: Cluster, docker_env: DockerEnv, tmp_path: Path, browser: Any
+    cluster: ApiUnderTest, docker_env: DockerEnv, tmp_path: Path, browser: Any
 ) -> None:
     running = start_agent(cluster, docker_env, tmp_path / "root")
     ui = start_ui(connect(cluster.kubeconfig), {cluster.node_name: running.agent.runtime}, port=0)
@@ -246,7 +246,7 @@ def test_a_pod_appears_runs_shows_its_handoff_and_goes(
 
 @pytest.mark.fake_only
 def test_a_forced_relist_shows_the_410_and_the_relist_in_the_stream(
-    cluster: Cluster, browser: Any
+    cluster: ApiUnderTest, browser: Any
 ) -> None:
     fake = cluster.require_fake("compaction and failed watches on demand")
     ui = start_ui(connect(cluster.kubeconfig), {}, nodes=[cluster.node_name], port=0)

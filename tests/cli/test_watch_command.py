@@ -15,13 +15,13 @@ import pytest
 
 from kubelet_sim.kube.client import connect
 from kubelet_sim.tools.watch import human, stream
-from tests.cluster import Cluster, deadline_scale, pod_body, wait_for
+from tests.cluster import ApiUnderTest, deadline_scale, pod_body, wait_for
 
 
 class Stream:
     """`stream()` on a thread, its JSON lines collected."""
 
-    def __init__(self, cluster: Cluster) -> None:
+    def __init__(self, cluster: ApiUnderTest) -> None:
         self.lines: list[dict[str, Any]] = []
         self.stop = threading.Event()
         kube = connect(cluster.node_kubeconfig)
@@ -47,14 +47,16 @@ class Stream:
 
 
 @pytest.fixture
-def watching(cluster: Cluster) -> Iterator[Stream]:
+def watching(cluster: ApiUnderTest) -> Iterator[Stream]:
     s = Stream(cluster)
     yield s
     s.stop.set()
     s.thread.join(10)
 
 
-def test_lists_watches_and_events_with_their_versions(cluster: Cluster, watching: Stream) -> None:
+def test_lists_watches_and_events_with_their_versions(
+    cluster: ApiUnderTest, watching: Stream
+) -> None:
     pods = f"pods on {cluster.node_name}"
     listed = watching.find("the pod list", watch=pods, type="LIST")
     watching.find("the watch from the list's version", watch=pods, type="WATCH")
@@ -74,7 +76,7 @@ def test_lists_watches_and_events_with_their_versions(cluster: Cluster, watching
     assert f"node={cluster.node_name}" in line
 
 
-def test_bookmarks_expiry_and_the_relist_are_shown(cluster: Cluster, watching: Stream) -> None:
+def test_bookmarks_expiry_and_the_relist_are_shown(cluster: ApiUnderTest, watching: Stream) -> None:
     fake = cluster.require_fake("bookmarks on demand, compaction and failed watches")
     pods = f"pods on {cluster.node_name}"
     watching.find("the first watch", watch=pods, type="WATCH")
@@ -103,7 +105,7 @@ def test_bookmarks_expiry_and_the_relist_are_shown(cluster: Cluster, watching: S
     watching.find("the relist that follows", watch=pods, type="RELIST")
 
 
-def test_the_command_prints_json_lines_and_stops_on_sigterm(cluster: Cluster) -> None:
+def test_the_command_prints_json_lines_and_stops_on_sigterm(cluster: ApiUnderTest) -> None:
     proc = subprocess.Popen(
         [sys.executable, "-m", "kubelet_sim", "watch", "--node-name", cluster.node_name,
          "--kubeconfig", cluster.node_kubeconfig, "--output", "json"],

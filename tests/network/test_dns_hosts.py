@@ -8,7 +8,7 @@ from typing import Any
 
 from kubelet_sim.pod.dns import NodeDNS, parse_resolv_conf
 from tests.agent_fixture import start_agent
-from tests.cluster import Cluster
+from tests.cluster import ApiUnderTest
 from tests.docker_env import DockerEnv
 from tests.pods import (
     container,
@@ -23,14 +23,14 @@ SHOW = ["sh", "-c", "cat /etc/resolv.conf; echo ===; cat /etc/hosts; echo ===; h
 NODE_RESOLVER = parse_resolv_conf("nameserver 10.0.0.2\nsearch corp.example\noptions rotate\n")
 
 
-def _shown(cluster: Cluster, docker_env: DockerEnv, name: str, **spec: Any) -> list[str]:
+def _shown(cluster: ApiUnderTest, docker_env: DockerEnv, name: str, **spec: Any) -> list[str]:
     """The three files as the pod's container printed them, once it ran to the end."""
     make_pod(cluster, name, container(command=SHOW), restart="Never", **spec)
     return ended_output(cluster, docker_env, name).split("===\n")
 
 
 def test_cluster_first_pod_with_a_subdomain_aliases_and_its_fqdn(
-    cluster: Cluster, docker_env: DockerEnv, tmp_path: Path
+    cluster: ApiUnderTest, docker_env: DockerEnv, tmp_path: Path
 ) -> None:
     dns = NodeDNS(("10.96.0.10",), "cluster.local", NODE_RESOLVER)
     running = start_agent(cluster, docker_env, tmp_path / "root", dns=dns)
@@ -70,7 +70,7 @@ def test_cluster_first_pod_with_a_subdomain_aliases_and_its_fqdn(
 
 
 def test_dns_policies_none_and_default_and_the_missing_cluster_dns(
-    cluster: Cluster, docker_env: DockerEnv, tmp_path: Path
+    cluster: ApiUnderTest, docker_env: DockerEnv, tmp_path: Path
 ) -> None:
     dns = NodeDNS((), "cluster.local", NODE_RESOLVER)  # no --cluster-dns
     running = start_agent(cluster, docker_env, tmp_path / "root", dns=dns)
@@ -96,7 +96,7 @@ def test_dns_policies_none_and_default_and_the_missing_cluster_dns(
 
 
 def test_a_too_long_fqdn_fails_the_sandbox_as_the_kubelet_says(
-    cluster: Cluster, docker_env: DockerEnv, tmp_path: Path
+    cluster: ApiUnderTest, docker_env: DockerEnv, tmp_path: Path
 ) -> None:
     dns = NodeDNS(("10.96.0.10",), "cluster.local", NODE_RESOLVER)
     running = start_agent(cluster, docker_env, tmp_path / "root", dns=dns)

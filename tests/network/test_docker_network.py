@@ -9,14 +9,14 @@ import pytest
 
 from kubelet_sim import cri
 from tests.agent_process import running_agent
-from tests.cluster import Cluster, wait_for
+from tests.cluster import ApiUnderTest, wait_for
 from tests.docker_env import DockerEnv
 from tests.pods import container, make_pod, running_ready, wait_status
 
 pytestmark = pytest.mark.docker
 
 
-def _internal_ip(cluster: Cluster) -> str | None:
+def _internal_ip(cluster: ApiUnderTest) -> str | None:
     try:
         node = cluster.core.read_node(cluster.node_name)
     except Exception:
@@ -25,7 +25,7 @@ def _internal_ip(cluster: Cluster) -> str | None:
 
 
 def test_sandboxes_join_the_network_and_the_node_ip_is_the_hosts_address_there(
-    cluster: Cluster, docker_env: DockerEnv, network: Any
+    cluster: ApiUnderTest, docker_env: DockerEnv, network: Any
 ) -> None:
     config = network.attrs["IPAM"]["Config"][0]
     subnet, gateway = ipaddress.ip_network(config["Subnet"]), config["Gateway"]
@@ -44,7 +44,7 @@ def test_sandboxes_join_the_network_and_the_node_ip_is_the_hosts_address_there(
         assert [list(s.attrs["NetworkSettings"]["Networks"]) for s in sandboxes] == [[network.name]]
 
 
-def test_a_missing_network_is_one_clear_line(cluster: Cluster, docker_env: DockerEnv) -> None:
+def test_a_missing_network_is_one_clear_line(cluster: ApiUnderTest, docker_env: DockerEnv) -> None:
     with running_agent(cluster, "--docker-network", "no-such-network-here") as agent:
         code = agent.proc.wait(30)
     assert code == 1

@@ -26,7 +26,7 @@ from kubelet_sim.node.host import detect_host
 from kubelet_sim.node.node_object import LABEL_VIRTUAL, default_labels
 from kubelet_sim.node.settings import NodeSettings
 from tests.agent_fixture import RunningAgent
-from tests.cluster import Cluster, deadline_scale, wait_for
+from tests.cluster import ApiUnderTest, deadline_scale, wait_for
 from tests.docker_env import DockerEnv
 from tests.pods import (
     condition,
@@ -138,7 +138,7 @@ def daemon_pod_spec(template: Json, node_name: str) -> Json:
     return {**template, "affinity": affinity}
 
 
-def service_account(cluster: Cluster, name: str) -> None:
+def service_account(cluster: ApiUnderTest, name: str) -> None:
     cluster.core.create_namespaced_service_account(cluster.namespace, {"metadata": {"name": name}})
 
 
@@ -155,7 +155,7 @@ def service_account(cluster: Cluster, name: str) -> None:
     ids=["kube-proxy", "kindnet"],
 )
 def test_kinds_daemonset_pods_are_refused_with_the_kubelets_reason_and_event(
-    cluster: Cluster,
+    cluster: ApiUnderTest,
     docker_env: DockerEnv,
     agent: RunningAgent,
     name: str,
@@ -202,7 +202,7 @@ def test_the_documented_patch_excludes_the_label_every_virtual_node_registers_wi
     assert LABEL_VIRTUAL in default_labels(NodeSettings(node_name="n1"), detect_host())
 
 
-def _forbidden_daemon_pod(cluster: Cluster, prefix: str) -> bool:
+def _forbidden_daemon_pod(cluster: ApiUnderTest, prefix: str) -> bool:
     events = cluster.core.list_namespaced_event(cluster.namespace).items
     return any(
         e.reason == "Forbidden"
@@ -214,7 +214,7 @@ def _forbidden_daemon_pod(cluster: Cluster, prefix: str) -> bool:
 
 @pytest.mark.skipif(KUBECTL is None, reason="kubectl is not installed here")
 def test_the_documented_patch_stops_the_daemonset_controller_placing_kube_proxy_here(
-    cluster: Cluster, docker_env: DockerEnv, agent: RunningAgent
+    cluster: ApiUnderTest, docker_env: DockerEnv, agent: RunningAgent
 ) -> None:
     """The DaemonSet is kind's kube-proxy with one addition: a nodeSelector on this test's
     node, so that it stays off the other tests' virtual nodes in a shared cluster."""
@@ -264,7 +264,7 @@ def test_the_documented_patch_stops_the_daemonset_controller_placing_kube_proxy_
 
 
 def test_the_scheduler_keeps_the_patched_pod_shape_off_the_virtual_node(
-    cluster: Cluster, docker_env: DockerEnv, agent: RunningAgent
+    cluster: ApiUnderTest, docker_env: DockerEnv, agent: RunningAgent
 ) -> None:
     """Two pods of kube-proxy's shape that may go only to this node (a nodeSelector on its
     name): the unpatched one is bound here and refused; the patched one is not scheduled."""

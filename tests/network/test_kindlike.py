@@ -29,7 +29,7 @@ import pytest
 
 from kubelet_sim.kube.rest import request_json
 from tests.agent_process import AgentProcess
-from tests.cluster import Cluster, wait_for
+from tests.cluster import ApiUnderTest, wait_for
 from tests.docker_env import DockerEnv
 from tests.kindlike import (
     API_SERVICE_IP,
@@ -118,7 +118,7 @@ def _endpoints(kindlike: KindLike, namespace: str, service: str) -> list[str]:
     ]
 
 
-def _pid(cluster: Cluster, docker_env: DockerEnv, name: str) -> int:
+def _pid(cluster: ApiUnderTest, docker_env: DockerEnv, name: str) -> int:
     return sandbox_pid(docker_env, (get_pod(cluster, name) or {})["metadata"]["uid"])
 
 

@@ -14,7 +14,7 @@ from typing import Any
 import pytest
 
 from kubelet_sim.kube.rest import request_json
-from tests.cluster import Cluster, wait_for
+from tests.cluster import ApiUnderTest, wait_for
 from tests.docker_env import TEST_LABEL, DockerEnv
 from tests.netpods import SERVE, app_container, in_netns, pod_ip, sandbox_pid
 from tests.pods import container, get_pod, make_pod
@@ -32,7 +32,7 @@ def _http(address: str, port: int) -> str:
 
 
 def test_pods_reach_other_nodes_pod_ranges_and_are_reached(
-    cluster: Cluster, docker_env: DockerEnv, network: Any, tmp_path: Path
+    cluster: ApiUnderTest, docker_env: DockerEnv, network: Any, tmp_path: Path
 ) -> None:
     from tests.agent_fixture import start_agent
 

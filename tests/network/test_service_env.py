@@ -8,7 +8,7 @@ from typing import Any
 
 from kubelet_sim.pod.service_env import service_env
 from tests.agent_fixture import start_agent
-from tests.cluster import Cluster, wait_for
+from tests.cluster import ApiUnderTest, wait_for
 from tests.docker_env import DockerEnv
 from tests.pods import container, ended_output, make_pod
 
@@ -52,7 +52,7 @@ def test_which_services_a_pod_sees() -> None:
 
 
 def test_a_container_sees_the_services_of_its_namespace(
-    cluster: Cluster, docker_env: DockerEnv, tmp_path: Path
+    cluster: ApiUnderTest, docker_env: DockerEnv, tmp_path: Path
 ) -> None:
     ns = cluster.namespace
     cluster.core.create_namespaced_service(ns, {
@@ -80,7 +80,7 @@ def test_a_container_sees_the_services_of_its_namespace(
         running.stop()
 
 
-def _env_of(cluster: Cluster, docker_env: DockerEnv, name: str, spec_container: dict[str, Any],
+def _env_of(cluster: ApiUnderTest, docker_env: DockerEnv, name: str, spec_container: dict[str, Any],
             **spec: Any) -> dict[str, str]:  # fmt: skip
     make_pod(cluster, name, spec_container, restart="Never", **spec)
     text = ended_output(cluster, docker_env, name)

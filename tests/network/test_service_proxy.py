@@ -18,7 +18,7 @@ import pytest
 
 from kubelet_sim.kube.rest import request_json
 from tests.agent_fixture import RunningAgent, start_agent
-from tests.cluster import Cluster, wait_for
+from tests.cluster import ApiUnderTest, wait_for
 from tests.docker_env import DockerEnv
 from tests.netpods import SERVE, app_container, ask, in_netns, pod_ip, sandbox_pid
 from tests.pods import container, get_pod, make_pod
@@ -26,7 +26,7 @@ from tests.pods import container, get_pod, make_pod
 pytestmark = pytest.mark.docker
 
 
-def _slice_path(cluster: Cluster, name: str = "") -> str:
+def _slice_path(cluster: ApiUnderTest, name: str = "") -> str:
     base = f"/apis/discovery.k8s.io/v1/namespaces/{cluster.namespace}/endpointslices"
     return f"{base}/{name}" if name else base
 
@@ -45,14 +45,14 @@ def _endpoint_slice(service: str, endpoints: dict[str, bool]) -> dict[str, Any]:
 
 
 @pytest.fixture
-def proxied(cluster: Cluster, docker_env: DockerEnv, tmp_path: Path) -> Any:
+def proxied(cluster: ApiUnderTest, docker_env: DockerEnv, tmp_path: Path) -> Any:
     running = start_agent(cluster, docker_env, tmp_path / "root", service_proxy=True)
     yield running
     running.stop()
 
 
 def test_a_pod_reaches_a_service_load_balanced_and_follows_its_endpoints(
-    cluster: Cluster, docker_env: DockerEnv, proxied: RunningAgent
+    cluster: ApiUnderTest, docker_env: DockerEnv, proxied: RunningAgent
 ) -> None:
     for name in ("b1", "b2"):
         make_pod(cluster, name, container(command=SERVE))
@@ -108,7 +108,7 @@ def test_a_pod_reaches_a_service_load_balanced_and_follows_its_endpoints(
 
 
 def test_rules_live_in_the_pod_namespace_once_and_never_on_the_host(
-    cluster: Cluster, docker_env: DockerEnv, tmp_path: Path
+    cluster: ApiUnderTest, docker_env: DockerEnv, tmp_path: Path
 ) -> None:
     host_rules_before = _host_ksim_rules()
     first = start_agent(cluster, docker_env, tmp_path / "root", service_proxy=True)
@@ -149,7 +149,7 @@ def _host_ksim_rules() -> str:
 
 
 def test_cluster_dns_through_its_service_then_a_service_by_name(
-    cluster: Cluster, docker_env: DockerEnv, tmp_path: Path
+    cluster: ApiUnderTest, docker_env: DockerEnv, tmp_path: Path
 ) -> None:
     """kind's shape: ClusterFirst pods name the kube-dns Service's ClusterIP as their only
     nameserver; the proxy leads that ClusterIP to the DNS pod; the name leads to a Service."""

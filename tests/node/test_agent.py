@@ -11,7 +11,7 @@ from kubernetes import client
 
 from kubelet_sim import cri
 from tests.agent_fixture import RunningAgent, start_agent
-from tests.cluster import Cluster, wait_for
+from tests.cluster import ApiUnderTest, wait_for
 from tests.docker_env import DockerEnv
 from tests.pods import (
     container,
@@ -25,14 +25,14 @@ from tests.pods import (
 pytestmark = pytest.mark.docker
 
 
-def _node_uid(cluster: Cluster) -> str | None:
+def _node_uid(cluster: ApiUnderTest) -> str | None:
     try:
         return str(cluster.core.read_node(cluster.node_name).metadata.uid)
     except client.ApiException:
         return None
 
 
-def test_deleted_node_is_registered_again(cluster: Cluster, agent: RunningAgent) -> None:
+def test_deleted_node_is_registered_again(cluster: ApiUnderTest, agent: RunningAgent) -> None:
     first = wait_for(lambda: _node_uid(cluster), 10, "the Node")
     cluster.core.delete_node(cluster.node_name)
     second = wait_for(
@@ -42,7 +42,7 @@ def test_deleted_node_is_registered_again(cluster: Cluster, agent: RunningAgent)
 
 
 def test_pod_deleted_while_away_has_its_containers_removed(
-    cluster: Cluster, docker_env: DockerEnv, agent: RunningAgent, tmp_path: Path
+    cluster: ApiUnderTest, docker_env: DockerEnv, agent: RunningAgent, tmp_path: Path
 ) -> None:
     pod = make_pod(cluster, "orphan")
     wait_status(cluster, "orphan", running_ready, 20, "Running")
@@ -58,7 +58,7 @@ def test_pod_deleted_while_away_has_its_containers_removed(
 
 
 def test_pod_too_big_for_the_node_is_refused(
-    cluster: Cluster, docker_env: DockerEnv, agent: RunningAgent
+    cluster: ApiUnderTest, docker_env: DockerEnv, agent: RunningAgent
 ) -> None:
     huge = container(resources={"requests": {"cpu": "1000"}})
     pod = make_pod(cluster, "huge", huge)
@@ -71,7 +71,7 @@ def test_pod_too_big_for_the_node_is_refused(
 
 
 def test_fallback_to_logs_on_error(
-    cluster: Cluster, docker_env: DockerEnv, agent: RunningAgent
+    cluster: ApiUnderTest, docker_env: DockerEnv, agent: RunningAgent
 ) -> None:
     failing = container(
         command=["sh", "-c", "echo last words; exit 3"],
@@ -84,7 +84,7 @@ def test_fallback_to_logs_on_error(
 
 
 def test_every_container_is_labelled_for_recovery(
-    cluster: Cluster, docker_env: DockerEnv, agent: RunningAgent
+    cluster: ApiUnderTest, docker_env: DockerEnv, agent: RunningAgent
 ) -> None:
     pod = make_pod(cluster, "labelled")
     wait_status(cluster, "labelled", running_ready, 20, "Running")
@@ -100,7 +100,7 @@ def test_every_container_is_labelled_for_recovery(
 
 
 def test_object_watches_follow_the_pods_that_use_them(
-    cluster: Cluster, docker_env: DockerEnv, agent: RunningAgent
+    cluster: ApiUnderTest, docker_env: DockerEnv, agent: RunningAgent
 ) -> None:
     ns = cluster.namespace
     cluster.core.create_namespaced_config_map(
@@ -123,12 +123,12 @@ def test_object_watches_follow_the_pods_that_use_them(
     )
 
 
-def _uid(cluster: Cluster, name: str) -> str:
+def _uid(cluster: ApiUnderTest, name: str) -> str:
     return str(cluster.core.read_namespaced_pod(name, cluster.namespace).metadata.uid)
 
 
 def test_status_write_failure_is_retried(
-    cluster: Cluster, docker_env: DockerEnv, agent: RunningAgent
+    cluster: ApiUnderTest, docker_env: DockerEnv, agent: RunningAgent
 ) -> None:
     fake = cluster.require_fake("fails a status write")
     make_pod(cluster, "flaky", container(command=["sh", "-c", "sleep 1"]), restart="Never")
@@ -142,7 +142,7 @@ def test_status_write_failure_is_retried(
 
 
 def test_repeated_status_write_failures_back_off_and_are_said_once(
-    cluster: Cluster, docker_env: DockerEnv, tmp_path: Path
+    cluster: ApiUnderTest, docker_env: DockerEnv, tmp_path: Path
 ) -> None:
     from structlog.testing import capture_logs
 
@@ -170,7 +170,7 @@ def test_repeated_status_write_failures_back_off_and_are_said_once(
 
 
 def test_an_unchanged_status_is_not_written_again(
-    cluster: Cluster, docker_env: DockerEnv, agent: RunningAgent
+    cluster: ApiUnderTest, docker_env: DockerEnv, agent: RunningAgent
 ) -> None:
     """Fields the server drops (v1.24 and `hostIPs`) must not make every sync a write."""
     make_pod(cluster, "steady")

@@ -11,7 +11,7 @@ import pytest
 
 from kubelet_sim.loops import supervise
 from tests.agent_fixture import RunningAgent, start_agent
-from tests.cluster import Cluster, wait_for
+from tests.cluster import ApiUnderTest, wait_for
 from tests.docker_env import DockerEnv
 from tests.others import OtherPods, pods_of_others
 from tests.pods import (
@@ -70,7 +70,7 @@ def wait_idle(running: RunningAgent, timeout: float, what: str, others: OtherPod
 
 
 def test_an_idle_node_has_no_waiting_thread_and_a_later_pod_runs_as_before(
-    cluster: Cluster, docker_env: DockerEnv, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+    cluster: ApiUnderTest, docker_env: DockerEnv, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     monkeypatch.setattr(supervise, "LINGER", LINGER)
     with pods_of_others(cluster, {cluster.node_name}) as others:
@@ -102,7 +102,7 @@ def test_an_idle_node_has_no_waiting_thread_and_a_later_pod_runs_as_before(
 
 
 def test_a_pod_worker_that_raises_on_demand_is_restarted_and_the_pod_runs(
-    cluster: Cluster, docker_env: DockerEnv, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+    cluster: ApiUnderTest, docker_env: DockerEnv, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     monkeypatch.setattr(supervise, "LINGER", LINGER)
     monkeypatch.setattr(supervise, "RESTART_DELAY", (0.05, 0.1))

@@ -15,7 +15,7 @@ from kubernetes.client.exceptions import ApiException
 
 from kubelet_sim import cri
 from tests.agent_process import AgentProcess
-from tests.cluster import Cluster, deadline_scale, wait_for
+from tests.cluster import ApiUnderTest, deadline_scale, wait_for
 from tests.docker_env import DockerEnv
 from tests.others import pods_of_others
 from tests.pods import container, make_pod, running_ready, wait_status
@@ -23,7 +23,7 @@ from tests.pods import container, make_pod, running_ready, wait_status
 pytestmark = pytest.mark.docker
 
 
-def _ready(cluster: Cluster, name: str) -> bool:
+def _ready(cluster: ApiUnderTest, name: str) -> bool:
     try:
         node = cluster.core.read_node(name)
     except ApiException:
@@ -32,7 +32,7 @@ def _ready(cluster: Cluster, name: str) -> bool:
 
 
 @contextlib.contextmanager
-def _process(cluster: Cluster, *args: str) -> Iterator[AgentProcess]:
+def _process(cluster: ApiUnderTest, *args: str) -> Iterator[AgentProcess]:
     """The agent with credentials for every node it runs (node credentials name one node)."""
     from kubelet_sim.runtime.local_images import PAUSE_IMAGE
 
@@ -48,7 +48,7 @@ def _process(cluster: Cluster, *args: str) -> Iterator[AgentProcess]:
 
 
 @pytest.fixture
-def node_names(cluster: Cluster, docker_env: DockerEnv) -> Iterator[list[str]]:
+def node_names(cluster: ApiUnderTest, docker_env: DockerEnv) -> Iterator[list[str]]:
     """Names for extra nodes, cleaned up (Nodes and containers) after the test."""
     names: list[str] = []
     yield names
@@ -59,7 +59,7 @@ def node_names(cluster: Cluster, docker_env: DockerEnv) -> Iterator[list[str]]:
 
 
 def test_two_nodes_run_their_own_pods_and_a_restart_adopts_both(
-    cluster: Cluster, docker_env: DockerEnv, node_names: list[str]
+    cluster: ApiUnderTest, docker_env: DockerEnv, node_names: list[str]
 ) -> None:
     node_names += [f"{cluster.node_name}-a", f"{cluster.node_name}-b"]
     args = [arg for name in node_names for arg in ("--node-name", name)]
@@ -89,7 +89,7 @@ def test_two_nodes_run_their_own_pods_and_a_restart_adopts_both(
 
 
 def test_ten_nodes_in_one_process(
-    cluster: Cluster, docker_env: DockerEnv, node_names: list[str]
+    cluster: ApiUnderTest, docker_env: DockerEnv, node_names: list[str]
 ) -> None:
     prefix = f"{cluster.node_name}-n"
     node_names += [f"{prefix}{i}" for i in range(1, 11)]
@@ -110,12 +110,12 @@ def test_ten_nodes_in_one_process(
     assert [len(docker_env.containers_of_node(n)) for n in node_names] == [0] * 9 + [2]
 
 
-def _pinned(cluster: Cluster, node: str) -> Cluster:
+def _pinned(cluster: ApiUnderTest, node: str) -> ApiUnderTest:
     return dataclasses.replace(cluster, node_name=node)
 
 
 def test_shared_watches_give_each_node_exactly_its_pods_and_survive_another_nodes_removal(
-    cluster: Cluster, docker_env: DockerEnv, node_names: list[str]
+    cluster: ApiUnderTest, docker_env: DockerEnv, node_names: list[str]
 ) -> None:
     """Three nodes on admin credentials share one pod and one Node watch (kwok's way): each
     runs exactly the pods bound to it, a pod bound to a node of no one here runs nowhere, and
@@ -167,7 +167,7 @@ def test_shared_watches_give_each_node_exactly_its_pods_and_survive_another_node
 
 
 def test_several_nodes_on_credentials_that_may_not_watch_every_pod_fail_in_one_line(
-    cluster: Cluster, docker_env: DockerEnv, node_names: list[str], tmp_path: Path
+    cluster: ApiUnderTest, docker_env: DockerEnv, node_names: list[str], tmp_path: Path
 ) -> None:
     """The nodes of a process share one pod and one Node watch: credentials that may not list
     them (here a ServiceAccount bound to nothing) end the command with one line saying so,
@@ -212,7 +212,7 @@ HUNDREDS = 200  # CI's stand-in for the bench's 1,000 (bench/: `--nodes 10,100,1
 
 
 def test_two_hundred_nodes_in_one_process_stay_ready_and_renew_every_lease(
-    cluster: Cluster, docker_env: DockerEnv, node_names: list[str]
+    cluster: ApiUnderTest, docker_env: DockerEnv, node_names: list[str]
 ) -> None:
     """Every node Ready and every Lease renewed again and again, on shared watches and timers
     (no thread per node at rest: the process holds fewer threads than nodes)."""

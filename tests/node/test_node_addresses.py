@@ -24,7 +24,7 @@ import pytest
 
 from kubelet_sim.controlplane.cluster import UPSTREAM_ADDRESS_TYPES
 from kubelet_sim.node.host import resolve_name
-from tests.cluster import Cluster, control_plane_session, new_cluster, wait_for
+from tests.cluster import ApiUnderTest, control_plane_session, new_cluster, wait_for
 from tests.kubectl import KUBECTL
 from tests.kubectl import kubectl as run_kubectl
 from tests.kubeenv import KubeEnv, KubeEnvError, find_binaries
@@ -58,23 +58,23 @@ def plane(request: pytest.FixtureRequest) -> Iterator[KubeEnv]:
 
 
 @pytest.fixture
-def cluster(plane: KubeEnv, request: pytest.FixtureRequest) -> Iterator[Cluster]:
+def cluster(plane: KubeEnv, request: pytest.FixtureRequest) -> Iterator[ApiUnderTest]:
     """The suite's `cluster`, but on this module's control plane; parametrized indirectly,
     the node gets that name instead of a random one."""
     with new_cluster(control_plane_session(plane), getattr(request, "param", None)) as c:
         yield c
 
 
-def kubectl(cluster: Cluster, *args: str) -> Any:
+def kubectl(cluster: ApiUnderTest, *args: str) -> Any:
     return run_kubectl(cluster.kubeconfig, *args, namespace=cluster.namespace)
 
 
-def _addresses(cluster: Cluster) -> list[dict[str, str]]:
+def _addresses(cluster: ApiUnderTest) -> list[dict[str, str]]:
     node = cluster.core.read_node(cluster.node_name)
     return [{"type": a.type, "address": a.address} for a in node.status.addresses or []]
 
 
-def _logs_and_exec(cluster: Cluster) -> None:
+def _logs_and_exec(cluster: ApiUnderTest) -> None:
     talker = ["sh", "-c", f"echo {GREETING}; exec sleep 3600"]
     make_pod(cluster, "talker", container(command=talker))
     wait_status(cluster, "talker", running_ready, 30, "running and ready")
@@ -85,7 +85,7 @@ def _logs_and_exec(cluster: Cluster) -> None:
 
 
 def test_logs_and_exec_reach_a_node_whose_name_resolves_nowhere(
-    plane: KubeEnv, cluster: Cluster, node: Node
+    plane: KubeEnv, cluster: ApiUnderTest, node: Node
 ) -> None:
     assert resolve_name(cluster.node_name) == ()
     wait_for(lambda: _addresses(cluster), 10, "the Node's addresses")
@@ -97,7 +97,7 @@ def test_logs_and_exec_reach_a_node_whose_name_resolves_nowhere(
 @pytest.mark.parametrize("plane", [None], indirect=True, ids=["hostname-first"])
 @pytest.mark.parametrize("cluster", ["localhost"], indirect=True, ids=["localhost"])
 def test_a_name_that_leads_to_the_node_ip_is_advertised_and_dialled(
-    plane: KubeEnv, cluster: Cluster, node: Node
+    plane: KubeEnv, cluster: ApiUnderTest, node: Node
 ) -> None:
     """Hostname `localhost` comes first in the Node's addresses the server prefers, so the
     server dials the node by that name (resolved where it runs: here, 127.0.0.1)."""

@@ -11,7 +11,7 @@ import pytest
 
 from kubelet_sim.kube.client import connect
 from kubelet_sim.kube.rest import ApiError, request_json
-from tests.cluster import Cluster
+from tests.cluster import ApiUnderTest
 
 SCRIPT = Path(__file__).resolve().parents[2] / "deploy" / "node-credentials.sh"
 LEASES = "/apis/coordination.k8s.io/v1/namespaces/kube-node-lease/leases"
@@ -22,7 +22,7 @@ def _lease(name: str) -> dict[str, object]:
 
 
 def test_the_script_makes_credentials_of_exactly_that_node(
-    cluster: Cluster, tmp_path: Path
+    cluster: ApiUnderTest, tmp_path: Path
 ) -> None:
     cluster.require_csr_signer()
     if shutil.which("kubectl") is None or shutil.which("openssl") is None:

@@ -21,7 +21,7 @@ from kubelet_sim.node.lifecycle import NodeLifecycle, RuntimeProbe
 from kubelet_sim.node.node_object import KUBELET_VERSION
 from kubelet_sim.node.settings import NodeSettings
 from kubelet_sim.pod.generation import CURRENT
-from tests.cluster import Cluster, wait_for
+from tests.cluster import ApiUnderTest, wait_for
 
 MICRO_TIME = re.compile(r"^\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d\.\d{6}Z$")
 FAST = {
@@ -66,7 +66,7 @@ Start = Callable[..., NodeLifecycle]
 
 
 @pytest.fixture
-def start_node(cluster: Cluster, host: HostFacts, timers: Timers) -> Iterator[Start]:
+def start_node(cluster: ApiUnderTest, host: HostFacts, timers: Timers) -> Iterator[Start]:
     """Start a NodeLifecycle for the test's node name; stop every one at teardown."""
     started: list[NodeLifecycle] = []
 
@@ -98,7 +98,7 @@ def start_node(cluster: Cluster, host: HostFacts, timers: Timers) -> Iterator[St
     _delete_lease(cluster)
 
 
-def _delete_lease(cluster: Cluster) -> None:
+def _delete_lease(cluster: ApiUnderTest) -> None:
     try:
         call_json(
             cluster.coordination.delete_namespaced_lease, cluster.node_name, "kube-node-lease"
@@ -108,21 +108,21 @@ def _delete_lease(cluster: Cluster) -> None:
             raise
 
 
-def _node(cluster: Cluster) -> dict[str, Any] | None:
+def _node(cluster: ApiUnderTest) -> dict[str, Any] | None:
     return NodeApi(cluster.api).get_node(cluster.node_name)
 
 
-def _lease(cluster: Cluster) -> dict[str, Any] | None:
+def _lease(cluster: ApiUnderTest) -> dict[str, Any] | None:
     return NodeApi(cluster.api).get_lease("kube-node-lease", cluster.node_name)
 
 
-def _ready(cluster: Cluster) -> dict[str, Any] | None:
+def _ready(cluster: ApiUnderTest) -> dict[str, Any] | None:
     node = _node(cluster)
     conditions = (node or {}).get("status", {}).get("conditions") or []
     return next((c for c in conditions if c["type"] == "Ready"), None)
 
 
-def _wait_ready(cluster: Cluster, status: str, timeout: float = 5.0) -> dict[str, Any]:
+def _wait_ready(cluster: ApiUnderTest, status: str, timeout: float = 5.0) -> dict[str, Any]:
     def check() -> dict[str, Any] | None:
         ready = _ready(cluster)
         return ready if ready and ready["status"] == status else None
@@ -132,7 +132,7 @@ def _wait_ready(cluster: Cluster, status: str, timeout: float = 5.0) -> dict[str
 
 
 def test_node_registers_with_the_kubelets_fields_and_is_ready(
-    cluster: Cluster, start_node: Start, host: HostFacts
+    cluster: ApiUnderTest, start_node: Start, host: HostFacts
 ) -> None:
     start_node(
         node_labels={"example.com/pool": "blue"},
@@ -167,7 +167,9 @@ def test_node_registers_with_the_kubelets_fields_and_is_ready(
     assert {"MemoryPressure", "DiskPressure", "PIDPressure", "Ready"} <= set(kinds)
 
 
-def test_restart_adopts_the_node_and_keeps_its_taints(cluster: Cluster, start_node: Start) -> None:
+def test_restart_adopts_the_node_and_keeps_its_taints(
+    cluster: ApiUnderTest, start_node: Start
+) -> None:
     first = start_node(register_with_taints=[{"key": "a", "effect": "NoSchedule"}])
     _wait_ready(cluster, "True")
     # The node lifecycle controller (a real one, or the fake's) removes the not-ready taint once
@@ -199,12 +201,12 @@ def test_restart_adopts_the_node_and_keeps_its_taints(cluster: Cluster, start_no
     _wait_ready(cluster, "True")
 
 
-def _addresses(cluster: Cluster) -> list[dict[str, str]]:
+def _addresses(cluster: ApiUnderTest) -> list[dict[str, str]]:
     return list(((_node(cluster) or {}).get("status") or {}).get("addresses") or [])
 
 
 def test_hostname_address_follows_what_the_node_name_resolves_to(
-    cluster: Cluster, start_node: Start
+    cluster: ApiUnderTest, start_node: Start
 ) -> None:
     """A name that leads to the node IP is advertised as Hostname; after a restart where it
     no longer does (or after an older kubelet-sim, which always advertised it) the Hostname
@@ -218,7 +220,7 @@ def test_hostname_address_follows_what_the_node_name_resolves_to(
     wait_for(lambda: _addresses(cluster) == [internal], 5, "the Hostname address removed")
 
 
-def test_lease_is_owned_by_the_node_and_renewed(cluster: Cluster, start_node: Start) -> None:
+def test_lease_is_owned_by_the_node_and_renewed(cluster: ApiUnderTest, start_node: Start) -> None:
     start_node()
     lease = wait_for(lambda: _lease(cluster), 5, "the node lease")
     node = _node(cluster)
@@ -245,7 +247,7 @@ def test_lease_is_owned_by_the_node_and_renewed(cluster: Cluster, start_node: St
     )
 
 
-def test_lease_written_by_someone_else_is_reread(cluster: Cluster, start_node: Start) -> None:
+def test_lease_written_by_someone_else_is_reread(cluster: ApiUnderTest, start_node: Start) -> None:
     start_node()
     lease = wait_for(lambda: _lease(cluster), 5, "the node lease")
     lease["metadata"].setdefault("annotations", {})["example.com/touched"] = "yes"
@@ -261,7 +263,7 @@ def test_lease_written_by_someone_else_is_reread(cluster: Cluster, start_node: S
     wait_for(renewed_after_touch, 5, "a renewal on top of the other writer's lease")
 
 
-def test_ready_follows_the_runtime(cluster: Cluster, start_node: Start) -> None:
+def test_ready_follows_the_runtime(cluster: ApiUnderTest, start_node: Start) -> None:
     probe = FakeProbe()
     start_node(probe)
     ready = _wait_ready(cluster, "True")
@@ -275,7 +277,7 @@ def test_ready_follows_the_runtime(cluster: Cluster, start_node: Start) -> None:
 
 
 def test_ready_unknown_written_by_the_node_controller_is_answered(
-    cluster: Cluster, start_node: Start
+    cluster: ApiUnderTest, start_node: Start
 ) -> None:
     """The node lifecycle controller marks a node whose Lease aged Unknown (a lost
     connection); the kubelet sets its status on the Node it reads, so its next update writes
@@ -305,7 +307,7 @@ def test_ready_unknown_written_by_the_node_controller_is_answered(
 
 
 def test_conditions_of_other_components_survive_the_nodes_status_writes(
-    cluster: Cluster, start_node: Start
+    cluster: ApiUnderTest, start_node: Start
 ) -> None:
     """Node status goes as a strategic merge patch: conditions merge by type (the server's
     schema), so one the node does not own stays, as a CNI plugin's NetworkUnavailable does."""
@@ -335,7 +337,7 @@ def test_conditions_of_other_components_survive_the_nodes_status_writes(
 
 @pytest.mark.docker
 def test_real_docker_makes_the_node_ready(
-    cluster: Cluster, start_node: Start, docker_env: Any
+    cluster: ApiUnderTest, start_node: Start, docker_env: Any
 ) -> None:
     from kubelet_sim.runtime.engine import DockerEngine
 
@@ -354,7 +356,7 @@ def test_real_docker_makes_the_node_ready(
 
 
 def test_reservations_shrink_the_allocatable_the_server_keeps(
-    cluster: Cluster, start_node: Start
+    cluster: ApiUnderTest, start_node: Start
 ) -> None:
     start_node(
         cpu="4", memory="8Gi", system_reserved={"cpu": "250m"}, kube_reserved={"memory": "1Gi"}
@@ -368,7 +370,7 @@ def test_reservations_shrink_the_allocatable_the_server_keeps(
 
 
 def test_runtime_that_never_answered_registers_not_ready(
-    cluster: Cluster, start_node: Start
+    cluster: ApiUnderTest, start_node: Start
 ) -> None:
     start_node(FakeProbe(up=False))
     ready = _wait_ready(cluster, "False")
@@ -380,7 +382,7 @@ def test_runtime_that_never_answered_registers_not_ready(
 
 
 def test_deleted_node_is_registered_again_when_the_informer_says_so(
-    cluster: Cluster, start_node: Start
+    cluster: ApiUnderTest, start_node: Start
 ) -> None:
     lifecycle = start_node()
     _wait_ready(cluster, "True")
@@ -397,7 +399,7 @@ def test_deleted_node_is_registered_again_when_the_informer_says_so(
 
 
 def test_deleted_node_is_registered_again_on_the_next_status_write(
-    cluster: Cluster, start_node: Start
+    cluster: ApiUnderTest, start_node: Start
 ) -> None:
     start_node(status_report_interval=0.3)
     _wait_ready(cluster, "True")
@@ -412,7 +414,7 @@ def test_deleted_node_is_registered_again_on_the_next_status_write(
 
 
 def test_registration_retries_while_the_api_server_fails(
-    cluster: Cluster, start_node: Start
+    cluster: ApiUnderTest, start_node: Start
 ) -> None:
     fake = cluster.require_fake("injects 500s")
     fake.fail_next(3, 500, verb="create", resource="nodes")
@@ -422,7 +424,7 @@ def test_registration_retries_while_the_api_server_fails(
 
 
 def test_stop_is_prompt_and_can_interrupt_registration(
-    cluster: Cluster, host: HostFacts, timers: Timers
+    cluster: ApiUnderTest, host: HostFacts, timers: Timers
 ) -> None:
     fake = cluster.require_fake("keeps registration failing")
     fake.fail_next(1000, 503, verb="create", resource="nodes")
@@ -442,7 +444,7 @@ def test_stop_is_prompt_and_can_interrupt_registration(
 
 
 def test_stop_is_prompt_with_default_intervals(
-    cluster: Cluster, host: HostFacts, timers: Timers
+    cluster: ApiUnderTest, host: HostFacts, timers: Timers
 ) -> None:
     settings = NodeSettings(node_name=cluster.node_name)
     lifecycle = NodeLifecycle(
@@ -456,14 +458,14 @@ def test_stop_is_prompt_with_default_intervals(
     _delete_lease(cluster)
 
 
-def test_delete_node_on_exit(cluster: Cluster, start_node: Start) -> None:
+def test_delete_node_on_exit(cluster: ApiUnderTest, start_node: Start) -> None:
     lifecycle = start_node(admin=True, delete_node_on_exit=True)  # a kubelet's may not
     _wait_ready(cluster, "True")
     lifecycle.stop()
     assert _node(cluster) is None
 
 
-def test_delete_node_on_exit_refused_says_why(cluster: Cluster, start_node: Start) -> None:
+def test_delete_node_on_exit_refused_says_why(cluster: ApiUnderTest, start_node: Start) -> None:
     from structlog.testing import capture_logs
 
     cluster.require_node_credentials()
@@ -478,7 +480,9 @@ def test_delete_node_on_exit_refused_says_why(cluster: Cluster, start_node: Star
     assert any("may not delete their own Node" in e for e in errors), errors
 
 
-def test_spec_changes_seen_by_the_informer_are_logged(cluster: Cluster, start_node: Start) -> None:
+def test_spec_changes_seen_by_the_informer_are_logged(
+    cluster: ApiUnderTest, start_node: Start
+) -> None:
     from structlog.testing import capture_logs
 
     with capture_logs() as logs:
@@ -497,7 +501,7 @@ def test_spec_changes_seen_by_the_informer_are_logged(cluster: Cluster, start_no
 CONTROLLER_TAINTS = "node.kubernetes.io/"  # the node lifecycle controller's (not-ready, ...)
 
 
-def _taint_keys(cluster: Cluster) -> list[str]:
+def _taint_keys(cluster: ApiUnderTest) -> list[str]:
     return [t["key"] for t in ((_node(cluster) or {}).get("spec") or {}).get("taints") or []]
 
 

@@ -19,7 +19,7 @@ from kubelet_sim.loops.backoff import Backoff
 from kubelet_sim.loops.supervise import FAILED, RUNNING, Supervisor
 from kubelet_sim.runtime.local_images import PAUSE_IMAGE
 from tests.agent_fixture import start_agent
-from tests.cluster import Cluster, wait_for
+from tests.cluster import ApiUnderTest, wait_for
 from tests.docker_env import DockerEnv
 from tests.pods import make_pod, running_ready, wait_status
 
@@ -168,7 +168,7 @@ class _PoisonedOnce:
 
 @pytest.mark.docker
 def test_poisoned_pod_watch_event_does_not_stop_later_pods(
-    cluster: Cluster, docker_env: DockerEnv, tmp_path: Path
+    cluster: ApiUnderTest, docker_env: DockerEnv, tmp_path: Path
 ) -> None:
     poisoned = threading.Event()
 
@@ -226,7 +226,7 @@ main()
 
 @pytest.mark.docker
 def test_a_loop_that_keeps_failing_ends_the_command_with_exit_code_1(
-    cluster: Cluster, docker_env: DockerEnv, tmp_path: Path
+    cluster: ApiUnderTest, docker_env: DockerEnv, tmp_path: Path
 ) -> None:
     args = ["--node-name", cluster.node_name, "--kubeconfig", cluster.node_kubeconfig]
     args += ["--pod-infra-image", PAUSE_IMAGE, "--root-dir", str(tmp_path / "root")]

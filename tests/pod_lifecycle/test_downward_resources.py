@@ -12,7 +12,7 @@ from typing import Any
 
 from kubelet_sim.kube.rest import call_json
 from tests.agent_fixture import start_agent
-from tests.cluster import Cluster
+from tests.cluster import ApiUnderTest
 from tests.docker_env import DockerEnv
 from tests.fakeapi import quantity
 from tests.pods import container, ended_output, make_pod
@@ -43,7 +43,7 @@ def _selector(resource: str, divisor: str | None, container_name: str | None) ->
     return selector
 
 
-def _pod(cluster: Cluster, name: str, resources: dict[str, Any] | None) -> None:
+def _pod(cluster: ApiUnderTest, name: str, resources: dict[str, Any] | None) -> None:
     items = [
         {"path": field, "resourceFieldRef": _selector(resource, divisor, "c")}
         for field, resource, divisor in FIELDS
@@ -95,7 +95,7 @@ def _ceil(numerator: Fraction, denominator: int | Fraction) -> str:
 
 
 def test_resource_fields_in_volumes_and_env_with_and_without_limits(
-    cluster: Cluster, docker_env: DockerEnv, tmp_path: Path
+    cluster: ApiUnderTest, docker_env: DockerEnv, tmp_path: Path
 ) -> None:
     running = start_agent(cluster, docker_env, tmp_path / "root")
     try:

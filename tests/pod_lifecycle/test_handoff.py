@@ -15,7 +15,7 @@ from kubernetes import client
 
 from kubelet_sim import cri
 from tests.agent_fixture import RunningAgent, start_agent
-from tests.cluster import Cluster, wait_for
+from tests.cluster import ApiUnderTest, wait_for
 from tests.docker_env import DockerEnv
 from tests.pods import BUSYBOX, SLEEP_FOREVER, running_ready, traced
 
@@ -29,7 +29,7 @@ TOLERATE_VIRTUAL = [
 ]
 
 
-def _require_scheduler(cluster: Cluster) -> None:
+def _require_scheduler(cluster: ApiUnderTest) -> None:
     cluster.require_scheduler()
 
 
@@ -62,12 +62,12 @@ def _deployment(name: str, node: str, replicas: int) -> dict[str, Any]:
     }
 
 
-def _pods(cluster: Cluster, selector: str) -> list[dict[str, Any]]:
+def _pods(cluster: ApiUnderTest, selector: str) -> list[dict[str, Any]]:
     items = cluster.core.list_namespaced_pod(cluster.namespace, label_selector=selector).items
     return [cluster.api.sanitize_for_serialization(p) for p in items]
 
 
-def _scheduler_events(cluster: Cluster, reason: str) -> dict[str, str]:
+def _scheduler_events(cluster: ApiUnderTest, reason: str) -> dict[str, str]:
     """Pod name → message of the scheduler's events with `reason` (events.k8s.io)."""
     events = cluster.core.list_namespaced_event(cluster.namespace).items
     return {
@@ -78,7 +78,7 @@ def _scheduler_events(cluster: Cluster, reason: str) -> dict[str, str]:
 
 
 def test_a_deployment_is_scheduled_onto_the_node_runs_and_scales_down(
-    cluster: Cluster, docker_env: DockerEnv, tmp_path: Path
+    cluster: ApiUnderTest, docker_env: DockerEnv, tmp_path: Path
 ) -> None:
     _require_scheduler(cluster)
     cluster.require_controller("Deployment")
@@ -137,7 +137,7 @@ def test_a_deployment_is_scheduled_onto_the_node_runs_and_scales_down(
 
 
 def test_a_pod_without_the_toleration_is_not_scheduled_onto_the_virtual_node(
-    cluster: Cluster, docker_env: DockerEnv, tmp_path: Path
+    cluster: ApiUnderTest, docker_env: DockerEnv, tmp_path: Path
 ) -> None:
     """The default taint keeps ordinary workloads (and DaemonSets) off the node."""
     _require_scheduler(cluster)
@@ -161,7 +161,7 @@ def test_a_pod_without_the_toleration_is_not_scheduled_onto_the_virtual_node(
 
 
 def test_a_pod_that_fits_no_node_waits_then_runs_when_its_node_registers(
-    cluster: Cluster, docker_env: DockerEnv, tmp_path: Path
+    cluster: ApiUnderTest, docker_env: DockerEnv, tmp_path: Path
 ) -> None:
     _require_scheduler(cluster)
     late = dataclasses.replace(

@@ -18,7 +18,7 @@ import docker.errors
 import pytest
 
 from tests.agent_fixture import RunningAgent
-from tests.cluster import Cluster, open_watch, wait_for
+from tests.cluster import ApiUnderTest, open_watch, wait_for
 from tests.docker_env import DockerEnv
 from tests.pods import (
     condition,
@@ -40,7 +40,7 @@ TRAPS_TERM = [
 ]
 
 
-def _logs(cluster: Cluster, docker_env: DockerEnv, name: str) -> list[str]:
+def _logs(cluster: ApiUnderTest, docker_env: DockerEnv, name: str) -> list[str]:
     uid = (get_pod(cluster, name) or {})["metadata"]["uid"]
     apps = [
         c
@@ -61,7 +61,7 @@ def _running(st: dict[str, Any]) -> bool:
 
 
 def test_pre_stop_runs_before_sigterm_and_post_start_after_start(
-    cluster: Cluster, docker_env: DockerEnv, agent: RunningAgent
+    cluster: ApiUnderTest, docker_env: DockerEnv, agent: RunningAgent
 ) -> None:
     hooks = {
         "postStart": {"exec": {"command": ["sh", "-c", SAY.format("poststart")]}},
@@ -86,7 +86,7 @@ def test_pre_stop_runs_before_sigterm_and_post_start_after_start(
 
 
 def test_failed_post_start_kills_and_restarts_the_container(
-    cluster: Cluster, agent: RunningAgent
+    cluster: ApiUnderTest, agent: RunningAgent
 ) -> None:
     command = ["sh", "-c", "echo nope; exit 1"]
     make_pod(
@@ -136,7 +136,7 @@ def loopback_server() -> Iterator[tuple[int, list[tuple[str, str]]]]:
 
 
 def test_http_pre_stop_hook_reaches_its_host(
-    cluster: Cluster,
+    cluster: ApiUnderTest,
     agent: RunningAgent,
     loopback_server: tuple[int, list[tuple[str, str]]],
 ) -> None:
@@ -163,7 +163,7 @@ def _state(status: dict[str, Any], name: str = "c") -> dict[str, Any]:
 
 
 def test_every_status_written_while_post_start_runs_says_container_creating(
-    cluster: Cluster, agent: RunningAgent
+    cluster: ApiUnderTest, agent: RunningAgent
 ) -> None:
     """The kubelet runs postStart inside the container's start: until the hook ends, what it
     writes shows the container waiting (ContainerCreating) and the pod Pending, though Docker
@@ -202,7 +202,7 @@ def test_every_status_written_while_post_start_runs_says_container_creating(
 
 
 def test_four_slow_post_start_hooks_delay_no_other_pod(
-    cluster: Cluster, docker_env: DockerEnv, agent: RunningAgent
+    cluster: ApiUnderTest, docker_env: DockerEnv, agent: RunningAgent
 ) -> None:
     """The issue's hole: hooks shared four threads, so while four pods ran slow postStart hooks
     a fifth pod's instant hook did not run at all, and a preStop waited for a slot out of its

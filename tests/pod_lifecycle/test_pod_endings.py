@@ -5,17 +5,19 @@ from __future__ import annotations
 from typing import Any
 
 from tests.agent_fixture import RunningAgent
-from tests.cluster import Cluster, kubelet_generation
+from tests.cluster import ApiUnderTest, kubelet_generation
 from tests.pods import container_status, make_pod, wait_status
 
 FINALIZER = "kubelet-sim.io/test-keeps-the-pod"
 
 
-def _release(cluster: Cluster, name: str) -> None:
+def _release(cluster: ApiUnderTest, name: str) -> None:
     cluster.core.patch_namespaced_pod(name, cluster.namespace, {"metadata": {"finalizers": None}})
 
 
-def test_a_pod_deleted_before_it_started_ends_failed(cluster: Cluster, agent: RunningAgent) -> None:
+def test_a_pod_deleted_before_it_started_ends_failed(
+    cluster: ApiUnderTest, agent: RunningAgent
+) -> None:
     """TerminatePod: Failed, and the container that never ran is ContainerStatusUnknown.
 
     A finalizer keeps the pod readable after the node's final delete; its ConfigMap volume

@@ -11,7 +11,7 @@ import pytest
 
 from kubelet_sim import cri
 from tests.agent_fixture import RunningAgent
-from tests.cluster import Cluster, wait_for
+from tests.cluster import ApiUnderTest, wait_for
 from tests.docker_env import DockerEnv
 from tests.pods import (
     container,
@@ -29,7 +29,7 @@ pytestmark = pytest.mark.docker
 
 
 def test_sleep_pod_runs_with_ip_and_is_ready(
-    cluster: Cluster, docker_env: DockerEnv, agent: RunningAgent
+    cluster: ApiUnderTest, docker_env: DockerEnv, agent: RunningAgent
 ) -> None:
     pod = make_pod(cluster, "sleeper")
     st = wait_status(cluster, "sleeper", running_ready, 20, "Running and Ready")
@@ -56,7 +56,7 @@ def test_sleep_pod_runs_with_ip_and_is_ready(
 
 
 def test_exit_zero_with_never_succeeds(
-    cluster: Cluster, docker_env: DockerEnv, agent: RunningAgent
+    cluster: ApiUnderTest, docker_env: DockerEnv, agent: RunningAgent
 ) -> None:
     pod = make_pod(cluster, "once", container(command=["true"]), restart="Never")
     make_pod(
@@ -89,7 +89,7 @@ def test_exit_zero_with_never_succeeds(
 
 
 def test_failure_with_always_crash_loops_with_growing_waits(
-    cluster: Cluster, docker_env: DockerEnv, agent: RunningAgent
+    cluster: ApiUnderTest, docker_env: DockerEnv, agent: RunningAgent
 ) -> None:
     make_pod(
         cluster,
@@ -137,7 +137,7 @@ def test_failure_with_always_crash_loops_with_growing_waits(
 
 
 def test_on_failure_restarts_failures_only(
-    cluster: Cluster, docker_env: DockerEnv, agent: RunningAgent
+    cluster: ApiUnderTest, docker_env: DockerEnv, agent: RunningAgent
 ) -> None:
     make_pod(cluster, "ok", container(command=["true"]), restart="OnFailure")
     make_pod(cluster, "bad", container(command=["false"]), restart="OnFailure")
@@ -156,7 +156,7 @@ def test_on_failure_restarts_failures_only(
 
 
 def test_init_containers_run_in_order_before_app(
-    cluster: Cluster, docker_env: DockerEnv, agent: RunningAgent
+    cluster: ApiUnderTest, docker_env: DockerEnv, agent: RunningAgent
 ) -> None:
     make_pod(
         cluster,
@@ -177,7 +177,7 @@ def test_init_containers_run_in_order_before_app(
 
 
 def test_failing_init_with_never_fails_the_pod(
-    cluster: Cluster, docker_env: DockerEnv, agent: RunningAgent
+    cluster: ApiUnderTest, docker_env: DockerEnv, agent: RunningAgent
 ) -> None:
     pod = make_pod(
         cluster,
@@ -205,7 +205,7 @@ def test_failing_init_with_never_fails_the_pod(
     ],
 )
 def test_bad_images_wait_with_the_kubelet_reason(
-    cluster: Cluster,
+    cluster: ApiUnderTest,
     docker_env: DockerEnv,
     agent: RunningAgent,
     image: str,
@@ -237,7 +237,7 @@ def test_bad_images_wait_with_the_kubelet_reason(
 
 
 def test_deleted_pod_is_stopped_and_leaves_the_api(
-    cluster: Cluster, docker_env: DockerEnv, agent: RunningAgent
+    cluster: ApiUnderTest, docker_env: DockerEnv, agent: RunningAgent
 ) -> None:
     pod = make_pod(cluster, "doomed")
     wait_status(cluster, "doomed", running_ready, 20, "Running")
@@ -250,7 +250,7 @@ def test_deleted_pod_is_stopped_and_leaves_the_api(
 
 
 def test_container_ignoring_sigterm_is_killed_after_the_grace_period(
-    cluster: Cluster, docker_env: DockerEnv, agent: RunningAgent
+    cluster: ApiUnderTest, docker_env: DockerEnv, agent: RunningAgent
 ) -> None:
     make_pod(
         cluster,
@@ -267,7 +267,7 @@ def test_container_ignoring_sigterm_is_killed_after_the_grace_period(
 
 
 def test_container_removed_behind_our_back_is_recreated(
-    cluster: Cluster, docker_env: DockerEnv, agent: RunningAgent
+    cluster: ApiUnderTest, docker_env: DockerEnv, agent: RunningAgent
 ) -> None:
     pod = make_pod(cluster, "victim")
     st = wait_status(cluster, "victim", running_ready, 20, "Running")
@@ -290,7 +290,7 @@ def test_container_removed_behind_our_back_is_recreated(
 
 
 def test_privileged_pod_is_refused(
-    cluster: Cluster, docker_env: DockerEnv, agent: RunningAgent
+    cluster: ApiUnderTest, docker_env: DockerEnv, agent: RunningAgent
 ) -> None:
     pod = make_pod(cluster, "root", container(securityContext={"privileged": True}))
     st = wait_status(cluster, "root", lambda s: s.get("phase") == "Failed", 20, "Failed")
@@ -301,7 +301,7 @@ def test_privileged_pod_is_refused(
 
 
 def test_active_deadline_fails_the_pod(
-    cluster: Cluster, docker_env: DockerEnv, agent: RunningAgent
+    cluster: ApiUnderTest, docker_env: DockerEnv, agent: RunningAgent
 ) -> None:
     make_pod(cluster, "deadline", activeDeadlineSeconds=2)
     st = wait_status(cluster, "deadline", lambda s: s.get("phase") == "Failed", 20, "Failed")
@@ -310,7 +310,7 @@ def test_active_deadline_fails_the_pod(
 
 
 def test_missing_configmap_then_created(
-    cluster: Cluster, docker_env: DockerEnv, agent: RunningAgent
+    cluster: ApiUnderTest, docker_env: DockerEnv, agent: RunningAgent
 ) -> None:
     env = [
         {"name": "COLOR", "valueFrom": {"configMapKeyRef": {"name": "settings", "key": "color"}}}
@@ -334,7 +334,7 @@ def test_missing_configmap_then_created(
 
 
 def test_agent_restart_keeps_containers(
-    cluster: Cluster, docker_env: DockerEnv, agent: RunningAgent, tmp_path: object
+    cluster: ApiUnderTest, docker_env: DockerEnv, agent: RunningAgent, tmp_path: object
 ) -> None:
     from tests.agent_fixture import start_agent
 
@@ -366,7 +366,7 @@ def _exec(docker_env: DockerEnv, uid: str, name: str, command: str) -> str:
 
 
 def test_volumes_reach_the_containers(
-    cluster: Cluster, docker_env: DockerEnv, agent: RunningAgent
+    cluster: ApiUnderTest, docker_env: DockerEnv, agent: RunningAgent
 ) -> None:
     ns = cluster.namespace
     cluster.core.create_namespaced_config_map(
@@ -430,7 +430,7 @@ def test_volumes_reach_the_containers(
 
 
 def test_missing_configmap_volume_waits_with_failed_mount(
-    cluster: Cluster, docker_env: DockerEnv, agent: RunningAgent
+    cluster: ApiUnderTest, docker_env: DockerEnv, agent: RunningAgent
 ) -> None:
     make_pod(
         cluster,
@@ -459,7 +459,7 @@ def test_missing_configmap_volume_waits_with_failed_mount(
 
 
 def test_memory_empty_dir_is_one_tmpfs_shared_by_the_pod(
-    cluster: Cluster, docker_env: DockerEnv, agent: RunningAgent
+    cluster: ApiUnderTest, docker_env: DockerEnv, agent: RunningAgent
 ) -> None:
     mount = [{"name": "mem", "mountPath": "/mem"}]
     writer = container(
@@ -490,7 +490,7 @@ def test_memory_empty_dir_is_one_tmpfs_shared_by_the_pod(
 
 
 def test_memory_empty_dir_keeps_its_files_across_a_restart(
-    cluster: Cluster, agent: RunningAgent
+    cluster: ApiUnderTest, agent: RunningAgent
 ) -> None:
     """The kubelet's tmpfs lives with the pod, not with one container (the conformance spec
     "Container Runtime blackbox test ... should run with the expected status" counts restarts
@@ -509,7 +509,7 @@ def test_memory_empty_dir_keeps_its_files_across_a_restart(
 
 
 def test_a_container_over_its_memory_limit_is_oom_killed(
-    cluster: Cluster, agent: RunningAgent
+    cluster: ApiUnderTest, agent: RunningAgent
 ) -> None:
     """The kernel kills it inside its limit (dd's 64 MiB buffer in 16 MiB): OOMKilled, 137.
 

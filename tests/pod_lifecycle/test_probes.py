@@ -14,7 +14,7 @@ from typing import Any
 import pytest
 
 from tests.agent_fixture import RunningAgent, start_agent
-from tests.cluster import Cluster, wait_for
+from tests.cluster import ApiUnderTest, wait_for
 from tests.docker_env import DockerEnv
 from tests.pods import (
     condition,
@@ -37,7 +37,7 @@ HTTPD = [
 ]
 
 
-def _exec(docker_env: DockerEnv, cluster: Cluster, pod: str, *cmd: str) -> None:
+def _exec(docker_env: DockerEnv, cluster: ApiUnderTest, pod: str, *cmd: str) -> None:
     uid = (get_pod(cluster, pod) or {})["metadata"]["uid"]
     app = next(
         c
@@ -55,7 +55,7 @@ def _ready(st: dict[str, Any]) -> bool:
 
 
 def test_exec_readiness_gates_ready_both_ways(
-    cluster: Cluster, docker_env: DockerEnv, agent: RunningAgent
+    cluster: ApiUnderTest, docker_env: DockerEnv, agent: RunningAgent
 ) -> None:
     probe = {"exec": {"command": ["test", "-f", "/tmp/ready"]}, **FAST}
     make_pod(cluster, "r", container(readinessProbe=probe))
@@ -76,7 +76,7 @@ def test_exec_readiness_gates_ready_both_ways(
 
 
 def test_failed_liveness_restarts_with_the_kubelets_events(
-    cluster: Cluster, agent: RunningAgent
+    cluster: ApiUnderTest, agent: RunningAgent
 ) -> None:
     probe = {
         "exec": {"command": ["sh", "-c", "echo dead; exit 1"]},
@@ -103,7 +103,7 @@ def test_failed_liveness_restarts_with_the_kubelets_events(
 
 
 def test_an_exec_liveness_probe_past_its_timeout_fails_and_restarts(
-    cluster: Cluster, agent: RunningAgent
+    cluster: ApiUnderTest, agent: RunningAgent
 ) -> None:
     """container_probe.go "should be restarted with an exec liveness probe with timeout":
     ExecProbeTimeout (on since 1.20), the command's timeout is a failure."""
@@ -132,7 +132,7 @@ def test_an_exec_liveness_probe_past_its_timeout_fails_and_restarts(
 
 
 def test_http_and_tcp_probes_on_named_ports(
-    cluster: Cluster, docker_env: DockerEnv, agent: RunningAgent
+    cluster: ApiUnderTest, docker_env: DockerEnv, agent: RunningAgent
 ) -> None:
     http = {"httpGet": {"path": "/healthz", "port": "http"}, **FAST}
     # not FAST: the first probe may come before httpd listens, and one failure would restart it
@@ -162,7 +162,7 @@ def test_http_and_tcp_probes_on_named_ports(
 
 
 def test_tcp_probe_on_a_closed_port_says_connection_refused(
-    cluster: Cluster, agent: RunningAgent
+    cluster: ApiUnderTest, agent: RunningAgent
 ) -> None:
     make_pod(cluster, "closed", container(readinessProbe={"tcpSocket": {"port": 9}, **FAST}))
     wait_for(lambda: event_messages(cluster, "closed", "Unhealthy"), 30, "a failed tcp probe")
@@ -175,7 +175,7 @@ def test_tcp_probe_on_a_closed_port_says_connection_refused(
 
 
 def test_startup_probe_holds_started_then_releases(
-    cluster: Cluster, docker_env: DockerEnv, agent: RunningAgent
+    cluster: ApiUnderTest, docker_env: DockerEnv, agent: RunningAgent
 ) -> None:
     startup = {
         "exec": {"command": ["test", "-f", "/tmp/up"]},
@@ -225,7 +225,7 @@ def health() -> Iterator[_Health]:
 
 @pytest.fixture
 def privileged_agent(
-    cluster: Cluster, docker_env: DockerEnv, tmp_path: Path
+    cluster: ApiUnderTest, docker_env: DockerEnv, tmp_path: Path
 ) -> Iterator[RunningAgent]:
     """hostNetwork pods need --allow-privileged; their address is the node's (127.0.0.1)."""
     running = start_agent(cluster, docker_env, tmp_path / "root", allow_privileged=True)
@@ -235,7 +235,7 @@ def privileged_agent(
 
 
 def test_grpc_readiness_asks_the_health_service(
-    cluster: Cluster, privileged_agent: RunningAgent, health: _Health
+    cluster: ApiUnderTest, privileged_agent: RunningAgent, health: _Health
 ) -> None:
     """A hostNetwork pod's probe reaches the node's address: here a health server of the
     test's own on loopback (so no traffic leaves the machine)."""

@@ -3,13 +3,13 @@
 from __future__ import annotations
 
 from tests.agent_fixture import RunningAgent
-from tests.cluster import Cluster
+from tests.cluster import ApiUnderTest
 from tests.pods import condition, make_pod, wait_status
 
 GATE = "example.com/load-balancer"
 
 
-def test_ready_waits_for_the_readiness_gate(cluster: Cluster, agent: RunningAgent) -> None:
+def test_ready_waits_for_the_readiness_gate(cluster: ApiUnderTest, agent: RunningAgent) -> None:
     make_pod(cluster, "gated", readinessGates=[{"conditionType": GATE}])
     st = wait_status(
         cluster,

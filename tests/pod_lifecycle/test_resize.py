@@ -18,7 +18,7 @@ import pytest
 from kubelet_sim import cri
 from kubelet_sim.kube.rest import request_json
 from tests.agent_fixture import RunningAgent, start_agent
-from tests.cluster import Cluster
+from tests.cluster import ApiUnderTest
 from tests.docker_env import DockerEnv
 from tests.pods import (
     condition,
@@ -42,20 +42,20 @@ HUGE = {"requests": {"cpu": "100", "memory": "32Mi"}, "limits": {"cpu": "100", "
 
 
 @pytest.fixture(autouse=True)
-def _needs_resize(cluster: Cluster) -> None:
+def _needs_resize(cluster: ApiUnderTest) -> None:
     listed = request_json(cluster.api, "GET", "/api/v1")
     if "pods/resize" not in {r.get("name") for r in listed.get("resources") or []}:
         pytest.skip("the API server serves no pods/resize (in-place resize is v1.33+)")
 
 
 @pytest.fixture
-def agent(cluster: Cluster, docker_env: DockerEnv, tmp_path: Path) -> Iterator[RunningAgent]:
+def agent(cluster: ApiUnderTest, docker_env: DockerEnv, tmp_path: Path) -> Iterator[RunningAgent]:
     running = start_agent(cluster, docker_env, tmp_path / "root", node={"cpu": "2"})
     yield running
     running.stop()
 
 
-def _resize(cluster: Cluster, name: str, resources: dict[str, Any]) -> None:
+def _resize(cluster: ApiUnderTest, name: str, resources: dict[str, Any]) -> None:
     """kubectl patch pod <p> --subresource resize (a strategic merge patch)."""
     path = f"/api/v1/namespaces/{cluster.namespace}/pods/{name}/resize"
     body = {"spec": {"containers": [{"name": "main", "resources": resources}]}}
@@ -79,7 +79,7 @@ def _host_config(docker_env: DockerEnv, container_id: str) -> tuple[int, int]:
 
 @pytest.mark.usefixtures("agent")
 def test_a_resize_that_fits_is_applied_in_place_and_one_that_cannot_is_infeasible(
-    cluster: Cluster, docker_env: DockerEnv
+    cluster: ApiUnderTest, docker_env: DockerEnv
 ) -> None:
     pod = make_pod(cluster, "resized", container("main", resources=SMALL))
     uid = pod["metadata"]["uid"]

@@ -12,7 +12,7 @@ import pytest
 from kubelet_sim import cri
 from tests.agent_fixture import start_agent
 from tests.agent_process import running_agent
-from tests.cluster import Cluster, wait_for
+from tests.cluster import ApiUnderTest, wait_for
 from tests.docker_env import DockerEnv
 from tests.others import OtherPods
 from tests.pods import container, get_pod, make_pod, running_ready, traced, wait_status
@@ -35,7 +35,7 @@ def pool_ids(docker_env: DockerEnv, node: str, running: bool = False) -> list[st
     return [c["Id"] for c in sorted(unclaimed, key=lambda c: (c["Created"], c["Id"]))]
 
 
-def sandbox_of(docker_env: DockerEnv, cluster: Cluster, name: str, uid: str) -> dict:
+def sandbox_of(docker_env: DockerEnv, cluster: ApiUnderTest, name: str, uid: str) -> dict:
     wanted = f"/k8s_POD_{name}_{cluster.namespace}_{uid}_0"
     attrs: dict = docker_env.client.api.inspect_container(wanted[1:])
     assert attrs["Name"] == wanted
@@ -56,7 +56,7 @@ def app_of(docker_env: DockerEnv, uid: str) -> str:
 
 
 def test_a_pooled_sandbox_is_wholly_the_pods_and_the_pool_refills(
-    cluster: Cluster, docker_env: DockerEnv, tmp_path: Path, others_on_node: OtherPods
+    cluster: ApiUnderTest, docker_env: DockerEnv, tmp_path: Path, others_on_node: OtherPods
 ) -> None:
     node = cluster.node_name
     running = start_agent(
@@ -140,7 +140,7 @@ def seen_from_inside(docker_env: DockerEnv, app: str) -> dict[str, str]:
 
 
 def test_a_pooled_pods_hostname_hosts_file_ip_and_dns_are_its_own_as_a_fresh_ones(
-    cluster: Cluster, docker_env: DockerEnv, tmp_path: Path
+    cluster: ApiUnderTest, docker_env: DockerEnv, tmp_path: Path
 ) -> None:
     """The default pool: none on an idle node, so the first pod's sandbox is made for it;
     that start makes the pool keep one, which the second pod takes. Each sees itself."""
@@ -174,7 +174,7 @@ def test_a_pooled_pods_hostname_hosts_file_ip_and_dns_are_its_own_as_a_fresh_one
 
 
 def test_a_kill_9_leaves_the_pool_to_the_next_start_and_size_0_makes_none(
-    cluster: Cluster, docker_env: DockerEnv
+    cluster: ApiUnderTest, docker_env: DockerEnv
 ) -> None:
     node = cluster.node_name
     with running_agent(cluster, "--sandbox-pool-size", "2") as first:

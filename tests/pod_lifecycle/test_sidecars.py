@@ -17,7 +17,7 @@ import pytest
 
 from kubelet_sim import cri
 from tests.agent_fixture import RunningAgent, start_agent
-from tests.cluster import Cluster, server_has_field, wait_for
+from tests.cluster import ApiUnderTest, server_has_field, wait_for
 from tests.docker_env import DockerEnv
 from tests.pods import (
     condition,
@@ -33,7 +33,7 @@ from tests.pods import (
 
 
 @pytest.fixture(autouse=True)
-def _needs_sidecars(cluster: Cluster) -> None:
+def _needs_sidecars(cluster: ApiUnderTest) -> None:
     if not server_has_field(cluster.api, "io.k8s.api.core.v1.Container", "restartPolicy"):
         pytest.skip(
             "the API server's Container has no restartPolicy (v1.24 drops it from init "
@@ -49,7 +49,7 @@ def log_dir(tmp_path: Path) -> Path:
 
 
 @pytest.fixture
-def agent(cluster: Cluster, docker_env: DockerEnv, tmp_path: Path) -> Iterator[RunningAgent]:
+def agent(cluster: ApiUnderTest, docker_env: DockerEnv, tmp_path: Path) -> Iterator[RunningAgent]:
     running = start_agent(cluster, docker_env, tmp_path / "root", allow_privileged=True)
     yield running
     running.stop()
@@ -104,7 +104,7 @@ def _touch(docker_env: DockerEnv, pod: dict[str, Any], name: str, path: str) -> 
 
 
 def test_sidecars_start_first_restart_on_their_own_and_stop_last_in_reverse(
-    cluster: Cluster, docker_env: DockerEnv, agent: RunningAgent, log_dir: Path
+    cluster: ApiUnderTest, docker_env: DockerEnv, agent: RunningAgent, log_dir: Path
 ) -> None:
     slow_exit = "sleep 1; echo {}-exit >> /log/steps; exit 0"
     pod = make_pod(
@@ -170,7 +170,7 @@ def test_sidecars_start_first_restart_on_their_own_and_stop_last_in_reverse(
 
 
 def test_a_finished_pod_stops_its_sidecars_and_succeeds(
-    cluster: Cluster, agent: RunningAgent, log_dir: Path
+    cluster: ApiUnderTest, agent: RunningAgent, log_dir: Path
 ) -> None:
     make_pod(
         cluster,
@@ -192,7 +192,7 @@ def test_a_finished_pod_stops_its_sidecars_and_succeeds(
 
 
 def test_a_sidecars_startup_probe_holds_the_next_init_container(
-    cluster: Cluster, docker_env: DockerEnv, agent: RunningAgent, log_dir: Path
+    cluster: ApiUnderTest, docker_env: DockerEnv, agent: RunningAgent, log_dir: Path
 ) -> None:
     probe = {"exec": {"command": ["test", "-f", "/tmp/up"]}, "periodSeconds": 1}
     pod = make_pod(
@@ -224,7 +224,7 @@ def test_a_sidecars_startup_probe_holds_the_next_init_container(
 
 
 def test_a_sidecars_readiness_holds_the_pods_ready(
-    cluster: Cluster, docker_env: DockerEnv, agent: RunningAgent, log_dir: Path
+    cluster: ApiUnderTest, docker_env: DockerEnv, agent: RunningAgent, log_dir: Path
 ) -> None:
     probe = {"exec": {"command": ["test", "-f", "/tmp/ready"]}, "periodSeconds": 1}
     pod = make_pod(

@@ -14,7 +14,7 @@ from pathlib import Path
 import pytest
 
 from tests.agent_fixture import start_agent
-from tests.cluster import Cluster, wait_for
+from tests.cluster import ApiUnderTest, wait_for
 from tests.docker_env import DockerEnv
 from tests.pods import (
     container,
@@ -29,12 +29,12 @@ from tests.pods import (
 IGNORES_SIGTERM = ["sleep", "3600"]  # PID 1 without a handler: SIGTERM does nothing
 
 
-def _delete(cluster: Cluster, name: str, grace: int | None = None) -> None:
+def _delete(cluster: ApiUnderTest, name: str, grace: int | None = None) -> None:
     cluster.core.delete_namespaced_pod(name, cluster.namespace, grace_period_seconds=grace)
 
 
 def test_pods_start_while_others_wait_out_their_grace_period(
-    cluster: Cluster, docker_env: DockerEnv, tmp_path: Path
+    cluster: ApiUnderTest, docker_env: DockerEnv, tmp_path: Path
 ) -> None:
     running = start_agent(cluster, docker_env, tmp_path / "root", workers=2)
     try:
@@ -57,7 +57,7 @@ def test_pods_start_while_others_wait_out_their_grace_period(
 
 
 def test_a_shorter_grace_period_cuts_a_stop_in_flight(
-    cluster: Cluster, docker_env: DockerEnv, tmp_path: Path
+    cluster: ApiUnderTest, docker_env: DockerEnv, tmp_path: Path
 ) -> None:
     running = start_agent(cluster, docker_env, tmp_path / "root", workers=1)
     try:
@@ -73,7 +73,7 @@ def test_a_shorter_grace_period_cuts_a_stop_in_flight(
         running.stop()
 
 
-def _killing_sent(cluster: Cluster) -> bool:
+def _killing_sent(cluster: ApiUnderTest) -> bool:
     events = cluster.core.list_namespaced_event(cluster.namespace).items
     return any(e.reason == "Killing" and e.involved_object.name == "slow" for e in events)
 
@@ -108,7 +108,7 @@ def silent_registry() -> Iterator[str]:
 
 
 def test_a_pull_that_hangs_is_cancelled_and_never_holds_a_worker(
-    cluster: Cluster, docker_env: DockerEnv, tmp_path: Path, silent_registry: str
+    cluster: ApiUnderTest, docker_env: DockerEnv, tmp_path: Path, silent_registry: str
 ) -> None:
     running = start_agent(
         cluster, docker_env, tmp_path / "root", workers=1, pull_progress_deadline=3

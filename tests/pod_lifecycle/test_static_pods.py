@@ -13,7 +13,7 @@ import pytest
 
 from kubelet_sim import cri
 from tests.agent_fixture import RunningAgent, start_agent
-from tests.cluster import Cluster, wait_for
+from tests.cluster import ApiUnderTest, wait_for
 from tests.docker_env import DockerEnv
 from tests.pods import (
     container,
@@ -35,7 +35,7 @@ HASH = "kubernetes.io/config.hash"
 class StaticNode:
     agent: RunningAgent
     manifests: Path
-    cluster: Cluster
+    cluster: ApiUnderTest
     docker_env: DockerEnv
 
     def write(self, name: str, **spec: Any) -> Path:
@@ -82,7 +82,9 @@ class StaticNode:
 
 
 @pytest.fixture
-def static_node(cluster: Cluster, docker_env: DockerEnv, tmp_path: Path) -> Iterator[StaticNode]:
+def static_node(
+    cluster: ApiUnderTest, docker_env: DockerEnv, tmp_path: Path
+) -> Iterator[StaticNode]:
     cluster.require_node_credentials()  # mirror pods are made as the node (NodeRestriction)
     manifests = tmp_path / "manifests"
     manifests.mkdir()
@@ -251,7 +253,7 @@ def test_a_node_creates_only_mirror_pods_owned_by_itself(static_node: StaticNode
 
 
 def test_nodes_of_one_process_run_the_manifests_and_a_restart_adopts_them(
-    cluster: Cluster, docker_env: DockerEnv, tmp_path: Path
+    cluster: ApiUnderTest, docker_env: DockerEnv, tmp_path: Path
 ) -> None:
     """`--pod-manifest-path` from the command line, for two nodes of one process (the static
     pods' poller on the set's shared timers); a restarted process finds the same UIDs (the

@@ -10,7 +10,7 @@ import pytest
 
 from kubelet_sim.compare.states import normalise
 from kubelet_sim.controlplane.reference_node import ReferenceNode
-from tests.cluster import Cluster, wait_for
+from tests.cluster import ApiUnderTest, wait_for
 from tests.pod_lifecycle.test_static_pods import StaticNode, static_node  # noqa: F401 (the fixture)
 from tests.pods import get_pod, running_ready
 
@@ -42,7 +42,7 @@ def _shape(pod: dict[str, Any], node: str) -> dict[str, Any]:
 def test_a_static_pod_and_its_mirror_read_as_the_kubelets(
     static_node: StaticNode,  # noqa: F811
     reference_node: ReferenceNode,
-    cluster: Cluster,
+    cluster: ApiUnderTest,
 ) -> None:
     assert reference_node.static_pod_path is not None
     static_node.write("web")

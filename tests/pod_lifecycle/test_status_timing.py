@@ -16,14 +16,14 @@ import pytest
 
 from kubelet_sim.formats.jsontypes import Json
 from tests.agent_fixture import RunningAgent
-from tests.cluster import Cluster, EventStream, open_watch
+from tests.cluster import ApiUnderTest, EventStream, open_watch
 from tests.pods import container, make_pod
 
 pytestmark = pytest.mark.docker
 
 
 @pytest.fixture
-def pod_writes(cluster: Cluster) -> Iterator[EventStream]:
+def pod_writes(cluster: ApiUnderTest) -> Iterator[EventStream]:
     stream = open_watch(
         cluster.core.list_namespaced_pod,
         cluster.namespace,
@@ -65,7 +65,7 @@ def state_of(cs: Json) -> str:
 
 
 def test_a_crash_looping_container_is_ready_whenever_it_runs_and_terminated_before_backoff(
-    cluster: Cluster, agent: RunningAgent, pod_writes: EventStream
+    cluster: ApiUnderTest, agent: RunningAgent, pod_writes: EventStream
 ) -> None:
     """Runs 1 s, exits 1, restartPolicy Always, no probe: three restarts (immediate, 10 s,
     20 s of back-off), every write watched.
@@ -103,7 +103,7 @@ def test_a_crash_looping_container_is_ready_whenever_it_runs_and_terminated_befo
 
 
 def test_a_pod_whose_image_cannot_be_pulled_gets_its_ip_with_err_image_pull(
-    cluster: Cluster, agent: RunningAgent, pod_writes: EventStream
+    cluster: ApiUnderTest, agent: RunningAgent, pod_writes: EventStream
 ) -> None:
     """The kubelet pulls inside SyncPod, after the sandbox is made: its first write is
     ContainerCreating without an IP (generated before SyncPod), its next one has the sandbox's
@@ -138,7 +138,7 @@ while true; do sleep 1; done
 
 
 def test_restart_count_two_phase_running_and_ready_come_together(
-    cluster: Cluster, agent: RunningAgent, pod_writes: EventStream
+    cluster: ApiUnderTest, agent: RunningAgent, pod_writes: EventStream
 ) -> None:
     """Upstream polls restartCount until 2, then the phase until Running, then reads the pod's
     Ready condition once: it must be True. No write may show the third attempt running and

@@ -214,6 +214,19 @@ def test_the_package_imports_no_test_tooling(path: Path) -> None:
     assert not used & (TEST_ONLY - allowed), f"{path} imports {sorted(used & TEST_ONLY)}"
 
 
+BENCH = PACKAGE.parent / "bench"
+
+
+@pytest.mark.parametrize("path", sorted(BENCH.glob("*.py")), ids=lambda p: p.name)
+def test_the_benchmarks_import_no_tests(path: Path) -> None:
+    """bench/ measures what the package does with the package's own parts: a change to the
+    tests' helpers never moves a benchmark's numbers."""
+    used = {
+        name.partition(".")[0] for name in imported_modules(path.read_text(), f"bench.{path.stem}")
+    }
+    assert "tests" not in used, f"{path} imports tests/"
+
+
 def test_only_the_plugin_imports_it() -> None:
     """The plugin is pytest's to load: a module of the command importing it would pull pytest."""
     plugin = _module_name(PYTEST_PLUGIN)

@@ -11,7 +11,7 @@ import pytest
 from kubelet_sim import cri
 from kubelet_sim.runtime.node_runtime import NodeRuntime
 from tests.agent_fixture import start_agent
-from tests.cluster import Cluster, wait_for
+from tests.cluster import ApiUnderTest, wait_for
 from tests.docker_env import TEST_LABEL, DockerEnv
 
 
@@ -33,7 +33,7 @@ def test_which_containers_a_runtime_owns() -> None:
 @pytest.mark.docker
 @pytest.mark.parametrize("owner", ["someone-else", None])
 def test_a_node_leaves_alone_a_container_another_owner_made_under_its_name(
-    cluster: Cluster, docker_env: DockerEnv, tmp_path: Path, owner: str | None
+    cluster: ApiUnderTest, docker_env: DockerEnv, tmp_path: Path, owner: str | None
 ) -> None:
     """A container under this node's name whose pod the API server does not know is an orphan
     and removed, unless another owner made it (the parametrization shows both)."""

@@ -6,21 +6,21 @@ from pathlib import Path
 from typing import Any
 
 from tests.agent_fixture import start_agent
-from tests.cluster import Cluster, wait_for
+from tests.cluster import ApiUnderTest, wait_for
 from tests.docker_env import DockerEnv
 from tests.pods import container, make_pod, pod_containers, running_ready, status_of, wait_status
 
 CPU_800M = {"requests": {"cpu": "800m"}}
 
 
-def _phases(cluster: Cluster, names: list[str]) -> dict[str, str] | None:
+def _phases(cluster: ApiUnderTest, names: list[str]) -> dict[str, str] | None:
     """Each pod's phase, once none is Pending any more."""
     phases = {n: str(status_of(cluster, n).get("phase") or "Pending") for n in names}
     return None if "Pending" in phases.values() else phases
 
 
 def test_a_burst_that_overflows_the_node_loses_only_the_youngest_pod(
-    cluster: Cluster, docker_env: DockerEnv, tmp_path: Path
+    cluster: ApiUnderTest, docker_env: DockerEnv, tmp_path: Path
 ) -> None:
     """Three pods of 800m on a 2-CPU node: two run, the last one created is refused."""
     names = ["first", "second", "third"]
@@ -41,7 +41,7 @@ def test_a_burst_that_overflows_the_node_loses_only_the_youngest_pod(
 
 
 def test_a_restart_with_a_smaller_node_keeps_what_runs(
-    cluster: Cluster, docker_env: DockerEnv, tmp_path: Path
+    cluster: ApiUnderTest, docker_env: DockerEnv, tmp_path: Path
 ) -> None:
     names = ["a", "b", "c"]
     first = start_agent(cluster, docker_env, tmp_path / "root", node={"cpu": "4"})

@@ -11,7 +11,7 @@ import pytest
 
 from kubelet_sim.node.settings import VIRTUAL_NODE_TAINT
 from tests.agent_fixture import RunningAgent, start_agent
-from tests.cluster import Cluster, kubelet_generation, server_has_field
+from tests.cluster import ApiUnderTest, kubelet_generation, server_has_field
 from tests.docker_env import DockerEnv
 from tests.pods import container, make_pod, pod_containers, running_ready, status_of, wait_status
 
@@ -22,7 +22,7 @@ def _failed(status: dict[str, object]) -> bool:
     return status.get("phase") == "Failed"
 
 
-def _rejected_as_the_kubelet_writes_it(cluster: Cluster, status: dict[str, object]) -> None:
+def _rejected_as_the_kubelet_writes_it(cluster: ApiUnderTest, status: dict[str, object]) -> None:
     """rejectPod's status and only it: no conditions of the kubelet's (PodScheduled neither),
     no container statuses, no IPs; qosClass kept from v1.32, observedGeneration where counted."""
     fields = {"phase", "reason", "message", "startTime"}
@@ -34,7 +34,7 @@ def _rejected_as_the_kubelet_writes_it(cluster: Cluster, status: dict[str, objec
 
 
 def test_a_windows_pod_is_failed_while_another_pod_runs(
-    cluster: Cluster, docker_env: DockerEnv, agent: RunningAgent
+    cluster: ApiUnderTest, docker_env: DockerEnv, agent: RunningAgent
 ) -> None:
     if not server_has_field(cluster.api, "io.k8s.api.core.v1.PodSpec", "os"):
         pytest.skip("the API server's PodSpec has no `os` (added in v1.23, behind a gate)")
@@ -57,7 +57,7 @@ def test_a_windows_pod_is_failed_while_another_pod_runs(
 
 
 def test_a_host_port_held_by_a_running_pod_refuses_the_next(
-    cluster: Cluster, docker_env: DockerEnv, agent: RunningAgent
+    cluster: ApiUnderTest, docker_env: DockerEnv, agent: RunningAgent
 ) -> None:
     port = {"containerPort": 8080, "hostPort": 38571}
     make_pod(cluster, "holder", container(ports=[port]))
@@ -74,7 +74,7 @@ def test_a_host_port_held_by_a_running_pod_refuses_the_next(
 
 
 def test_a_pod_bound_to_a_node_it_does_not_match_is_failed(
-    cluster: Cluster, docker_env: DockerEnv, agent: RunningAgent
+    cluster: ApiUnderTest, docker_env: DockerEnv, agent: RunningAgent
 ) -> None:
     """Bound by hand past the scheduler, with a nodeSelector the node lacks."""
     make_pod(cluster, "elsewhere", nodeSelector={"disktype": "ssd"})
@@ -88,7 +88,7 @@ def test_a_pod_bound_to_a_node_it_does_not_match_is_failed(
 
 
 def test_a_pod_that_does_not_tolerate_a_no_execute_taint_is_failed(
-    cluster: Cluster, docker_env: DockerEnv, tmp_path: Path
+    cluster: ApiUnderTest, docker_env: DockerEnv, tmp_path: Path
 ) -> None:
     """Bound by hand to a node registered with a NoExecute taint; a pod that tolerates it runs."""
     if not cluster.is_fake:
@@ -118,7 +118,7 @@ def test_a_pod_that_does_not_tolerate_a_no_execute_taint_is_failed(
 
 
 def test_a_scheduled_pod_that_is_rejected_loses_its_pod_scheduled_condition(
-    cluster: Cluster, docker_env: DockerEnv, agent: RunningAgent
+    cluster: ApiUnderTest, docker_env: DockerEnv, agent: RunningAgent
 ) -> None:
     """The scheduler places it (it reads no pod labels); the node refuses a pod labelled for
     another OS, and its status, merged as the kubelet's status manager merges, drops the

@@ -14,7 +14,7 @@ from kubelet_sim import cri
 from kubelet_sim.node.host import can_mount
 from kubelet_sim.volumes.hostmount import mount_points_under
 from tests.agent_fixture import RunningAgent, start_agent
-from tests.cluster import Cluster, wait_for
+from tests.cluster import ApiUnderTest, wait_for
 from tests.docker_env import DockerEnv
 from tests.pods import (
     container,
@@ -46,7 +46,7 @@ def _fstype(path: Path) -> str | None:
 
 @pytest.mark.skipif(not can_mount(), reason="tmpfs volumes need CAP_SYS_ADMIN")
 def test_secret_volume_is_tmpfs_with_the_pods_modes_and_goes_with_the_pod(
-    cluster: Cluster, docker_env: DockerEnv, agent: RunningAgent
+    cluster: ApiUnderTest, docker_env: DockerEnv, agent: RunningAgent
 ) -> None:
     cluster.core.create_namespaced_secret(
         cluster.namespace,
@@ -91,7 +91,7 @@ HOST_PATH = [{"name": "host", "hostPath": {"path": "/var/run", "type": "Director
 
 
 def test_host_path_is_refused_without_allow_privileged(
-    cluster: Cluster, docker_env: DockerEnv, agent: RunningAgent
+    cluster: ApiUnderTest, docker_env: DockerEnv, agent: RunningAgent
 ) -> None:
     mounts = [{"name": "host", "mountPath": "/host", "readOnly": True}]
     pod = make_pod(cluster, "nosy", container(volumeMounts=mounts), volumes=HOST_PATH)
@@ -105,7 +105,7 @@ def test_host_path_is_refused_without_allow_privileged(
 
 
 def test_allow_privileged_admits_host_path_and_added_capabilities(
-    cluster: Cluster, docker_env: DockerEnv, tmp_path: Path
+    cluster: ApiUnderTest, docker_env: DockerEnv, tmp_path: Path
 ) -> None:
     running = start_agent(cluster, docker_env, tmp_path / "root", allow_privileged=True)
     try:
@@ -123,7 +123,7 @@ def test_allow_privileged_admits_host_path_and_added_capabilities(
 
 
 def test_sub_path_symlink_planted_by_a_container_does_not_leave_the_volume(
-    cluster: Cluster, docker_env: DockerEnv, agent: RunningAgent
+    cluster: ApiUnderTest, docker_env: DockerEnv, agent: RunningAgent
 ) -> None:
     """An init container plants `escape -> /etc` in a shared emptyDir; a later container's
     subPath through it is refused as the kubelet refuses it, the honest subPath works."""
@@ -183,7 +183,7 @@ BIND = container(
 )
 
 
-def _debug(cluster: Cluster, name: str, *containers: dict[str, Any]) -> None:
+def _debug(cluster: ApiUnderTest, name: str, *containers: dict[str, Any]) -> None:
     """Add ephemeral containers as `kubectl debug` does (pods/ephemeralcontainers)."""
     body = {"spec": {"ephemeralContainers": list(containers)}}
     cluster.core.patch_namespaced_pod_ephemeralcontainers(
@@ -209,7 +209,7 @@ def _inspect(docker_env: DockerEnv, uid: str, name: str) -> dict[str, Any] | Non
 
 
 def test_ephemeral_containers_reaching_the_host_are_refused_without_allow_privileged(
-    cluster: Cluster, docker_env: DockerEnv, agent: RunningAgent
+    cluster: ApiUnderTest, docker_env: DockerEnv, agent: RunningAgent
 ) -> None:
     """A privileged and a SYS_ADMIN debug container, added to a running pod, never reach
     Docker: each waits with the refusal in its status and a Warning event; the pod runs on,
@@ -257,7 +257,7 @@ def test_ephemeral_containers_reaching_the_host_are_refused_without_allow_privil
 
 
 def test_with_allow_privileged_ephemeral_containers_reach_docker_as_asked(
-    cluster: Cluster, docker_env: DockerEnv, tmp_path: Path
+    cluster: ApiUnderTest, docker_env: DockerEnv, tmp_path: Path
 ) -> None:
     running = start_agent(cluster, docker_env, tmp_path / "root", allow_privileged=True)
     try:
@@ -296,7 +296,7 @@ def test_with_allow_privileged_ephemeral_containers_reach_docker_as_asked(
 
 
 def test_a_status_that_says_started_is_no_admission(
-    cluster: Cluster, docker_env: DockerEnv, tmp_path: Path
+    cluster: ApiUnderTest, docker_env: DockerEnv, tmp_path: Path
 ) -> None:
     """Whoever may write pods/status can set a startTime; a pod that claims so is still
     checked at admission (hostPath, hostPID, hostNetwork), as it has no container here."""
@@ -324,7 +324,7 @@ def test_a_status_that_says_started_is_no_admission(
 
 
 def test_the_gate_holds_where_init_and_app_containers_are_created(
-    cluster: Cluster, docker_env: DockerEnv, tmp_path: Path
+    cluster: ApiUnderTest, docker_env: DockerEnv, tmp_path: Path
 ) -> None:
     """Pods an earlier run of the agent admitted (with --allow-privileged: their sandbox is on
     the node, their containers wait for an image that is not there) are admitted again

@@ -23,7 +23,7 @@ import structlog
 from kubelet_sim.logs import configure_logging
 from kubelet_sim.server.settings import ServerSettings
 from tests.agent_fixture import start_agent
-from tests.cluster import Cluster
+from tests.cluster import ApiUnderTest
 from tests.docker_env import DockerEnv
 from tests.pods import container, make_pod, running_ready, wait_status
 
@@ -56,7 +56,7 @@ def debug_log() -> Iterator[io.StringIO]:
 
 
 def test_no_argument_env_value_or_secret_reaches_the_log(
-    cluster: Cluster, docker_env: DockerEnv, tmp_path: Path, debug_log: io.StringIO
+    cluster: ApiUnderTest, docker_env: DockerEnv, tmp_path: Path, debug_log: io.StringIO
 ) -> None:
     secret = base64.b64encode(MARKS["secret"].encode()).decode()
     cluster.core.create_namespaced_secret(

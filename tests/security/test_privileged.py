@@ -12,7 +12,7 @@ from docker.errors import APIError
 from kubelet_sim import cri
 from kubelet_sim.runtime import privileged
 from tests.agent_fixture import start_agent
-from tests.cluster import Cluster, wait_for
+from tests.cluster import ApiUnderTest, wait_for
 from tests.docker_env import DockerEnv
 from tests.pods import BUSYBOX, container, make_pod, pod_containers, running_ready, wait_status
 
@@ -61,7 +61,7 @@ def _docker_refuses(docker_env: DockerEnv, cap: str) -> bool:
 
 
 def test_a_privileged_pod_runs_with_the_engines_capabilities_and_the_hosts_devices(
-    cluster: Cluster, docker_env: DockerEnv, tmp_path: Path
+    cluster: ApiUnderTest, docker_env: DockerEnv, tmp_path: Path
 ) -> None:
     _skip_unless_privileged_can_run(docker_env)
     running = start_agent(cluster, docker_env, tmp_path / "root", allow_privileged=True)
@@ -105,7 +105,7 @@ def test_a_privileged_pod_runs_with_the_engines_capabilities_and_the_hosts_devic
 
 
 def test_a_privileged_pod_writes_and_reads_a_host_path(
-    cluster: Cluster, docker_env: DockerEnv, tmp_path: Path
+    cluster: ApiUnderTest, docker_env: DockerEnv, tmp_path: Path
 ) -> None:
     _skip_unless_privileged_can_run(docker_env)
     shared = tmp_path / "shared"

@@ -13,7 +13,7 @@ from kubernetes.client.exceptions import ApiException
 from kubelet_sim.linux.safe_paths import remove_tree
 from kubelet_sim.node.host import apparmor_enabled
 from tests.agent_fixture import start_agent
-from tests.cluster import Cluster, server_has_field, wait_for
+from tests.cluster import ApiUnderTest, server_has_field, wait_for
 from tests.docker_env import DockerEnv
 from tests.pods import (
     container,
@@ -29,13 +29,15 @@ from tests.pods import (
 )
 
 
-def _output(cluster: Cluster, docker_env: DockerEnv, name: str, script: str, **spec: Any) -> str:
+def _output(
+    cluster: ApiUnderTest, docker_env: DockerEnv, name: str, script: str, **spec: Any
+) -> str:
     make_pod(cluster, name, container(command=["sh", "-c", script]), restart="Never", **spec)
     return ended_output(cluster, docker_env, name)
 
 
 def test_users_groups_seccomp_and_sysctls_inside_the_container(
-    cluster: Cluster, docker_env: DockerEnv, tmp_path: Path
+    cluster: ApiUnderTest, docker_env: DockerEnv, tmp_path: Path
 ) -> None:
     root = tmp_path / "root"
     running = start_agent(cluster, docker_env, root)
@@ -86,7 +88,9 @@ def test_users_groups_seccomp_and_sysctls_inside_the_container(
         running.stop()
 
 
-def test_the_kubelets_refusals(cluster: Cluster, docker_env: DockerEnv, tmp_path: Path) -> None:
+def test_the_kubelets_refusals(
+    cluster: ApiUnderTest, docker_env: DockerEnv, tmp_path: Path
+) -> None:
     running = start_agent(cluster, docker_env, tmp_path / "root")
     try:
         unsafe = {"sysctls": [{"name": "kernel.msgmax", "value": "65536"}]}
@@ -122,7 +126,7 @@ def test_the_kubelets_refusals(cluster: Cluster, docker_env: DockerEnv, tmp_path
 
 
 def test_apparmor_is_enforced_or_the_pod_refused_as_the_kubelet_does(
-    cluster: Cluster, docker_env: DockerEnv, tmp_path: Path
+    cluster: ApiUnderTest, docker_env: DockerEnv, tmp_path: Path
 ) -> None:
     """With AppArmor on the host, Docker confines the container (runtime/default is Docker's
     profile); without, a pod that asks for a profile is rejected (Unconfined still runs, on a
@@ -158,7 +162,7 @@ def test_apparmor_is_enforced_or_the_pod_refused_as_the_kubelet_does(
 
 
 def test_apparmor_unconfined_is_refused_without_allow_privileged(
-    cluster: Cluster, docker_env: DockerEnv, tmp_path: Path
+    cluster: ApiUnderTest, docker_env: DockerEnv, tmp_path: Path
 ) -> None:
     """Unconfined takes away Docker's profile, which Pod Security's baseline forbids: the gate
     refuses it as it refuses the other requests that reach the host."""
@@ -182,7 +186,7 @@ def test_apparmor_unconfined_is_refused_without_allow_privileged(
 
 
 def test_a_user_namespace_is_refused_as_a_runtime_without_them_makes_the_kubelet_do(
-    cluster: Cluster, docker_env: DockerEnv, tmp_path: Path
+    cluster: ApiUnderTest, docker_env: DockerEnv, tmp_path: Path
 ) -> None:
     """hostUsers: false needs a runtime handler with user namespaces; Docker has none, so the
     sandbox fails (FailedCreatePodSandBox, Pending) as with cri-dockerd; a v1.24 server drops
@@ -226,7 +230,7 @@ DEEP_TREE = (
 
 
 def test_a_pods_deep_tree_in_its_fsgroup_empty_dir_does_not_stop_it(
-    cluster: Cluster, docker_env: DockerEnv, tmp_path: Path
+    cluster: ApiUnderTest, docker_env: DockerEnv, tmp_path: Path
 ) -> None:
     """An init container makes a 2,000-level tree in the emptyDir and takes the fsGroup off its
     root; the pod still becomes Ready. The ownership is set when the volume is set up (once,

@@ -34,7 +34,7 @@ from kubelet_sim.server import budgets, x509auth, x509v1
 from kubelet_sim.server.settings import ServerSettings
 from kubelet_sim.server.x509auth import X509Authenticator
 from tests.agent_fixture import start_agent
-from tests.cluster import Cluster, wait_for
+from tests.cluster import ApiUnderTest, wait_for
 from tests.docker_env import DockerEnv
 from tests.kubelet_api import admin_token
 
@@ -178,7 +178,9 @@ class TrustingNode:
 
 
 @pytest.fixture
-def trusting(cluster: Cluster, docker_env: DockerEnv, tmp_path: Path) -> Iterator[TrustingNode]:
+def trusting(
+    cluster: ApiUnderTest, docker_env: DockerEnv, tmp_path: Path
+) -> Iterator[TrustingNode]:
     """A node whose client CA file is the test's (first the root `root.crt` written here)."""
     ca_file = tmp_path / "client-ca.crt"
     ca_file.write_bytes(_pem(ROOT.cert))

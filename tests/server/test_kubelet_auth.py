@@ -30,7 +30,7 @@ from kubelet_sim.server.settings import ServerSettings
 from kubelet_sim.server.tls import PeerCertificate, serving_tls
 from kubelet_sim.server.x509auth import X509Authenticator
 from tests.agent_fixture import start_agent
-from tests.cluster import Cluster
+from tests.cluster import ApiUnderTest
 from tests.docker_env import DockerEnv
 from tests.kubelet_api import Node, admin_token, node, sa_token, stranger_certificate
 
@@ -61,7 +61,7 @@ def ask(
 
 
 def test_a_certificate_from_another_ca_is_no_credential(
-    cluster: Cluster, node: Node, admin_token: str
+    cluster: ApiUnderTest, node: Node, admin_token: str
 ) -> None:
     """The handshake succeeds; the certificate authenticates no one, so a valid token decides
     (200), and without one the answer is 401, as from a kubelet."""
@@ -76,7 +76,7 @@ def test_a_certificate_from_another_ca_is_no_credential(
 
 
 def test_anonymous_never_follows_a_failed_credential(
-    cluster: Cluster, docker_env: DockerEnv, tmp_path: Path
+    cluster: ApiUnderTest, docker_env: DockerEnv, tmp_path: Path
 ) -> None:
     """--anonymous-auth: no credential at all is system:anonymous (then authorized like
     anyone: 403 naming the user); a certificate that does not verify is an authentication
@@ -139,7 +139,7 @@ ROUTES = [
 ]
 
 
-def test_every_route_asks_for_its_own_attributes(cluster: Cluster, node: Node) -> None:
+def test_every_route_asks_for_its_own_attributes(cluster: ApiUnderTest, node: Node) -> None:
     """A service account the authorizer allows nothing: each request's 403 names the verb and
     subresource the kubelet asked about (the real server's answer on the real pass); the fake's
     spy shows each SubjectAccessReview as sent (nodes/<sub> of this node, core v1)."""
@@ -270,7 +270,7 @@ def test_this_python_defers_the_certificate_check(tmp_path: Path) -> None:
     assert not serving_tls(cert, key, str(tmp_path / "ca.crt")).verified_in_handshake
 
 
-def test_a_role_on_one_subresource_opens_only_its_paths(cluster: Cluster, node: Node) -> None:
+def test_a_role_on_one_subresource_opens_only_its_paths(cluster: ApiUnderTest, node: Node) -> None:
     """RBAC decides on the attributes: `get` on nodes/stats opens /stats/summary and nothing
     else (the real server's authorizer; the fake keeps no Roles, so it is skipped there)."""
     if cluster.is_fake:

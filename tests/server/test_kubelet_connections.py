@@ -31,7 +31,7 @@ from structlog.testing import capture_logs
 from kubelet_sim.server.settings import ConnectionLimits
 from kubelet_sim.server.streaming import spdy
 from tests import spdy_client
-from tests.cluster import Cluster, wait_for
+from tests.cluster import ApiUnderTest, wait_for
 from tests.docker_env import DockerEnv
 from tests.kubelet_api import Node, serving_node
 from tests.pods import container, make_pod, wait_status
@@ -46,7 +46,7 @@ SHORT = ConnectionLimits(
 
 
 @pytest.fixture
-def short(cluster: Cluster, docker_env: DockerEnv, tmp_path: Path) -> Iterator[Node]:
+def short(cluster: ApiUnderTest, docker_env: DockerEnv, tmp_path: Path) -> Iterator[Node]:
     with serving_node(cluster, docker_env, tmp_path, SHORT) as node:
         yield node
 
@@ -194,7 +194,7 @@ def _kubelet_threads() -> int:
 
 @pytest.mark.through_api_server
 def test_a_flood_of_idle_connections_leaves_the_port_responsive(
-    cluster: Cluster, docker_env: DockerEnv, tmp_path: Path
+    cluster: ApiUnderTest, docker_env: DockerEnv, tmp_path: Path
 ) -> None:
     """300 idle connections held (no TLS bytes): authenticated /healthz still answers fast and
     `kubectl logs` (pods/log through the API server) works, no thread is spent on the idle
@@ -256,12 +256,12 @@ def _ended(sock: socket.socket) -> bool:
         return True
 
 
-def _exec_pod(cluster: Cluster) -> None:
+def _exec_pod(cluster: ApiUnderTest) -> None:
     make_pod(cluster, "sleeper", container(command=["sleep", "3600"]))
     wait_status(cluster, "sleeper", lambda s: s.get("phase") == "Running", 30, "running")
 
 
-def test_an_idle_stream_is_closed(cluster: Cluster, short: Node) -> None:
+def test_an_idle_stream_is_closed(cluster: ApiUnderTest, short: Node) -> None:
     _exec_pod(cluster)
     path = f"/exec/{cluster.namespace}/sleeper/c?command=sleep&command=3600&output=1"
     up = spdy_client.connect(short.port, path, short.tls, ["v4.channel.k8s.io"])
@@ -279,7 +279,7 @@ def test_an_idle_stream_is_closed(cluster: Cluster, short: Node) -> None:
     )
 
 
-def test_a_decompression_bomb_closes_its_connection(cluster: Cluster, short: Node) -> None:
+def test_a_decompression_bomb_closes_its_connection(cluster: ApiUnderTest, short: Node) -> None:
     """A SYN_STREAM whose header block inflates to 256 MiB: the connection ends once the first
     MiB is inflated; the process's memory does not take the rest."""
     _exec_pod(cluster)
@@ -329,7 +329,7 @@ def test_durations_as_the_kubelets_flags_take_them() -> None:
 
 
 def test_streams_past_the_cap_are_refused(
-    cluster: Cluster, short: Node, monkeypatch: pytest.MonkeyPatch
+    cluster: ApiUnderTest, short: Node, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     """One connection may open MAX_STREAMS streams (1000; 4 here): the next is refused with
     RST_STREAM, counted, and the connection serves on."""
@@ -349,7 +349,7 @@ def test_streams_past_the_cap_are_refused(
 
 
 def test_a_websocket_frame_past_the_limit_closes_its_connection(
-    cluster: Cluster, short: Node
+    cluster: ApiUnderTest, short: Node
 ) -> None:
     """A frame that declares 64 MiB (past websocket.MAX_MESSAGE, 4 MiB) ends the connection at
     its header, before any of it is buffered; counted."""

@@ -31,7 +31,7 @@ from kubelet_sim.kube.rest import request_bytes
 from kubelet_sim.kube.reviews import User
 from kubelet_sim.server import budgets
 from kubelet_sim.server.settings import ConnectionLimits
-from tests.cluster import Cluster, deadline_scale, wait_for
+from tests.cluster import ApiUnderTest, deadline_scale, wait_for
 from tests.docker_env import DockerEnv
 from tests.kubelet_api import COUNT, Node, admin_token, sa_token, serving_node
 from tests.pods import container, make_pod, wait_status
@@ -74,14 +74,14 @@ def _counter(node: Node, name: str, **labels: str) -> float:
 
 
 @pytest.fixture
-def capped(cluster: Cluster, docker_env: DockerEnv, tmp_path: Path) -> Iterator[Node]:
+def capped(cluster: ApiUnderTest, docker_env: DockerEnv, tmp_path: Path) -> Iterator[Node]:
     with serving_node(cluster, docker_env, tmp_path, ConnectionLimits(max_connections=CAP)) as n:
         yield n
 
 
 @pytest.mark.through_api_server  # `kubectl logs` through the API server, once flooded
 def test_connections_that_got_401_and_stay_open_lock_no_one_out(
-    cluster: Cluster, capped: Node
+    cluster: ApiUnderTest, capped: Node
 ) -> None:
     """200 connections, each answered 401 and kept open by its client (the idle timeout is
     the kubelet's 90 s): then an authenticated /healthz, /containerLogs and `kubectl logs`
@@ -153,7 +153,7 @@ def test_a_connection_that_keeps_failing_authentication_is_closed(capped: Node) 
 
 
 def test_past_the_cap_with_every_connection_busy_a_new_one_is_reset(
-    cluster: Cluster, docker_env: DockerEnv, tmp_path: Path
+    cluster: ApiUnderTest, docker_env: DockerEnv, tmp_path: Path
 ) -> None:
     """Room is made only from connections that wait: with the cap taken by followed logs
     (streams, each with a request in hand) a new connection is reset, and counted."""
@@ -188,7 +188,7 @@ def test_past_the_cap_with_every_connection_busy_a_new_one_is_reset(
         assert wait_for(refused, 10, "the followers let go") >= 1
 
 
-def _token_reviews(cluster: Cluster) -> int:
+def _token_reviews(cluster: ApiUnderTest) -> int:
     """TokenReviews the API server has answered (so far)."""
     if cluster.fake is not None:
         return cluster.fake.count("create", "tokenreviews")
@@ -203,7 +203,7 @@ def _token_reviews(cluster: Cluster) -> int:
 
 
 def test_random_bearer_tokens_cost_a_few_token_reviews_a_second(
-    cluster: Cluster, capped: Node, admin_token: str
+    cluster: ApiUnderTest, capped: Node, admin_token: str
 ) -> None:
     """A client sends random tokens at up to 200 a second for two seconds: its address spends
     FAILED_BURST reviews, then FAILED_PER_SECOND, and is answered 429 beyond that; a repeated
@@ -255,7 +255,7 @@ def test_random_bearer_tokens_cost_a_few_token_reviews_a_second(
 
 
 def test_an_exec_request_gets_no_thread_before_it_is_authenticated(
-    cluster: Cluster, docker_env: DockerEnv, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+    cluster: ApiUnderTest, docker_env: DockerEnv, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     """Issue 41, item 2: with room for one stream, an exec request whose token is still being
     reviewed (the API server slow to answer) holds no stream thread: the streams gauge stays 0
@@ -320,7 +320,7 @@ def _random_tokens(node: Node, source: str, count: int) -> list[int]:
 
 
 def test_addresses_taking_turns_get_a_bounded_number_of_reviews(
-    cluster: Cluster, capped: Node, admin_token: str, monkeypatch: pytest.MonkeyPatch
+    cluster: ApiUnderTest, capped: Node, admin_token: str, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     """Issue 41, item 10: more client addresses than the budget table holds take turns, each
     spending its burst of failed TokenReviews twice over (one pushed out came back with a full

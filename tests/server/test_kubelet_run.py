@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from urllib.parse import quote
 
-from tests.cluster import Cluster
+from tests.cluster import ApiUnderTest
 from tests.kubelet_api import Node, node
 from tests.pods import container, make_pod, wait_status
 from tests.server.test_kubelet_auth import ask
@@ -13,7 +13,7 @@ from tests.server.test_kubelet_auth import ask
 __all__ = ["node"]  # the fixture
 
 
-def test_run_returns_the_commands_output(cluster: Cluster, node: Node) -> None:
+def test_run_returns_the_commands_output(cluster: ApiUnderTest, node: Node) -> None:
     make_pod(cluster, "runner", container(command=["sh", "-c", "sleep 3600"]))
     status = wait_status(cluster, "runner", lambda s: s.get("phase") == "Running", 30, "running")
     ns, admin = cluster.namespace, node.tls / "admin"

@@ -26,7 +26,7 @@ from kubelet_sim.server.auth import Gate
 from kubelet_sim.server.settings import ServerSettings
 from kubelet_sim.server.tokens import TokenGuard
 from tests.agent_fixture import start_agent
-from tests.cluster import Cluster, wait_for
+from tests.cluster import ApiUnderTest, wait_for
 from tests.docker_env import DockerEnv
 from tests.kubelet_api import Node, node
 from tests.pods import container, container_status, make_pod, wait_status
@@ -36,7 +36,7 @@ __all__ = ["node"]  # the fixture
 COUNT = ["sh", "-c", "i=0; while :; do i=$((i+1)); echo line $i; sleep 0.2; done"]
 
 
-def test_the_node_advertises_the_port_it_serves(cluster: Cluster, node: Node) -> None:
+def test_the_node_advertises_the_port_it_serves(cluster: ApiUnderTest, node: Node) -> None:
     def port() -> int | None:
         got = cluster.core.read_node(cluster.node_name)
         return got.status.daemon_endpoints.kubelet_endpoint.port if got.status else None
@@ -57,7 +57,7 @@ def test_the_node_advertises_the_port_it_serves(cluster: Cluster, node: Node) ->
         conn.close()
 
 
-def test_pods_and_metrics(cluster: Cluster, node: Node) -> None:
+def test_pods_and_metrics(cluster: ApiUnderTest, node: Node) -> None:
     ns = cluster.namespace
     make_pod(cluster, "counted")
     wait_status(cluster, "counted", lambda s: s.get("phase") == "Running", 30, "running")
@@ -98,7 +98,7 @@ def test_pods_and_metrics(cluster: Cluster, node: Node) -> None:
     assert pod["containers"][0]["cpu"]["usageCoreNanoSeconds"] >= 0
 
 
-def test_container_logs_with_kubectl_options(cluster: Cluster, node: Node) -> None:
+def test_container_logs_with_kubectl_options(cluster: ApiUnderTest, node: Node) -> None:
     make_pod(cluster, "talker", container(command=COUNT))
     wait_status(cluster, "talker", lambda s: s.get("phase") == "Running", 30, "running")
     base = f"/containerLogs/{cluster.namespace}/talker/c"
@@ -126,7 +126,7 @@ def test_container_logs_with_kubectl_options(cluster: Cluster, node: Node) -> No
     )
 
 
-def test_previous_logs_of_a_restarted_container(cluster: Cluster, node: Node) -> None:
+def test_previous_logs_of_a_restarted_container(cluster: ApiUnderTest, node: Node) -> None:
     make_pod(cluster, "crash", container(command=["sh", "-c", "echo attempt; exit 3"]))
     wait_status(
         cluster, "crash", lambda s: container_status(s).get("restartCount", 0) >= 1, 60, "restart"
@@ -135,7 +135,7 @@ def test_previous_logs_of_a_restarted_container(cluster: Cluster, node: Node) ->
     assert node.text(path) == "attempt\n"
 
 
-def test_refusals(cluster: Cluster, node: Node) -> None:
+def test_refusals(cluster: ApiUnderTest, node: Node) -> None:
     with pytest.raises(urllib.error.HTTPError) as anonymous:
         node.get("/healthz", cert=None)
     assert anonymous.value.code == 401
@@ -162,7 +162,7 @@ def test_refusals(cluster: Cluster, node: Node) -> None:
 
 
 @pytest.mark.through_api_server
-def test_pod_logs_through_the_api_server(cluster: Cluster, node: Node) -> None:
+def test_pod_logs_through_the_api_server(cluster: ApiUnderTest, node: Node) -> None:
     """`kubectl logs`: the API server's pods/log reaches the node with its kubelet-client
     certificate, at the node's InternalIP and advertised port (the fake proxies it the same
     way)."""
@@ -210,7 +210,7 @@ def test_a_failed_tls_handshake_is_one_line(node: Node, capfd: pytest.CaptureFix
 
 
 def test_a_rejected_token_is_401_even_with_anonymous_on(
-    cluster: Cluster, docker_env: DockerEnv, tmp_path: Path
+    cluster: ApiUnderTest, docker_env: DockerEnv, tmp_path: Path
 ) -> None:
     """--anonymous-auth lets in a request without a credential (as system:anonymous, then
     authorized like anyone); a bearer token the API server rejects is 401, never anonymous."""

@@ -16,7 +16,7 @@ import pytest
 
 from kubelet_sim.controlplane.pki import CertificateAuthority
 from tests.agent_process import running_agent
-from tests.cluster import Cluster, wait_for
+from tests.cluster import ApiUnderTest, wait_for
 
 
 def _loaded_libssl() -> Path:
@@ -29,7 +29,7 @@ def _loaded_libssl() -> Path:
 
 
 def test_a_node_starts_when_its_libssl_was_replaced_on_disk(
-    cluster: Cluster, tmp_path: Path
+    cluster: ApiUnderTest, tmp_path: Path
 ) -> None:
     """The node process loads a copy of libssl (LD_LIBRARY_PATH), deleted as soon as `ssl`
     is imported (sitecustomize): its maps line reads `… (deleted)`, as after an upgrade.

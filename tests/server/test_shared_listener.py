@@ -37,7 +37,7 @@ from kubelet_sim.server.routes import Reply
 from kubelet_sim.server.settings import ConnectionLimits, ServerSettings
 from kubelet_sim.server.tls import ServingTls
 from kubelet_sim.server.tokens import TokenGuard
-from tests.cluster import Cluster, wait_for
+from tests.cluster import ApiUnderTest, wait_for
 from tests.docker_env import DockerEnv
 from tests.kubelet_api import api_server_as_kubelet_client, client_certificates
 from tests.pods import container, make_pod, running_ready, wait_status
@@ -130,7 +130,7 @@ def _answer(port: int) -> str:
 
 
 @pytest.fixture
-def nodes(cluster: Cluster, docker_env: DockerEnv, tmp_path: Path) -> Iterator[Nodes]:
+def nodes(cluster: ApiUnderTest, docker_env: DockerEnv, tmp_path: Path) -> Iterator[Nodes]:
     names = [f"{cluster.node_name}-{suffix}" for suffix in ("a", "b", "c")]
     tls = tmp_path / "tls"
     server = ServerSettings(
@@ -179,7 +179,7 @@ def _pods(nodes: Nodes, name: str) -> set[str]:
 
 @pytest.mark.docker
 @pytest.mark.through_api_server
-def test_each_node_serves_its_own_certificate_and_pods(cluster: Cluster, nodes: Nodes) -> None:
+def test_each_node_serves_its_own_certificate_and_pods(cluster: ApiUnderTest, nodes: Nodes) -> None:
     a, b, c = nodes.names
     ports = {nodes.port(n) for n in nodes.names}
     assert len(ports) == 3, "a port per node"

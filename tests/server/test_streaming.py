@@ -27,7 +27,7 @@ from kubernetes.stream import stream
 from kubelet_sim.server.streaming import websocket
 from kubelet_sim.server.streaming.pump import ProtocolError
 from tests import spdy_client
-from tests.cluster import Cluster, deadline_scale, wait_for
+from tests.cluster import ApiUnderTest, deadline_scale, wait_for
 from tests.kubectl import KUBECTL, needs_kubectl
 from tests.kubectl import kubectl as run_kubectl
 from tests.kubelet_api import Node, node
@@ -38,20 +38,20 @@ __all__ = ["node"]  # the fixture
 SERVE = "mkdir -p /www && echo hello from $HOSTNAME > /www/index.html && httpd -f -p 8080 -h /www"
 
 
-def kubectl(cluster: Cluster, *args: str, stdin: bytes = b"", timeout: float = 60) -> Any:
+def kubectl(cluster: ApiUnderTest, *args: str, stdin: bytes = b"", timeout: float = 60) -> Any:
     return run_kubectl(
         cluster.kubeconfig, *args, namespace=cluster.namespace, stdin=stdin, timeout=timeout
     )
 
 
-def running(cluster: Cluster, name: str, *containers: dict[str, Any], **spec: Any) -> None:
+def running(cluster: ApiUnderTest, name: str, *containers: dict[str, Any], **spec: Any) -> None:
     make_pod(cluster, name, *containers, **spec)
     wait_status(cluster, name, running_ready, 30, "running and ready")
 
 
 @needs_kubectl
 @pytest.mark.through_api_server
-def test_exec_output_exit_code_and_stdin(cluster: Cluster, node: Node) -> None:
+def test_exec_output_exit_code_and_stdin(cluster: ApiUnderTest, node: Node) -> None:
     running(cluster, "sh", container(command=["sleep", "3600"]))
     done = kubectl(cluster, "exec", "sh", "--", "sh", "-c", "echo out; echo err >&2; exit 3")
     assert (done.stdout, done.stderr) == (b"out\n", b"err\ncommand terminated with exit code 3\n")
@@ -65,7 +65,7 @@ def test_exec_output_exit_code_and_stdin(cluster: Cluster, node: Node) -> None:
 
 @needs_kubectl
 @pytest.mark.through_api_server
-def test_cp_both_ways(cluster: Cluster, node: Node, tmp_path: Path) -> None:
+def test_cp_both_ways(cluster: ApiUnderTest, node: Node, tmp_path: Path) -> None:
     """kubectl cp is tar through exec: half a MiB each way (many frames), byte for byte."""
     running(cluster, "box", container(command=["sleep", "3600"]))
     sent = tmp_path / "sent.bin"
@@ -80,7 +80,7 @@ def test_cp_both_ways(cluster: Cluster, node: Node, tmp_path: Path) -> None:
 
 @needs_kubectl
 @pytest.mark.through_api_server
-def test_exec_with_a_terminal_and_its_size(cluster: Cluster, node: Node) -> None:
+def test_exec_with_a_terminal_and_its_size(cluster: ApiUnderTest, node: Node) -> None:
     if shutil.which("script") is None:
         pytest.skip("needs script(1) to give kubectl a terminal")
     running(cluster, "tty", container(command=["sleep", "3600"]))
@@ -107,7 +107,7 @@ def test_exec_with_a_terminal_and_its_size(cluster: Cluster, node: Node) -> None
 
 @needs_kubectl
 @pytest.mark.through_api_server
-def test_attach_feeds_the_main_process(cluster: Cluster, node: Node) -> None:
+def test_attach_feeds_the_main_process(cluster: ApiUnderTest, node: Node) -> None:
     loop = "while read line; do echo got $line; done; echo eof"
     attached = container(command=["sh", "-c", loop], stdin=True, stdinOnce=True)
     running(cluster, "att", attached, restart="Never")
@@ -119,7 +119,7 @@ def test_attach_feeds_the_main_process(cluster: Cluster, node: Node) -> None:
 
 @needs_kubectl
 @pytest.mark.through_api_server
-def test_port_forward_reaches_the_pods_own_localhost(cluster: Cluster, node: Node) -> None:
+def test_port_forward_reaches_the_pods_own_localhost(cluster: ApiUnderTest, node: Node) -> None:
     """Ports are dialled inside the pod's network namespace: one bound to the pod's loopback
     only is reachable too (as root; else the pod IP is dialled and only 8080 is)."""
     local = (
@@ -135,7 +135,7 @@ def test_port_forward_reaches_the_pods_own_localhost(cluster: Cluster, node: Nod
 
 @needs_kubectl
 @pytest.mark.through_api_server
-def test_port_forward_to_a_closed_port_says_why(cluster: Cluster, node: Node) -> None:
+def test_port_forward_to_a_closed_port_says_why(cluster: ApiUnderTest, node: Node) -> None:
     running(cluster, "quiet", container(command=["sleep", "3600"]))
     forward = _port_forward(cluster, "quiet", "9999")
     with forward as ports, pytest.raises((urllib.error.URLError, ConnectionError, OSError)):
@@ -151,7 +151,7 @@ def test_port_forward_to_a_closed_port_says_why(cluster: Cluster, node: Node) ->
 @needs_kubectl
 @pytest.mark.through_api_server
 def test_kubectl_debug_runs_an_ephemeral_container_beside_its_target(
-    cluster: Cluster, node: Node
+    cluster: ApiUnderTest, node: Node
 ) -> None:
     """`kubectl debug --target`: the ephemeral container shares the target's processes, is
     reported in ephemeralContainerStatuses (never ready), and `-i` attaches to it."""
@@ -188,7 +188,7 @@ def _get(port: int) -> bytes:
 
 
 class _port_forward:
-    def __init__(self, cluster: Cluster, pod: str, *ports: str) -> None:
+    def __init__(self, cluster: ApiUnderTest, pod: str, *ports: str) -> None:
         args = [str(KUBECTL), "--kubeconfig", cluster.kubeconfig, "-n", cluster.namespace,
                 "port-forward", "--address", "127.0.0.1", f"pod/{pod}",
                 *(f":{p}" for p in ports)]  # fmt: skip
@@ -217,7 +217,7 @@ class _port_forward:
 
 
 @pytest.mark.through_api_server
-def test_exec_through_the_python_clients_websocket(cluster: Cluster, node: Node) -> None:
+def test_exec_through_the_python_clients_websocket(cluster: ApiUnderTest, node: Node) -> None:
     """kubernetes.stream speaks websocket (v4.channel.k8s.io here), which the API server
     passes on to the node as it is."""
     running(cluster, "ws", container(command=["sleep", "3600"]))
@@ -239,7 +239,7 @@ def test_exec_through_the_python_clients_websocket(cluster: Cluster, node: Node)
 # -- the protocol, straight at the node ------------------------------------------------------
 
 
-def _exec_path(cluster: Cluster, pod: str, *command: str, **flags: str) -> str:
+def _exec_path(cluster: ApiUnderTest, pod: str, *command: str, **flags: str) -> str:
     query = "&".join([f"command={c}" for c in command] + [f"{k}={v}" for k, v in flags.items()])
     return f"/exec/{cluster.namespace}/{pod}/c?{query}"
 
@@ -254,7 +254,7 @@ def _exec_path(cluster: Cluster, pod: str, *command: str, **flags: str) -> str:
     ],
 )
 def test_the_end_of_an_exec_in_each_protocol_version(
-    cluster: Cluster, node: Node, protocol: str, expected: str
+    cluster: ApiUnderTest, node: Node, protocol: str, expected: str
 ) -> None:
     running(cluster, "ver", container(command=["sleep", "3600"]))
     path = _exec_path(cluster, "ver", "sh", "-c", "echo%20hi;%20exit%207", output="1")
@@ -283,7 +283,7 @@ def test_the_end_of_an_exec_in_each_protocol_version(
     wait_for(up.conn.closed.is_set, 10, "the node closes the connection")
 
 
-def test_refusals_before_the_upgrade(cluster: Cluster, node: Node) -> None:
+def test_refusals_before_the_upgrade(cluster: ApiUnderTest, node: Node) -> None:
     running(cluster, "ref", container(command=["sleep", "3600"]))
     path = _exec_path(cluster, "ref", "true", output="1")
     odd = spdy_client.connect(node.port, path, node.tls, ["v9.channel.k8s.io"])
@@ -311,7 +311,7 @@ def test_refusals_before_the_upgrade(cluster: Cluster, node: Node) -> None:
     assert (unknown.status, unknown.body) == (500, b'container not found ("other")\n')
 
 
-def test_a_client_that_never_opens_its_streams_is_let_go(cluster: Cluster, node: Node) -> None:
+def test_a_client_that_never_opens_its_streams_is_let_go(cluster: ApiUnderTest, node: Node) -> None:
     """Nothing runs until the streams asked for are there; a dropped client costs nothing."""
     running(cluster, "idle", container(command=["sleep", "3600"]))
     path = _exec_path(cluster, "idle", "sh", "-c", "touch%20/tmp/ran", output="1")

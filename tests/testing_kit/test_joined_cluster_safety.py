@@ -21,13 +21,13 @@ from kubelet_sim.node.registration import NotOurNode, Registrar
 from kubelet_sim.node.settings import NodeSettings
 from kubelet_sim.testing import cluster as testing
 from kubelet_sim.testing import joined
-from tests.cluster import Cluster
+from tests.cluster import ApiUnderTest
 
 pytestmark = [pytest.mark.docker]
 
 
 @pytest.fixture
-def admin(cluster: Cluster) -> Iterator[KubeConnection]:
+def admin(cluster: ApiUnderTest) -> Iterator[KubeConnection]:
     connection = connect(cluster.kubeconfig)
     yield connection
     connection.api.close()
@@ -56,7 +56,7 @@ def _get(admin: KubeConnection, path: str) -> dict[str, Any] | None:
 
 
 def test_a_session_refuses_to_join_where_a_node_of_its_names_exists(
-    cluster: Cluster, admin: KubeConnection
+    cluster: ApiUnderTest, admin: KubeConnection
 ) -> None:
     # The testing Cluster names its nodes n1..nN: a cluster with a real `n1` is refused.
     with _nodes(admin, _node("n1")) as (theirs,):
@@ -72,7 +72,7 @@ def test_a_session_refuses_to_join_where_a_node_of_its_names_exists(
 
 
 def test_a_node_with_a_creator_adopts_only_its_own_node(
-    cluster: Cluster, admin: KubeConnection
+    cluster: ApiUnderTest, admin: KubeConnection
 ) -> None:
     foreign, own = f"{cluster.node_name}-a", f"{cluster.node_name}-b"
     token = f"testing-{secrets.token_hex(4)}"
@@ -97,7 +97,7 @@ def test_a_node_with_a_creator_adopts_only_its_own_node(
 
 
 def test_only_nodes_the_session_created_are_deleted_each_by_its_uid(
-    cluster: Cluster, admin: KubeConnection
+    cluster: ApiUnderTest, admin: KubeConnection
 ) -> None:
     token = f"testing-{secrets.token_hex(4)}"
     ours, other_session, plain = (f"{cluster.node_name}-{x}" for x in "abc")
@@ -120,7 +120,7 @@ def _deleting(admin: KubeConnection, name: str) -> bool:
 
 
 def test_the_session_removes_only_a_cluster_role_binding_it_created(
-    cluster: Cluster, admin: KubeConnection
+    cluster: ApiUnderTest, admin: KubeConnection
 ) -> None:
     name = f"kubelet-sim-test-{secrets.token_hex(3)}"
     body = {

@@ -23,7 +23,7 @@ from kubelet_sim.controlplane import reference_node as reference
 from kubelet_sim.controlplane.reference_node import ReferenceNode
 from kubelet_sim.kube.rest import request_json
 from kubelet_sim.runtime import local_images
-from tests.cluster import Cluster, wait_for
+from tests.cluster import ApiUnderTest, wait_for
 from tests.pods import BUSYBOX, SLEEP_FOREVER, get_pod
 
 pytestmark = pytest.mark.docker
@@ -41,7 +41,7 @@ def test_its_default_images_are_the_projects_local_ones() -> None:
 HOST_POD_LOGS = Path("/var/log/pods")
 
 
-def _pod(cluster: Cluster, node: str, name: str, **container: Any) -> dict[str, Any]:
+def _pod(cluster: ApiUnderTest, node: str, name: str, **container: Any) -> dict[str, Any]:
     body = {
         "apiVersion": "v1",
         "kind": "Pod",
@@ -65,7 +65,7 @@ def _pod(cluster: Cluster, node: str, name: str, **container: Any) -> dict[str, 
     )
 
 
-def _running(cluster: Cluster, name: str) -> dict[str, Any] | None:
+def _running(cluster: ApiUnderTest, name: str) -> dict[str, Any] | None:
     pod = get_pod(cluster, name)
     status = (pod or {}).get("status") or {}
     statuses = status.get("containerStatuses") or []
@@ -79,7 +79,7 @@ def _containers_of(node: ReferenceNode, uid: str) -> list[str]:
 
 
 def test_the_node_is_ready_with_the_kubelets_conditions(
-    reference_node: ReferenceNode, cluster: Cluster
+    reference_node: ReferenceNode, cluster: ApiUnderTest
 ) -> None:
     node = cluster.core.read_node(reference_node.name)
     conditions = {c.type: c.status for c in node.status.conditions}
@@ -93,7 +93,7 @@ def test_the_node_is_ready_with_the_kubelets_conditions(
 
 
 def test_the_kubelet_is_of_the_api_servers_version(
-    reference_node: ReferenceNode, cluster: Cluster
+    reference_node: ReferenceNode, cluster: ApiUnderTest
 ) -> None:
     """A comparison is with the kubelet of the server's version (v1.34.9's on a v1.34.9 server;
     the rig's v1.24 build stamps `v0.0.0-master` on both)."""
@@ -104,7 +104,7 @@ def test_the_kubelet_is_of_the_api_servers_version(
 
 
 def test_a_pinned_pod_runs_shows_its_log_and_goes_at_deletion(
-    reference_node: ReferenceNode, cluster: Cluster
+    reference_node: ReferenceNode, cluster: ApiUnderTest
 ) -> None:
     created = _pod(cluster, reference_node.name, "ref-pod")
     uid = created["metadata"]["uid"]
@@ -137,7 +137,9 @@ def test_a_pinned_pod_runs_shows_its_log_and_goes_at_deletion(
 
 
 @contextlib.contextmanager
-def _node_of_its_own(reference_node: ReferenceNode, cluster: Cluster) -> Iterator[ReferenceNode]:
+def _node_of_its_own(
+    reference_node: ReferenceNode, cluster: ApiUnderTest
+) -> Iterator[ReferenceNode]:
     """A Ready reference node of the test's own (the session's lives on), stopped and its Node
     deleted on leaving."""
     node = ReferenceNode(
@@ -159,7 +161,7 @@ def _node_of_its_own(reference_node: ReferenceNode, cluster: Cluster) -> Iterato
 
 
 def test_stop_leaves_nothing_behind_even_with_a_pod_running(
-    reference_node: ReferenceNode, cluster: Cluster
+    reference_node: ReferenceNode, cluster: ApiUnderTest
 ) -> None:
     """Stopped with a pod still running: its tmpfs token volume, sandbox, netns, bridge,
     cgroups and processes all go."""
@@ -185,7 +187,7 @@ def _sandbox_of(node: ReferenceNode, uid: str) -> str:
 
 
 def test_stop_removes_the_chains_naming_its_network_and_no_other(
-    reference_node: ReferenceNode, cluster: Cluster
+    reference_node: ReferenceNode, cluster: ApiUnderTest
 ) -> None:
     """Another cluster's CNI chains, made while the node runs (named as the plugins name a
     container's: portmap's DNAT chain, bridge's masquerade chain), keep their rules through its
@@ -227,7 +229,7 @@ def test_stop_removes_the_chains_naming_its_network_and_no_other(
 
 
 def test_its_kubelet_collects_only_its_own_pod_logs(
-    reference_node: ReferenceNode, cluster: Cluster
+    reference_node: ReferenceNode, cluster: ApiUnderTest
 ) -> None:
     """Another kubelet's pod log directory under /var/log/pods outlives the node's kubelet (whose
     container GC, every minute, removes the log directories of pods it does not have: a
