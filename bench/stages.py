@@ -1,7 +1,7 @@
 """Where a pod's time goes, read from what each party shows of it: the pod as a watch delivers
 it (both nodes), our node's journal and Docker (`kubelet_sim.tools.trace`), the kubelet's
 containerd events and its log. Pure, so that the rules that name each stage are tested without
-a cluster (tests/unit/test_bench_stages.py); bench/versus.py does the reading.
+a cluster (tests/unit/bench/test_bench_stages.py); bench/versus.py does the reading.
 """
 
 from __future__ import annotations

@@ -10,10 +10,7 @@ from tests.agent_fixture import *  # noqa: F403
 from tests.cluster import *  # noqa: F403
 from tests.cluster import api_mode
 from tests.docker_env import *  # noqa: F403
-from tests.kindlike import kindlike  # noqa: F401 (a fixture: the API server in a container)
 from tests.mounts import unmount_all_under
-from tests.networks import network  # noqa: F401 (a fixture: a Docker network of the test's own)
-from tests.others import others_on_node  # noqa: F401 (a fixture: pods the cluster binds itself)
 from tests.reference import reference_node  # noqa: F401 (a fixture: the upstream kubelet's node)
 from tests.server_probes import KUBELET_CLIENT_CA_ENV
 

@@ -1,7 +1,8 @@
 """docs/testing-reference.md, written from the public API's own signatures and docstrings.
 
-`python -m tests.testing_reference` rewrites the page; tests/unit/test_docs.py fails when the
-committed page is not what this writes, so the reference cannot drift from kubelet_sim/testing/.
+`python -m tests.testing_reference` rewrites the page; tests/unit/project/test_docs.py fails
+when the committed page is not what this writes, so the reference cannot drift from
+kubelet_sim/testing/.
 Its source is read with `ast`, nothing imported: the page needs neither pytest nor the cluster's
 dependencies, and 200 lines here spare the docs site a plugin (mkdocstrings) and its
 dependencies for one page. In tests/, as the fake's schema generator (tests/fakeapi/openapi.py):
@@ -20,8 +21,8 @@ HERE = ROOT / "kubelet_sim" / "testing"
 PAGE = ROOT / "docs" / "testing-reference.md"
 GENERATED = (
     "<!-- Written by `python -m tests.testing_reference` from kubelet_sim/testing/'s"
-    " signatures and docstrings: edit those, not this page (tests/unit/test_docs.py fails when"
-    " it is stale). -->"
+    " signatures and docstrings: edit those, not this page (tests/unit/project/test_docs.py fails"
+    " when it is stale). -->"
 )
 LINE = 96  # a signature longer than this is written one parameter a line
 

@@ -10,7 +10,7 @@ import pytest
 from kubelet_sim.formats.jsontypes import Json
 from tests.cluster import wait_for
 from tests.unit.harness import Node, container, pod_body
-from tests.unit.test_probes import _answers, _attempts, _tick
+from tests.unit.pod_lifecycle.test_probes import _answers, _attempts, _tick
 
 
 def _entries(status: Json) -> list[Json]:

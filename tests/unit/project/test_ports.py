@@ -5,7 +5,7 @@ from __future__ import annotations
 import ast
 from pathlib import Path
 
-PODWORKERS = Path(__file__).resolve().parents[2] / "kubelet_sim" / "podworkers"
+PODWORKERS = Path(__file__).resolve().parents[3] / "kubelet_sim" / "podworkers"
 
 
 def _imported(path: Path) -> set[str]:

@@ -13,7 +13,7 @@ from pathlib import Path
 
 import pytest
 
-PACKAGE = Path(__file__).resolve().parents[2] / "kubelet_sim"
+PACKAGE = Path(__file__).resolve().parents[3] / "kubelet_sim"
 BUILDER = PACKAGE / "assembly"
 
 # The process's shared parts and a node's parts: made only by the builder.

@@ -1,7 +1,7 @@
 """The node builder without Docker or an API server: a set of nodes is made (nothing runs), and
 what each node shares with the process, or has of its own, is read off the parts.
 
-A fake Docker client stands in for the engine (tests/unit/test_engine_split.py); the API
+A fake Docker client stands in for the engine (tests/unit/runtime/test_engine_split.py); the API
 server named in the kubeconfig is never called while building.
 """
 
@@ -16,7 +16,7 @@ from kubelet_sim.assembly.nodeset import NodeIdentity, NodeSet, NodeSetSettings
 from kubelet_sim.node.settings import NodeSettings
 from kubelet_sim.runtime.engine import DockerEngine
 from kubelet_sim.server.settings import ServerSettings
-from tests.unit.test_engine_split import FakeClient
+from tests.unit.runtime.test_engine_split import FakeClient
 
 KUBECONFIG = """apiVersion: v1
 kind: Config

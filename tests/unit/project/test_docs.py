@@ -25,7 +25,7 @@ from kubelet_sim.podworkers.workers import RESYNC_SECONDS
 from kubelet_sim.prober.manager import PROBE_THREADS
 from kubelet_sim.staticpods.source import POLL_SECONDS
 
-ROOT = Path(__file__).resolve().parents[2]
+ROOT = Path(__file__).resolve().parents[3]
 DOCS = ROOT / "docs"
 PACKAGE = ROOT / "kubelet_sim"
 WORDS = {"one": 1, "two": 2, "three": 3, "four": 4, "five": 5, "six": 6, "eight": 8}

@@ -19,7 +19,7 @@ from kubelet_sim.controlplane.relay import listen_in_netns
 from kubelet_sim.localcluster.pod_endpoint import make_pod_endpoint
 from kubelet_sim.runtime.engine import DockerEngine
 from tests.cluster import wait_for
-from tests.unit.test_engine_split import FakeApi, FakeClient
+from tests.unit.runtime.test_engine_split import FakeApi, FakeClient
 
 SIOCGSKNS = 0x894C  # ioctl: a descriptor of the network namespace a socket lives in
 
