@@ -29,6 +29,7 @@ import pytest
 from kubelet_sim.pod.generation import KubeletGeneration
 from tests.fakeapi import FakeApiServer
 from tests.kubeenv import KubeEnv, KubeEnvError, find_binaries
+from tests.manifests import pod_manifest
 from tests.node_certs import NoNodeCredentials, kubeconfig_cluster, mint_node_kubeconfig
 from tests.polling import poll
 from tests.server_probes import (
@@ -610,6 +611,7 @@ NO_SCHEDULER = "kubelet-sim-test"
 
 
 def pod_body(name: str, image: str = "busybox:1.36", **spec: Any) -> dict[str, Any]:
-    """A minimal pod manifest; extra keyword arguments go into `spec`."""
-    container = {"name": "main", "image": image, "command": ["sleep", "3600"]}
-    return {"metadata": {"name": name}, "spec": {"containers": [container], **spec}}
+    """A minimal pod manifest (tests/manifests.py); extra keyword arguments go into `spec`."""
+    return pod_manifest(
+        name, [{"name": "main", "image": image, "command": ["sleep", "3600"]}], **spec
+    )

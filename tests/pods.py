@@ -11,6 +11,7 @@ from kubelet_sim.kube.rest import ApiError, call_json
 from kubelet_sim.tools.trace import Step, collect
 from tests.cluster import ApiUnderTest, wait_for
 from tests.docker_env import DockerEnv
+from tests.manifests import pod_manifest
 
 BUSYBOX = "kubelet-sim.local/busybox:test"
 # PID 1 ignores SIGTERM unless it traps it; this one exits at once on SIGTERM.
@@ -30,22 +31,21 @@ def make_pod(
     labels: dict[str, str] | None = None,
     **spec: Any,
 ) -> dict[str, Any]:
-    meta = {"annotations": annotations, "labels": labels}
-    body = {
-        "apiVersion": "v1",
-        "kind": "Pod",
-        "metadata": {"name": name, **{k: v for k, v in meta.items() if v}},
-        "spec": {
+    body = pod_manifest(
+        name,
+        list(containers) or [container()],
+        labels=labels,
+        annotations=annotations,
+        **{
             "nodeName": cluster.node_name,
             "restartPolicy": restart,
             "automountServiceAccountToken": False,
             "terminationGracePeriodSeconds": 5,
-            "containers": list(containers) or [container()],
             **spec,
         },
-    }
+    )
     if spec.get("automountServiceAccountToken", False) is None:
-        del body["spec"]["automountServiceAccountToken"]  # type: ignore[attr-defined]
+        del body["spec"]["automountServiceAccountToken"]
     created = cluster.core.create_namespaced_pod(cluster.namespace, body)
     return cluster.api.sanitize_for_serialization(created)  # type: ignore[no-any-return]
 

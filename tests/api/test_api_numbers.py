@@ -42,6 +42,7 @@ from kubelet_sim.podworkers.hooks import HookRunner
 from tests.agent_fixture import RunningAgent, start_agent
 from tests.cluster import ApiUnderTest, wait_for
 from tests.docker_env import DockerEnv
+from tests.manifests import pod_manifest, served
 from tests.pods import (
     container,
     get_pod,
@@ -119,10 +120,7 @@ def test_a_timer_never_waits_past_its_bound(wait: float) -> None:
 
 
 def pod_with(meta: dict[str, Any], spec: dict[str, Any]) -> dict[str, Any]:
-    return {
-        "metadata": {"name": "p", "namespace": "ns", "uid": "u", **meta},
-        "spec": {"containers": [{"name": "c", "image": "i"}], **spec},
-    }
+    return served(pod_manifest("p", [{"name": "c", "image": "i"}], **spec), uid="u", **meta)
 
 
 @PROPERTY

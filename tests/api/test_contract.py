@@ -26,6 +26,7 @@ from kubelet_sim.kube.client import connect
 from kubelet_sim.kube.rest import ApiError, request_json
 from tests.cluster import ApiUnderTest, api_mode, server_has_field
 from tests.fakeapi import FakeApiServer, openapi
+from tests.manifests import pod_manifest
 
 SMP = "application/strategic-merge-patch+json"
 MERGE = "application/merge-patch+json"
@@ -300,15 +301,8 @@ def _admission_differs(real: Side, fake: Side) -> str | None:
 
 
 def _pod(node: str, name: str = "p") -> dict[str, Any]:
-    return {
-        "metadata": {"name": name, "labels": {"app": "x"}},
-        "spec": {
-            "nodeName": node,
-            "containers": [
-                {"name": "c", "image": "busybox:1.36", "ports": [{"containerPort": 80}]}
-            ],
-        },
-    }
+    c = {"name": "c", "image": "busybox:1.36", "ports": [{"containerPort": 80}]}
+    return pod_manifest(name, [c], labels={"app": "x"}, nodeName=node)
 
 
 def _first_status(node_ip: str) -> dict[str, Any]:

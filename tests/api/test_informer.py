@@ -15,6 +15,7 @@ from kubelet_sim.kube.watches import pods_on_node
 from kubelet_sim.loops.backoff import Backoff
 from kubelet_sim.loops.supervise import Supervisor
 from tests.cluster import ApiUnderTest, wait_for
+from tests.manifests import pod_manifest
 
 FAST_TIMEOUTS = WatchTimeouts(server_min=20, server_max=30, read=1.5, connect=1.0)
 
@@ -24,16 +25,8 @@ def fast_backoff() -> Backoff:
 
 
 def pod_body(name: str, node: str) -> dict[str, Any]:
-    return {
-        "apiVersion": "v1",
-        "kind": "Pod",
-        "metadata": {"name": name},
-        "spec": {
-            "nodeName": node,
-            "automountServiceAccountToken": False,
-            "containers": [{"name": "c", "image": "kubelet-sim.local/busybox:test"}],
-        },
-    }
+    c = {"name": "c", "image": "kubelet-sim.local/busybox:test"}
+    return pod_manifest(name, [c], nodeName=node, automountServiceAccountToken=False)
 
 
 class Recorder:

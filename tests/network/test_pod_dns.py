@@ -15,6 +15,7 @@ from kubelet_sim.pod.dns import (
     sandbox_hostname,
 )
 from kubelet_sim.pod.spec import PodView
+from tests.manifests import pod_manifest, served
 
 HOST = parse_resolv_conf(
     "# comment\nnameserver 10.0.0.2\nsearch old.example\nsearch corp.example. lab.example\n"
@@ -25,10 +26,7 @@ CLUSTER = NodeDNS(("10.96.0.10",), "cluster.local", HOST)
 
 def pod(**spec: Any) -> PodView:
     return PodView.from_api(
-        {
-            "metadata": {"name": "p", "namespace": "ns", "uid": "u"},
-            "spec": {"containers": [{"name": "c", "image": "i"}], **spec},
-        }
+        served(pod_manifest("p", [{"name": "c", "image": "i"}], **spec), uid="u")
     )
 
 

@@ -9,6 +9,7 @@ from kubelet_sim.pod.actions import compute_actions
 from kubelet_sim.pod.image_ref import invalid_image_message
 from kubelet_sim.pod.probes import ContainerProbes, ProbeResults, Result
 from kubelet_sim.pod.spec import ContainerView, PodView
+from tests.manifests import pod_manifest, served
 
 REF = PodRef("n", "p", "ns", "u")
 RUN, EXIT = ContainerState.RUNNING, ContainerState.EXITED
@@ -33,9 +34,7 @@ def pod(
             | ({"startupProbe": {"exec": {"command": ["true"]}}} if n in startup_probe else {})
             for n in init
         ]
-    return PodView.from_api(
-        {"metadata": {"name": "p", "namespace": "ns", "uid": "u"}, "spec": spec}
-    )
+    return PodView.from_api(served(pod_manifest("p", **spec), uid="u"))
 
 
 def c(

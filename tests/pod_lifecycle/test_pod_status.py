@@ -8,6 +8,7 @@ from typing import Any
 from kubelet_sim.cri import ContainerState, ObservedContainer, PodRef
 from kubelet_sim.pod.spec import PodView, default_pull_policy
 from kubelet_sim.pod.status import StatusInput, WaitingReason, generate_status
+from tests.manifests import pod_manifest, served
 
 NOW = datetime(2026, 11, 22, 17, 0, 0, tzinfo=UTC)
 T0 = NOW - timedelta(seconds=30)
@@ -24,24 +25,17 @@ def pod(
     if init:
         spec["initContainers"] = [{"name": f"init{i}", "image": "busybox:1"} for i in range(init)]
     spec.update(extra)
-    return PodView.from_api(
-        {
-            "metadata": {"name": "p", "namespace": "ns", "uid": "uid-1"},
-            "spec": spec,
-            "status": {
-                "phase": "Pending",
-                "qosClass": "BestEffort",
-                "conditions": [
-                    {
-                        "type": "PodScheduled",
-                        "status": "True",
-                        "lastTransitionTime": "2026-11-22T16:59:00Z",
-                    },
-                    {"type": "example.com/Custom", "status": "True"},
-                ],
-            },
-        }
-    )
+    scheduled = {
+        "type": "PodScheduled",
+        "status": "True",
+        "lastTransitionTime": "2026-11-22T16:59:00Z",
+    }
+    status = {
+        "phase": "Pending",
+        "qosClass": "BestEffort",
+        "conditions": [scheduled, {"type": "example.com/Custom", "status": "True"}],
+    }
+    return PodView.from_api(served(pod_manifest("p", **spec), uid="uid-1", status=status))
 
 
 def sandbox(

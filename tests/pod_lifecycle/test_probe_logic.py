@@ -22,6 +22,7 @@ from kubelet_sim.pod.probes import (
 )
 from kubelet_sim.pod.spec import PodView
 from kubelet_sim.pod.status import StatusInput, generate_status
+from tests.manifests import pod_manifest, served
 
 NOW = datetime(2026, 1, 1, tzinfo=UTC)
 REF = cri.PodRef(node="n1", namespace="ns", name="p", uid="u1")
@@ -29,13 +30,8 @@ REF = cri.PodRef(node="n1", namespace="ns", name="p", uid="u1")
 
 def _pod(restart: str = "Always", **probes: Any) -> PodView:
     c = {"name": "c", "image": "i:1", "ports": [{"name": "http", "containerPort": 8080}], **probes}
-    return PodView.from_api(
-        {
-            "metadata": {"name": "p", "namespace": "ns", "uid": "u1"},
-            "spec": {"restartPolicy": restart, "containers": [c]},
-            "status": {"phase": "Running"},
-        }
-    )
+    body = pod_manifest("p", [c], restartPolicy=restart)
+    return PodView.from_api(served(body, status={"phase": "Running"}))
 
 
 def _running(name: str, cid: str) -> cri.ObservedContainer:

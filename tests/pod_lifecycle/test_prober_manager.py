@@ -18,6 +18,7 @@ from kubelet_sim.pod.probes import Result
 from kubelet_sim.pod.spec import ContainerView, PodView
 from kubelet_sim.prober.manager import ProbeManager
 from tests.cluster import wait_for
+from tests.manifests import pod_manifest, served
 
 REF = cri.PodRef(node="n1", namespace="ns", name="p", uid="u1")
 TICK = 0.05
@@ -47,12 +48,7 @@ class FakeExec:
 
 
 def _pod(**probes: Any) -> PodView:
-    return PodView.from_api(
-        {
-            "metadata": {"name": "p", "namespace": "ns", "uid": "u1"},
-            "spec": {"containers": [{"name": "c", "image": "i:1", **probes}]},
-        }
-    )
+    return PodView.from_api(served(pod_manifest("p", [{"name": "c", "image": "i:1", **probes}])))
 
 
 def _probe(word: str, **extra: Any) -> dict[str, Any]:

@@ -17,6 +17,7 @@ from kubelet_sim.pod.spec import PodView
 from kubelet_sim.podworkers.state import PodState
 from kubelet_sim.podworkers.stopper import ContainerStopper
 from tests.cluster import wait_for
+from tests.manifests import pod_manifest, served
 
 REF = cri.PodRef(node="n1", name="p", namespace="ns", uid="u1")
 
@@ -113,12 +114,7 @@ def test_grace_zero_kills_without_a_stop_signal() -> None:
 def sidecar_pod() -> PodView:
     """App container `app`; sidecars `s1` then `s2` (s2 is stopped first, then s1)."""
     sidecars = [{"name": n, "restartPolicy": "Always"} for n in ("s1", "s2")]
-    return PodView.from_api(
-        {
-            "metadata": {"name": "p", "namespace": "ns", "uid": "u1"},
-            "spec": {"containers": [{"name": "app"}], "initContainers": sidecars},
-        }
-    )
+    return PodView.from_api(served(pod_manifest("p", [{"name": "app"}], initContainers=sidecars)))
 
 
 def named(name: str) -> cri.ObservedContainer:

@@ -22,6 +22,7 @@ from kubelet_sim.volumes import subpath as subpath_module
 from kubelet_sim.volumes.hostmount import mount_points_under
 from tests.cluster import wait_for
 from tests.docker_env import TEST_LABEL, DockerEnv
+from tests.manifests import pod_manifest, served
 
 UID = "0b7c5a9e-1111-2222-3333-444455556666"
 
@@ -45,22 +46,16 @@ class Objects:
 
 
 def make_pod(volumes: list[dict[str, Any]], mounts: list[dict[str, Any]] | None = None) -> PodView:
-    return PodView.from_api(
-        {
-            "metadata": {
-                "name": "web",
-                "namespace": "ns",
-                "uid": UID,
-                "labels": {"app": "web", "tier": 'front "end"'},
-                "annotations": {"note": "line1\nline2"},
-            },
-            "spec": {
-                "serviceAccountName": "builder",
-                "containers": [{"name": "app", "image": "busybox:1", "volumeMounts": mounts or []}],
-                "volumes": volumes,
-            },
-        }
+    app = {"name": "app", "image": "busybox:1", "volumeMounts": mounts or []}
+    body = pod_manifest(
+        "web",
+        [app],
+        labels={"app": "web", "tier": 'front "end"'},
+        annotations={"note": "line1\nline2"},
+        serviceAccountName="builder",
+        volumes=volumes,
     )
+    return PodView.from_api(served(body, uid=UID))
 
 
 @pytest.fixture

@@ -23,21 +23,15 @@ from kubelet_sim.pod.container_config import (
     spec_hash,
 )
 from kubelet_sim.pod.spec import PodView
+from tests.manifests import pod_manifest, served
 
 
 def make_pod(containers: list[Json], **spec: Any) -> PodView:
-    return PodView.from_api(
-        {
-            "metadata": {
-                "name": "web",
-                "namespace": "ns",
-                "uid": "u-1",
-                "labels": {"app": "web"},
-                "annotations": {"team": "blue"},
-            },
-            "spec": {"nodeName": "node-a", "containers": containers, **spec},
-        }
+    body = pod_manifest(
+        "web", containers, labels={"app": "web"}, annotations={"team": "blue"}, nodeName="node-a"
     )
+    body["spec"].update(spec)
+    return PodView.from_api(served(body, uid="u-1"))
 
 
 def b64(text: str) -> str:

@@ -24,6 +24,7 @@ from kubelet_sim.controlplane.reference_node import ReferenceNode
 from kubelet_sim.kube.rest import request_json
 from kubelet_sim.runtime import local_images
 from tests.cluster import ApiUnderTest, wait_for
+from tests.manifests import pod_manifest
 from tests.pods import BUSYBOX, SLEEP_FOREVER, get_pod
 
 pytestmark = pytest.mark.docker
@@ -42,24 +43,14 @@ HOST_POD_LOGS = Path("/var/log/pods")
 
 
 def _pod(cluster: ApiUnderTest, node: str, name: str, **container: Any) -> dict[str, Any]:
-    body = {
-        "apiVersion": "v1",
-        "kind": "Pod",
-        "metadata": {"name": name},
-        "spec": {
-            "nodeName": node,
-            "terminationGracePeriodSeconds": 5,
-            "containers": [
-                {
-                    "name": "c",
-                    "image": BUSYBOX,
-                    "imagePullPolicy": "Never",
-                    "command": ["sh", "-c", f"echo hello; {SLEEP_FOREVER[2]}"],
-                    **container,
-                }
-            ],
-        },
+    c = {
+        "name": "c",
+        "image": BUSYBOX,
+        "imagePullPolicy": "Never",
+        "command": ["sh", "-c", f"echo hello; {SLEEP_FOREVER[2]}"],
+        **container,
     }
+    body = pod_manifest(name, [c], nodeName=node, terminationGracePeriodSeconds=5)
     return cluster.api.sanitize_for_serialization(  # type: ignore[no-any-return]
         cluster.core.create_namespaced_pod(cluster.namespace, body)
     )

@@ -32,6 +32,7 @@ from kubelet_sim.podworkers.settings import SyncSettings
 from kubelet_sim.runtime.local_images import BUSYBOX_IMAGE, PAUSE_IMAGE
 from kubelet_sim.volumes import TokenSource, VolumeSetup
 from tests.fakeruntime import FakeClock, FakeContainerCache, FakeRuntime
+from tests.manifests import pod_manifest
 
 NODE = "n1"
 NODE_IP = "192.0.2.10"
@@ -178,24 +179,26 @@ def container(name: str = "app", **fields: Any) -> Json:
 
 
 def pod_body(name: str = "p", containers: list[Json] | None = None, **spec: Any) -> Json:
-    uid = f"uid-{next(_uids):04d}"
-    return {
-        "metadata": {
-            "name": name,
-            "namespace": "ns",
-            "uid": uid,
-            "resourceVersion": "1",
-            "creationTimestamp": "2025-01-01T00:00:00Z",
-        },
-        "spec": {
+    """As the API server hands a bound pod to the node (tests/manifests.py, plus what the server
+    adds: namespace, uid, resourceVersion, creationTimestamp, status)."""
+    body = pod_manifest(
+        name,
+        containers if containers is not None else [container()],
+        **{
             "nodeName": NODE,
             "restartPolicy": "Always",
             "terminationGracePeriodSeconds": 30,
-            "containers": containers if containers is not None else [container()],
             **spec,
         },
-        "status": {"phase": "Pending"},
-    }
+    )
+    body["metadata"].update(
+        namespace="ns",
+        uid=f"uid-{next(_uids):04d}",
+        resourceVersion="1",
+        creationTimestamp="2025-01-01T00:00:00Z",
+    )
+    body["status"] = {"phase": "Pending"}
+    return body
 
 
 class Node:

@@ -22,6 +22,7 @@ from kubelet_sim.pod.container_plan import (
 from kubelet_sim.pod.dns import NodeDNS
 from kubelet_sim.pod.service_env import NOT_SYNCED
 from kubelet_sim.pod.spec import PodView
+from tests.manifests import pod_manifest, served
 
 NODE = NodeFacts(
     name="n1",
@@ -37,12 +38,9 @@ SERVICE = {
 
 
 def _pod(container: Json, **spec: Any) -> PodView:
-    return PodView.from_api(
-        {
-            "metadata": {"name": "web", "namespace": "ns", "uid": "u-1"},
-            "spec": {"nodeName": "n1", "containers": [container], **spec},
-        }
-    )
+    body = pod_manifest("web", [container], nodeName="n1")
+    body["spec"].update(spec)
+    return PodView.from_api(served(body, uid="u-1"))
 
 
 def _start(**facts: Any) -> StartFacts:
