@@ -113,11 +113,11 @@ def running_agent(
     finally:
         if agent.proc.poll() is None:
             agent.terminate()
-        _remove_containers_of(cluster.node_name)
+        remove_containers_of(cluster.node_name)
         remove_root(root)
 
 
-def _remove_containers_of(node_name: str) -> None:
+def remove_containers_of(node_name: str) -> None:
     """What the process left running (a kubelet leaves its containers when it stops): gone with
     the test, whether or not the test asked for the docker_env fixture."""
     import docker

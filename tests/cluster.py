@@ -359,7 +359,7 @@ def _real_session(workdir: Path) -> Iterator[_Session]:
         binaries = find_binaries()
     except KubeEnvError as exc:
         pytest.skip(f"no real API server: {exc}")
-    env = KubeEnv(binaries).start()
+    env = KubeEnv(binaries, cluster_signing_duration=CSR_CERTIFICATE_SECONDS).start()
     try:
         yield _Session(str(env.admin_kubeconfig), None, env)
     finally:
@@ -603,6 +603,10 @@ def open_watch(list_call: Callable[..., Any], *args: Any, **kwargs: Any) -> Even
     response = list_call(*args, watch=True, _preload_content=False, **kwargs)
     return EventStream(response)
 
+
+# The life of what the session's controller-manager signs for a CSR: rotation comes within a
+# minute (at 70-84 % of the life, counted from 5 min back, kcm's backdate), and never at once.
+CSR_CERTIFICATE_SECONDS = 130
 
 # A scheduler name no scheduler has: a pod that names it stays unbound on a real cluster (whose
 # default-scheduler would otherwise bind it to any node that fits, a node of the cluster's own

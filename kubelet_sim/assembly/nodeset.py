@@ -138,6 +138,7 @@ class NodeSet:
         self._halted: set[str] = set()
         self._lock = threading.Lock()
         kube = _connections(settings)  # the API first: a missing kubeconfig says so first
+        self.connections = kube
         proxy: KubeConnection | None = None
         if settings.service_proxy and settings.proxy_kubeconfig is not None:
             pool = 2 * len(settings.nodes) + 2
@@ -267,6 +268,10 @@ class NodeSet:
             own.set()
 
     # -- one node of a running set ----------------------------------------------------------
+
+    def drop_connections(self, name: str) -> None:
+        """The node's client certificate changed (rotation): its next requests connect anew."""
+        self.connections[name].drop_connections()
 
     def stop_node(self, name: str) -> None:
         """The node's agent stops cleanly while the others run; its containers keep running.

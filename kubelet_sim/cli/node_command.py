@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Annotated
+from typing import TYPE_CHECKING, Annotated
 
 import typer
 
@@ -19,6 +19,9 @@ from kubelet_sim.runtime.engine import RuntimeUnavailable
 from kubelet_sim.server.http import ServerError
 from kubelet_sim.server.settings import ConnectionLimits, ServerSettings, parse_duration
 from kubelet_sim.validation import ConfigError
+
+if TYPE_CHECKING:
+    from kubelet_sim.kube.tls_bootstrap import Bootstrapped, CertificateRotation
 
 app = typer_app()
 
@@ -115,6 +118,31 @@ def run(
             " (a Go duration, the kubelet's flag and default).",
         ),
     ] = "4h0m0s",
+    bootstrap_kubeconfig: Annotated[
+        str | None,
+        typer.Option(
+            envvar="KUBELET_SIM_BOOTSTRAP_KUBECONFIG",
+            help="TLS bootstrap as the kubelet's: a kubeconfig with a bootstrap token; each node"
+            " without a valid client certificate asks for one (a CSR the controller-manager"
+            " approves) and writes its kubeconfig in --cert-dir (or at --kubeconfig, one node).",
+        ),
+    ] = None,
+    cert_dir: Annotated[
+        Path | None,
+        typer.Option(
+            envvar="KUBELET_SIM_CERT_DIR",
+            help="Where bootstrapped nodes keep their client certificates, a folder per node"
+            " (default: ROOT_DIR/pki).",
+        ),
+    ] = None,
+    rotate_certificates: Annotated[
+        bool,
+        typer.Option(
+            envvar="KUBELET_SIM_ROTATE_CERTIFICATES",
+            help="Bootstrapped nodes ask for their next client certificate before the current"
+            " one expires (kubeadm's and kind's kubelet setting).",
+        ),
+    ] = True,
     proxy_kubeconfig: Annotated[
         str | None,
         typer.Option(
@@ -143,6 +171,22 @@ def run(
     if (tls_cert_file is None) != (tls_private_key_file is None):
         fail("give --tls-cert-file and --tls-private-key-file together, or neither")
     names = list(node_name or [f"{node_name_prefix}{i}" for i in range(1, nodes + 1)])
+    stop = stop_on_signals()
+    root_dir = usable_root_dir(node.root_dir)
+    bootstrapped: list[Bootstrapped] = []
+    if bootstrap_kubeconfig is not None:
+        # Here, not above: cryptography (8 MiB) stays out of a node that does not bootstrap.
+        from kubelet_sim.kube.tls_bootstrap import BootstrapError, bootstrap_nodes  # noqa: PLC0415
+
+        written = Path(kubeconfig) if kubeconfig is not None else None
+        try:
+            bootstrapped = bootstrap_nodes(
+                names, bootstrap_kubeconfig, cert_dir or root_dir / "pki", kubeconfig=written,
+                stop=stop,
+            )  # fmt: skip
+        except BootstrapError as exc:
+            fail(str(exc))
+        kubeconfig = str(bootstrapped[0].kubeconfig)  # the web view's, if it runs
     server = ServerSettings(
         address=address,
         port=kubelet_port,
@@ -157,12 +201,13 @@ def run(
     try:
         settings = node.node_set_settings(
             names,
-            root_dir=usable_root_dir(node.root_dir),
+            root_dir=root_dir,
             server=server,
             delete_node_on_exit=delete_node_on_exit,
             kubeconfig=kubeconfig,
             context=context,
             proxy_kubeconfig=proxy_kubeconfig,
+            node_kubeconfigs={b.node_name: str(b.kubeconfig) for b in bootstrapped},
         )
         engine = engine_for(
             settings.docker_network, pull_progress_deadline=settings.image_pull_progress_deadline
@@ -174,12 +219,20 @@ def run(
     except (ConfigError, KubeConfigError, RuntimeUnavailable, ServerError) as exc:
         engine.close()
         fail(str(exc))
-    stop = stop_on_signals()
+    rotation: CertificateRotation | None = None
+    if bootstrapped and rotate_certificates:
+        from kubelet_sim.kube.tls_bootstrap import CertificateRotation  # noqa: PLC0415
+
+        rotation = CertificateRotation(
+            bootstrapped, node_set.drop_connections, supervisor=node_set.process.supervisor
+        ).start()
     web = None
     try:
         web = ui.start(kubeconfig, context, node_set.runtimes, typer.echo)
         failures = node_set.run(stop)
     finally:
+        if rotation is not None:
+            rotation.stop()
         if web is not None:
             web.stop()
         node_set.close()

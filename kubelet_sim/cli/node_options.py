@@ -273,9 +273,12 @@ class NodeOptions:
         context: str | None = None,
         proxy_kubeconfig: str | None = None,
         owner_labels: Mapping[str, str] | None = None,
+        node_kubeconfigs: Mapping[str, str] | None = None,
     ) -> NodeSetSettings:
         """The nodes `names` as these options make them; a ConfigError names the first bad
-        option. `node_ip` is the command's default for --node-ip."""
+        option. `node_ip` is the command's default for --node-ip; `node_kubeconfigs` are the
+        nodes' own (after TLS bootstrap), else they share `kubeconfig`."""
+        own = node_kubeconfigs or {}
         return NodeSetSettings(
             nodes=tuple(
                 NodeIdentity(
@@ -285,7 +288,8 @@ class NodeOptions:
                         delete_node_on_exit=delete_node_on_exit,
                         taints_by_default=taints_by_default,
                         node_ip=node_ip,
-                    )
+                    ),
+                    kubeconfig=own.get(name),
                 )
                 for name in names
             ),

@@ -22,6 +22,7 @@ from dataclasses import dataclass
 
 from kubelet_sim.compare.scenarios import Scenario, pod_for
 from kubelet_sim.formats.jsontypes import Json
+from kubelet_sim.formats.versions import minor_of
 from kubelet_sim.kube.client import KubeConnection
 from kubelet_sim.kube.rest import ApiError, request_json
 
@@ -86,20 +87,10 @@ def required_images(scenarios: Iterable[Scenario], image: str) -> list[str]:
     return seen
 
 
-def kubernetes_minor(version: str | None) -> int | None:
-    """The minor of a v1.x version ("v1.34.9", "v1.34.0+kubelet-sim"); None for a build that
-    stamped none ("v0.0.0-master+$Format:%H$")."""
-    major, _, rest = (version or "").lstrip("v").partition(".")
-    minor = rest.split(".", 1)[0].split("-", 1)[0].split("+", 1)[0]
-    if major != "1" or not minor.isdigit():
-        return None
-    return int(minor)
-
-
 def skew_problem(kubelet_version: str, server_version: str | None) -> str | None:
     """The version skew policy: a kubelet is never newer than its API server, and at most 3
     minors older (2 before v1.28)."""
-    kubelet, server = kubernetes_minor(kubelet_version), kubernetes_minor(server_version)
+    kubelet, server = minor_of(kubelet_version), minor_of(server_version)
     if kubelet is None or server is None:
         return None
     oldest = server - (3 if server >= 28 else 2)

@@ -160,6 +160,9 @@ class ControlPlane:
     # --default-unreachable-toleration-seconds (None: its 300 s): how long a pod without
     # tolerations of its own stays on a NotReady node before it is evicted.
     default_toleration_seconds: int | None = None
+    # kube-controller-manager's --cluster-signing-duration in seconds (None: its year): the
+    # life of what it signs for a CSR (a test of client certificate rotation sets minutes).
+    cluster_signing_duration: float | None = None
     token_user: bool = False
     own_kubelet_client_ca: bool = False
     root_ca_file: bool = True
@@ -442,6 +445,7 @@ class ControlPlane:
                 "--service-account-issuer", self.service_account_issuer,
                 "--service-cluster-ip-range", self.service_cidr,
                 "--allow-privileged=true",
+                "--enable-bootstrap-token-auth",  # nodes may join as kubelets do (TLS bootstrap)
                 *(["--token-auth-file", str(pki / "tokens.csv")] if self.token_user else []),
                 *toleration,
             ],
@@ -474,6 +478,8 @@ class ControlPlane:
             if grace is None
             else [f"--node-monitor-grace-period={grace:g}s", "--node-monitor-period=2s"]
         )
+        duration = self.cluster_signing_duration
+        signing = [] if duration is None else [f"--cluster-signing-duration={duration:g}s"]
         proc = self._spawn(
             "kube-controller-manager",
             [
@@ -485,6 +491,7 @@ class ControlPlane:
                 *(["--root-ca-file", str(pki / "ca.crt")] if self.root_ca_file else []),
                 "--cluster-signing-cert-file", str(pki / "ca.crt"),
                 "--cluster-signing-key-file", str(pki / "ca.key"),
+                *signing,
                 *controllers,
                 *monitor,
             ],

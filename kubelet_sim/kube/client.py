@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import base64
 import os
 import threading
 from collections import Counter
@@ -39,6 +40,23 @@ class KubeConnection:
         kind/kubeadm it signs the API server's client certificate for kubelets."""
         path = self.api.configuration.ssl_ca_cert
         return str(path) if path else None
+
+    def cluster_entry(self) -> dict[str, Any]:
+        """This connection's server and CA as a kubeconfig's `cluster` (CA data inline), for
+        a kubeconfig of other credentials on the same server."""
+        configuration = self.api.configuration
+        cluster: dict[str, Any] = {"server": configuration.host}
+        if configuration.ssl_ca_cert:
+            ca = Path(configuration.ssl_ca_cert).read_bytes()
+            cluster["certificate-authority-data"] = base64.b64encode(ca).decode()
+        if not configuration.verify_ssl:
+            cluster["insecure-skip-tls-verify"] = True
+        return cluster
+
+    def drop_connections(self) -> None:
+        """Close the pooled connections: the next requests open new ones, with the client
+        certificate the kubeconfig's file holds now (after a rotation)."""
+        self.api.rest_client.pool_manager.clear()
 
     def request_counts(self) -> dict[tuple[str, str], int]:
         """Requests so far by (method, code), when the client counts them (connect's does)."""

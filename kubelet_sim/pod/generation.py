@@ -12,6 +12,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from kubelet_sim.formats.versions import server_minor
+
 LATEST = 99  # a server whose version says nothing: today's rules
 
 
@@ -87,26 +89,7 @@ CURRENT = KubeletGeneration()
 def generation_of(git_version: str | None, knows: set[str] | None = None) -> KubeletGeneration:
     """From the server's /version gitVersion ("v1.24.3"); a build that stamped none
     ("v0.0.0-master") is placed by the status fields its schema knows (`knows`:
-    "Definition.property" names), newest first."""
-    minor = _minor(git_version)
-    if minor is not None:
-        return KubeletGeneration(minor)
-    if not knows:  # nothing read: assume a current server, as the schema's pruning does
-        return CURRENT
-    for marker, since in (
-        ("io.k8s.api.core.v1.ContainerStatus.volumeMounts", 30),
-        ("io.k8s.api.core.v1.PodStatus.hostIPs", 28),
-        ("io.k8s.api.core.v1.ContainerStatus.allocatedResources", 27),
-    ):
-        if marker in knows:
-            return KubeletGeneration(since)
-    return KubeletGeneration(26)
-
-
-def _minor(git_version: str | None) -> int | None:
-    text = (git_version or "").lstrip("v").split("-")[0].split("+")[0]
-    parts = text.split(".")
-    if len(parts) < 2 or not parts[0].isdigit() or not parts[1].isdigit():
-        return None
-    major, minor = int(parts[0]), int(parts[1])
-    return minor if major == 1 else None
+    "Definition.property" names; formats/versions.py)."""
+    minor = server_minor(git_version, lambda: knows or set())
+    # Nothing read: assume a current server, as the schema's pruning does.
+    return CURRENT if minor is None else KubeletGeneration(minor)

@@ -36,6 +36,8 @@ NOT_SUPERVISED = {
     # The pytest plugin's test clusters (`kubelet_sim.testing`): tools of a test, not a node.
     "controlplane/relay.py": "an API relay (a test cluster's per node, the pods' one): its"
     " accept loop and two pumps per connection end with the connection or the relay",
+    "kube/tls_bootstrap.py": "TLS bootstrap's pool: the nodes' CSRs at start, all answered"
+    " (or given up) before any node runs",
     "linux/namespaces.py": "a thread that enters another namespace for one call and ends after it",
     "ui/waiting.py": "the view's waiting room: one selector thread for connections not yet"
     " speaking",
