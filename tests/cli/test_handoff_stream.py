@@ -24,6 +24,7 @@ from kubelet_sim.tools.handoff import PodHandoff, _Stream, stream
 from tests.agent_fixture import RunningAgent, start_agent
 from tests.cluster import ApiUnderTest, wait_for
 from tests.docker_env import DockerEnv
+from tests.handoff_order import STREAM_HOLD, in_order
 from tests.pods import container, get_pod, make_pod
 
 NODE = "n2"
@@ -402,18 +403,6 @@ E2E_STEPS = [
 ]
 
 
-FIRST_WRITE = "first status written"
-
-
-def _in_order(steps: list[str], expected: list[str]) -> bool:
-    """`steps` are `expected` in order, but for the first status write: the status manager's,
-    beside the runtime, so anywhere after the admission and before Ready."""
-    others = [s for s in steps if s != FIRST_WRITE]
-    if others != [s for s in expected if s != FIRST_WRITE] or steps.count(FIRST_WRITE) != 1:
-        return False
-    return steps.index("admitted") < steps.index(FIRST_WRITE) < steps.index("Ready written")
-
-
 @dataclass
 class _Streamed:
     printed: list[str] = field(default_factory=list)
@@ -426,12 +415,6 @@ class _Streamed:
 
     def has(self, cluster: ApiUnderTest, name: str, step: str) -> bool:
         return any(f[3] == step for f in self.of(cluster, name)) or bool(self.errors)
-
-
-# The stream prints a step late rather than hold the later ones for more than a second; on a
-# loaded CI machine Docker's side may lag that long, so these tests, which check the order,
-# give the stream time enough to wait for it.
-STREAM_HOLD = 15.0
 
 
 @contextlib.contextmanager
@@ -484,7 +467,7 @@ def test_the_stream_shows_a_pods_handoff_through_ready_and_its_deletion(
         running.stop()
     lines = streamed.of(cluster, "streamed")
     steps = [f[3] for f in lines]
-    assert _in_order(steps, [*E2E_STEPS, "deleting", "gone"]), (steps, streamed.printed)
+    assert in_order(steps, [*E2E_STEPS, "deleting", "gone"]), (steps, streamed.printed)
     assert all(f[2] == cluster.node_name for f in lines), "each line names the node"
     by_step = {f[3]: f for f in lines}
     assert by_step["seen by the node"][4].startswith("ADDED via watch, rv ")
@@ -537,7 +520,7 @@ def test_the_stream_shows_the_schedulers_part(
         running.stop()
     placed_lines = streamed.of(cluster, "placed")
     steps = [f[3] for f in placed_lines]
-    assert _in_order(steps, ["created", "scheduled", "bound", *E2E_STEPS[1:]]), str(steps)
+    assert in_order(steps, ["created", "scheduled", "bound", *E2E_STEPS[1:]]), str(steps)
     scheduled = placed_lines[1]
     assert (scheduled[2], scheduled[4]) == (cluster.node_name, f"by {SCHEDULER}")
     nowhere_lines = streamed.of(cluster, "nowhere")
