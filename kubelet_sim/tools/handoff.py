@@ -148,7 +148,8 @@ class PodHandoff:
             ending = bool(meta.get("deletionTimestamp")) or phase in TERMINAL_PHASES
             steps = timeline(pod, events, journal, containers)
             lines += self._steps(pod, steps, now, flush=ending)
-            lines += self._failed_scheduling(events)
+            if not node:  # a bound pod is never scheduled again: a failure seen now is history
+                lines += self._failed_scheduling(events)
             if ending:  # the start is over: what it reached is out, what it did not never comes
                 self.settled = True
                 self._held_since = None

@@ -196,6 +196,16 @@ def test_a_later_step_waits_a_moment_for_an_earlier_one_seen_late() -> None:
     assert not h.waiting
 
 
+def test_a_failure_to_schedule_seen_after_the_binding_is_not_printed() -> None:
+    """The scheduler's events come on their own watch, late: an attempt that failed before the
+    one that bound the pod is history once the pod is bound (seen with a real scheduler)."""
+    h = PodHandoff(_pod(), hold=1.0)
+    h.update(_pod(), [], [], [], now=0.0)
+    failed = _failed("0/3 nodes are available", "2024-05-01T12:00:00.500000Z")
+    lines = h.update(_bound(), [SCHEDULED_EVENT, failed], _journal("seen"), [], now=0.1)
+    assert "FailedScheduling" not in _steps(lines)
+
+
 def test_a_step_that_never_comes_holds_the_rest_only_for_a_moment() -> None:
     h = PodHandoff(_pod(), hold=1.0)
     h.update(_pod(), [], [], [], now=0.0)
