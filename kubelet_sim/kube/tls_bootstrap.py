@@ -26,6 +26,7 @@ from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
+import urllib3
 from cryptography import x509
 from cryptography.hazmat.primitives import hashes, serialization
 from cryptography.hazmat.primitives.asymmetric import ec
@@ -34,7 +35,7 @@ from cryptography.x509.oid import NameOID
 from kubelet_sim.formats.jsontypes import Json
 from kubelet_sim.formats.pem import write_private
 from kubelet_sim.formats.versions import server_minor
-from kubelet_sim.kube.client import KubeConfigError, KubeConnection, connect
+from kubelet_sim.kube.client import KubeConfigError, KubeConnection, connect, wait_for_api_server
 from kubelet_sim.kube.rest import ApiError, request_json
 from kubelet_sim.kube.schema import ServerSchema
 from kubelet_sim.logs import get_logger
@@ -191,6 +192,8 @@ def request_certificate(
             if not exc.retriable:
                 raise BootstrapError(f"node {node_name}: CSR {name}: {exc}") from exc
             status = {}
+        except urllib3.exceptions.HTTPError:  # the server away a moment: ask again
+            status = {}
         for condition in status.get("conditions") or []:
             if condition.get("type") in ("Denied", "Failed"):
                 why = condition.get("message") or condition.get("reason") or ""
@@ -261,12 +264,17 @@ def bootstrap(
     except KubeConfigError as exc:
         raise BootstrapError(f"--bootstrap-kubeconfig: {exc}") from exc
     try:
+        # As the kubelet: a server not up yet (a node booting with its cluster) is waited for.
+        if wait_for_api_server(source, stop) is None:
+            raise BootstrapError(f"node {node_name}: stopped before the API server answered")
         key_pem, csr_pem = client_request(node_name)
         cert_pem = request_certificate(
             source, node_name, csr_pem, usages=usages(source), timeout=timeout, stop=stop
         )
         issued = store.update(cert_pem, key_pem, datetime.now(UTC))
         write_private(kubeconfig, node_kubeconfig(source, store.current_path))
+    except (ApiError, OSError, urllib3.exceptions.HTTPError) as exc:  # unreachable, unwritable
+        raise BootstrapError(f"node {node_name}: no client certificate: {exc}") from exc
     finally:
         source.api.close()
     log.info("client certificate issued", subject=issued.subject, expires=issued.not_after)
