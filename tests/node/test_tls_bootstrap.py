@@ -20,12 +20,14 @@ from typing import Any
 import pytest
 from cryptography import x509
 
+from kubelet_sim.controlplane.binaries import DEFAULT_KUBE_VERSION
 from kubelet_sim.kube.client import connect
 from kubelet_sim.kube.rest import ApiError, request_json
 from kubelet_sim.kube.tls_bootstrap import CURRENT, SIGNER
 from kubelet_sim.runtime.local_images import PAUSE_IMAGE
 from tests.agent_process import AgentProcess, remove_containers_of
 from tests.cluster import CSR_CERTIFICATE_SECONDS, ApiUnderTest, wait_for
+from tests.kubeenv import kube_version
 from tests.mounts import remove_root
 
 CSRS = "/apis/certificates.k8s.io/v1/certificatesigningrequests"
@@ -162,6 +164,11 @@ def test_a_node_rotates_its_certificate_before_it_expires(
 ) -> None:
     if cluster.session.env is None or cluster.session.env.cluster_signing_duration is None:
         pytest.skip("needs the suite's own control plane, whose certificates live minutes")
+    if kube_version() != DEFAULT_KUBE_VERSION:  # a minute of waiting, for CI's 45 minutes
+        pytest.skip(
+            "rotation is asked as the bootstrap is, whose CSR (usages by version) the test"
+            " above checks on this version; the wait for it runs on the default version"
+        )
     names, bootstrap, _ = joined
     root = tmp_path / "root"
     pem = root / "pki" / names[0] / CURRENT
