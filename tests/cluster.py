@@ -616,6 +616,6 @@ NO_SCHEDULER = "kubelet-sim-test"
 
 def pod_body(name: str, image: str = "busybox:1.36", **spec: Any) -> dict[str, Any]:
     """A minimal pod manifest (tests/manifests.py); extra keyword arguments go into `spec`."""
-    return pod_manifest(
-        name, [{"name": "main", "image": image, "command": ["sleep", "3600"]}], **spec
-    )
+    main = {"name": "main", "image": image, "command": ["sleep", "3600"]}
+    containers = spec.pop("containers", [main])  # a test's own containers replace it
+    return pod_manifest(name, containers, **spec)
