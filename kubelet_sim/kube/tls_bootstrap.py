@@ -32,6 +32,7 @@ from cryptography.hazmat.primitives import hashes, serialization
 from cryptography.hazmat.primitives.asymmetric import ec
 from cryptography.x509.oid import NameOID
 
+from kubelet_sim.formats import yaml_text
 from kubelet_sim.formats.jsontypes import Json
 from kubelet_sim.formats.pem import write_private
 from kubelet_sim.formats.versions import server_minor
@@ -238,6 +239,18 @@ class Bootstrapped:
     store: CertificateStore
 
 
+def _written_for(kubeconfig: Path, store: CertificateStore) -> bool:
+    """Whether the file is a kubeconfig this bootstrap wrote (its user names the store's
+    current pair): only such a one is replaced. A user's admin kubeconfig never is."""
+    try:
+        config = yaml_text.load(kubeconfig.read_bytes())
+        users = config.get("users") or []
+        user = (users[0].get("user") or {}) if len(users) == 1 else {}
+    except (OSError, yaml_text.YAMLError, AttributeError, TypeError):
+        return False
+    return bool(user.get("client-certificate") == str(store.current_path))
+
+
 def bootstrap(
     node_name: str,
     bootstrap_kubeconfig: str,
@@ -251,11 +264,17 @@ def bootstrap(
     """The node's kubeconfig (`kubeconfig`, default `<cert_dir>/kubeconfig`): the one written
     before if its certificate is still valid, else a new certificate asked for with the
     bootstrap credentials."""
+    cert_dir = cert_dir.absolute()  # the kubeconfig names its pair by this path, from anywhere
     store = CertificateStore(cert_dir)
     kubeconfig = kubeconfig or cert_dir / "kubeconfig"
     log = get_logger(__name__, node=node_name)
     now = datetime.now(UTC)
     current = store.current(now)
+    if kubeconfig.is_file() and not _written_for(kubeconfig, store):
+        raise BootstrapError(
+            f"node {node_name}: {kubeconfig} exists and names no certificate of {store.directory}:"
+            " not overwritten (give --kubeconfig a path of its own)"
+        )
     if kubeconfig.is_file() and current is not None:
         log.info("client certificate kept", subject=current.subject, expires=current.not_after)
         return Bootstrapped(node_name, kubeconfig, store)

@@ -7,9 +7,11 @@ from __future__ import annotations
 import os
 import random
 import stat
+import threading
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
+import pytest
 from cryptography import x509
 from cryptography.hazmat.primitives import hashes, serialization
 from cryptography.hazmat.primitives.asymmetric import ec
@@ -17,9 +19,11 @@ from cryptography.x509.oid import NameOID
 
 from kubelet_sim.kube.tls_bootstrap import (
     CURRENT,
+    BootstrapError,
     Bootstrapped,
     CertificateRotation,
     CertificateStore,
+    bootstrap,
     client_request,
     usages_for,
 )
@@ -103,3 +107,19 @@ def test_a_node_without_a_valid_certificate_rotates_at_once(tmp_path: Path) -> N
     node = Bootstrapped("n1", tmp_path / "kubeconfig", CertificateStore(tmp_path))
     rotation = CertificateRotation([node], lambda name: None, supervisor=Supervisor())
     assert rotation.deadline(node, NOW) == NOW
+
+
+def test_a_kubeconfig_it_did_not_write_is_never_overwritten(tmp_path: Path) -> None:
+    """`--kubeconfig` names where the kubeconfig goes: a user's own file there (an admin's)
+    is refused in one line before any request, not replaced."""
+    theirs = tmp_path / "admin.kubeconfig"
+    theirs.write_text("apiVersion: v1\nkind: Config\nusers: [{name: admin, user: {token: t}}]\n")
+    with pytest.raises(BootstrapError, match="not overwritten"):
+        bootstrap(
+            "n1",
+            str(tmp_path / "no-such-bootstrap.kubeconfig"),
+            tmp_path / "pki",
+            kubeconfig=theirs,
+            stop=threading.Event(),
+        )
+    assert "token: t" in theirs.read_text()
