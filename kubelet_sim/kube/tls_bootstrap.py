@@ -345,7 +345,6 @@ class CertificateRotation:
         self.nodes = {n.node_name: n for n in nodes}
         self.on_rotated = on_rotated
         self.rng = rng or random.Random()
-        self.rotations: dict[str, int] = dict.fromkeys(self.nodes, 0)
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
         self._supervisor = supervisor
@@ -403,7 +402,6 @@ class CertificateRotation:
         finally:
             conn.api.close()
         issued = node.store.update(cert_pem, key_pem, datetime.now(UTC))
-        self.rotations[node.node_name] += 1
         self._log.info("client certificate rotated", node=node.node_name, expires=issued.not_after)
         self.on_rotated(node.node_name)
         return issued
