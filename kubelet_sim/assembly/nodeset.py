@@ -335,6 +335,17 @@ class NodeSet:
         connections drop and new ones are refused. Then it reconnects and resyncs."""
         self._required_gate(name).cut(seconds)
 
+    def health(self) -> tuple[bool, str]:
+        """(True, "") while the process's loops and every node's run; else the first failure,
+        with its node's name: what the process's `/healthz` answers."""
+        if not self.process.supervisor.healthy:
+            return False, self.process.supervisor.failure or "a loop of the process is restarting"
+        for node in self.nodes:
+            if not node.supervisor.healthy:
+                why = node.supervisor.failure or "a loop is restarting"
+                return False, f"node {node.node_name}: {why}"
+        return True, ""
+
     def _node(self, name: str) -> Node:
         for node in self.nodes:
             if node.node_name == name:

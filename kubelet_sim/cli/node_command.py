@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 from pathlib import Path
 from typing import TYPE_CHECKING, Annotated
 
@@ -16,6 +17,7 @@ from kubelet_sim.cli.ui import UiOptions, with_ui_options
 from kubelet_sim.kube.client import KubeConfigError
 from kubelet_sim.logs import configure_logging
 from kubelet_sim.runtime.engine import RuntimeUnavailable
+from kubelet_sim.server.healthz import HealthzServer
 from kubelet_sim.server.http import ServerError
 from kubelet_sim.server.settings import ConnectionLimits, ServerSettings, parse_duration
 from kubelet_sim.validation import ConfigError
@@ -158,6 +160,23 @@ def run(
             help="Delete the Node on exit (demos; node credentials may not).",
         ),
     ] = False,
+    healthz_port: Annotated[
+        int,
+        typer.Option(
+            envvar="KUBELET_SIM_HEALTHZ_PORT",
+            help="Port of the process's plain-HTTP /healthz, for a liveness probe (the kubelet's"
+            " --healthz-port, 10248 there); 0, the default here: none.",
+            min=0,
+            max=65535,
+        ),
+    ] = 0,
+    healthz_bind_address: Annotated[
+        str,
+        typer.Option(
+            envvar="KUBELET_SIM_HEALTHZ_BIND_ADDRESS",
+            help="Address of the /healthz (the kubelet's default: 127.0.0.1).",
+        ),
+    ] = "127.0.0.1",
     version: Annotated[
         bool,
         typer.Option(
@@ -219,24 +238,17 @@ def run(
     except (ConfigError, KubeConfigError, RuntimeUnavailable, ServerError) as exc:
         engine.close()
         fail(str(exc))
-    rotation: CertificateRotation | None = None
-    if bootstrapped and rotate_certificates:
-        from kubelet_sim.kube.tls_bootstrap import CertificateRotation  # noqa: PLC0415
-
-        rotation = CertificateRotation(
-            bootstrapped, node_set.drop_connections, supervisor=node_set.process.supervisor
-        ).start()
-    web = None
-    try:
+    with contextlib.ExitStack() as running:  # undone in reverse: the engine closes last
+        running.callback(engine.close)
+        running.callback(node_set.close)
+        if bootstrapped and rotate_certificates:
+            running.callback(_rotate(bootstrapped, node_set).stop)
+        if healthz_port:
+            running.callback(_serve_healthz(healthz_bind_address, healthz_port, node_set).stop)
         web = ui.start(kubeconfig, context, node_set.runtimes, typer.echo)
-        failures = node_set.run(stop)
-    finally:
-        if rotation is not None:
-            rotation.stop()
         if web is not None:
-            web.stop()
-        node_set.close()
-        engine.close()
+            running.callback(web.stop)
+        failures = node_set.run(stop)
     if failures:
         message = "; ".join(f"node {name}: {why}" for name, why in failures)
         typer.echo(f"kubelet-sim: error: {message}", err=True)
@@ -250,3 +262,18 @@ def _duration(text: str) -> float:
         return parse_duration(text)
     except ValueError as exc:
         fail(f"--streaming-connection-idle-timeout: {exc}")
+
+
+def _rotate(bootstrapped: list[Bootstrapped], node_set: NodeSet) -> CertificateRotation:
+    from kubelet_sim.kube.tls_bootstrap import CertificateRotation  # noqa: PLC0415
+
+    return CertificateRotation(
+        bootstrapped, node_set.drop_connections, supervisor=node_set.process.supervisor
+    ).start()
+
+
+def _serve_healthz(address: str, port: int, node_set: NodeSet) -> HealthzServer:
+    try:
+        return HealthzServer(address, port, node_set.health, node_set.process.supervisor).start()
+    except OSError as exc:  # the caller closes the node set
+        fail(f"--healthz-port: cannot listen on {address}:{port}: {exc.strerror or exc}")
