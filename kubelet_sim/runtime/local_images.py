@@ -15,6 +15,7 @@ import json
 import shutil
 import subprocess
 import tarfile
+from collections.abc import Container
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -58,12 +59,12 @@ RECIPES = (
 
 def ensure_local_images(client: docker.DockerClient) -> list[str]:
     """Build each image unless one made from the same recipe and busybox binary exists."""
-    busybox = _static_busybox()
+    busybox = static_busybox()
     rootfs: bytes | None = None
     built = []
     for recipe in RECIPES:
         digest = _recipe_digest(recipe, busybox)
-        if _existing_recipe(client, recipe.name) == digest:
+        if existing_recipe(client, recipe.name) == digest:
             continue
         rootfs = rootfs or _rootfs_tar(busybox)
         repository, tag = recipe.name.rsplit(":", 1)
@@ -77,7 +78,7 @@ def ensure_local_images(client: docker.DockerClient) -> list[str]:
     return built
 
 
-def _static_busybox() -> Path:
+def static_busybox() -> Path:
     found = shutil.which("busybox") or "/bin/busybox"
     path = Path(found)
     if not path.is_file():
@@ -94,7 +95,7 @@ def _recipe_digest(recipe: ImageRecipe, busybox: Path) -> str:
     return h.hexdigest()[:16]
 
 
-def _existing_recipe(client: docker.DockerClient, name: str) -> str | None:
+def existing_recipe(client: docker.DockerClient, name: str) -> str | None:
     try:
         image = client.images.get(name)
     except ImageNotFound:
@@ -104,30 +105,40 @@ def _existing_recipe(client: docker.DockerClient, name: str) -> str | None:
 
 
 def _rootfs_tar(busybox: Path) -> bytes:
-    """A root filesystem: busybox, a symlink per applet, and the few files programs expect."""
+    buf = io.BytesIO()
+    with tarfile.open(fileobj=buf, mode="w") as tar:
+        busybox_rootfs(tar, busybox)
+    return buf.getvalue()
+
+
+def busybox_rootfs(
+    tar: tarfile.TarFile, busybox: Path | None = None, skip: Container[str] = ()
+) -> None:
+    """A root filesystem: busybox, a symlink per applet (but those at a path in `skip`, which
+    the caller adds itself), and the few files programs expect."""
+    busybox = busybox or static_busybox()
     applets = subprocess.run(
         [str(busybox), "--list-full"], capture_output=True, text=True, check=True
     ).stdout.split()
-    buf = io.BytesIO()
-    with tarfile.open(fileobj=buf, mode="w") as tar:
-        for directory, mode in [
-            ("bin", 0o755), ("sbin", 0o755), ("usr", 0o755), ("usr/bin", 0o755),
-            ("usr/sbin", 0o755), ("etc", 0o755), ("root", 0o700), ("tmp", 0o1777),
-            ("var", 0o755), ("proc", 0o755), ("sys", 0o755), ("dev", 0o755),
-        ]:  # fmt: skip
-            info = tarfile.TarInfo(directory)
-            info.type, info.mode = tarfile.DIRTYPE, mode
-            tar.addfile(info)
-        tar.add(str(busybox), arcname="bin/busybox")
-        for applet in applets:
-            if applet == "bin/busybox":
-                continue
-            link = tarfile.TarInfo(applet)
-            link.type, link.linkname, link.mode = tarfile.SYMTYPE, "/bin/busybox", 0o777
-            tar.addfile(link)
-        for name, text in _ETC_FILES.items():
-            data = text.encode()
-            info = tarfile.TarInfo(name)
-            info.size, info.mode = len(data), 0o644
-            tar.addfile(info, io.BytesIO(data))
-    return buf.getvalue()
+    for directory, mode in [
+        ("bin", 0o755), ("sbin", 0o755), ("usr", 0o755), ("usr/bin", 0o755),
+        ("usr/sbin", 0o755), ("etc", 0o755), ("root", 0o700), ("tmp", 0o1777),
+        ("var", 0o755), ("proc", 0o755), ("sys", 0o755), ("dev", 0o755),
+    ]:  # fmt: skip
+        info = tarfile.TarInfo(directory)
+        info.type, info.mode = tarfile.DIRTYPE, mode
+        tar.addfile(info)
+    tar.add(str(busybox), arcname="bin/busybox")
+    for applet in applets:
+        if applet == "bin/busybox" or applet in skip:
+            continue
+        link = tarfile.TarInfo(applet)
+        link.type, link.linkname, link.mode = tarfile.SYMTYPE, "/bin/busybox", 0o777
+        tar.addfile(link)
+    for name, text in _ETC_FILES.items():
+        if name in skip:
+            continue
+        data = text.encode()
+        info = tarfile.TarInfo(name)
+        info.size, info.mode = len(data), 0o644
+        tar.addfile(info, io.BytesIO(data))
