@@ -28,10 +28,11 @@ from kubelet_sim.node.settings import (
 )
 from kubelet_sim.podworkers.settings import PodSettings
 from kubelet_sim.runtime.log_rotation import LogRotation
-from kubelet_sim.server.settings import ServerSettings
+from kubelet_sim.server.settings import ServerSettings, parse_duration
 from kubelet_sim.validation import ConfigError
 
 DEFAULT_PAUSE_IMAGE = "registry.k8s.io/pause:3.10"
+LEASE_RENEW_FRACTION = 0.25  # the kubelet's nodeLeaseRenewIntervalFraction
 
 
 class LogFormatChoice(StrEnum):
@@ -93,6 +94,33 @@ class NodeOptions:
         str | None, _opt("MEMORY", "Memory capacity, e.g. 8Gi (default: the host's).")
     ] = None
     pods: Annotated[int, _opt("PODS", "Pod capacity.", min=1)] = 110
+    node_lease_duration_seconds: Annotated[
+        int,
+        _opt(
+            "NODE_LEASE_DURATION_SECONDS",
+            "Each node's Lease duration, renewed every quarter of it (the kubelet's"
+            " nodeLeaseDurationSeconds). Longer: fewer writes with many nodes; the renewal"
+            " must come well within the controller-manager's --node-monitor-grace-period"
+            " (50 s), or the nodes turn NotReady.",
+            min=1,
+        ),
+    ] = 40
+    node_status_update_frequency: Annotated[
+        str,
+        _opt(
+            "NODE_STATUS_UPDATE_FREQUENCY",
+            "How often each node computes its status and writes it if it changed (the"
+            " kubelet's, a Go duration).",
+        ),
+    ] = "10s"
+    node_status_report_frequency: Annotated[
+        str,
+        _opt(
+            "NODE_STATUS_REPORT_FREQUENCY",
+            "How often each node writes its status when nothing changed (the kubelet's"
+            " nodeStatusReportFrequency, a Go duration).",
+        ),
+    ] = "5m"
     node_ip: Annotated[
         str | None,
         _opt("NODE_IP", "InternalIP (default: the default route's; the demo's: 127.0.0.1)."),
@@ -241,6 +269,14 @@ class NodeOptions:
             delete_node_on_exit=delete_node_on_exit,
             system_reserved=parse_reserved(self.system_reserved),
             kube_reserved=parse_reserved(self.kube_reserved),
+            lease_duration_seconds=self.node_lease_duration_seconds,
+            lease_renew_interval=self.node_lease_duration_seconds * LEASE_RENEW_FRACTION,
+            status_update_interval=_duration(
+                "--node-status-update-frequency", self.node_status_update_frequency
+            ),
+            status_report_interval=_duration(
+                "--node-status-report-frequency", self.node_status_report_frequency
+            ),
         )
 
     def pod_settings(self, pause_image: str | None = None) -> PodSettings:
@@ -318,3 +354,10 @@ def parse_pool_size(text: str) -> int | None:
     if not value.isdigit():
         raise ConfigError(f"--sandbox-pool-size must be auto or a number >= 0, got {text!r}")
     return int(value)
+
+
+def _duration(option: str, text: str) -> float:
+    try:
+        return parse_duration(text)
+    except ValueError as exc:
+        raise ConfigError(f"{option}: {exc}") from None
