@@ -5,8 +5,9 @@ from __future__ import annotations
 
 import typer
 
+from kubelet_sim.assembly.process import engine_for
 from kubelet_sim.cli.common import fail, typer_app
-from kubelet_sim.runtime.engine import DockerEngine, RuntimeUnavailable
+from kubelet_sim.runtime.engine import RuntimeUnavailable
 from kubelet_sim.runtime.local_images import BusyboxMissing
 
 image_app = typer_app()
@@ -21,7 +22,7 @@ def image() -> None:
     from kubelet_sim.runtime.agent_image import ensure_agent_image  # noqa: PLC0415
 
     try:
-        engine = DockerEngine.connect()
+        engine = engine_for()
     except RuntimeUnavailable as exc:
         fail(str(exc))
     try:

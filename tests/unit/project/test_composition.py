@@ -68,6 +68,7 @@ MADE_ONLY_IN: dict[str, dict[str, str]] = {
         "cli/node_command.py": "`kubelet-sim --node-name`: its node set's",
         "cli/ui.py": "`kubelet-sim ui`: its nodes' reading runtimes",
         "cli/tools.py": "`kubelet-sim trace`: its node's reading runtime",
+        "cli/image.py": "`kubelet-sim image`: the engine it builds the workload's image in",
         "demo/session.py": "the demo's images, pod endpoint and node set",
         "testing/cluster.py": "a test cluster's images, pod endpoint and node sets",
     },
