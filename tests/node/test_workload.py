@@ -400,6 +400,10 @@ def test_replicas_serve_their_slices_and_a_killed_one_comes_back_adopting_its_po
         f"{w.nodes(1)} Ready again once the StatefulSet controller replaced replica 1",
     )
     assert _pod(api, w.namespace, w.replica(1))["metadata"]["uid"] != old
+    # The untouched replica passed its startup probe on /healthz and never failed liveness.
+    kept = _pod(api, w.namespace, w.replica(0))["status"]["containerStatuses"][0]
+    assert kept["started"] is True
+    assert kept["restartCount"] == 0
     others_seen |= {_node_ready(api, n) for n in w.nodes(0)}
     assert others_seen == {"True"}, f"replica 0's nodes were {others_seen}"
     engine = docker.from_env()
