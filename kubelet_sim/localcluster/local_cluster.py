@@ -28,30 +28,22 @@ class LocalClusterError(RuntimeError):
     """The cluster did not come up as asked; the message says why."""
 
 
+@dataclasses.dataclass(eq=False)
 class LocalCluster:
     """Made, then `start`ed, then `stop`ped. `on_step(what, seconds)` hears each step of the
     control plane's start; `pause_image` runs the pods' API endpoint (a sandbox of it)."""
 
-    def __init__(
-        self,
-        binaries: Binaries,
-        workdir: Path,
-        engine: DockerEngine,
-        *,
-        pause_image: str,
-        owner_labels: dict[str, str],
-        node_monitor_grace_period: float | None = None,
-        default_toleration_seconds: int | None = None,
-        on_step: Callable[[str, float], None] | None = None,
-    ) -> None:
-        self.binaries = binaries
-        self.workdir = workdir
-        self.engine = engine
-        self.pause_image = pause_image
-        self.owner_labels = owner_labels
-        self._grace = node_monitor_grace_period
-        self._toleration = default_toleration_seconds
-        self._on_step = on_step
+    binaries: Binaries
+    workdir: Path
+    engine: DockerEngine
+    _: dataclasses.KW_ONLY
+    pause_image: str
+    owner_labels: dict[str, str]
+    node_monitor_grace_period: float | None = None
+    default_toleration_seconds: int | None = None
+    on_step: Callable[[str, float], None] | None = None
+
+    def __post_init__(self) -> None:
         self.plane: ControlPlane | None = None
         self._admin: KubeConnection | None = None
         # Why pods cannot reach the API server ("" when they can: in-cluster config works).
@@ -69,10 +61,10 @@ class LocalCluster:
             self.binaries,
             self.workdir,
             verify_kubelets=True,
-            node_monitor_grace_period=self._grace,
-            default_toleration_seconds=self._toleration,
+            node_monitor_grace_period=self.node_monitor_grace_period,
+            default_toleration_seconds=self.default_toleration_seconds,
             pod_endpoint=endpoint,
-            on_step=self._on_step,
+            on_step=self.on_step,
         )
         self.plane.start(timeout, meanwhile=meanwhile)
 

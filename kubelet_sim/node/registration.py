@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import threading
 from collections.abc import Callable
+from dataclasses import dataclass, field
 
 from structlog.stdlib import BoundLogger
 
@@ -37,23 +38,17 @@ class NotOurNode(ApiError):
         )
 
 
+@dataclass(eq=False)
 class Registrar:
     """Creates or adopts the Node; `register` blocks until it succeeds or `stop` is set."""
 
-    def __init__(
-        self,
-        settings: NodeSettings,
-        api: NodeApi,
-        host: HostFacts,
-        build: Callable[[], Json],
-        log: BoundLogger,
-    ) -> None:
-        self._settings = settings
-        self._api = api
-        self._host = host
-        self._build = build
-        self._log = log
-        self.uid = ""  # of the Node last registered: what a delete on exit may remove
+    settings: NodeSettings
+    api: NodeApi
+    host: HostFacts
+    build: Callable[[], Json]
+    log: BoundLogger
+    # The uid of the Node last registered: what a delete on exit may remove.
+    uid: str = field(default="", init=False)
 
     def register(self, stop: threading.Event) -> Json | None:
         """The registered Node (created or existing), or None if stopped first."""
@@ -63,17 +58,17 @@ class Registrar:
                 return self.try_register()
             except Exception as exc:  # ApiError, or any transport failure: retry the same way
                 delay = backoff.next_delay()
-                self._log.warning(
+                self.log.warning(
                     "unable to register node with API server; retrying",
                     error=str(exc),
                     retry_in_seconds=round(delay, 2),
                 )
                 if isinstance(exc, NotOurNode):
-                    self._log.error(str(exc))
+                    self.log.error(str(exc))
                 elif isinstance(exc, ApiError) and exc.status == 403:
-                    self._log.error(
+                    self.log.error(
                         "the API server forbids this: the credentials need create/get/update"
-                        f" on nodes (as user system:node:{self._settings.node_name})"
+                        f" on nodes (as user system:node:{self.settings.node_name})"
                     )
                 stop.wait(delay)
         return None
@@ -81,34 +76,34 @@ class Registrar:
     def try_register(self) -> Json:
         """One attempt: create, or adopt the existing Node. Raises `ApiError` to retry."""
         try:
-            node = self._api.create_node(self._build())
+            node = self.api.create_node(self.build())
         except ApiError as exc:
             if not exc.already_exists:
                 raise
             node = self._adopt_existing()
         else:
-            self._log.info("successfully registered node")
+            self.log.info("successfully registered node")
         self.uid = str((node.get("metadata") or {}).get("uid") or "")
         return node
 
     def _adopt_existing(self) -> Json:
         for _ in range(5):  # a conflict means someone else wrote meanwhile: read again
-            existing = self._api.get_node(self._settings.node_name)
+            existing = self.api.get_node(self.settings.node_name)
             if existing is None:
                 raise ApiError(404, "NotFound", "node deleted while registering")
-            creator = self._settings.creator
+            creator = self.settings.creator
             if creator is not None and not created_by(existing, creator):
-                raise NotOurNode(self._settings.node_name)
-            updated = reconcile_existing(existing, self._settings, self._host)
+                raise NotOurNode(self.settings.node_name)
+            updated = reconcile_existing(existing, self.settings, self.host)
             if updated is None:
-                self._log.info("node was previously registered")
+                self.log.info("node was previously registered")
                 return existing
             try:
-                node = self._api.update_node(updated)
+                node = self.api.update_node(updated)
             except ApiError as exc:
                 if not exc.conflict:
                     raise
                 continue
-            self._log.info("node was previously registered; default labels updated")
+            self.log.info("node was previously registered; default labels updated")
             return node
         raise ApiError(409, "Conflict", "node kept changing while updating its labels")

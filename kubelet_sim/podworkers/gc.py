@@ -7,6 +7,7 @@ calls backOff.GC()), so that the backoff maps of a long-lived node stay bounded.
 from __future__ import annotations
 
 from collections.abc import Sequence
+from dataclasses import InitVar, dataclass
 
 from kubelet_sim.logs import get_logger
 from kubelet_sim.loops.clock import SYSTEM_CLOCK, Clock
@@ -19,32 +20,27 @@ from kubelet_sim.podworkers.stopper import ContainerStopper
 GC_PERIOD = 60.0
 
 
+@dataclass(eq=False)
 class ContainerGC:
-    def __init__(
-        self,
-        watcher: ContainerCache,
-        stopper: ContainerStopper,
-        node: str,
-        timers: Timers,
-        period: float = GC_PERIOD,
-        backoffs: Sequence[KeyedBackoff] = (),
-        clock: Clock = SYSTEM_CLOCK,
-    ) -> None:
-        """`timers`: the process's, which run the passes."""
-        self.watcher = watcher
-        self.clock = clock
-        self.backoffs = backoffs
-        self.stopper = stopper
-        self.period = period
-        self.removed = 0
-        self._node = node
+    """`timers`: the process's, which run the passes."""
+
+    watcher: ContainerCache
+    stopper: ContainerStopper
+    node: str
+    timers: InitVar[Timers]
+    period: float = GC_PERIOD
+    backoffs: Sequence[KeyedBackoff] = ()
+    clock: Clock = SYSTEM_CLOCK
+
+    def __post_init__(self, timers: Timers) -> None:
         self._timers = timers
+        self.removed = 0
         self._timer: Periodic | None = None
-        self.log = get_logger("kubelet_sim.gc", node=node)
+        self.log = get_logger("kubelet_sim.gc", node=self.node)
 
     def start(self) -> None:
         self._timer = self._timers.every(
-            "container-gc", self._node, self.period, self._pass, first_in=self.period
+            "container-gc", self.node, self.period, self._pass, first_in=self.period
         )
 
     def stop(self, timeout: float = 5.0) -> None:

@@ -17,6 +17,7 @@ import threading
 import time
 from collections import deque
 from collections.abc import Callable
+from dataclasses import KW_ONLY, InitVar, dataclass, field
 
 from kubelet_sim import cri
 from kubelet_sim.logs import get_logger
@@ -33,30 +34,23 @@ RECHECK_SECONDS = 5.0  # how often a pool that holds or wants sandboxes looks ag
 REFILL_AFTER_CLAIM = 0.5
 
 
+@dataclass(eq=False)
 class SandboxPool:
     """`size`: a fixed number kept ready (0: none, only what an earlier run left is removed);
     None: sized to the recent starts (the default)."""
 
-    def __init__(
-        self,
-        runtime: RuntimeService,
-        *,
-        size: int | None,
-        image: str,
-        pods_in_use: Callable[[], int],
-        max_pods: int,
-        supervisor: Supervisor,
-        backoff: Backoff | None = None,
-        clock: Clock = SYSTEM_CLOCK,
-    ) -> None:
-        self.runtime = runtime
-        self.size = size
-        self.image = image
-        self.pods_in_use = pods_in_use
-        self.max_pods = max_pods
-        self.clock = clock
-        self.backoff = backoff or Backoff(initial=1.0, cap=30.0)
-        self.log = get_logger("kubelet_sim.podworkers.pool", node=runtime.node_name)
+    runtime: RuntimeService
+    _: KW_ONLY
+    size: int | None
+    image: str
+    pods_in_use: Callable[[], int]
+    max_pods: int
+    supervisor: InitVar[Supervisor]
+    backoff: Backoff = field(default_factory=lambda: Backoff(initial=1.0, cap=30.0))
+    clock: Clock = SYSTEM_CLOCK
+
+    def __post_init__(self, supervisor: Supervisor) -> None:
+        self.log = get_logger("kubelet_sim.podworkers.pool", node=self.runtime.node_name)
         self._ready: deque[str] = deque()  # ids, oldest first: the claim order
         self._failed: list[str] = []  # claims that failed: removed on the pool's thread
         self._starts: deque[float] = deque()  # clock.monotonic() of recent claims, oldest first
@@ -66,7 +60,7 @@ class SandboxPool:
         self._adopted = False
         self._last_claim = float("-inf")  # time.monotonic() of the last claim
         self._loop = supervisor.on_demand(
-            f"sandbox-pool-{runtime.node_name}", self._run, self._stopping
+            f"sandbox-pool-{self.runtime.node_name}", self._run, self._stopping
         )
 
     @property

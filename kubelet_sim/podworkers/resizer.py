@@ -17,7 +17,7 @@ from __future__ import annotations
 import json
 import threading
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass, field
+from dataclasses import KW_ONLY, dataclass, field
 
 from kubelet_sim import cri
 from kubelet_sim.formats.jsontypes import Json
@@ -51,28 +51,21 @@ class _Record:
     restarting: set[str] = field(default_factory=set)  # ids killed for a resize
 
 
+@dataclass(eq=False)
 class PodResizer:
-    def __init__(
-        self,
-        runtime: PodRuntime,
-        watcher: ContainerCache,
-        events: EventSink,
-        pods: PodIndex,
-        allocatable: Allocatable,
-        *,
-        clock: Clock,
-        enabled: Callable[[], bool],
-    ) -> None:
-        self.runtime = runtime
-        self.watcher = watcher
-        self.events = events
-        self.pods = pods
-        self.allocatable = allocatable
-        self.clock = clock
-        self.enabled = enabled  # InPlacePodVerticalScaling: a v1.33+ server's kubelet
+    runtime: PodRuntime
+    watcher: ContainerCache
+    events: EventSink
+    pods: PodIndex
+    allocatable: Allocatable
+    _: KW_ONLY
+    clock: Clock
+    enabled: Callable[[], bool]  # InPlacePodVerticalScaling: a v1.33+ server's kubelet
+
+    def __post_init__(self) -> None:
         self._records: dict[str, _Record] = {}
         self._lock = threading.Lock()
-        self.log = get_logger("kubelet_sim.podworkers.resizer", node=runtime.node_name)
+        self.log = get_logger("kubelet_sim.podworkers.resizer", node=self.runtime.node_name)
 
     # -- what the sync asks --------------------------------------------------------------
 

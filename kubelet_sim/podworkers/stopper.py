@@ -17,6 +17,7 @@ from __future__ import annotations
 import heapq
 import threading
 from collections.abc import Sequence
+from dataclasses import KW_ONLY, InitVar, dataclass
 
 from kubelet_sim import cri
 from kubelet_sim.formats.durations import timer_wait
@@ -34,34 +35,29 @@ MIN_GRACE = 2.0  # killContainer's minimumGracePeriodInSeconds
 RECHECK_AFTER_KILL = 1.0  # a safety net in case Docker's die event is missed
 
 
+@dataclass(eq=False)
 class ContainerStopper:
-    def __init__(
-        self,
-        runtime: RuntimeService,
-        watcher: ContainerCache,
-        events: EventSink,
-        hooks: HookRunner | None = None,
-        *,
-        supervisor: Supervisor,
-        wake: Wake = lambda _uid: None,
-        clock: Clock = SYSTEM_CLOCK,
-    ) -> None:
-        """`wake`: sync the pod again soon (a sidecar's preStop hook ended)."""
-        self.runtime = runtime
-        self.clock = clock
-        self.watcher = watcher
-        self.events = events
-        self.hooks = hooks
+    """`wake`: sync the pod again soon (a sidecar's preStop hook ended)."""
+
+    runtime: RuntimeService
+    watcher: ContainerCache
+    events: EventSink
+    hooks: HookRunner | None = None
+    _: KW_ONLY
+    supervisor: InitVar[Supervisor]
+    wake: Wake = lambda _uid: None
+    clock: Clock = SYSTEM_CLOCK
+
+    def __post_init__(self, supervisor: Supervisor) -> None:
         self._kill_at: dict[str, float] = {}  # container id → clock.monotonic() of its SIGKILL
         self._heap: list[tuple[float, str]] = []
         self._cond = threading.Condition()
         self._closed = False
         self._stopped = threading.Event()  # the timer's supervisor: stop, do not restart
-        name = f"stop-timer {runtime.node_name}"
+        name = f"stop-timer {self.runtime.node_name}"
         self._timer = supervisor.on_demand(name, self._run, self._stopped)
         self._timer.start()
-        self.wake = wake
-        self.log = get_logger("kubelet_sim.podworkers", node=runtime.node_name)
+        self.log = get_logger("kubelet_sim.podworkers", node=self.runtime.node_name)
 
     def stop_all(
         self,

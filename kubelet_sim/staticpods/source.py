@@ -19,6 +19,7 @@ from __future__ import annotations
 import copy
 import threading
 from collections.abc import Callable
+from dataclasses import KW_ONLY, InitVar, dataclass
 from datetime import UTC, datetime
 from pathlib import Path
 
@@ -44,6 +45,7 @@ FAILED_VALIDATION = "FailedValidation"  # the kubelet's events.FailedValidation
 FullName = tuple[str, str]  # namespace, name
 
 
+@dataclass(eq=False)
 class StaticPods:
     """The static pods of one node and their mirrors.
 
@@ -53,40 +55,30 @@ class StaticPods:
     `known(uid)` tells whether the pod workers still hold state for a uid (a pod that comes
     back with the UID of one just finished waits until its cleanup is done)."""
 
-    def __init__(
-        self,
-        path: Path,
-        node_name: str,
-        api: MirrorPodApi,
-        *,
-        events: EventRecorder,
-        on_pod: Callable[[str, Json | None], None],
-        wake: Callable[[str], None],
-        node: Callable[[], Json | None],
-        known: Callable[[str], bool],
-        timers: Timers,
-        interval: float = POLL_SECONDS,
-    ) -> None:
-        self.path = path
-        self.node_name = node_name
-        self._api = api
-        self._events = events
+    path: Path
+    node_name: str
+    api: MirrorPodApi
+    _: KW_ONLY
+    events: EventRecorder
+    on_pod: Callable[[str, Json | None], None]
+    wake: Callable[[str], None]
+    node: Callable[[], Json | None]
+    known: Callable[[str], bool]
+    timers: InitVar[Timers]
+    interval: float = POLL_SECONDS
+
+    def __post_init__(self, timers: Timers) -> None:
+        self._timers = timers
         self._duplicates: set[str] = set()  # uids ignored for another's name, already told
-        self._on_pod = on_pod
-        self._wake_pod = wake
-        self._node = node
-        self._known = known
-        self._interval = interval
-        self._reader = ManifestReader(path, node_name)
+        self._reader = ManifestReader(self.path, self.node_name)
         self._lock = threading.RLock()
         self._active: dict[str, Json] = {}  # uid → the static pod in the index, to run
         self._terminating: dict[str, Json] = {}  # uid → gone from its file, still stopping
         self._waiting: dict[str, Json] = {}  # uid → a new version waiting for the old's end
         self._seen: dict[str, str] = {}  # uid → kubernetes.io/config.seen, from its first read
         self._mirrors: dict[FullName, Json] = {}  # mirror pods as the pod watch last told
-        self._timers = timers
         self._timer: Periodic | None = None
-        self.log = get_logger("kubelet_sim.staticpods", node=node_name)
+        self.log = get_logger("kubelet_sim.staticpods", node=self.node_name)
 
     # -- life ------------------------------------------------------------------------------
 
@@ -96,7 +88,7 @@ class StaticPods:
         self.log.info("reading static pod manifests", path=str(self.path))
         self.sync_files()
         self._timer = self._timers.every(
-            "static-pods", self.node_name, self._interval, self.run_once, first_in=0.0
+            "static-pods", self.node_name, self.interval, self.run_once, first_in=0.0
         )
 
     def stop(self, timeout: float) -> None:
@@ -140,7 +132,7 @@ class StaticPods:
         if pod is None:
             return
         self.log.info("static pod terminated", pod="/".join(full_name(pod)), uid=uid)
-        self._on_pod(uid, None)
+        self.on_pod(uid, None)
         self._poke()
 
     def mirror_event(self, kind: str, pod: Json) -> None:
@@ -157,7 +149,7 @@ class StaticPods:
                 self._mirrors[key] = pod
             static = next((u for u, p in self._active.items() if full_name(p) == key), None)
         if static is not None:
-            self._wake_pod(static)
+            self.wake(static)
         self._poke()
 
     # -- files -----------------------------------------------------------------------------
@@ -199,7 +191,7 @@ class StaticPods:
             pod=f"{namespace}/{name}",
             path=path,
         )
-        self._events.event(
+        self.events.event(
             EventRef(namespace, name, uid),
             WARNING,
             FAILED_VALIDATION,
@@ -232,9 +224,9 @@ class StaticPods:
                     started.append((uid, pod))
         for uid, pod in stopped:
             self.log.info("static pod manifest gone or changed: stopping", uid=uid)
-            self._on_pod(uid, pod)
+            self.on_pod(uid, pod)
         for uid, pod in started:
-            self._on_pod(uid, pod)
+            self.on_pod(uid, pod)
 
     def _may_start(self, uid: str, pod: Json) -> bool:
         """allowStaticPodStart: no other pod of its full name runs or stops, and the pod workers
@@ -243,7 +235,7 @@ class StaticPods:
         others = (*self._active.values(), *self._terminating.values())
         if any(full_name(p) == key for p in others):
             return False
-        return uid not in self._terminating and not self._known(uid)
+        return uid not in self._terminating and not self.known(uid)
 
     # -- mirror pods -----------------------------------------------------------------------
 
@@ -279,7 +271,7 @@ class StaticPods:
         namespace, name = full_name(mirror)
         uid = str(mirror["metadata"].get("uid") or "")
         try:
-            self._api.delete(namespace, name, uid)
+            self.api.delete(namespace, name, uid)
         except ApiError as exc:
             if not (exc.not_found or exc.conflict):
                 self.log.warning(
@@ -295,14 +287,14 @@ class StaticPods:
 
     def _create(self, pod: Json) -> None:
         """CreateMirrorPod, owned by the Node (not while the Node is unknown or deleted)."""
-        node = self._node()
+        node = self.node()
         meta = (node or {}).get("metadata") or {}
         if not meta.get("uid") or meta.get("deletionTimestamp"):
             return
         body = mirror_pod(pod, self.node_name, str(meta["uid"]))
         namespace, name = full_name(pod)
         try:
-            created = self._api.create(body)
+            created = self.api.create(body)
         except ApiError as exc:
             if not exc.already_exists:  # one of a name the watch has not told yet: next pass
                 self.log.warning(
