@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import threading
 from collections.abc import Callable
-from dataclasses import dataclass, field
+from dataclasses import KW_ONLY, InitVar, dataclass, field
 from typing import Any
 
 from kubelet_sim.formats.jsontypes import Json
@@ -57,37 +57,33 @@ class _Entry:
     journaled: set[str] = field(default_factory=set)
 
 
+@dataclass(eq=False)
 class StatusManager:
     """`threaded=False` (the unit tests' harness): each status is written in the caller's
     thread as it is set, and retries wait for `flush()`."""
 
-    def __init__(
-        self,
-        sink: StatusSink,
-        final_delete: FinalDelete,
-        *,
-        journal: Journal,
-        supervisor: Supervisor,
-        node: str,
-        clock: Clock = SYSTEM_CLOCK,
-        threaded: bool = True,
-        workers: int = 2,
-    ) -> None:
-        self.sink = sink
-        self.final_delete = final_delete
-        self.journal = journal
-        self.clock = clock
+    sink: StatusSink
+    final_delete: FinalDelete
+    _: KW_ONLY
+    journal: Journal
+    supervisor: InitVar[Supervisor]
+    node: str
+    clock: Clock = SYSTEM_CLOCK
+    threaded: bool = True
+    workers: int = 2
+
+    def __post_init__(self, supervisor: Supervisor) -> None:
         self._entries: dict[str, _Entry] = {}
         self._lock = threading.Lock()
         self._halt = threading.Event()
         self._queue: WorkQueue[str] | None = None
-        if threaded:
+        if self.threaded:
             self._queue = WorkQueue(supervisor)
             self._threads = supervisor.on_demand(
-                "status-manager", self._work, self._halt, limit=workers
+                "status-manager", self._work, self._halt, limit=self.workers
             )
             self._queue.serve(self._threads.wake)
-        self.log = get_logger("kubelet_sim.podworkers.status", node=node)
+        self.log = get_logger("kubelet_sim.podworkers.status", node=self.node)
 
     # -- the pod workers' side ---------------------------------------------------------------
 

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import threading
 from collections.abc import Callable
+from dataclasses import KW_ONLY, InitVar, dataclass
 
 from kubelet_sim.formats.histogram import WORKER_BUCKETS, Histogram
 from kubelet_sim.logs import get_logger
@@ -38,32 +39,30 @@ def waker(queue: WorkQueue[str], after: Callable[[str], float] | None = None) ->
     return wake
 
 
+@dataclass(eq=False)
 class PodWorkers:
     """`queue` is the one the syncer's `wake` feeds (see `waker`)."""
 
-    def __init__(
-        self,
-        syncer: PodSyncer,
-        queue: WorkQueue[str],
-        workers: int = 8,
-        resync: float = RESYNC_SECONDS,
-        *,
-        supervisor: Supervisor,
-        clock: Clock = SYSTEM_CLOCK,
-    ) -> None:
-        self.syncer = syncer
-        self.queue = queue
-        self.enqueue = waker(queue)
-        self.clock = clock
-        self.resync = resync
+    syncer: PodSyncer
+    queue: WorkQueue[str]
+    workers: int = 8
+    resync: float = RESYNC_SECONDS
+    _: KW_ONLY
+    supervisor: InitVar[Supervisor]
+    clock: Clock = SYSTEM_CLOCK
+
+    def __post_init__(self, supervisor: Supervisor) -> None:
+        self.enqueue = waker(self.queue)
         self.syncs = 0
         self.duration = Histogram(WORKER_BUCKETS)  # kubelet_pod_worker_duration_seconds
         self.started = threading.Event()
         self._ended: dict[str, float] = {}  # uid → the clock's monotonic time its sync ended
         self._halt = threading.Event()
-        self._workers = supervisor.on_demand("pod-worker", self._work, self._halt, limit=workers)
-        queue.serve(self._workers.wake)
-        self.log = get_logger("kubelet_sim.podworkers", node=syncer.settings.node_name)
+        self._workers = supervisor.on_demand(
+            "pod-worker", self._work, self._halt, limit=self.workers
+        )
+        self.queue.serve(self._workers.wake)
+        self.log = get_logger("kubelet_sim.podworkers", node=self.syncer.settings.node_name)
 
     def start(self) -> None:
         self.syncer.start()

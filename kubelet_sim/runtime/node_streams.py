@@ -9,6 +9,7 @@ from __future__ import annotations
 import contextlib
 import socket
 from collections.abc import Iterator, Sequence
+from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, cast
 
 from docker.errors import APIError, NotFound
@@ -22,16 +23,16 @@ if TYPE_CHECKING:
     from kubelet_sim.runtime.engine import DockerEngine
 
 
+@dataclass(frozen=True, eq=False)
 class NodeStreams:
     """The streams of one node's containers (made by its NodeRuntime)."""
 
-    def __init__(self, engine: DockerEngine, stats: RuntimeStats) -> None:
-        self._engine = engine
-        self._stats = stats
+    engine: DockerEngine
+    stats: RuntimeStats
 
     @property
     def _api(self) -> Any:
-        return self._engine.client.api
+        return self.engine.client.api
 
     def container_logs(
         self,
@@ -45,7 +46,7 @@ class NodeStreams:
         """stdout and stderr as Docker keeps them (json-file), as the kubelet's ReadLogs reads
         them: the last `tail` lines, from `since` (unix seconds), each with its RFC 3339 time
         if asked; with `follow`, until the container stops or the caller closes the iterator."""
-        self._stats.add("logs")
+        self.stats.add("logs")
         try:
             chunks = self._api.logs(
                 container_id,
@@ -64,12 +65,12 @@ class NodeStreams:
     def exec_stream(
         self, container_id: str, command: Sequence[str], *, stdin: bool, tty: bool
     ) -> cri.StreamSession:
-        self._stats.add("streams")
+        self.stats.add("streams")
         with _stream_errors():
             return streams.exec_session(self._api, container_id, list(command), stdin, tty)
 
     def attach_stream(self, container_id: str, *, stdin: bool) -> cri.StreamSession:
-        self._stats.add("streams")
+        self.stats.add("streams")
         with _stream_errors():
             return streams.attach_session(self._api, container_id, stdin)
 
@@ -77,7 +78,7 @@ class NodeStreams:
         """localhost:port as the pod sees it: inside the sandbox's network namespace when this
         process may enter it (root), else the pod's IP from the host (a port bound to the
         pod's loopback only is then out of reach)."""
-        self._stats.add("port_forwards")
+        self.stats.add("port_forwards")
         try:
             attrs = cast(dict[str, Any], self._api.inspect_container(sandbox_id))
         except (NotFound, APIError) as exc:
@@ -93,7 +94,7 @@ class NodeStreams:
             raise cri.StreamError(str(exc.strerror or exc)) from None
         host = (attrs.get("HostConfig") or {}).get("NetworkMode") == "host"
         networks = (attrs.get("NetworkSettings") or {}).get("Networks") or {}
-        network = self._engine.network
+        network = self.engine.network
         ip = "127.0.0.1" if host else str((networks.get(network) or {}).get("IPAddress", ""))
         try:
             return streams.connect_to_ip(ip, port, timeout)
