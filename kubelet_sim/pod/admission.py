@@ -12,7 +12,7 @@ are not: docs/behaviour.md, "Admission".
 
 from __future__ import annotations
 
-from collections.abc import Collection, Iterable, Mapping, Sequence
+from collections.abc import Callable, Collection, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -81,23 +81,19 @@ class Requests:
 
     def __add__(self, other: Requests) -> Requests:
         """Within int64, as the kubelet counts: a sum of huge requests stays huge."""
-        return Requests(
-            add_saturating(self.cpu_milli, other.cpu_milli),
-            add_saturating(self.memory_bytes, other.memory_bytes),
-            add_saturating(self.ephemeral_storage_bytes, other.ephemeral_storage_bytes),
-            {
-                name: add_saturating(self.hugepages.get(name, 0), other.hugepages.get(name, 0))
-                for name in {**self.hugepages, **other.hugepages}
-            },
-        )
+        return self._combine(other, add_saturating)
 
     def max(self, other: Requests) -> Requests:
+        return self._combine(other, max)
+
+    def _combine(self, other: Requests, each: Callable[[int, int], int]) -> Requests:
+        """`each` of the two amounts of every resource (a huge page size one lacks is 0)."""
         return Requests(
-            max(self.cpu_milli, other.cpu_milli),
-            max(self.memory_bytes, other.memory_bytes),
-            max(self.ephemeral_storage_bytes, other.ephemeral_storage_bytes),
+            each(self.cpu_milli, other.cpu_milli),
+            each(self.memory_bytes, other.memory_bytes),
+            each(self.ephemeral_storage_bytes, other.ephemeral_storage_bytes),
             {
-                name: max(self.hugepages.get(name, 0), other.hugepages.get(name, 0))
+                name: each(self.hugepages.get(name, 0), other.hugepages.get(name, 0))
                 for name in {**self.hugepages, **other.hugepages}
             },
         )
