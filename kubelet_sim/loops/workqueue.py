@@ -15,7 +15,7 @@ import itertools
 import threading
 import time
 from collections import deque
-from collections.abc import Callable, Hashable
+from collections.abc import Callable, Hashable, Iterator
 from typing import Generic, TypeVar
 
 from kubelet_sim.formats.durations import MAX_SECONDS, timer_wait
@@ -134,6 +134,18 @@ class WorkQueue(Generic[K]):
             self._processing.add(key)
             self._dirty.discard(key)
             return key
+
+    def ready(self) -> Iterator[K]:
+        """The keys ready now, one at a time (each is the caller's until `done`), until none is
+        ready or the queue is shut down: the loop of a worker thread made on demand."""
+        while True:
+            try:
+                key = self.get(timeout=0)
+            except ShutDown:
+                return
+            if key is None:
+                return
+            yield key
 
     def done(self, key: K) -> None:
         with self._lock:

@@ -21,7 +21,7 @@ from kubelet_sim.logs import get_logger
 from kubelet_sim.loops.backoff import Backoff
 from kubelet_sim.loops.clock import SYSTEM_CLOCK, Clock
 from kubelet_sim.loops.supervise import Supervisor
-from kubelet_sim.loops.workqueue import ShutDown, WorkQueue
+from kubelet_sim.loops.workqueue import WorkQueue
 from kubelet_sim.podworkers.ports import StatusSink
 
 __all__ = ["StatusFailure", "StatusManager"]
@@ -161,13 +161,7 @@ class StatusManager:
 
     def _work(self) -> None:
         assert self._queue is not None
-        while True:
-            try:
-                uid = self._queue.get(timeout=0)
-            except ShutDown:
-                return
-            if uid is None:
-                return
+        for uid in self._queue.ready():
             try:
                 retry = self._sync(uid)
                 if retry is not None:

@@ -16,7 +16,7 @@ from kubelet_sim.formats.histogram import WORKER_BUCKETS, Histogram
 from kubelet_sim.logs import get_logger
 from kubelet_sim.loops.clock import SYSTEM_CLOCK, Clock
 from kubelet_sim.loops.supervise import Supervisor
-from kubelet_sim.loops.workqueue import ShutDown, WorkQueue
+from kubelet_sim.loops.workqueue import WorkQueue
 from kubelet_sim.podworkers.ports import Wake
 from kubelet_sim.podworkers.sync import PodSyncer
 from kubelet_sim.podworkers.waits import observe_after
@@ -86,13 +86,7 @@ class PodWorkers:
 
     def _work(self) -> None:
         """Sync uids until none is ready (the thread lingers, then ends)."""
-        while True:
-            try:
-                uid = self.queue.get(timeout=0)
-            except ShutDown:
-                return
-            if uid is None:
-                return
+        for uid in self.queue.ready():
             too_soon = self._too_soon(uid)
             if too_soon > 0:  # its next observation is not in yet: it comes back then
                 self.queue.done(uid)
