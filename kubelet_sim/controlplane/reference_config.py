@@ -26,42 +26,32 @@ if TYPE_CHECKING:
 
 class ReferenceNode(Protocol):
     """What these files are made from: reference_node.ReferenceNode, read only (a protocol,
-    so the module that starts the node imports this one and not the other way round)."""
+    so the module that starts the node imports this one and not the other way round). Its
+    fields are attributes here, of their own types; what it computes, and `labels` (read only
+    as a Mapping, where the node holds a dict), are properties."""
 
-    @property
-    def name(self) -> str: ...
-    @property
-    def workdir(self) -> Path: ...
+    name: str
+    workdir: Path
+    pause_image: str
+    node_ip: str | None
+    subnet: ipaddress.IPv4Network | None
+    bridge: str
+    port: int
+    healthz_port: int
+    cluster_domain: str
+    cluster_dns: Sequence[str]
+    static_pod_path: Path | None
+    taints: Sequence[str]
+    verbosity: int
+
     @property
     def socket(self) -> Path: ...
     @property
-    def pause_image(self) -> str: ...
-    @property
-    def node_ip(self) -> str | None: ...
-    @property
-    def subnet(self) -> ipaddress.IPv4Network | None: ...
-    @property
     def network_name(self) -> str: ...
-    @property
-    def bridge(self) -> str: ...
-    @property
-    def port(self) -> int: ...
-    @property
-    def healthz_port(self) -> int: ...
     @property
     def cgroup_root(self) -> str: ...
     @property
-    def cluster_domain(self) -> str: ...
-    @property
-    def cluster_dns(self) -> Sequence[str]: ...
-    @property
-    def static_pod_path(self) -> Path | None: ...
-    @property
-    def taints(self) -> Sequence[str]: ...
-    @property
     def labels(self) -> Mapping[str, str]: ...
-    @property
-    def verbosity(self) -> int: ...
 
 
 CNI_BIN_DIR = Path("/usr/lib/cni")
