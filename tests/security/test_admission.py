@@ -51,32 +51,28 @@ def test_a_pod_without_requests_only_needs_a_pod_slot() -> None:
     assert check(pod(container()), hog) is None
 
 
-def test_too_many_pods() -> None:
-    others = [pod(container(), uid=str(i)) for i in range(3)]
-    assert check(pod(container()), *others) == Rejection(
-        "OutOfpods",
-        "Pod was rejected: Node didn't have enough resource: pods, requested: 1, used: 3,"
-        " capacity: 3",
-    )
-
-
-def test_out_of_cpu_reports_millicores() -> None:
-    running = pod(container(requests={"cpu": "500m"}), uid="a")
-    rejection = check(pod(container(requests={"cpu": "1.6"})), running)
-    assert rejection == Rejection(
-        "OutOfcpu",
-        "Pod was rejected: Node didn't have enough resource: cpu, requested: 1600, used: 500,"
-        " capacity: 2000",
-    )
-
-
-def test_out_of_memory_reports_bytes() -> None:
-    running = pod(container(requests={"memory": "3Gi"}), uid="a")
-    rejection = check(pod(container(requests={"memory": "1536Mi"})), running)
-    assert rejection == Rejection(
-        "OutOfmemory",
-        "Pod was rejected: Node didn't have enough resource: memory, requested: 1610612736,"
-        " used: 3221225472, capacity: 4294967296",
+@pytest.mark.parametrize(
+    ("active", "requests", "what"),
+    [
+        ([None, None, None], None, "pods, requested: 1, used: 3, capacity: 3"),
+        ([{"cpu": "500m"}], {"cpu": "1.6"}, "cpu, requested: 1600, used: 500, capacity: 2000"),
+        (
+            [{"memory": "3Gi"}],
+            {"memory": "1536Mi"},
+            "memory, requested: 1610612736, used: 3221225472, capacity: 4294967296",
+        ),
+    ],
+    ids=["too-many-pods", "cpu-in-millicores", "memory-in-bytes"],
+)
+def test_a_pod_that_does_not_fit_is_rejected_with_the_resource_and_its_numbers(
+    active: list[Json | None], requests: Json | None, what: str
+) -> None:
+    """`active` holds the requests of each running pod (None: a container without any); the
+    reason is OutOf<resource>, the resource being the message's first word."""
+    running = [pod(container(requests=r), uid=f"a{i}") for i, r in enumerate(active)]
+    resource = what.partition(",")[0]
+    assert check(pod(container(requests=requests)), *running) == Rejection(
+        f"OutOf{resource}", f"Pod was rejected: Node didn't have enough resource: {what}"
     )
 
 

@@ -22,6 +22,36 @@ def _failed(status: dict[str, object]) -> bool:
     return status.get("phase") == "Failed"
 
 
+# The kubelet's rejection messages (after "Pod was rejected: "), by the reason it writes.
+REJECTIONS = {
+    "PodOSNotSupported": "Failed to admit pod as the OS field doesn't match node OS",
+    "NodePorts": (
+        "Predicate NodePorts failed: node(s) didn't have free ports for the requested pod ports"
+    ),
+    "NodeAffinity": (
+        "Predicate NodeAffinity failed: node(s) didn't match Pod's node affinity/selector"
+    ),
+    "TaintToleration": (
+        "Predicate TaintToleration failed: node(s) had taints that the pod didn't tolerate"
+    ),
+    "PodOSSelectorNodeLabelDoesNotMatch": (
+        "Failed to admit pod as the `kubernetes.io/os` label doesn't match node label"
+    ),
+}
+
+
+def _wait_rejected(
+    cluster: ApiUnderTest, name: str, timeout: float, reason: str
+) -> dict[str, object]:
+    """The pod's status once Failed, rejected for `reason` with the kubelet's message for it."""
+    status = wait_status(cluster, name, _failed, timeout, "Failed")
+    assert (status["reason"], status["message"]) == (
+        reason,
+        f"Pod was rejected: {REJECTIONS[reason]}",
+    )
+    return status
+
+
 def _rejected_as_the_kubelet_writes_it(cluster: ApiUnderTest, status: dict[str, object]) -> None:
     """rejectPod's status and only it: no conditions of the kubelet's (PodScheduled neither),
     no container statuses, no IPs; qosClass kept from v1.32, observedGeneration where counted."""
@@ -46,11 +76,7 @@ def test_a_windows_pod_is_failed_while_another_pod_runs(
             "the API server dropped spec.os: its IdentifyPodOS gate is off (alpha in v1.23,"
             " still alpha in this rig's v1.24 build), and so is its kubelet's OS check"
         )
-    status = wait_status(cluster, "windows-pod", _failed, 20, "Failed")
-    assert (status["reason"], status["message"]) == (
-        "PodOSNotSupported",
-        "Pod was rejected: Failed to admit pod as the OS field doesn't match node OS",
-    )
+    status = _wait_rejected(cluster, "windows-pod", 20, "PodOSNotSupported")
     _rejected_as_the_kubelet_writes_it(cluster, status)
     assert pod_containers(docker_env, windows["metadata"]["uid"]) == []
     assert running_ready(status_of(cluster, "linux-pod"))
@@ -63,12 +89,7 @@ def test_a_host_port_held_by_a_running_pod_refuses_the_next(
     make_pod(cluster, "holder", container(ports=[port]))
     wait_status(cluster, "holder", running_ready, 30, "Running")
     second = make_pod(cluster, "second", container(ports=[port]))
-    status = wait_status(cluster, "second", _failed, 20, "Failed")
-    assert (status["reason"], status["message"]) == (
-        "NodePorts",
-        "Pod was rejected: Predicate NodePorts failed: node(s) didn't have free ports for the"
-        " requested pod ports",
-    )
+    _wait_rejected(cluster, "second", 20, "NodePorts")
     assert pod_containers(docker_env, second["metadata"]["uid"]) == []
     assert running_ready(status_of(cluster, "holder"))
 
@@ -78,12 +99,7 @@ def test_a_pod_bound_to_a_node_it_does_not_match_is_failed(
 ) -> None:
     """Bound by hand past the scheduler, with a nodeSelector the node lacks."""
     make_pod(cluster, "elsewhere", nodeSelector={"disktype": "ssd"})
-    status = wait_status(cluster, "elsewhere", _failed, 30, "Failed")
-    assert (status["reason"], status["message"]) == (
-        "NodeAffinity",
-        "Pod was rejected: Predicate NodeAffinity failed: node(s) didn't match Pod's node"
-        " affinity/selector",
-    )
+    status = _wait_rejected(cluster, "elsewhere", 30, "NodeAffinity")
     _rejected_as_the_kubelet_writes_it(cluster, status)
 
 
@@ -105,12 +121,7 @@ def test_a_pod_that_does_not_tolerate_a_no_execute_taint_is_failed(
         make_pod(cluster, "untolerated")
         tolerant = [{"key": "dedicated", "operator": "Exists", "effect": "NoExecute"}]
         make_pod(cluster, "tolerant", tolerations=tolerant)
-        status = wait_status(cluster, "untolerated", _failed, 30, "Failed")
-        assert (status["reason"], status["message"]) == (
-            "TaintToleration",
-            "Pod was rejected: Predicate TaintToleration failed: node(s) had taints that the pod"
-            " didn't tolerate",
-        )
+        status = _wait_rejected(cluster, "untolerated", 30, "TaintToleration")
         _rejected_as_the_kubelet_writes_it(cluster, status)
         wait_status(cluster, "tolerant", running_ready, 30, "Running")
     finally:
@@ -132,10 +143,5 @@ def test_a_scheduled_pod_that_is_rejected_loses_its_pod_scheduled_condition(
         nodeSelector={"kubernetes.io/hostname": cluster.node_name},
         tolerations=[{"operator": "Exists"}],
     )
-    status = wait_status(cluster, "labelled-windows", _failed, 30, "Failed")
-    assert (status["reason"], status["message"]) == (
-        "PodOSSelectorNodeLabelDoesNotMatch",
-        "Pod was rejected: Failed to admit pod as the `kubernetes.io/os` label doesn't match"
-        " node label",
-    )
+    status = _wait_rejected(cluster, "labelled-windows", 30, "PodOSSelectorNodeLabelDoesNotMatch")
     _rejected_as_the_kubelet_writes_it(cluster, status)
