@@ -29,6 +29,13 @@ def container(**kw: Any) -> cri.ContainerConfig:
     )
 
 
+def sandbox_body(**kw: Any) -> dict[str, Any]:
+    """The create body of the sandbox of POD named web, first attempt, with these settings."""
+    return translate.sandbox_body(
+        cri.SandboxConfig(pod=POD, attempt=0, image="pause", hostname="web", **kw)
+    )
+
+
 @pytest.mark.parametrize(
     ("entrypoint", "cmd", "expected"),
     [
@@ -68,19 +75,13 @@ def test_names_and_labels() -> None:
 
 
 def test_sandbox_body_bridge_with_ports_and_sysctls() -> None:
-    body = translate.sandbox_body(
-        cri.SandboxConfig(
-            pod=POD,
-            attempt=0,
-            image="pause",
-            hostname="web",
-            port_mappings=(
-                cri.PortMapping(80, 8080),
-                cri.PortMapping(81, 0),
-                cri.PortMapping(53, 53, "UDP", "10.0.0.1"),
-            ),
-            sysctls=(("net.ipv4.tcp_syncookies", "1"),),
-        )
+    body = sandbox_body(
+        port_mappings=(
+            cri.PortMapping(80, 8080),
+            cri.PortMapping(81, 0),
+            cri.PortMapping(53, 53, "UDP", "10.0.0.1"),
+        ),
+        sysctls=(("net.ipv4.tcp_syncookies", "1"),),
     )
     host = body["HostConfig"]
     assert body["Hostname"] == "web"
@@ -95,17 +96,11 @@ def test_sandbox_body_bridge_with_ports_and_sysctls() -> None:
 
 
 def test_sandbox_body_host_namespaces() -> None:
-    body = translate.sandbox_body(
-        cri.SandboxConfig(
-            pod=POD,
-            attempt=0,
-            image="pause",
-            hostname="web",
-            host_network=True,
-            host_pid=True,
-            host_ipc=True,
-            port_mappings=(cri.PortMapping(80, 80),),
-        )
+    body = sandbox_body(
+        host_network=True,
+        host_pid=True,
+        host_ipc=True,
+        port_mappings=(cri.PortMapping(80, 80),),
     )
     host = body["HostConfig"]
     assert "Hostname" not in body

@@ -208,6 +208,18 @@ def _inspect(docker_env: DockerEnv, uid: str, name: str) -> dict[str, Any] | Non
     return None
 
 
+def _host_config_once_running(
+    cluster: ApiUnderTest, docker_env: DockerEnv, pod: dict[str, Any], name: str, what: str
+) -> dict[str, Any]:
+    """The HostConfig Docker keeps for ephemeral container `name`, once the pod's status says
+    it runs (`what` names that wait)."""
+    pod_name = pod["metadata"]["name"]
+    wait_status(cluster, pod_name, lambda s: "running" in _ephemeral_state(s, name), 30, what)
+    inspected = _inspect(docker_env, pod["metadata"]["uid"], name)
+    assert inspected is not None
+    return dict(inspected["HostConfig"])
+
+
 def test_ephemeral_containers_reaching_the_host_are_refused_without_allow_privileged(
     cluster: ApiUnderTest, docker_env: DockerEnv, agent: RunningAgent
 ) -> None:
@@ -261,32 +273,19 @@ def test_with_allow_privileged_ephemeral_containers_reach_docker_as_asked(
 ) -> None:
     running = start_agent(cluster, docker_env, tmp_path / "root", allow_privileged=True)
     try:
-        uid = make_pod(cluster, "trusted")["metadata"]["uid"]
+        pod = make_pod(cluster, "trusted")
         wait_status(cluster, "trusted", running_ready, 30, "Running")
         _debug(cluster, "trusted", ROOT, ADMIN)
-        wait_status(
-            cluster,
-            "trusted",
-            lambda s: "running" in _ephemeral_state(s, "admin"),
-            30,
-            "the SYS_ADMIN container running",
+        admin = _host_config_once_running(
+            cluster, docker_env, pod, "admin", "the SYS_ADMIN container running"
         )
-        admin = _inspect(docker_env, uid, "admin")
-        assert admin is not None
-        added = {c.upper().removeprefix("CAP_") for c in admin["HostConfig"]["CapAdd"] or ()}
+        added = {c.upper().removeprefix("CAP_") for c in admin["CapAdd"] or ()}
         assert added == {"SYS_ADMIN"}
         # The privileged one runs too, also where the engine lacks a capability (issue 21
         # item 5): then as containerd's privileged, spelled out (tests/security/test_privileged.py).
-        wait_status(
-            cluster,
-            "trusted",
-            lambda s: "running" in _ephemeral_state(s, "root"),
-            30,
-            "the privileged container running",
+        host = _host_config_once_running(
+            cluster, docker_env, pod, "root", "the privileged container running"
         )
-        root = _inspect(docker_env, uid, "root")
-        assert root is not None
-        host = root["HostConfig"]
         assert host["Privileged"] is True or (
             "CAP_SYS_ADMIN" in host["CapAdd"] and "seccomp=unconfined" in host["SecurityOpt"]
         )
