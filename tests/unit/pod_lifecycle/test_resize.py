@@ -33,6 +33,14 @@ def _pod(**fields: Any) -> Json:
     return body
 
 
+def _ready(node: Node, **fields: Any) -> tuple[str, cri.ObservedContainer]:
+    """A pod of _pod(**fields) added and synced until Ready: its uid and its one container."""
+    uid = node.add(_pod(**fields))
+    node.sync_until_ready(uid)
+    (first,) = node.containers(uid, "main")
+    return uid, first
+
+
 def _resize(node: Node, uid: str, resources: Json, name: str = "main") -> None:
     """What PATCH pods/<p>/resize leaves in the pod the node's watch delivers."""
     node.update_status(uid)
@@ -114,9 +122,7 @@ def test_the_completed_message_is_the_kubelets_json() -> None:
 
 
 def test_an_accepted_resize_is_applied_in_place_and_told(node: Node) -> None:
-    uid = node.add(_pod())
-    node.sync_until_ready(uid)
-    (first,) = node.containers(uid, "main")
+    uid, first = _ready(node)
     _resize(node, uid, _resources("150m", "250m"))
 
     node.sync(uid)  # allocated, told in progress, then applied
@@ -154,9 +160,7 @@ def test_an_accepted_resize_is_applied_in_place_and_told(node: Node) -> None:
 
 
 def test_an_infeasible_resize_changes_nothing_but_a_condition(node: Node) -> None:
-    uid = node.add(_pod())
-    node.sync_until_ready(uid)
-    (first,) = node.containers(uid, "main")
+    uid, first = _ready(node)
     _resize(node, uid, _resources("100", "100"))
     node.sync(uid)
     pending = _condition(node, uid, "PodResizePending")
@@ -192,9 +196,7 @@ def test_an_infeasible_resize_changes_nothing_but_a_condition(node: Node) -> Non
 
 
 def test_a_crashed_container_restarts_at_its_allocation_not_a_pending_spec(node: Node) -> None:
-    uid = node.add(_pod())
-    node.sync_until_ready(uid)
-    (first,) = node.containers(uid, "main")
+    uid, first = _ready(node)
     _resize(node, uid, _resources("100", "100"))
     node.sync(uid)
     node.runtime.exit(first.id, 1)
@@ -235,9 +237,7 @@ def test_resize_policy_restart_container_restarts_that_container(node: Node) -> 
         {"resourceName": "cpu", "restartPolicy": "NotRequired"},
         {"resourceName": "memory", "restartPolicy": "RestartContainer"},
     ]
-    uid = node.add(_pod(resizePolicy=policy))
-    node.sync_until_ready(uid)
-    (first,) = node.containers(uid, "main")
+    uid, first = _ready(node, resizePolicy=policy)
     _resize(node, uid, _resources("100m", "200m", mem_request="48Mi"))
     node.sync_until(
         uid,

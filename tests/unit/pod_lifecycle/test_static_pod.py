@@ -285,12 +285,18 @@ def _source(directory: Path) -> _Source:
     return made
 
 
+def _source_of_web(directory: Path) -> tuple[_Source, str]:
+    """A source over `directory` holding web.json, after its first pass: and the pod's uid."""
+    s = _source(directory)
+    (directory / "web.json").write_text(json.dumps(manifest()))
+    s.source.run_once()
+    (uid,) = s.index
+    return s, uid
+
+
 def test_the_source_replaces_a_changed_pod_once_the_old_one_ended(tmp_path: Path) -> None:
-    s = _source(tmp_path)
+    s, old = _source_of_web(tmp_path)
     source, api, index = s.source, s.api, s.index
-    (tmp_path / "web.json").write_text(json.dumps(manifest()))
-    source.run_once()
-    (old,) = index
     assert source.owns(old)
     mirror = api.pods[("default", "web-n1")]
     assert mirror["metadata"]["annotations"][CONFIG_MIRROR] == old
@@ -317,11 +323,8 @@ def test_the_source_replaces_a_changed_pod_once_the_old_one_ended(tmp_path: Path
 
 
 def test_the_source_makes_a_deleted_mirror_again_and_ends_a_removed_pod(tmp_path: Path) -> None:
-    s = _source(tmp_path)
+    s, uid = _source_of_web(tmp_path)
     source, api, index = s.source, s.api, s.index
-    (tmp_path / "web.json").write_text(json.dumps(manifest()))
-    source.run_once()
-    (uid,) = index
     # A user deletes the mirror: the watch tells it being deleted; it is made again.
     deleting = json.loads(json.dumps(api.pods[("default", "web-n1")]))
     deleting["metadata"].update(deletionTimestamp="2026-01-01T00:00:00Z", resourceVersion="9")
