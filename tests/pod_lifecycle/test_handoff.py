@@ -33,8 +33,8 @@ def _require_scheduler(cluster: ApiUnderTest) -> None:
     cluster.require_scheduler()
 
 
-def _deployment(name: str, node: str, replicas: int) -> dict[str, Any]:
-    labels = {"app": name}
+def _pod_spec(node: str) -> dict[str, Any]:
+    """A busybox sleeping for ever, tolerating the virtual node's taint, for `node` alone."""
     container = {
         "name": "web",
         "image": BUSYBOX,
@@ -42,22 +42,24 @@ def _deployment(name: str, node: str, replicas: int) -> dict[str, Any]:
         "command": SLEEP_FOREVER,
     }
     return {
+        "nodeSelector": {"kubernetes.io/hostname": node},
+        "tolerations": TOLERATE_VIRTUAL,
+        "automountServiceAccountToken": False,
+        "terminationGracePeriodSeconds": 5,
+        "containers": [container],
+    }
+
+
+def _deployment(name: str, node: str, replicas: int) -> dict[str, Any]:
+    labels = {"app": name}
+    return {
         "apiVersion": "apps/v1",
         "kind": "Deployment",
         "metadata": {"name": name, "labels": labels},
         "spec": {
             "replicas": replicas,
             "selector": {"matchLabels": labels},
-            "template": {
-                "metadata": {"labels": labels},
-                "spec": {
-                    "nodeSelector": {"kubernetes.io/hostname": node},
-                    "tolerations": TOLERATE_VIRTUAL,
-                    "automountServiceAccountToken": False,
-                    "terminationGracePeriodSeconds": 5,
-                    "containers": [container],
-                },
-            },
+            "template": {"metadata": {"labels": labels}, "spec": _pod_spec(node)},
         },
     }
 
@@ -75,6 +77,23 @@ def _scheduler_events(cluster: ApiUnderTest, reason: str) -> dict[str, str]:
         for e in events
         if e.reason == reason and (e.reporting_component or "") == SCHEDULER
     }
+
+
+def _unscheduled(
+    cluster: ApiUnderTest, name: str, spec: dict[str, Any]
+) -> tuple[str, dict[str, Any]]:
+    """Create pod `name` (labelled app=`name`) of `spec`, wait for the scheduler's
+    FailedScheduling: its message, and the pod, still bound to no node."""
+    pod = {"metadata": {"name": name, "labels": {"app": name}}, "spec": spec}
+    cluster.core.create_namespaced_pod(cluster.namespace, pod)
+    failed: str = wait_for(
+        lambda: _scheduler_events(cluster, "FailedScheduling").get(name),
+        30,
+        "the scheduler's FailedScheduling",
+    )
+    [found] = _pods(cluster, f"app={name}")
+    assert not found["spec"].get("nodeName")
+    return failed, found
 
 
 def test_a_deployment_is_scheduled_onto_the_node_runs_and_scales_down(
@@ -143,19 +162,11 @@ def test_a_pod_without_the_toleration_is_not_scheduled_onto_the_virtual_node(
     _require_scheduler(cluster)
     running = start_agent(cluster, docker_env, tmp_path / "root")
     try:
-        spec = _deployment("plain", cluster.node_name, 1)["spec"]["template"]["spec"]
+        spec = _pod_spec(cluster.node_name)
         del spec["tolerations"]
-        pod = {"metadata": {"name": "plain", "labels": {"app": "plain"}}, "spec": spec}
-        cluster.core.create_namespaced_pod(cluster.namespace, pod)
-        failed = wait_for(
-            lambda: _scheduler_events(cluster, "FailedScheduling").get("plain"),
-            30,
-            "the scheduler's FailedScheduling",
-        )
+        failed, _ = _unscheduled(cluster, "plain", spec)
         # v1.24's scheduler names the taint; v1.34's only says "had untolerated taint(s)"
         assert "kubelet-sim.io/virtual" in failed or "had untolerated taint(s)" in failed, failed
-        [plain] = _pods(cluster, "app=plain")
-        assert not plain["spec"].get("nodeName")
     finally:
         running.stop()
 
@@ -167,33 +178,9 @@ def test_a_pod_that_fits_no_node_waits_then_runs_when_its_node_registers(
     late = dataclasses.replace(
         cluster, node_name=f"{cluster.node_name}-late", _node_kubeconfig=None
     )
-    pod = {
-        "metadata": {"name": "waiting", "labels": {"app": "waiting"}},
-        "spec": {
-            "nodeSelector": {"kubernetes.io/hostname": late.node_name},
-            "tolerations": TOLERATE_VIRTUAL,
-            "automountServiceAccountToken": False,
-            "terminationGracePeriodSeconds": 5,
-            "containers": [
-                {
-                    "name": "c",
-                    "image": BUSYBOX,
-                    "imagePullPolicy": "Never",
-                    "command": SLEEP_FOREVER,
-                }
-            ],
-        },
-    }
-    cluster.core.create_namespaced_pod(cluster.namespace, pod)
-    failed = wait_for(
-        lambda: _scheduler_events(cluster, "FailedScheduling").get("waiting"),
-        30,
-        "the scheduler's FailedScheduling",
-    )
+    failed, waiting = _unscheduled(cluster, "waiting", _pod_spec(late.node_name))
     assert "nodes are available" in failed or "no nodes available" in failed, failed
-    [waiting] = _pods(cluster, "app=waiting")
     assert waiting["status"]["phase"] == "Pending"
-    assert not waiting["spec"].get("nodeName")
     unschedulable = [c for c in waiting["status"]["conditions"] if c["type"] == "PodScheduled"]
     assert (unschedulable[0]["status"], unschedulable[0]["reason"]) == ("False", "Unschedulable")
 

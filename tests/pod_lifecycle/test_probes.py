@@ -75,30 +75,36 @@ def test_exec_readiness_gates_ready_both_ways(
     assert container_status(st)["restartCount"] == 0, "readiness never restarts anything"
 
 
+def _restarted_by_liveness(
+    cluster: ApiUnderTest, pod: str, probe: dict[str, Any], what: str
+) -> dict[str, Any]:
+    """A `sleep 3600` container whose FAST liveness `probe` (1s grace) fails: its pod's status
+    once restarted (`what` names that wait), after the kubelet's Killing event said why."""
+    probe = {**probe, "terminationGracePeriodSeconds": 1, **FAST}
+    make_pod(cluster, pod, container(command=["sleep", "3600"], livenessProbe=probe))
+    st = wait_status(
+        cluster, pod, lambda s: container_status(s).get("restartCount", 0) >= 1, 60, what
+    )
+    wait_for(lambda: event_messages(cluster, pod, "Killing"), 20, "the Killing event")
+    assert event_messages(cluster, pod, "Killing")[0] == (
+        "Container c failed liveness probe, will be restarted"
+    )
+    return st
+
+
 def test_failed_liveness_restarts_with_the_kubelets_events(
     cluster: ApiUnderTest, agent: RunningAgent
 ) -> None:
-    probe = {
-        "exec": {"command": ["sh", "-c", "echo dead; exit 1"]},
-        "terminationGracePeriodSeconds": 1,
-        **FAST,
-    }
-    make_pod(cluster, "l", container(command=["sleep", "3600"], livenessProbe=probe))
-    st = wait_status(
+    st = _restarted_by_liveness(
         cluster,
         "l",
-        lambda s: container_status(s).get("restartCount", 0) >= 1,
-        60,
+        {"exec": {"command": ["sh", "-c", "echo dead; exit 1"]}},
         "a restart after the liveness probe failed",
     )
     last = container_status(st)["lastState"]["terminated"]
     assert last["exitCode"] == 137, "sleep ignores SIGTERM: killed after the probe's grace"
     assert last["reason"] == "Error"
-    wait_for(lambda: event_messages(cluster, "l", "Killing"), 20, "the Killing event")
     assert "Liveness probe failed: dead\n" in event_messages(cluster, "l", "Unhealthy")
-    assert event_messages(cluster, "l", "Killing")[0] == (
-        "Container c failed liveness probe, will be restarted"
-    )
     assert st["phase"] == "Running"
 
 
@@ -107,27 +113,15 @@ def test_an_exec_liveness_probe_past_its_timeout_fails_and_restarts(
 ) -> None:
     """container_probe.go "should be restarted with an exec liveness probe with timeout":
     ExecProbeTimeout (on since 1.20), the command's timeout is a failure."""
-    probe = {
-        "exec": {"command": ["sleep", "10"]},
-        "timeoutSeconds": 1,
-        "terminationGracePeriodSeconds": 1,
-        **FAST,
-    }
-    make_pod(cluster, "slow", container(command=["sleep", "3600"], livenessProbe=probe))
-    st = wait_status(
+    st = _restarted_by_liveness(
         cluster,
         "slow",
-        lambda s: container_status(s).get("restartCount", 0) >= 1,
-        60,
+        {"exec": {"command": ["sleep", "10"]}, "timeoutSeconds": 1},
         "a restart after the exec probe timed out",
     )
     assert st["phase"] == "Running"
     assert 'Liveness probe failed: command "sleep 10" timed out' in event_messages(
         cluster, "slow", "Unhealthy"
-    )
-    wait_for(lambda: event_messages(cluster, "slow", "Killing"), 20, "the Killing event")
-    assert event_messages(cluster, "slow", "Killing")[0] == (
-        "Container c failed liveness probe, will be restarted"
     )
 
 

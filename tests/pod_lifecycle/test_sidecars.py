@@ -83,6 +83,34 @@ def _sidecar(name: str, command: list[str], **extra: Any) -> dict[str, Any]:
     return container(name, command, restartPolicy="Always", volumeMounts=LOG_MOUNT, **extra)
 
 
+def _pod(
+    cluster: ApiUnderTest,
+    name: str,
+    log_dir: Path,
+    app: list[str],
+    *init: dict[str, Any],
+    **spec: Any,
+) -> dict[str, Any]:
+    """A pod of an `app` container (its command) after the `init` containers, the log
+    directory mounted in the app (the sidecars mount it themselves)."""
+    return make_pod(
+        cluster,
+        name,
+        container("app", app, volumeMounts=LOG_MOUNT),
+        initContainers=list(init),
+        volumes=[_log_volume(log_dir)],
+        **spec,
+    )
+
+
+def _file_probe(path: str, **extra: Any) -> dict[str, Any]:
+    """A probe each second that succeeds once `path` exists (the test _touch-es it)."""
+    return {"exec": {"command": ["test", "-f", path]}, "periodSeconds": 1, **extra}
+
+
+INIT_RAN = container("init", ["sh", "-c", "echo init-ran >> /log/steps"], volumeMounts=LOG_MOUNT)
+
+
 def _docker_container(docker_env: DockerEnv, uid: str, name: str, running: bool = True) -> str:
     def find() -> str | None:
         for c in pod_containers(docker_env, uid):
@@ -107,16 +135,14 @@ def test_sidecars_start_first_restart_on_their_own_and_stop_last_in_reverse(
     cluster: ApiUnderTest, docker_env: DockerEnv, agent: RunningAgent, log_dir: Path
 ) -> None:
     slow_exit = "sleep 1; echo {}-exit >> /log/steps; exit 0"
-    pod = make_pod(
+    pod = _pod(
         cluster,
         "sidecars",
-        container("app", _step("app", slow_exit.format("app")), volumeMounts=LOG_MOUNT),
-        initContainers=[
-            _sidecar("s1", _step("s1"), lifecycle=PRE_STOP),
-            container("init", ["sh", "-c", "echo init-ran >> /log/steps"], volumeMounts=LOG_MOUNT),
-            _sidecar("s2", _step("s2", slow_exit.format("s2"))),
-        ],
-        volumes=[_log_volume(log_dir)],
+        log_dir,
+        _step("app", slow_exit.format("app")),
+        _sidecar("s1", _step("s1"), lifecycle=PRE_STOP),
+        INIT_RAN,
+        _sidecar("s2", _step("s2", slow_exit.format("s2"))),
         terminationGracePeriodSeconds=20,
         # The node has no cluster DNS: with ClusterFirst every sync would say MissingClusterDNS
         # and the kubelet's spam filter (25 events a pod) would drop the Killing events below.
@@ -172,12 +198,12 @@ def test_sidecars_start_first_restart_on_their_own_and_stop_last_in_reverse(
 def test_a_finished_pod_stops_its_sidecars_and_succeeds(
     cluster: ApiUnderTest, agent: RunningAgent, log_dir: Path
 ) -> None:
-    make_pod(
+    _pod(
         cluster,
         "done",
-        container("app", ["sh", "-c", "echo app-ran >> /log/steps"], volumeMounts=LOG_MOUNT),
-        initContainers=[_sidecar("side", _step("side"))],
-        volumes=[_log_volume(log_dir)],
+        log_dir,
+        ["sh", "-c", "echo app-ran >> /log/steps"],
+        _sidecar("side", _step("side")),
         restart="Never",
     )
     st = wait_status(cluster, "done", lambda s: s.get("phase") == "Succeeded", 30, "Succeeded")
@@ -194,17 +220,8 @@ def test_a_finished_pod_stops_its_sidecars_and_succeeds(
 def test_a_sidecars_startup_probe_holds_the_next_init_container(
     cluster: ApiUnderTest, docker_env: DockerEnv, agent: RunningAgent, log_dir: Path
 ) -> None:
-    probe = {"exec": {"command": ["test", "-f", "/tmp/up"]}, "periodSeconds": 1}
-    pod = make_pod(
-        cluster,
-        "gated",
-        container("app", _step("app"), volumeMounts=LOG_MOUNT),
-        initContainers=[
-            _sidecar("side", _step("side"), startupProbe={**probe, "failureThreshold": 60}),
-            container("init", ["sh", "-c", "echo init-ran >> /log/steps"], volumeMounts=LOG_MOUNT),
-        ],
-        volumes=[_log_volume(log_dir)],
-    )
+    side = _sidecar("side", _step("side"), startupProbe=_file_probe("/tmp/up", failureThreshold=60))
+    pod = _pod(cluster, "gated", log_dir, _step("app"), side, INIT_RAN)
     wait_for(lambda: event_messages(cluster, "gated", "Unhealthy"), 20, "a failed startup probe")
     st = get_pod(cluster, "gated")
     assert st is not None
@@ -226,14 +243,8 @@ def test_a_sidecars_startup_probe_holds_the_next_init_container(
 def test_a_sidecars_readiness_holds_the_pods_ready(
     cluster: ApiUnderTest, docker_env: DockerEnv, agent: RunningAgent, log_dir: Path
 ) -> None:
-    probe = {"exec": {"command": ["test", "-f", "/tmp/ready"]}, "periodSeconds": 1}
-    pod = make_pod(
-        cluster,
-        "unready",
-        container("app", _step("app"), volumeMounts=LOG_MOUNT),
-        initContainers=[_sidecar("side", _step("side"), readinessProbe=probe)],
-        volumes=[_log_volume(log_dir)],
-    )
+    side = _sidecar("side", _step("side"), readinessProbe=_file_probe("/tmp/ready"))
+    pod = _pod(cluster, "unready", log_dir, _step("app"), side)
     st = wait_status(
         cluster, "unready", lambda s: s.get("phase") == "Running", 30, "Running, not Ready"
     )
