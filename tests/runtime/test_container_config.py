@@ -51,7 +51,7 @@ def lookup(kind: str, namespace: str, name: str) -> Json | None:
     return OBJECTS.get((kind, namespace, name))
 
 
-def config(container: Json, **spec: Any) -> cri.ContainerConfig:
+def config(container: Json, mounts: tuple[cri.Mount, ...] = (), **spec: Any) -> cri.ContainerConfig:
     pod = make_pod([{"name": "c", "image": "busybox:1.36", **container}], **spec)
     return container_config(
         pod,
@@ -62,6 +62,7 @@ def config(container: Json, **spec: Any) -> cri.ContainerConfig:
         pod_ip="172.17.0.5",
         lookup=lookup,
         allocatable=NODE,
+        mounts=mounts,
     )
 
 
@@ -292,54 +293,42 @@ def test_field_refs_cover_the_downward_api() -> None:
     }
 
 
-def test_resource_field_refs_divide_and_round_up() -> None:
-    def ref(resource: str, divisor: str | None = None) -> Json:
+def resource_refs(table: list[tuple[str, str, str | None, str]]) -> list[Json]:
+    """The env of a table of (name, resource, divisor or None, what the container sees)."""
+    env: list[Json] = []
+    for name, resource, divisor, _ in table:
         selector: Json = {"resource": resource}
         if divisor:
             selector["divisor"] = divisor
-        return {"resourceFieldRef": selector}
+        env.append({"name": name, "valueFrom": {"resourceFieldRef": selector}})
+    return env
 
-    env = env_of(
-        {
-            "resources": {
-                "limits": {"cpu": "1500m", "memory": "128Mi"},
-                "requests": {"cpu": "250m", "memory": "64Mi"},
-            },
-            "env": [
-                {"name": "CPU_LIMIT", "valueFrom": ref("limits.cpu")},
-                {"name": "CPU_LIMIT_M", "valueFrom": ref("limits.cpu", "1m")},
-                {"name": "CPU_REQUEST", "valueFrom": ref("requests.cpu")},
-                {"name": "MEM_LIMIT", "valueFrom": ref("limits.memory")},
-                {"name": "MEM_REQUEST_MI", "valueFrom": ref("requests.memory", "1Mi")},
-                {"name": "MEM_LIMIT_G", "valueFrom": ref("limits.memory", "1G")},
-            ],
-        }
-    )
-    assert env == {
-        "CPU_LIMIT": "2",
-        "CPU_LIMIT_M": "1500",
-        "CPU_REQUEST": "1",
-        "MEM_LIMIT": "134217728",
-        "MEM_REQUEST_MI": "64",
-        "MEM_LIMIT_G": "1",
+
+def test_resource_field_refs_divide_and_round_up() -> None:
+    table = [
+        ("CPU_LIMIT", "limits.cpu", None, "2"),
+        ("CPU_LIMIT_M", "limits.cpu", "1m", "1500"),
+        ("CPU_REQUEST", "requests.cpu", None, "1"),
+        ("MEM_LIMIT", "limits.memory", None, "134217728"),
+        ("MEM_REQUEST_MI", "requests.memory", "1Mi", "64"),
+        ("MEM_LIMIT_G", "limits.memory", "1G", "1"),
+    ]
+    resources = {
+        "limits": {"cpu": "1500m", "memory": "128Mi"},
+        "requests": {"cpu": "250m", "memory": "64Mi"},
     }
+    env = env_of({"resources": resources, "env": resource_refs(table)})
+    assert env == {name: seen for name, *_, seen in table}
 
 
 def test_resource_field_refs_read_the_node_allocatable_for_unset_limits() -> None:
     """defaultPodLimitsForDownwardAPI: an unset limit is the node's; a request stays 0."""
-    env = env_of(
-        {
-            "env": [
-                {"name": name, "valueFrom": {"resourceFieldRef": {"resource": resource}}}
-                for name, resource in [
-                    ("CPU_LIMIT", "limits.cpu"),
-                    ("MEM_LIMIT", "limits.memory"),
-                    ("CPU_REQUEST", "requests.cpu"),
-                ]
-            ],
-        }
-    )
-    assert env == {"CPU_LIMIT": "4", "MEM_LIMIT": str(8 * 2**30), "CPU_REQUEST": "0"}
+    table = [
+        ("CPU_LIMIT", "limits.cpu", None, "4"),
+        ("MEM_LIMIT", "limits.memory", None, str(8 * 2**30)),
+        ("CPU_REQUEST", "requests.cpu", None, "0"),
+    ]
+    assert env_of({"env": resource_refs(table)}) == {name: seen for name, *_, seen in table}
 
 
 @pytest.mark.parametrize(
@@ -398,20 +387,8 @@ def test_defaults() -> None:
 
 
 def test_mounts_are_passed_through() -> None:
-    pod = make_pod([{"name": "c", "image": "i"}])
     mount = cri.Mount("/var/lib/x", "/data", read_only=True)
-    cfg = container_config(
-        pod,
-        pod.containers[0],
-        node="n",
-        attempt=0,
-        host_ip="",
-        pod_ip="",
-        lookup=lookup,
-        allocatable=NODE,
-        mounts=[mount],
-    )
-    assert cfg.mounts == (mount,)
+    assert config({}, mounts=(mount,)).mounts == (mount,)
 
 
 def test_spec_hash_is_stable_and_detects_changes() -> None:
