@@ -4,20 +4,15 @@ from __future__ import annotations
 
 from tests.agent_fixture import RunningAgent
 from tests.cluster import ApiUnderTest
-from tests.pods import condition, make_pod, wait_status
+from tests.pod_lifecycle.pod_conditions import wait_condition
+from tests.pods import condition, make_pod
 
 GATE = "example.com/load-balancer"
 
 
 def test_ready_waits_for_the_readiness_gate(cluster: ApiUnderTest, agent: RunningAgent) -> None:
     make_pod(cluster, "gated", readinessGates=[{"conditionType": GATE}])
-    st = wait_status(
-        cluster,
-        "gated",
-        lambda s: condition(s, "ContainersReady").get("status") == "True",
-        30,
-        "containers ready",
-    )
+    st, _ = wait_condition(cluster, "gated", "ContainersReady", "status", "True", 30)
     ready = condition(st, "Ready")
     assert (ready["status"], ready["reason"]) == ("False", "ReadinessGatesNotReady")
     assert (
@@ -29,7 +24,5 @@ def test_ready_waits_for_the_readiness_gate(cluster: ApiUnderTest, agent: Runnin
         cluster.namespace,
         {"status": {"conditions": [{"type": GATE, "status": "True"}]}},
     )
-    st = wait_status(
-        cluster, "gated", lambda s: condition(s, "Ready").get("status") == "True", 20, "Ready"
-    )
+    st, _ = wait_condition(cluster, "gated", "Ready", "status", "True", 20)
     assert condition(st, GATE)["status"] == "True", "the gate's condition is kept"

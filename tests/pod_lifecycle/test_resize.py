@@ -20,6 +20,7 @@ from kubelet_sim.kube.rest import request_json
 from tests.agent_fixture import RunningAgent, start_agent
 from tests.cluster import ApiUnderTest
 from tests.docker_env import DockerEnv
+from tests.pod_lifecycle.pod_conditions import wait_condition
 from tests.pods import (
     condition,
     container,
@@ -108,14 +109,9 @@ def test_a_resize_that_fits_is_applied_in_place_and_one_that_cannot_is_infeasibl
     assert event_messages(cluster, "resized", "Killing") == []
 
     _resize(cluster, "resized", HUGE)
-    status = wait_status(
-        cluster,
-        "resized",
-        lambda st: condition(st, "PodResizePending").get("reason") == "Infeasible",
-        30,
-        "PodResizePending Infeasible",
+    status, pending = wait_condition(
+        cluster, "resized", "PodResizePending", "reason", "Infeasible", 30
     )
-    pending = condition(status, "PodResizePending")
     assert pending["status"] == "True"
     assert pending["message"] == (
         "Node didn't have enough capacity: cpu, requested: 100000, capacity: 2000"
