@@ -21,7 +21,7 @@ from kubelet_sim.server.settings import ServerSettings
 from tests.cluster import ApiUnderTest, wait_for
 from tests.docker_env import DockerEnv
 
-__all__ = ["RunningAgent", "agent", "start_agent"]
+__all__ = ["RunningAgent", "agent", "privileged_agent", "start_agent"]
 
 
 @dataclass
@@ -95,6 +95,18 @@ def start_agent(
 @pytest.fixture
 def agent(cluster: ApiUnderTest, docker_env: DockerEnv, tmp_path: Path) -> Iterator[RunningAgent]:
     running = start_agent(cluster, docker_env, tmp_path / "root")
+    yield running
+    if running.thread.is_alive():
+        running.stop()
+
+
+@pytest.fixture
+def privileged_agent(
+    cluster: ApiUnderTest, docker_env: DockerEnv, tmp_path: Path
+) -> Iterator[RunningAgent]:
+    """`agent` run with --allow-privileged: hostPath volumes, hostNetwork pods (their address
+    is the node's, 127.0.0.1), privileged containers and added capabilities are admitted."""
+    running = start_agent(cluster, docker_env, tmp_path / "root", allow_privileged=True)
     yield running
     if running.thread.is_alive():
         running.stop()

@@ -8,12 +8,11 @@ from __future__ import annotations
 
 from collections.abc import Iterator
 from concurrent.futures import ThreadPoolExecutor
-from pathlib import Path
 from typing import Any
 
 import pytest
 
-from tests.agent_fixture import RunningAgent, start_agent
+from tests.agent_fixture import RunningAgent
 from tests.cluster import ApiUnderTest, wait_for
 from tests.docker_env import DockerEnv
 from tests.pods import (
@@ -215,17 +214,6 @@ def health() -> Iterator[_Health]:
     server = _Health()
     yield server
     server.server.stop(0)
-
-
-@pytest.fixture
-def privileged_agent(
-    cluster: ApiUnderTest, docker_env: DockerEnv, tmp_path: Path
-) -> Iterator[RunningAgent]:
-    """hostNetwork pods need --allow-privileged; their address is the node's (127.0.0.1)."""
-    running = start_agent(cluster, docker_env, tmp_path / "root", allow_privileged=True)
-    yield running
-    if running.thread.is_alive():
-        running.stop()
 
 
 def test_grpc_readiness_asks_the_health_service(

@@ -9,14 +9,13 @@ skipped; the fake and the default real server (v1.34) keep it.
 
 from __future__ import annotations
 
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
 import pytest
 
 from kubelet_sim import cri
-from tests.agent_fixture import RunningAgent, start_agent
+from tests.agent_fixture import RunningAgent
 from tests.cluster import ApiUnderTest, server_has_field, wait_for
 from tests.docker_env import DockerEnv
 from tests.pods import (
@@ -49,10 +48,9 @@ def log_dir(tmp_path: Path) -> Path:
 
 
 @pytest.fixture
-def agent(cluster: ApiUnderTest, docker_env: DockerEnv, tmp_path: Path) -> Iterator[RunningAgent]:
-    running = start_agent(cluster, docker_env, tmp_path / "root", allow_privileged=True)
-    yield running
-    running.stop()
+def agent(privileged_agent: RunningAgent) -> RunningAgent:
+    """The log directory is a hostPath volume: the agent runs with --allow-privileged."""
+    return privileged_agent
 
 
 def _step(name: str, on_term: str = "exit 0") -> list[str]:

@@ -105,21 +105,17 @@ def test_host_path_is_refused_without_allow_privileged(
 
 
 def test_allow_privileged_admits_host_path_and_added_capabilities(
-    cluster: ApiUnderTest, docker_env: DockerEnv, tmp_path: Path
+    cluster: ApiUnderTest, privileged_agent: RunningAgent
 ) -> None:
-    running = start_agent(cluster, docker_env, tmp_path / "root", allow_privileged=True)
-    try:
-        mounts = [{"name": "host", "mountPath": "/host", "readOnly": True}]
-        caps = {"capabilities": {"add": ["NET_ADMIN"]}}
-        make_pod(
-            cluster,
-            "trusted",
-            container(volumeMounts=mounts, securityContext=caps),
-            volumes=HOST_PATH,
-        )
-        wait_status(cluster, "trusted", running_ready, 30, "Running with --allow-privileged")
-    finally:
-        running.stop()
+    mounts = [{"name": "host", "mountPath": "/host", "readOnly": True}]
+    caps = {"capabilities": {"add": ["NET_ADMIN"]}}
+    make_pod(
+        cluster,
+        "trusted",
+        container(volumeMounts=mounts, securityContext=caps),
+        volumes=HOST_PATH,
+    )
+    wait_status(cluster, "trusted", running_ready, 30, "Running with --allow-privileged")
 
 
 def test_sub_path_symlink_planted_by_a_container_does_not_leave_the_volume(
@@ -269,29 +265,25 @@ def test_ephemeral_containers_reaching_the_host_are_refused_without_allow_privil
 
 
 def test_with_allow_privileged_ephemeral_containers_reach_docker_as_asked(
-    cluster: ApiUnderTest, docker_env: DockerEnv, tmp_path: Path
+    cluster: ApiUnderTest, docker_env: DockerEnv, privileged_agent: RunningAgent
 ) -> None:
-    running = start_agent(cluster, docker_env, tmp_path / "root", allow_privileged=True)
-    try:
-        pod = make_pod(cluster, "trusted")
-        wait_status(cluster, "trusted", running_ready, 30, "Running")
-        _debug(cluster, "trusted", ROOT, ADMIN)
-        admin = _host_config_once_running(
-            cluster, docker_env, pod, "admin", "the SYS_ADMIN container running"
-        )
-        added = {c.upper().removeprefix("CAP_") for c in admin["CapAdd"] or ()}
-        assert added == {"SYS_ADMIN"}
-        # The privileged one runs too, also where the engine lacks a capability (issue 21
-        # item 5): then as containerd's privileged, spelled out (tests/security/test_privileged.py).
-        host = _host_config_once_running(
-            cluster, docker_env, pod, "root", "the privileged container running"
-        )
-        assert host["Privileged"] is True or (
-            "CAP_SYS_ADMIN" in host["CapAdd"] and "seccomp=unconfined" in host["SecurityOpt"]
-        )
-        assert running_ready(status_of(cluster, "trusted"))
-    finally:
-        running.stop()
+    pod = make_pod(cluster, "trusted")
+    wait_status(cluster, "trusted", running_ready, 30, "Running")
+    _debug(cluster, "trusted", ROOT, ADMIN)
+    admin = _host_config_once_running(
+        cluster, docker_env, pod, "admin", "the SYS_ADMIN container running"
+    )
+    added = {c.upper().removeprefix("CAP_") for c in admin["CapAdd"] or ()}
+    assert added == {"SYS_ADMIN"}
+    # The privileged one runs too, also where the engine lacks a capability (issue 21
+    # item 5): then as containerd's privileged, spelled out (tests/security/test_privileged.py).
+    host = _host_config_once_running(
+        cluster, docker_env, pod, "root", "the privileged container running"
+    )
+    assert host["Privileged"] is True or (
+        "CAP_SYS_ADMIN" in host["CapAdd"] and "seccomp=unconfined" in host["SecurityOpt"]
+    )
+    assert running_ready(status_of(cluster, "trusted"))
 
 
 def test_a_status_that_says_started_is_no_admission(
