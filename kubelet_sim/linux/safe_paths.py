@@ -4,6 +4,7 @@ acts in must be one nobody else could have planted files or symlinks in."""
 
 from __future__ import annotations
 
+import contextlib
 import os
 import stat
 import subprocess
@@ -28,6 +29,16 @@ def resolve_within(base: Path, path: Path, what: str = "path") -> Path:
     if resolved != base and base not in resolved.parents:
         raise UnsafePath(f"{what} {str(resolved)!r} not within {str(base)!r}")
     return resolved.relative_to(base)
+
+
+def make_dir(path: Path, mode: int) -> Path:
+    """`path` (its parent must exist) with exactly `mode`, whatever the umask (the pod
+    directories the volume manager and the runtime's pod files share)."""
+    with contextlib.suppress(FileExistsError):
+        path.mkdir(mode=mode)
+    if (path.stat().st_mode & 0o7777) != mode:
+        os.chmod(path, mode)
+    return path
 
 
 def own_directory(path: Path) -> None:

@@ -5,25 +5,15 @@ Layout as the kubelet's: `<root>/pods/<uid>/containers/<name>/<attempt>-terminat
 
 from __future__ import annotations
 
-import contextlib
 import json
 import os
 from pathlib import Path
 from typing import Any
 
-from kubelet_sim.linux.safe_paths import remove_tree, safe_part
+from kubelet_sim.linux.safe_paths import make_dir, remove_tree, safe_part
 
 # kubecontainer.MaxContainerTerminationMessageLength: the kubelet keeps the file's last 4 KiB.
 MAX_TERMINATION_MESSAGE_BYTES = 4096
-
-
-def _make_dir(path: Path, mode: int) -> Path:
-    """`path` with exactly `mode`, whatever the umask (as the volume manager's pod dirs)."""
-    with contextlib.suppress(FileExistsError):
-        path.mkdir(mode=mode)
-    if (path.stat().st_mode & 0o7777) != mode:
-        os.chmod(path, mode)
-    return path
 
 
 class PodFiles:
@@ -43,8 +33,8 @@ class PodFiles:
     def make_pod_dir(self, pod_uid: str) -> Path:
         self.root.parent.mkdir(parents=True, exist_ok=True)
         for path, mode in ((self.root, 0o700), (self.root / "pods", 0o750)):
-            _make_dir(path, mode)
-        return _make_dir(self.pod_dir(pod_uid), 0o750)
+            make_dir(path, mode)
+        return make_dir(self.pod_dir(pod_uid), 0o750)
 
     def termination_log(self, pod_uid: str, container: str, attempt: int) -> Path:
         return (

@@ -12,13 +12,11 @@ serialises them).
 
 from __future__ import annotations
 
-import contextlib
-import os
 from pathlib import Path
 from typing import Any
 
 from kubelet_sim.formats.quantity import value
-from kubelet_sim.linux.safe_paths import remove_tree, safe_part
+from kubelet_sim.linux.safe_paths import make_dir, remove_tree, safe_part
 from kubelet_sim.logs import get_logger
 from kubelet_sim.pod.admission import Allocatable
 from kubelet_sim.pod.spec import PodView
@@ -33,15 +31,6 @@ def failed_mount(volume: str, error: str) -> str:
 
 
 ROOT_MODE, POD_DIR_MODE = 0o700, 0o750  # the kubelet's pod dirs are 0750
-
-
-def make_dir(path: Path, mode: int) -> Path:
-    """`path` (its parent must exist) with exactly `mode`, whatever the umask."""
-    with contextlib.suppress(FileExistsError):
-        path.mkdir(mode=mode)
-    if (path.stat().st_mode & 0o7777) != mode:
-        os.chmod(path, mode)
-    return path
 
 
 class VolumeManager:
