@@ -9,7 +9,6 @@ from __future__ import annotations
 import contextlib
 import json
 import os
-import signal
 import subprocess
 import sys
 import tempfile
@@ -28,21 +27,11 @@ from bench import dockerside
 from bench.kube import api_client
 from bench.times import parse_time
 from kubelet_sim.controlplane.binaries import DEFAULT_KUBE_VERSION, find_binaries
-from kubelet_sim.controlplane.cluster import ControlPlane
+from kubelet_sim.controlplane.cluster import ControlPlane, stop_child
 from kubelet_sim.runtime.local_images import PAUSE_IMAGE
 
 REPO = Path(__file__).resolve().parent.parent
 AGENT_USER_AGENT_PREFIX = "kubelet-sim/"
-
-
-def _terminate(proc: subprocess.Popen[Any], timeout: float) -> None:
-    if proc.poll() is None:
-        proc.send_signal(signal.SIGTERM)
-        try:
-            proc.wait(timeout)
-        except subprocess.TimeoutExpired:
-            proc.kill()
-            proc.wait(5)
 
 
 def spawn_kubelet_sim(
@@ -61,7 +50,7 @@ def spawn_kubelet_sim(
 
 def stop_process(proc: subprocess.Popen[Any], timeout: float) -> None:
     """SIGTERM, then SIGKILL after `timeout` seconds."""
-    _terminate(proc, timeout)
+    stop_child(proc, timeout, kill_wait=5)
 
 
 class FakeProcess:
@@ -97,7 +86,7 @@ class FakeProcess:
         return records
 
     def stop(self) -> None:
-        _terminate(self.proc, 10)
+        stop_child(self.proc, 10, kill_wait=5)
 
 
 class AgentProcess:
@@ -190,7 +179,7 @@ class AgentProcess:
                 raise RuntimeError(f"kubelet-sim not running after {timeout}s")
 
     def stop(self) -> None:
-        _terminate(self.proc, 20)
+        stop_child(self.proc, 20, kill_wait=5)
         self._reader.join(5)
         with contextlib.suppress(OSError):
             self._log.close()

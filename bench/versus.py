@@ -44,6 +44,7 @@ from bench.stages import GONE, READY, PodTimes
 from kubelet_sim.assembly.build import reading_runtime
 from kubelet_sim.assembly.process import engine_for
 from kubelet_sim.compare.scenarios import tolerations_for
+from kubelet_sim.controlplane.cluster import stop_child
 from kubelet_sim.demo.session import REFERENCE_NODE
 from kubelet_sim.demo.state_dir import DemoState
 from kubelet_sim.runtime.local_images import PAUSE_IMAGE, ensure_local_images
@@ -130,13 +131,8 @@ class DemoCluster:
                 self._up.set()
 
     def __exit__(self, *_exc: object) -> None:
-        if self.proc is not None and self.proc.poll() is None:
-            self.proc.send_signal(signal.SIGINT)
-            try:
-                self.proc.wait(STOP_WAIT)
-            except subprocess.TimeoutExpired:
-                self.proc.kill()
-                self.proc.wait(10)
+        if self.proc is not None:
+            stop_child(self.proc, STOP_WAIT, sig=signal.SIGINT)
         shutil.rmtree(self.directory, ignore_errors=True)
 
 

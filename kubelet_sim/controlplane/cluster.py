@@ -25,6 +25,7 @@ import urllib.request
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 
 from kubelet_sim.controlplane.binaries import Binaries
 from kubelet_sim.controlplane.pki import CertificateAuthority, CertPair, service_account_keys
@@ -60,6 +61,23 @@ def spawn_child(
             cwd=cwd,
             start_new_session=True,
         )
+
+
+def stop_child(
+    proc: subprocess.Popen[Any],
+    grace: float,
+    *,
+    sig: signal.Signals = signal.SIGTERM,
+    kill_wait: float = 10,
+) -> None:
+    """`sig` to a child still running, then SIGKILL if it has not ended `grace` seconds later."""
+    if proc.poll() is None:
+        proc.send_signal(sig)
+        try:
+            proc.wait(grace)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            proc.wait(kill_wait)
 
 
 @dataclass(frozen=True)

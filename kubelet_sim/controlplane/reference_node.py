@@ -27,7 +27,6 @@ import json
 import os
 import secrets
 import shutil
-import signal
 import ssl
 import subprocess
 import tempfile
@@ -40,7 +39,12 @@ from pathlib import Path
 from typing import Any
 
 from kubelet_sim.controlplane import binaries, cni_chains, host, reference_config
-from kubelet_sim.controlplane.cluster import _DIE_WITH_PARENT, ControlPlane, spawn_child
+from kubelet_sim.controlplane.cluster import (
+    _DIE_WITH_PARENT,
+    ControlPlane,
+    spawn_child,
+    stop_child,
+)
 from kubelet_sim.controlplane.cri_client import CriClient
 from kubelet_sim.controlplane.reference_config import CNI_BIN_DIR, find_kubelet
 
@@ -401,15 +405,8 @@ class ReferenceNode:
 
     def _end(self, name: str) -> None:
         proc = self._procs.pop(name, None)
-        if proc is None:
-            return
-        if proc.poll() is None:
-            proc.send_signal(signal.SIGTERM)
-            try:
-                proc.wait(STOP_GRACE)
-            except subprocess.TimeoutExpired:
-                proc.kill()
-                proc.wait(10)
+        if proc is not None:
+            stop_child(proc, STOP_GRACE)
 
     def _tail(self, name: str, lines: int = 25) -> str:
         return "\n".join(self.log(name).splitlines()[-lines:])
