@@ -14,7 +14,6 @@ import contextlib
 import json
 import shutil
 import sys
-import tempfile
 import time
 from dataclasses import asdict, dataclass, field
 from datetime import UTC, datetime
@@ -24,7 +23,7 @@ from typing import Any
 from kubernetes import client
 
 from bench import dockerfloor, dockerside, measure, report, scale, startup
-from bench.kube import BUSYBOX, api_client
+from bench.kube import api_client
 from bench.measure import RunResult
 from bench.processes import AGENT_USER_AGENT_PREFIX
 from bench.report import percentile
@@ -408,25 +407,17 @@ def _stop_agent(owned: startup.Owned, core: Any, node: str, dk: Any) -> None:
     owned.agent.stop()
     with contextlib.suppress(*dockerside.REMOVE_FAILED):
         dockerside.remove_node_containers(dk, node)
-    if owned.agent.warnings:
-        print(f"bench: the agent logged {len(owned.agent.warnings)} warning(s), first ones:")
-        for line in owned.agent.warnings[:5]:
-            print("  " + line)
+    startup.print_warnings(owned.agent)
     with contextlib.suppress(client.ApiException):
         core.delete_node(node)
 
 
 def main(argv: list[str] | None = None) -> int:
     args = parse_args(argv)
-    deadline = measure.Deadline(args.deadline)
-    owned = startup.Owned()
-    startup.watchdog(owned, args.deadline + startup.GRACE_AFTER_DEADLINE)
-    dk = dockerside.connect()
-    for image in (BUSYBOX, args.pause_image):
-        if not dk.api.images(name=image):
-            print(f"bench: image {image} missing (see kubelet_sim.runtime.local_images)")
-            return 2
-    owned.tmp = Path(tempfile.mkdtemp(prefix="kubelet-sim-perf-"))
+    begun = startup.begin(args, "kubelet-sim-perf-")
+    if begun is None:
+        return 2
+    deadline, owned, dk = begun
     try:
         kubeconfig = startup.start_api_and_agent(args, owned, deadline)
         core = client.CoreV1Api(api_client(kubeconfig))

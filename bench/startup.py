@@ -127,6 +127,29 @@ def watchdog(owned: Owned, seconds: float) -> None:
     timer.start()
 
 
+def begin(args: argparse.Namespace, tmp_prefix: str) -> tuple[measure.Deadline, Owned, Any] | None:
+    """A bench run's start: its deadline, what it will own (with the watchdog on it), Docker,
+    and a temporary directory; None (said why) when an image the pods need is missing."""
+    deadline = measure.Deadline(args.deadline)
+    owned = Owned()
+    watchdog(owned, args.deadline + GRACE_AFTER_DEADLINE)
+    dk = dockerside.connect()
+    for image in (BUSYBOX, args.pause_image):
+        if not dk.api.images(name=image):
+            print(f"bench: image {image} missing (see kubelet_sim.runtime.local_images)")
+            return None
+    owned.tmp = Path(tempfile.mkdtemp(prefix=tmp_prefix))
+    return deadline, owned, dk
+
+
+def print_warnings(agent: AgentProcess) -> None:
+    """The first of the warnings the agent logged, if any."""
+    if agent.warnings:
+        print(f"bench: the agent logged {len(agent.warnings)} warning(s), first ones:")
+        for line in agent.warnings[:5]:
+            print("  " + line)
+
+
 def start_api_and_agent(args: argparse.Namespace, owned: Owned, deadline: measure.Deadline) -> str:
     """The API server asked for (a real one, the fake, or the given kubeconfig's) and the agent
     unless told not to; the kubeconfig to measure with."""
@@ -184,15 +207,10 @@ def _run_sizes(
 
 def main(argv: list[str] | None = None) -> int:
     args = parse_args(argv)
-    deadline = measure.Deadline(args.deadline)
-    owned = Owned()
-    watchdog(owned, args.deadline + GRACE_AFTER_DEADLINE)
-    dk = dockerside.connect()
-    for image in (BUSYBOX, args.pause_image):
-        if not dk.api.images(name=image):
-            print(f"bench: image {image} missing (see kubelet_sim.runtime.local_images)")
-            return 2
-    owned.tmp = Path(tempfile.mkdtemp(prefix="kubelet-sim-bench-"))
+    begun = begin(args, "kubelet-sim-bench-")
+    if begun is None:
+        return 2
+    deadline, owned, dk = begun
     try:
         kubeconfig = start_api_and_agent(args, owned, deadline)
         api = api_client(kubeconfig)
@@ -217,10 +235,8 @@ def main(argv: list[str] | None = None) -> int:
             print(f"\nbench: results in {path}")
             if args.compare_node:
                 print(report.render_ratios(results, args.node_name, args.compare_node))
-        if owned.agent and owned.agent.warnings:
-            print(f"bench: the agent logged {len(owned.agent.warnings)} warning(s), first ones:")
-            for line in owned.agent.warnings[:5]:
-                print("  " + line)
+        if owned.agent:
+            print_warnings(owned.agent)
         return 0 if results else 1
     finally:
         owned.stop_processes()
