@@ -58,7 +58,7 @@ from kubelet_sim import cri
 from kubelet_sim.controlplane.binaries import BinariesMissing, find_binaries
 from kubelet_sim.controlplane.cluster import write_kubeconfig
 from kubelet_sim.controlplane.pki import CertificateAuthority, service_account_keys
-from kubelet_sim.kube.rest import ApiError, request_json
+from kubelet_sim.kube.rest import ApiError, exists, request_json
 from kubelet_sim.runtime.local_images import PAUSE_IMAGE
 from tests.agent_process import AgentProcess
 from tests.cluster import ApiUnderTest, _Session, wait_for
@@ -260,20 +260,11 @@ class KindLike:
         name = f"{prefix}-{secrets.token_hex(3)}"
         self.post("/api/v1/namespaces", {"metadata": {"name": name}})
         path = f"/api/v1/namespaces/{name}/serviceaccounts/default"
-        wait_for(lambda: self._exists(path), 30, f"serviceaccount {name}/default")
+        wait_for(lambda: exists(self.api, path), 30, f"serviceaccount {name}/default")
         return name
 
     def post(self, path: str, body: dict[str, Any]) -> dict[str, Any]:
         return request_json(self.api, "POST", path, body)
-
-    def _exists(self, path: str) -> bool:
-        try:
-            request_json(self.api, "GET", path)
-        except ApiError as exc:
-            if exc.not_found:
-                return False
-            raise
-        return True
 
     # --- start and stop --------------------------------------------------------------------
 
@@ -306,7 +297,7 @@ class KindLike:
         self.api = config.new_client_from_config(config_file=str(self.admin_kubeconfig))  # type: ignore[no-untyped-call]
         self.core = client.CoreV1Api(self.api)
         path = "/api/v1/namespaces/default/serviceaccounts/default"
-        self._wait(lambda: self._exists(path), timeout, "kube-controller-manager")
+        self._wait(lambda: exists(self.api, path), timeout, "kube-controller-manager")
         self._bootstrap()
         return self
 

@@ -24,7 +24,7 @@ from kubelet_sim.compare.scenarios import Scenario, pod_for
 from kubelet_sim.formats.jsontypes import Json
 from kubelet_sim.formats.versions import minor_of
 from kubelet_sim.kube.client import KubeConnection
-from kubelet_sim.kube.rest import ApiError, request_json
+from kubelet_sim.kube.rest import read_json, request_json
 
 MAX_REPORTED_IMAGES = 50  # the kubelet's --node-status-max-images default
 NEVER_RESOLVED = ".invalid"
@@ -132,12 +132,10 @@ def why_unfair(
     """`refusal` for the cluster's two Nodes and its API server, read now."""
     found: list[NodeFacts] = []
     for name in (node, reference_node):
-        try:
-            found.append(NodeFacts.of(request_json(kube.api, "GET", f"/api/v1/nodes/{name}")))
-        except ApiError as exc:
-            if exc.not_found:
-                return None  # the runner's error says which node is missing
-            raise
+        node_object = read_json(kube.api, f"/api/v1/nodes/{name}")
+        if node_object is None:
+            return None  # the runner's error says which node is missing
+        found.append(NodeFacts.of(node_object))
     version = request_json(kube.api, "GET", "/version").get("gitVersion")
     ours, reference = found
     return refusal(ours, reference, version, required_images(scenarios, image))

@@ -32,7 +32,7 @@ from kubelet_sim.compare.verdict import Verdict, judge_all
 from kubelet_sim.formats.jsontypes import Json
 from kubelet_sim.kube.client import KubeConnection
 from kubelet_sim.kube.informer import DELETED, Informer
-from kubelet_sim.kube.rest import ApiError, request_json
+from kubelet_sim.kube.rest import ApiError, exists, request_json
 from kubelet_sim.kube.schema import ServerSchema
 from kubelet_sim.kube.watches import events_in_namespace, pods_in_namespace
 from kubelet_sim.loops.clock import SYSTEM_CLOCK, Clock
@@ -295,16 +295,6 @@ def _wait_until(
     return True
 
 
-def _exists(kube: KubeConnection, path: str) -> bool:
-    try:
-        request_json(kube.api, "GET", path)
-    except ApiError as exc:
-        if exc.not_found:
-            return False
-        raise
-    return True
-
-
 def _namespace_defaults(
     kube: KubeConnection, namespace: str, stop: threading.Event, clock: Clock
 ) -> None:
@@ -326,7 +316,7 @@ def _namespace_defaults(
         )
     for collection, body in wanted:
         path = f"{collection}/{body['metadata']['name']}"
-        if _wait_until(lambda path=path: _exists(kube, path), DEFAULTS_WAIT, stop, clock):  # type: ignore[misc]
+        if _wait_until(lambda path=path: exists(kube.api, path), DEFAULTS_WAIT, stop, clock):  # type: ignore[misc]
             continue
         with contextlib.suppress(ApiError):  # made meanwhile (AlreadyExists), or not ours to make
             request_json(kube.api, "POST", collection, body)

@@ -132,6 +132,11 @@ def read_json(api: client.ApiClient, path: str) -> Json | None:
         raise
 
 
+def exists(api: client.ApiClient, path: str) -> bool:
+    """Whether GET `path` finds the object (a 404 is False, another error raises)."""
+    return read_json(api, path) is not None
+
+
 def delete_options(uid: str, grace: int | None = None) -> Json:
     """DeleteOptions that delete only the object of this UID (one made again under the name
     is someone else's), with a grace period where given."""

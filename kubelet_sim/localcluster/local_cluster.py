@@ -16,7 +16,7 @@ from kubelet_sim.controlplane.binaries import Binaries
 from kubelet_sim.controlplane.cluster import API_SERVICE_IP, ControlPlane
 from kubelet_sim.formats.jsontypes import Json
 from kubelet_sim.kube.client import KubeConnection, connect
-from kubelet_sim.kube.rest import ApiError, request_json
+from kubelet_sim.kube.rest import exists, request_json
 from kubelet_sim.localcluster.pod_endpoint import make_pod_endpoint
 from kubelet_sim.runtime.engine import DockerEngine
 
@@ -191,11 +191,7 @@ def wait_default_account(
     path = f"/api/v1/namespaces/{namespace}/serviceaccounts/default"
     deadline = time.monotonic() + timeout
     while not stop.is_set() and time.monotonic() < deadline:
-        try:
-            request_json(admin.api, "GET", path)
+        if exists(admin.api, path):
             return True
-        except ApiError as exc:
-            if exc.status != 404:
-                raise
         stop.wait(0.2)
     return False

@@ -21,7 +21,7 @@ from typing import Any
 from kubelet_sim.formats.jsontypes import Json
 from kubelet_sim.kube.client import KubeConnection
 from kubelet_sim.kube.informer import Informer, WatchTimeouts
-from kubelet_sim.kube.rest import ApiError, request_json
+from kubelet_sim.kube.rest import ApiError, read_json, request_json
 from kubelet_sim.kube.watches import (
     all_nodes,
     events_with_reason,
@@ -163,11 +163,9 @@ class Sources:
                 else:
                     items = []
                     for node in self.state.our_nodes:
-                        try:
-                            items.append(request_json(self.kube.api, "GET", f"{LEASES}/{node}"))
-                        except ApiError as exc:
-                            if not exc.not_found:
-                                raise
+                        lease = read_json(self.kube.api, f"{LEASES}/{node}")
+                        if lease is not None:
+                            items.append(lease)
                 renewed = {
                     str((i.get("metadata") or {}).get("name")): (i.get("spec") or {}).get(
                         "renewTime"
