@@ -133,7 +133,7 @@ class RequestLog:
         name: str | None = None,
         since: float | None = None,
     ) -> list[RequestRecord]:
-        """Records matching every given filter (subresource "" means the main resource)."""
+        """Records matching every given filter (subresource "" = main resource, None = any)."""
         with self._lock:
             records = list(self._records)
         return [

@@ -106,6 +106,7 @@ class FakeApiServer:
         self.registry = Registry(self.store, self.types)
         self.faults = Faults()
         self.log = RequestLog()
+        self.requests = self.log.find  # the logged requests matching filters, as the log finds them
         self._port = port
         self._tokens: dict[str, str] = {}
         self._conn_lock = threading.Lock()
@@ -233,18 +234,6 @@ class FakeApiServer:
         self.faults.reset()
 
     # --- request log and direct access ------------------------------------------------------
-
-    def requests(
-        self,
-        verb: str | None = None,
-        resource: str | None = None,
-        subresource: str | None = None,
-        namespace: str | None = None,
-        name: str | None = None,
-        since: float | None = None,
-    ) -> list[RequestRecord]:
-        """Logged requests matching the filters (subresource "" = main resource, None = any)."""
-        return self.log.find(verb, resource, subresource, namespace, name, since)
 
     def count(self, verb: str, resource: str, subresource: str | None = None) -> int:
         """How many requests of that verb hit the resource (any subresource when None)."""
