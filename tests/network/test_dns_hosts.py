@@ -7,9 +7,10 @@ from pathlib import Path
 from typing import Any
 
 from kubelet_sim.pod.dns import NodeDNS, parse_resolv_conf
-from tests.agent_fixture import start_agent
+from tests.agent_fixture import RunningAgent, start_agent
 from tests.cluster import ApiUnderTest
 from tests.docker_env import DockerEnv
+from tests.network.expected_hosts import ALIASED, aliased_hosts
 from tests.pods import (
     container,
     ended_output,
@@ -29,20 +30,26 @@ def _shown(cluster: ApiUnderTest, docker_env: DockerEnv, name: str, **spec: Any)
     return ended_output(cluster, docker_env, name).split("===\n")
 
 
+def _agent(
+    cluster: ApiUnderTest, docker_env: DockerEnv, root: Path, *cluster_dns: str
+) -> RunningAgent:
+    """An agent whose pods have `cluster_dns` (its --cluster-dns) and NODE_RESOLVER."""
+    return start_agent(
+        cluster, docker_env, root, dns=NodeDNS(cluster_dns, "cluster.local", NODE_RESOLVER)
+    )
+
+
 def test_cluster_first_pod_with_a_subdomain_aliases_and_its_fqdn(
     cluster: ApiUnderTest, docker_env: DockerEnv, tmp_path: Path
 ) -> None:
-    dns = NodeDNS(("10.96.0.10",), "cluster.local", NODE_RESOLVER)
-    running = start_agent(cluster, docker_env, tmp_path / "root", dns=dns)
+    running = _agent(cluster, docker_env, tmp_path / "root", "10.96.0.10")
     try:
         resolv, hosts, hostname = _shown(
             cluster,
             docker_env,
             "named",
-            hostname="web",
-            subdomain="backends",
             setHostnameAsFQDN=True,
-            hostAliases=[{"ip": "10.9.9.9", "hostnames": ["one.example", "two.example"]}],
+            **ALIASED,
         )
         ns = cluster.namespace
         assert resolv == (
@@ -51,19 +58,7 @@ def test_cluster_first_pod_with_a_subdomain_aliases_and_its_fqdn(
             "options ndots:5\n"
         )
         pod_ip = status_of(cluster, "named")["podIP"]
-        assert hosts == (
-            "# Kubernetes-managed hosts file.\n"
-            "127.0.0.1\tlocalhost\n"
-            "::1\tlocalhost ip6-localhost ip6-loopback\n"
-            "fe00::0\tip6-localnet\n"
-            "fe00::0\tip6-mcastprefix\n"
-            "fe00::1\tip6-allnodes\n"
-            "fe00::2\tip6-allrouters\n"
-            f"{pod_ip}\tweb.backends.{ns}.svc.cluster.local\tweb\n"
-            "\n"
-            "# Entries added by HostAliases.\n"
-            "10.9.9.9\tone.example\ttwo.example\n"
-        )
+        assert hosts == aliased_hosts(pod_ip, ns)
         assert hostname == f"web.backends.{ns}.svc.cluster.local\n"
     finally:
         running.stop()
@@ -72,8 +67,7 @@ def test_cluster_first_pod_with_a_subdomain_aliases_and_its_fqdn(
 def test_dns_policies_none_and_default_and_the_missing_cluster_dns(
     cluster: ApiUnderTest, docker_env: DockerEnv, tmp_path: Path
 ) -> None:
-    dns = NodeDNS((), "cluster.local", NODE_RESOLVER)  # no --cluster-dns
-    running = start_agent(cluster, docker_env, tmp_path / "root", dns=dns)
+    running = _agent(cluster, docker_env, tmp_path / "root")  # no --cluster-dns
     try:
         config = {"nameservers": ["1.1.1.1"], "searches": ["a.example"],
                   "options": [{"name": "ndots", "value": "2"}]}  # fmt: skip
@@ -98,8 +92,7 @@ def test_dns_policies_none_and_default_and_the_missing_cluster_dns(
 def test_a_too_long_fqdn_fails_the_sandbox_as_the_kubelet_says(
     cluster: ApiUnderTest, docker_env: DockerEnv, tmp_path: Path
 ) -> None:
-    dns = NodeDNS(("10.96.0.10",), "cluster.local", NODE_RESOLVER)
-    running = start_agent(cluster, docker_env, tmp_path / "root", dns=dns)
+    running = _agent(cluster, docker_env, tmp_path / "root", "10.96.0.10")
     try:
         make_pod(cluster, "long", hostname="h" * 50, subdomain="s", setHostnameAsFQDN=True)
         wait_for_events(cluster, "long", "FailedCreatePodSandBox", timeout=20)

@@ -16,6 +16,7 @@ from kubelet_sim.pod.dns import (
 )
 from kubelet_sim.pod.spec import PodView
 from tests.manifests import pod_manifest, served
+from tests.network.expected_hosts import ALIASED, aliased_hosts
 
 HOST = parse_resolv_conf(
     "# comment\nnameserver 10.0.0.2\nsearch old.example\nsearch corp.example. lab.example\n"
@@ -103,23 +104,9 @@ def test_an_empty_resolv_conf_flag_points_pods_at_the_node_itself() -> None:
 
 
 def test_hosts_file_names_the_pod_and_its_aliases() -> None:
-    aliased = pod(
-        hostname="web",
-        subdomain="backends",
-        hostAliases=[{"ip": "10.9.9.9", "hostnames": ["one.example", "two.example"]}],
-    )
-    assert hosts_file(aliased, ["172.17.0.5"], "web", "cluster.local", "") == (
-        "# Kubernetes-managed hosts file.\n"
-        "127.0.0.1\tlocalhost\n"
-        "::1\tlocalhost ip6-localhost ip6-loopback\n"
-        "fe00::0\tip6-localnet\n"
-        "fe00::0\tip6-mcastprefix\n"
-        "fe00::1\tip6-allnodes\n"
-        "fe00::2\tip6-allrouters\n"
-        "172.17.0.5\tweb.backends.ns.svc.cluster.local\tweb\n"
-        "\n"
-        "# Entries added by HostAliases.\n"
-        "10.9.9.9\tone.example\ttwo.example\n"
+    aliased = pod(**ALIASED)
+    assert hosts_file(aliased, ["172.17.0.5"], "web", "cluster.local", "") == aliased_hosts(
+        "172.17.0.5", "ns"
     )
     assert hosts_file(pod(), ["172.17.0.5"], "p", "", "").endswith("172.17.0.5\tp\n")
     host = hosts_file(pod(hostNetwork=True), ["10.0.0.1"], "p", "", "127.0.0.1 node\n")
