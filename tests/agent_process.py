@@ -23,6 +23,21 @@ from tests.docker_env import DockerEnv
 from tests.mounts import remove_root
 
 
+def run_command(
+    *args: str, timeout: float = 30, env: dict[str, str] | None = None
+) -> subprocess.CompletedProcess[str]:
+    """`kubelet-sim ARGS` run to its end, its output captured as text (`env`: the whole
+    environment, this process's when None)."""
+    return subprocess.run(
+        [sys.executable, "-m", "kubelet_sim", *args],
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+        check=False,
+        env=env,
+    )
+
+
 class AgentProcess:
     def __init__(self, args: list[str], env: dict[str, str] | None = None) -> None:
         self.proc = subprocess.Popen(

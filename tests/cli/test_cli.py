@@ -4,13 +4,12 @@ from __future__ import annotations
 
 import json
 import subprocess
-import sys
 from pathlib import Path
 from typing import Any
 
 import pytest
 
-from tests.agent_process import AgentProcess, running_agent
+from tests.agent_process import AgentProcess, run_command, running_agent
 from tests.cluster import ApiUnderTest, wait_for
 
 pytestmark = pytest.mark.docker
@@ -19,14 +18,7 @@ pytestmark = pytest.mark.docker
 def _run(*args: str, env: dict[str, str] | None = None) -> subprocess.CompletedProcess[str]:
     import os
 
-    return subprocess.run(
-        [sys.executable, "-m", "kubelet_sim", *args],
-        capture_output=True,
-        text=True,
-        timeout=30,
-        check=False,
-        env={**os.environ, **(env or {})},
-    )
+    return run_command(*args, env={**os.environ, **(env or {})})
 
 
 def _wait_ready(cluster: ApiUnderTest, agent: AgentProcess, timeout: float = 30) -> None:

@@ -26,6 +26,7 @@ import pytest
 from kubelet_sim.controlplane.binaries import BinariesMissing, find_binaries
 from kubelet_sim.runtime.local_images import BUSYBOX_IMAGE, PAUSE_IMAGE
 from kubelet_sim.tools.handoff import HOLD_ENV
+from tests.agent_process import run_command
 from tests.cluster import deadline_scale, wait_for
 from tests.docker_env import DockerEnv
 from tests.handoff_order import STREAM_HOLD, in_order
@@ -308,14 +309,7 @@ def test_missing_binaries_say_how_to_get_them(tmp_path: Path) -> None:
         if k not in ("KUBEBUILDER_ASSETS", "KUBELET_SIM_KUBE_BIN", "KUBELET_SIM_KUBE_BIN_DIR")
     }
     env.update(PATH=str(empty), XDG_CACHE_HOME=str(empty))
-    done = subprocess.run(
-        [sys.executable, "-m", "kubelet_sim", "demo", "--state-dir", str(tmp_path / "s")],
-        capture_output=True,
-        text=True,
-        env=env,
-        timeout=60,
-        check=False,
-    )
+    done = run_command("demo", "--state-dir", str(tmp_path / "s"), timeout=60, env=env)
     assert done.returncode == 2, done.stderr
     assert "kube-apiserver" in done.stderr
     for way in ("--download", "--kube-bin", "kubelet-sim --node-name"):

@@ -11,8 +11,6 @@ import contextlib
 import json
 import os
 import stat
-import subprocess
-import sys
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -25,7 +23,7 @@ from kubelet_sim.kube.client import connect
 from kubelet_sim.kube.rest import ApiError, request_json
 from kubelet_sim.kube.tls_bootstrap import CURRENT, SIGNER
 from kubelet_sim.runtime.local_images import PAUSE_IMAGE
-from tests.agent_process import AgentProcess, remove_containers_of
+from tests.agent_process import AgentProcess, remove_containers_of, run_command
 from tests.cluster import CSR_CERTIFICATE_SECONDS, ApiUnderTest, wait_for
 from tests.kubeenv import kube_version
 from tests.mounts import remove_root
@@ -94,13 +92,7 @@ def joined(cluster: ApiUnderTest, tmp_path: Path) -> Iterator[tuple[list[str], P
     admin = connect(cluster.kubeconfig)
     bootstrap = tmp_path / "bootstrap.kubeconfig"
     command = ["join-token", "-o", str(bootstrap), "--kubeconfig", cluster.kubeconfig]
-    made = subprocess.run(
-        [sys.executable, "-m", "kubelet_sim", *command, "--ttl", "1h"],
-        capture_output=True,
-        text=True,
-        timeout=60,
-        check=False,
-    )
+    made = run_command(*command, "--ttl", "1h", timeout=60)
     assert made.returncode == 0, made.stderr
     assert stat.S_IMODE(bootstrap.stat().st_mode) == 0o600
     token = json.loads(bootstrap.read_text())["users"][0]["user"]["token"]
