@@ -3,15 +3,18 @@
 from __future__ import annotations
 
 import json
-import subprocess
-import sys
+from collections.abc import Iterator
+from contextlib import contextmanager
 from datetime import timedelta
 from pathlib import Path
+from typing import Any
 
 import pytest
 
 from kubelet_sim.kube.client import connect
+from kubelet_sim.tools.trace import Step
 from tests.agent_fixture import start_agent
+from tests.agent_process import run_command
 from tests.cluster import ApiUnderTest, wait_for
 from tests.docker_env import DockerEnv
 from tests.pods import container, make_pod, running_ready, traced, wait_status
@@ -35,69 +38,59 @@ STEPS = [
 ]
 
 
+@contextmanager
+def _traced_pod(
+    cluster: ApiUnderTest, docker_env: DockerEnv, root: Path, name: str, **spec: Any
+) -> Iterator[list[Step]]:
+    """The steps of the pod `name` (made with `spec`) once Running and Ready, on an agent with
+    `root` as its --root-dir, which runs until the block ends."""
+    running = start_agent(cluster, docker_env, root / cluster.node_name)
+    try:
+        make_pod(cluster, name, **spec)
+        wait_status(cluster, name, running_ready, 30, "Running and Ready")
+        yield traced(cluster, running.agent.runtime, name)
+    finally:
+        running.stop()
+
+
 def test_trace_of_a_pod_with_an_init_container(
     cluster: ApiUnderTest, docker_env: DockerEnv, tmp_path: Path
 ) -> None:
-    root = tmp_path / "root"
-    running = start_agent(cluster, docker_env, root / cluster.node_name)
-    try:
-        init = container("setup", command=["true"])
-        make_pod(cluster, "traced", container(), initContainers=[init])
-        wait_status(cluster, "traced", running_ready, 30, "Running and Ready")
-        steps = traced(cluster, running.agent.runtime, "traced")
-    finally:
-        running.stop()
-    # The first status write is the status manager's, beside the runtime: anywhere after
-    # the admission and before Ready, where its time puts it.
-    first_write = "first status written"
-    assert [s.step for s in steps if s.step != first_write] == [
-        s for s in STEPS if s != first_write
-    ]
-    names = [s.step for s in steps]
-    assert names.index("admitted") < names.index(first_write) < names.index("Ready written")
-    by_name = {s.step: s for s in steps}
-    assert by_name["bound"].time is None, "created with spec.nodeName: no scheduler, no binding"
-    assert "spec.nodeName" in by_name["bound"].detail
-    assert by_name["seen by the node"].detail.startswith("ADDED via watch, rv ")
-    assert by_name["first status written"].detail == "phase Pending"
-    assert by_name["Ready written"].detail == "phase Running"
-    timed = [s for s in steps if s.step != "bound"]
-    assert all(s.time is not None for s in timed), [s.step for s in timed if s.time is None]
-    precise = [s.time for s in timed if s.precise and s.time is not None]
-    assert precise == sorted(precise), "the node's and Docker's steps happen in this order"
-    created, ready = by_name["created"].time, by_name["Ready written"].time
-    assert created is not None
-    assert ready is not None
-    assert timedelta(0) <= ready - created < timedelta(seconds=30)  # created is whole seconds
+    root, init = tmp_path / "root", container("setup", command=["true"])
+    with _traced_pod(cluster, docker_env, root, "traced", initContainers=[init]) as steps:
+        # The first status write is the status manager's, beside the runtime: anywhere after
+        # the admission and before Ready, where its time puts it.
+        first_write = "first status written"
+        assert [s.step for s in steps if s.step != first_write] == [
+            s for s in STEPS if s != first_write
+        ]
+        names = [s.step for s in steps]
+        assert names.index("admitted") < names.index(first_write) < names.index("Ready written")
+        by_name = {s.step: s for s in steps}
+        assert by_name["bound"].time is None, "created with spec.nodeName: no scheduler, no binding"
+        assert "spec.nodeName" in by_name["bound"].detail
+        assert by_name["seen by the node"].detail.startswith("ADDED via watch, rv ")
+        assert by_name["first status written"].detail == "phase Pending"
+        assert by_name["Ready written"].detail == "phase Running"
+        timed = [s for s in steps if s.step != "bound"]
+        assert all(s.time is not None for s in timed), [s.step for s in timed if s.time is None]
+        precise = [s.time for s in timed if s.precise and s.time is not None]
+        assert precise == sorted(precise), "the node's and Docker's steps happen in this order"
+        created, ready = by_name["created"].time, by_name["Ready written"].time
+        assert created is not None
+        assert ready is not None
+        assert timedelta(0) <= ready - created < timedelta(seconds=30)  # created is whole seconds
 
 
 def test_trace_command_prints_the_timeline(
     cluster: ApiUnderTest, docker_env: DockerEnv, tmp_path: Path
 ) -> None:
     root = tmp_path / "root"
-    running = start_agent(cluster, docker_env, root / cluster.node_name)
-    try:
-        make_pod(cluster, "shown")
-        wait_status(cluster, "shown", running_ready, 30, "Running and Ready")
-        traced(cluster, running.agent.runtime, "shown")
+    with _traced_pod(cluster, docker_env, root, "shown"):
         args = ["trace", "shown", "-n", cluster.namespace, "--kubeconfig", cluster.kubeconfig]
         args += ["--root-dir", str(root)]
-        result = subprocess.run(
-            [sys.executable, "-m", "kubelet_sim", *args, "--output", "json"],
-            capture_output=True,
-            text=True,
-            timeout=30,
-            check=False,
-        )
-        table = subprocess.run(
-            [sys.executable, "-m", "kubelet_sim", *args],
-            capture_output=True,
-            text=True,
-            timeout=30,
-            check=False,
-        )
-    finally:
-        running.stop()
+        result = run_command(*args, "--output", "json")
+        table = run_command(*args)
     assert result.returncode == 0, result.stderr
     trace = json.loads(result.stdout)
     assert trace["node"] == cluster.node_name
