@@ -3,11 +3,33 @@ own) hold its printed steps to."""
 
 from __future__ import annotations
 
+from collections.abc import Sequence
+
 # The stream prints a step late rather than hold the later ones for more than 3 s; on a
 # loaded CI machine Docker's side may lag that long, so the tests, which check the order, give
 # the stream time enough to wait for it (KUBELET_SIM_HANDOFF_HOLD for the demo).
 STREAM_HOLD = 15.0
 FIRST_WRITE = "first status written"
+
+
+def handoff_steps(
+    *before_the_node: str, containers: Sequence[str], init: Sequence[str] = ()
+) -> list[str]:
+    """A pod's handoff, its steps in order: created, what the API did before the node saw it
+    (`scheduled`, `bound`), the node's steps, its init containers' and then its containers'
+    creates and starts, and Ready written."""
+    return [
+        "created",
+        *before_the_node,
+        "seen by the node",
+        "admitted",
+        FIRST_WRITE,
+        "sandbox created",
+        "sandbox started",
+        *(f"init container {name} {step}" for name in init for step in ("created", "started")),
+        *(f"container {name} {step}" for name in containers for step in ("created", "started")),
+        "Ready written",
+    ]
 
 
 def in_order(steps: list[str], expected: list[str]) -> bool:

@@ -29,24 +29,12 @@ from kubelet_sim.tools.handoff import HOLD_ENV
 from tests.agent_process import run_command
 from tests.cluster import deadline_scale, wait_for
 from tests.docker_env import DockerEnv
-from tests.handoff_order import STREAM_HOLD, in_order
+from tests.handoff_order import STREAM_HOLD, handoff_steps, in_order
 from tests.kubectl import kubectl
 
 pytestmark = pytest.mark.docker
 
-STEPS = [
-    "created",
-    "scheduled",
-    "bound",
-    "seen by the node",
-    "admitted",
-    "first status written",
-    "sandbox created",
-    "sandbox started",
-    "container hello created",
-    "container hello started",
-    "Ready written",
-]
+STEPS = handoff_steps("scheduled", "bound", containers=["hello"])
 # A pod that took a warm sandbox from its node's pool (the default, sized to recent starts):
 # the claim is its sandbox step, as the trace shows it.
 POOLED_STEPS = [

@@ -24,7 +24,7 @@ from kubelet_sim.tools.handoff import PodHandoff, _Stream, stream
 from tests.agent_fixture import RunningAgent, start_agent
 from tests.cluster import ApiUnderTest, wait_for
 from tests.docker_env import DockerEnv
-from tests.handoff_order import STREAM_HOLD, in_order
+from tests.handoff_order import STREAM_HOLD, handoff_steps, in_order
 from tests.pods import container, get_pod, make_pod
 
 NODE = "n2"
@@ -399,18 +399,7 @@ def test_pods_ready_or_ended_before_the_stream_get_one_line() -> None:
 
 # -- end to end ----------------------------------------------------------------------------------
 
-E2E_STEPS = [
-    "created",
-    "seen by the node",
-    "admitted",
-    "first status written",
-    "sandbox created",
-    "sandbox started",
-    "container c created",
-    "container c started",
-    "Ready written",
-    "total",
-]
+E2E_STEPS = [*handoff_steps(containers=["c"]), "total"]
 
 
 @dataclass

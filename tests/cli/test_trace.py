@@ -17,25 +17,13 @@ from tests.agent_fixture import start_agent
 from tests.agent_process import run_command
 from tests.cluster import ApiUnderTest, wait_for
 from tests.docker_env import DockerEnv
+from tests.handoff_order import handoff_steps
 from tests.pods import container, make_pod, running_ready, traced, wait_status
 
 pytestmark = pytest.mark.docker
 
 
-STEPS = [
-    "created",
-    "bound",
-    "seen by the node",
-    "admitted",
-    "first status written",
-    "sandbox created",
-    "sandbox started",
-    "init container setup created",
-    "init container setup started",
-    "container c created",
-    "container c started",
-    "Ready written",
-]
+STEPS = handoff_steps("bound", init=["setup"], containers=["c"])
 
 
 @contextmanager
