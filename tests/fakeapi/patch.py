@@ -68,18 +68,25 @@ def _parent(doc: Any, tokens: list[str]) -> Any:
     return cur
 
 
+def _member(doc: Any, path: str, tokens: list[str], missing: str) -> tuple[Any, Any]:
+    """The object or array holding the member `path` names, and its key or index there; the
+    member must be there (`missing`: the error for a key that is not)."""
+    parent = _parent(doc, tokens)
+    if isinstance(parent, dict):
+        if tokens[-1] not in parent:
+            raise PatchError(missing)
+        return parent, tokens[-1]
+    if isinstance(parent, list):
+        return parent, _index(parent, tokens[-1], adding=False)
+    raise PatchError(f"missing path: {path}")
+
+
 def _get_at(doc: Any, path: str) -> Any:
     tokens = _pointer(path)
     if not tokens:
         return doc
-    parent = _parent(doc, tokens)
-    if isinstance(parent, dict):
-        if tokens[-1] not in parent:
-            raise PatchError(f"missing path: {path}")
-        return parent[tokens[-1]]
-    if isinstance(parent, list):
-        return parent[_index(parent, tokens[-1], adding=False)]
-    raise PatchError(f"missing path: {path}")
+    parent, key = _member(doc, path, tokens, f"missing path: {path}")
+    return parent[key]
 
 
 def _add(doc: Any, path: str, value: Any) -> Any:
@@ -100,15 +107,9 @@ def _remove(doc: Any, path: str) -> Any:
     tokens = _pointer(path)
     if not tokens:
         raise PatchError("cannot remove the document root")
-    parent = _parent(doc, tokens)
-    if isinstance(parent, dict):
-        if tokens[-1] not in parent:
-            raise PatchError(f"unable to remove nonexistent key: {tokens[-1]}: missing value")
-        del parent[tokens[-1]]
-    elif isinstance(parent, list):
-        del parent[_index(parent, tokens[-1], adding=False)]
-    else:
-        raise PatchError(f"missing path: {path}")
+    missing = f"unable to remove nonexistent key: {tokens[-1]}: missing value"
+    parent, key = _member(doc, path, tokens, missing)
+    del parent[key]
     return doc
 
 
