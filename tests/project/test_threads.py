@@ -66,6 +66,13 @@ def test_every_thread_is_supervised_or_named_in_the_docs() -> None:
     assert set(NOT_SUPERVISED) <= set(found), "a module listed here makes no thread any more"
 
 
+def _threadless_source(module: str) -> str:
+    """The source of `module` (under kubelet_sim/), which must start no thread itself."""
+    path = PACKAGE / module
+    assert _thread_makers(path) == [], module
+    return path.read_text()
+
+
 def test_the_loops_the_docs_call_supervised_run_under_a_supervisor() -> None:
     """The stop timer and the kubelet API's accept loop among them: their modules start no
     thread but through `.thread(` of a Supervisor, or its threads on demand (`.on_demand(`)."""
@@ -79,9 +86,7 @@ def test_the_loops_the_docs_call_supervised_run_under_a_supervisor() -> None:
         "prober/manager.py",
         "kube/object_watches.py",
     ):
-        path = PACKAGE / module
-        assert _thread_makers(path) == [], module
-        source = path.read_text()
+        source = _threadless_source(module)
         assert "supervisor" in source, module
         assert ".thread(" in source or ".on_demand(" in source, module
 
@@ -103,6 +108,4 @@ def test_the_periodic_loops_run_on_the_process_timers() -> None:
         "proxy/proxy.py",
         "staticpods/source.py",
     ):
-        path = PACKAGE / module
-        assert _thread_makers(path) == [], module
-        assert "self._timers.every(" in path.read_text(), module
+        assert "self._timers.every(" in _threadless_source(module), module
