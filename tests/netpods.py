@@ -1,12 +1,14 @@
 """Pods that serve and ask over the network, seen from the test: their IPs, their containers,
 their namespaces (entered with nsenter), one HTTP request from inside one (busybox's nc: its
-wget crashes on this machine)."""
+wget crashes on this machine); a Node standing for another node whose pods they reach."""
 
 from __future__ import annotations
 
 import subprocess
+from typing import Any
 
 from kubelet_sim import cri
+from kubelet_sim.kube.rest import request_json
 from tests.cluster import ApiUnderTest
 from tests.docker_env import DockerEnv
 from tests.pods import get_pod, pod_containers, running_ready, wait_status
@@ -14,6 +16,20 @@ from tests.pods import get_pod, pod_containers, running_ready, wait_status
 SERVE = [
     "sh", "-c", "mkdir -p /www && echo $HOSTNAME > /www/index.html && exec httpd -f -p 8080 -h /www"
 ]  # fmt: skip
+
+
+def register_node(api: Any, name: str, pod_cidr: str, internal_ip: str) -> None:
+    """A Node `name` whose pods are in `pod_cidr`, reached at `internal_ip` (as kind's worker):
+    what a node's network plugin routes to."""
+    request_json(api, "POST", "/api/v1/nodes", body={
+        "apiVersion": "v1", "kind": "Node", "metadata": {"name": name},
+        "spec": {"podCIDR": pod_cidr, "podCIDRs": [pod_cidr]},
+    })  # fmt: skip
+    request_json(
+        api, "PATCH", f"/api/v1/nodes/{name}/status",
+        body={"status": {"addresses": [{"type": "InternalIP", "address": internal_ip}]}},
+        content_type="application/merge-patch+json",
+    )  # fmt: skip
 
 
 def pod_ip(cluster: ApiUnderTest, name: str) -> str:

@@ -41,7 +41,15 @@ from tests.kindlike import (
     kubectl,
     node_ready,
 )
-from tests.netpods import SERVE, app_container, ask, in_netns, pod_ip, sandbox_pid
+from tests.netpods import (
+    SERVE,
+    app_container,
+    ask,
+    in_netns,
+    pod_ip,
+    register_node,
+    sandbox_pid,
+)
 from tests.pods import container, get_pod, make_pod
 
 pytestmark = [pytest.mark.docker, pytest.mark.kindlike]
@@ -303,14 +311,7 @@ def test_a_kind_node_reaches_a_services_endpoints_on_a_virtual_node(
     kind_ip = kind_node.attrs["NetworkSettings"]["Networks"][kindlike.network.name]["IPAddress"]
     kind_pid = int(kind_node.attrs["State"]["Pid"])
     worker = f"kind-worker-{ns}"
-    kindlike.post("/api/v1/nodes", {
-        "metadata": {"name": worker}, "spec": {"podCIDR": cidr, "podCIDRs": [cidr]},
-    })  # fmt: skip
-    request_json(
-        kindlike.api, "PATCH", f"/api/v1/nodes/{worker}/status",
-        body={"status": {"addresses": [{"type": "InternalIP", "address": kind_ip}]}},
-        content_type="application/merge-patch+json",
-    )  # fmt: skip
+    register_node(kindlike.api, worker, cidr, kind_ip)
     try:
         make_pod(on1, "web", container(command=WHO), labels={"app": "web"})
         cluster_ip = _service(kindlike, ns, "web")

@@ -16,7 +16,7 @@ import pytest
 from kubelet_sim.kube.rest import request_json
 from tests.cluster import ApiUnderTest, wait_for
 from tests.docker_env import TEST_LABEL, DockerEnv
-from tests.netpods import SERVE, app_container, in_netns, pod_ip, sandbox_pid
+from tests.netpods import SERVE, app_container, in_netns, pod_ip, register_node, sandbox_pid
 from tests.pods import container, get_pod, make_pod
 
 pytestmark = pytest.mark.docker
@@ -50,15 +50,7 @@ def test_pods_reach_other_nodes_pod_ranges_and_are_reached(
     try:
         kind_node.reload()
         kind_ip = kind_node.attrs["NetworkSettings"]["Networks"][network.name]["IPAddress"]
-        request_json(cluster.api, "POST", "/api/v1/nodes", body={
-            "apiVersion": "v1", "kind": "Node", "metadata": {"name": worker},
-            "spec": {"podCIDR": cidr, "podCIDRs": [cidr]},
-        })  # fmt: skip
-        request_json(
-            cluster.api, "PATCH", f"/api/v1/nodes/{worker}/status",
-            body={"status": {"addresses": [{"type": "InternalIP", "address": kind_ip}]}},
-            content_type="application/merge-patch+json",
-        )  # fmt: skip
+        register_node(cluster.api, worker, cidr, kind_ip)
         running = start_agent(
             cluster, docker_env, tmp_path / "root", service_proxy=True,
             docker_network=network.name,
