@@ -86,6 +86,17 @@ class _Stream:
     connection: socket.socket
 
 
+@dataclass(frozen=True)
+class _Feed:
+    """One watch's answer: its connection, what it watches, and the store's watcher for it."""
+
+    h: _Handler
+    res: Resource
+    namespace: str | None
+    match: selectors.Matcher
+    watcher: Watcher
+
+
 class FakeApiServer:
     """An in-memory kube-apiserver for core/v1 pods, namespaces, nodes, configmaps, secrets,
     events and coordination.k8s.io/v1 leases, reachable by the official client over HTTP."""
@@ -500,7 +511,8 @@ class FakeApiServer:
             self._streams.add(stream)
         try:
             self._start_chunked(h, record)
-            self._stream(h, res, namespace, match, watcher, initial, timeout, bookmarks)
+            feed = _Feed(h, res, namespace, match, watcher)
+            self._stream(feed, initial, timeout, bookmarks)
         except (OSError, _Abort):
             h.close_connection = True
             _cut(h.connection)
@@ -510,22 +522,15 @@ class FakeApiServer:
                 self._streams.discard(stream)
 
     def _stream(
-        self,
-        h: _Handler,
-        res: Resource,
-        namespace: str | None,
-        match: selectors.Matcher,
-        watcher: Watcher,
-        initial: list[Event],
-        timeout: float | None,
-        bookmarks: bool,
+        self, feed: _Feed, initial: list[Event], timeout: float | None, bookmarks: bool
     ) -> None:
+        h, watcher = feed.h, feed.watcher
         epoch = self.faults.freeze_epoch
         started = time.monotonic()
         deadline = started + timeout if timeout is not None else None
         next_bookmark = started + self.bookmark_interval
         for ev in initial:
-            self._emit(h, res, namespace, match, ev)
+            self._emit(feed, ev)
         while True:
             if watcher.stopped.is_set() or self._stopping.is_set():
                 raise _Abort
@@ -536,7 +541,7 @@ class FakeApiServer:
                 self._end_chunked(h)
                 return
             if bookmarks and now >= next_bookmark:
-                self._bookmark(h, res, namespace, match, watcher)
+                self._bookmark(feed)
                 next_bookmark = now + self.bookmark_interval
                 continue
             wait = 0.2
@@ -552,7 +557,7 @@ class FakeApiServer:
                 continue
             if self.faults.frozen or self.faults.freeze_epoch != epoch:
                 self._wait_thaw_and_abort()
-            self._emit(h, res, namespace, match, item)
+            self._emit(feed, item)
 
     def _wait_thaw_and_abort(self) -> None:
         """Silent while frozen; the connection is considered dead once the link comes back."""
@@ -561,38 +566,30 @@ class FakeApiServer:
                 break
         raise _Abort
 
-    def _bookmark(
-        self,
-        h: _Handler,
-        res: Resource,
-        namespace: str | None,
-        match: selectors.Matcher,
-        watcher: Watcher,
-    ) -> None:
+    def _bookmark(self, feed: _Feed) -> None:
         """Flush pending events, then a BOOKMARK at the current RV (never behind an event)."""
         pending: list[Event] = []
         with self.store.lock:
             while True:
                 try:
-                    ev = watcher.events.get_nowait()
+                    ev = feed.watcher.events.get_nowait()
                 except queue.Empty:
                     break
                 if ev is not None:
                     pending.append(ev)
             rv = self.store.current_rv()
         for ev in pending:
-            self._emit(h, res, namespace, match, ev)
+            self._emit(feed, ev)
         obj = {
-            "kind": res.kind,
-            "apiVersion": res.api_version,
+            "kind": feed.res.kind,
+            "apiVersion": feed.res.api_version,
             "metadata": {"resourceVersion": str(rv)},
         }
-        self._chunk(h, {"type": "BOOKMARK", "object": obj})
+        self._chunk(feed.h, {"type": "BOOKMARK", "object": obj})
 
-    def _emit(
-        self, h: _Handler, res: Resource, namespace: str | None, match: selectors.Matcher, ev: Event
-    ) -> None:
+    def _emit(self, feed: _Feed, ev: Event) -> None:
         """cacheWatcher.convertToWatchEvent: selector transitions become ADDED / DELETED."""
+        h, res, namespace, match = feed.h, feed.res, feed.namespace, feed.match
 
         def passes(obj: Obj | None) -> bool:
             if obj is None:
