@@ -86,6 +86,20 @@ def wait_status(
     return result
 
 
+def wait_condition(
+    cluster: ApiUnderTest, name: str, kind: str, timeout: float = 30, **wanted: str
+) -> dict[str, Any]:
+    """The pod's status once its condition `kind` has the `wanted` fields (status="True",
+    reason="Unschedulable", ...)."""
+
+    def has(st: dict[str, Any]) -> bool:
+        found = condition(st, kind)
+        return all(found.get(key) == value for key, value in wanted.items())
+
+    what = " ".join([kind, *(f"{key}={value}" for key, value in wanted.items())])
+    return wait_status(cluster, name, has, timeout, what)
+
+
 @dataclass(frozen=True)
 class SeenContainer:
     """A container as one `docker ps -a` saw it (no inspect: it may be gone a moment later)."""

@@ -34,6 +34,7 @@ from tests.pods import (
     make_pod,
     pod_containers,
     status_of,
+    wait_condition,
     wait_for_events,
     wait_status,
 )
@@ -281,13 +282,7 @@ def test_the_scheduler_keeps_the_patched_pod_shape_off_the_virtual_node(
         )
     refused = wait_status(cluster, "unpatched", lambda s: s.get("phase") == "Failed", 30, "refused")
     assert refused["reason"] == "Forbidden"
-    unschedulable = wait_status(
-        cluster,
-        "patched",
-        lambda s: condition(s, "PodScheduled").get("reason") == "Unschedulable",
-        30,
-        "Unschedulable",
-    )
+    unschedulable = wait_condition(cluster, "patched", "PodScheduled", reason="Unschedulable")
     assert "node affinity" in condition(unschedulable, "PodScheduled")["message"]
     assert not cluster.core.read_namespaced_pod("patched", cluster.namespace).spec.node_name
     assert status_of(cluster, "patched").get("phase") == "Pending"
