@@ -9,6 +9,12 @@ from typing import Any
 
 Json = dict[str, Any]
 
+# kubelet-sim registers with this NoSchedule taint unless told otherwise: pods meant for the
+# virtual node tolerate it, as the docs' examples do.
+TOLERATE_VIRTUAL = [
+    {"key": "kubelet-sim.io/virtual", "operator": "Equal", "value": "true", "effect": "NoSchedule"}
+]
+
 
 def pod_manifest(
     name: str,
@@ -30,6 +36,18 @@ def pod_manifest(
         "kind": "Pod",
         "metadata": meta,
         "spec": {"containers": containers, **spec},
+    }
+
+
+def to_schedule_on(node: str) -> Json:
+    """The spec fields of a pod for the scheduler to place on `node` (or nowhere, if there is
+    no such node): no spec.nodeName, a nodeSelector naming it, the virtual node's taint
+    tolerated; no service account token and 5 s of grace, as the tests' other pods."""
+    return {
+        "nodeSelector": {"kubernetes.io/hostname": node},
+        "tolerations": TOLERATE_VIRTUAL,
+        "automountServiceAccountToken": False,
+        "terminationGracePeriodSeconds": 5,
     }
 
 

@@ -25,6 +25,7 @@ from tests.agent_fixture import RunningAgent, start_agent
 from tests.cluster import ApiUnderTest, wait_for
 from tests.docker_env import DockerEnv
 from tests.handoff_order import STREAM_HOLD, handoff_steps, in_order
+from tests.manifests import pod_manifest, to_schedule_on
 from tests.pods import container, get_pod, make_pod
 
 NODE = "n2"
@@ -477,23 +478,11 @@ def test_the_stream_shows_a_pods_handoff_through_ready_and_its_deletion(
 
 
 SCHEDULER = "default-scheduler"
-TOLERATE_VIRTUAL = [
-    {"key": "kubelet-sim.io/virtual", "operator": "Equal", "value": "true", "effect": "NoSchedule"}
-]
 
 
 def _for_the_scheduler(name: str, node: str) -> dict[str, Any]:
     """A pod without spec.nodeName, for the scheduler to place on `node` (or nowhere)."""
-    return {
-        "metadata": {"name": name},
-        "spec": {
-            "nodeSelector": {"kubernetes.io/hostname": node},
-            "tolerations": TOLERATE_VIRTUAL,
-            "automountServiceAccountToken": False,
-            "terminationGracePeriodSeconds": 5,
-            "containers": [container(imagePullPolicy="Never")],
-        },
-    }
+    return pod_manifest(name, [container(imagePullPolicy="Never")], **to_schedule_on(node))
 
 
 @pytest.mark.docker

@@ -28,15 +28,13 @@ from kubelet_sim.ui import start_ui
 from tests.agent_fixture import start_agent
 from tests.cluster import ApiUnderTest, deadline_scale, wait_for
 from tests.docker_env import DockerEnv
+from tests.manifests import pod_manifest, to_schedule_on
 from tests.pods import container, get_pod, make_pod, traced
 
 pytestmark = pytest.mark.docker
 
 CHROMIUM = ("chromium", "chromium-browser", "google-chrome")
 SCREENSHOTS_ENV = "KUBELET_SIM_UI_SCREENSHOTS"
-TOLERATE_VIRTUAL = [
-    {"key": "kubelet-sim.io/virtual", "operator": "Equal", "value": "true", "effect": "NoSchedule"}
-]
 
 
 def _chromium() -> str | None:
@@ -142,16 +140,7 @@ def _create_unschedulable(cluster: ApiUnderTest) -> None:
 def _create_web(cluster: ApiUnderTest) -> None:
     """Pod `web`, through the scheduler where there is one (its part shows too), else bound."""
     if _scheduler_available(cluster):
-        body = {
-            "metadata": {"name": "web"},
-            "spec": {
-                "nodeSelector": {"kubernetes.io/hostname": cluster.node_name},
-                "tolerations": TOLERATE_VIRTUAL,
-                "automountServiceAccountToken": False,
-                "terminationGracePeriodSeconds": 5,
-                "containers": [container()],
-            },
-        }
+        body = pod_manifest("web", [container()], **to_schedule_on(cluster.node_name))
         cluster.core.create_namespaced_pod(cluster.namespace, body)
     else:
         make_pod(cluster, "web")
