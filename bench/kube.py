@@ -19,6 +19,7 @@ from kubernetes import client, config
 from kubernetes.client.exceptions import ApiException
 
 from kubelet_sim.formats.jsontypes import Json
+from kubelet_sim.kube.informer import watch_lines
 from kubelet_sim.node.settings import VIRTUAL_NODE_TAINT
 
 BENCH_USER_AGENT = "kubelet-sim-bench/0.1"
@@ -126,16 +127,11 @@ class ObjectWatch:
         self._thread.start()
 
     def _read(self) -> None:
-        buffer = b""
         try:
-            for chunk in self._response.stream(amt=None, decode_content=False):
-                buffer += chunk
-                while b"\n" in buffer:
-                    line, buffer = buffer.split(b"\n", 1)
-                    received = time.time()
-                    if line.strip():
-                        event = json.loads(line)
-                        self._on_event(str(event.get("type")), event.get("object") or {}, received)
+            for line in watch_lines(self._response):
+                received = time.time()
+                event = json.loads(line)
+                self._on_event(str(event.get("type")), event.get("object") or {}, received)
         except Exception as exc:  # a cut connection ends the watch; the run reports it
             if not self._closing.is_set():
                 self.error = exc

@@ -26,6 +26,7 @@ from typing import Any
 
 import pytest
 
+from kubelet_sim.kube.informer import watch_lines
 from kubelet_sim.pod.generation import KubeletGeneration
 from tests.fakeapi import FakeApiServer
 from tests.kubeenv import KubeEnv, KubeEnvError, find_binaries
@@ -525,14 +526,9 @@ class EventStream:
         self._thread.start()
 
     def _read(self) -> None:
-        buffer = b""
         try:
-            for chunk in self.response.stream(amt=None, decode_content=False):
-                buffer += chunk
-                while b"\n" in buffer:
-                    line, buffer = buffer.split(b"\n", 1)
-                    if line.strip():
-                        self.events.put(json.loads(line))
+            for line in watch_lines(self.response):
+                self.events.put(json.loads(line))
         except Exception as exc:  # a cut connection: the test looks at `ended`/`error`
             self.error = exc
         finally:

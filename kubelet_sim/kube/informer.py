@@ -1,7 +1,7 @@
 """List-and-watch into a local cache, as client-go's Reflector does, owning the whole loop.
 
 The stack, from the outside in: `_run` keeps going until stopped (backoff on errors, relist on
-410) → `_list` / `_watch_once` speak list and watch with resourceVersion → `_stream_lines` reads
+410) → `_list` / `_watch_once` speak list and watch with resourceVersion → `watch_lines` reads
 the raw chunked stream under a read timeout, so a silent half-open connection cannot hang us.
 """
 
@@ -290,7 +290,7 @@ class Informer:
         try:
             if self._stop.is_set():
                 return _Outcome.CLOSED
-            for line in _stream_lines(response):
+            for line in watch_lines(response, keep_tail=True):
                 if self._stop.is_set():
                     return _Outcome.CLOSED
                 if self._handle_line(line) is _Outcome.EXPIRED:
@@ -365,8 +365,9 @@ class Informer:
             self.log.exception("event handler failed", event_type=kind, key=object_key(obj))
 
 
-def _stream_lines(response: urllib3.BaseHTTPResponse) -> Iterator[bytes]:
-    """Newline-delimited events from a (chunked) watch response, as they arrive."""
+def watch_lines(response: urllib3.BaseHTTPResponse, *, keep_tail: bool = False) -> Iterator[bytes]:
+    """Newline-delimited events from a (chunked) watch response, as they arrive, blank lines
+    left out; what follows the last newline when the stream ends only with `keep_tail`."""
     buffer = b""
     for chunk in response.stream(amt=None, decode_content=False):
         buffer += chunk
@@ -374,5 +375,5 @@ def _stream_lines(response: urllib3.BaseHTTPResponse) -> Iterator[bytes]:
             line, buffer = buffer.split(b"\n", 1)
             if line.strip():
                 yield line
-    if buffer.strip():
+    if keep_tail and buffer.strip():
         yield buffer
