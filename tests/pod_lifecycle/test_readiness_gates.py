@@ -4,15 +4,14 @@ from __future__ import annotations
 
 from tests.agent_fixture import RunningAgent
 from tests.cluster import ApiUnderTest
-from tests.pod_lifecycle.pod_conditions import wait_condition
-from tests.pods import condition, make_pod
+from tests.pods import condition, make_pod, wait_condition
 
 GATE = "example.com/load-balancer"
 
 
 def test_ready_waits_for_the_readiness_gate(cluster: ApiUnderTest, agent: RunningAgent) -> None:
     make_pod(cluster, "gated", readinessGates=[{"conditionType": GATE}])
-    st, _ = wait_condition(cluster, "gated", "ContainersReady", "status", "True", 30)
+    st = wait_condition(cluster, "gated", "ContainersReady", 30, status="True")
     ready = condition(st, "Ready")
     assert (ready["status"], ready["reason"]) == ("False", "ReadinessGatesNotReady")
     assert (
@@ -24,5 +23,5 @@ def test_ready_waits_for_the_readiness_gate(cluster: ApiUnderTest, agent: Runnin
         cluster.namespace,
         {"status": {"conditions": [{"type": GATE, "status": "True"}]}},
     )
-    st, _ = wait_condition(cluster, "gated", "Ready", "status", "True", 20)
+    st = wait_condition(cluster, "gated", "Ready", 20, status="True")
     assert condition(st, GATE)["status"] == "True", "the gate's condition is kept"

@@ -20,7 +20,6 @@ from kubelet_sim.kube.rest import request_json
 from tests.agent_fixture import RunningAgent, start_agent
 from tests.cluster import ApiUnderTest
 from tests.docker_env import DockerEnv
-from tests.pod_lifecycle.pod_conditions import wait_condition
 from tests.pods import (
     condition,
     container,
@@ -30,6 +29,7 @@ from tests.pods import (
     make_pod,
     pod_containers,
     running_ready,
+    wait_condition,
     wait_for_events,
     wait_status,
 )
@@ -109,9 +109,8 @@ def test_a_resize_that_fits_is_applied_in_place_and_one_that_cannot_is_infeasibl
     assert event_messages(cluster, "resized", "Killing") == []
 
     _resize(cluster, "resized", HUGE)
-    status, pending = wait_condition(
-        cluster, "resized", "PodResizePending", "reason", "Infeasible", 30
-    )
+    status = wait_condition(cluster, "resized", "PodResizePending", 30, reason="Infeasible")
+    pending = condition(status, "PodResizePending")
     assert pending["status"] == "True"
     assert pending["message"] == (
         "Node didn't have enough capacity: cpu, requested: 100000, capacity: 2000"
