@@ -17,18 +17,16 @@ from kubelet_sim import cri
 from tests.agent_fixture import RunningAgent, start_agent
 from tests.cluster import ApiUnderTest, wait_for
 from tests.docker_env import DockerEnv
+from tests.manifests import to_schedule_on
 from tests.pods import BUSYBOX, SLEEP_FOREVER, running_ready, traced
 
 pytestmark = pytest.mark.docker
 
 SCHEDULER = "default-scheduler"
+
+
 # kubelet-sim registers with this NoSchedule taint unless told otherwise: pods meant for the
 # virtual node tolerate it, as the docs' examples do.
-TOLERATE_VIRTUAL = [
-    {"key": "kubelet-sim.io/virtual", "operator": "Equal", "value": "true", "effect": "NoSchedule"}
-]
-
-
 def _require_scheduler(cluster: ApiUnderTest) -> None:
     cluster.require_scheduler()
 
@@ -41,13 +39,7 @@ def _pod_spec(node: str) -> dict[str, Any]:
         "imagePullPolicy": "Never",  # nothing is ever pulled in the tests
         "command": SLEEP_FOREVER,
     }
-    return {
-        "nodeSelector": {"kubernetes.io/hostname": node},
-        "tolerations": TOLERATE_VIRTUAL,
-        "automountServiceAccountToken": False,
-        "terminationGracePeriodSeconds": 5,
-        "containers": [container],
-    }
+    return {**to_schedule_on(node), "containers": [container]}
 
 
 def _deployment(name: str, node: str, replicas: int) -> dict[str, Any]:
