@@ -1,4 +1,5 @@
-"""docs/testing-reference.md, written from the public API's own signatures and docstrings.
+"""docs/testing-reference.md, written from the public API's own signatures and docstrings (each
+public name's, where kubelet_sim/testing/__init__.py imports it from).
 
 `python -m tests.testing_reference` rewrites the page; tests/unit/project/test_docs.py fails
 when the committed page is not what this writes, so the reference cannot drift from
@@ -123,6 +124,27 @@ def _class_section(node: ast.ClassDef, constants: dict[str, ast.expr]) -> list[s
     return lines
 
 
+def _function_section(node: ast.FunctionDef, constants: dict[str, ast.expr]) -> list[str]:
+    """A function: its signature, then its docstring."""
+    lines = [f"## `{node.name}`", "", "```python", _signature(node, node.name, constants), "```"]
+    return [*lines, "", _doc(node), ""]
+
+
+def _definitions(init: ast.Module) -> dict[str, ast.Module]:
+    """Each name `__init__.py` imports for type checks (the public names among them) → the
+    parsed module that defines it, in the package: `kubelet_sim.testing.cluster` → cluster.py."""
+    found = {}
+    checking = [
+        n for n in init.body if isinstance(n, ast.If) and ast.unparse(n.test) == "TYPE_CHECKING"
+    ]
+    for node in (statement for block in checking for statement in block.body):
+        if isinstance(node, ast.ImportFrom) and node.module:
+            path = ROOT.joinpath(*node.module.split(".")).with_suffix(".py")
+            module = ast.parse(path.read_text(), str(path))
+            found.update({alias.name: module for alias in node.names})
+    return found
+
+
 def _fixtures(plugin: ast.Module) -> list[tuple[str, str, ast.FunctionDef]]:
     """The plugin's fixtures: name, scope and definition, in the order of the file."""
     found = []
@@ -168,7 +190,6 @@ def _options(plugin: ast.Module) -> list[Option]:
 def render() -> str:
     """The page, from the code as it is now."""
     init = _module("__init__.py")
-    cluster = _module("cluster.py")
     plugin = _module("plugin.py")
     lines = ["# Reference: kubelet_sim.testing", "", GENERATED, "", _doc(init), ""]
     lines += ["## Fixtures", ""]
@@ -180,9 +201,15 @@ def render() -> str:
         default = f"`{option.default}`" if option.default else ""
         lines.append(f"| {usage} | {default} | {option.help} |")
     lines.append("")
-    classes = {node.name: node for node in cluster.body if isinstance(node, ast.ClassDef)}
+    modules = _definitions(init)
     for name in _public_names(init):
-        lines += _class_section(classes[name], _constants(cluster))
+        module = modules[name]
+        node = next(n for n in module.body if getattr(n, "name", None) == name)
+        if isinstance(node, ast.ClassDef):
+            lines += _class_section(node, _constants(module))
+        else:
+            assert isinstance(node, ast.FunctionDef), f"{name}: a class or a function"
+            lines += _function_section(node, _constants(module))
     return "\n".join(lines).rstrip("\n") + "\n"
 
 

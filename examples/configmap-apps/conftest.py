@@ -13,11 +13,10 @@ from pathlib import Path
 import docker
 import pytest
 import yaml
-from kubelet_sim.testing import Cluster
+from kubelet_sim.testing import Cluster, python_image
 from kubernetes import client
 
 import controller
-from python_image import python_image
 from support import CONTROLLER_SELECTOR, running_pod, wait_until
 
 HERE = Path(__file__).parent
@@ -51,8 +50,8 @@ def controller_in_process(api: client.ApiClient, kubelet_sim_namespace: str) -> 
 
 @pytest.fixture(scope="session")
 def controller_image() -> str:
-    """The controller's image, made on this host (python_image.py: no registry needed); made
-    again only when this Python, its kubernetes client or controller.py changed."""
+    """The controller's image, made on this host (kubelet-sim's `python_image`: no registry
+    needed); made again only when this Python, its kubernetes client or controller.py changed."""
     engine = docker.from_env()
     try:
         return python_image(

@@ -8,7 +8,6 @@ import typer
 from kubelet_sim.assembly.process import engine_for
 from kubelet_sim.cli.common import fail, typer_app
 from kubelet_sim.runtime.engine import RuntimeUnavailable
-from kubelet_sim.runtime.local_images import BusyboxMissing
 
 image_app = typer_app()
 
@@ -16,7 +15,7 @@ image_app = typer_app()
 @image_app.command(
     help="Build the image kubelet-sim runs from as a workload (deploy/workload/) in the local"
     " Docker engine, unless it is up to date, and print its name: this host's Python,"
-    " kubelet-sim with its dependencies and the tools of the service proxy, on busybox."
+    " kubelet-sim with its dependencies and the tools of the service proxy (no base image)."
 )
 def image() -> None:
     from kubelet_sim.runtime.agent_image import ensure_agent_image  # noqa: PLC0415
@@ -27,7 +26,7 @@ def image() -> None:
         fail(str(exc))
     try:
         name, built = ensure_agent_image(engine.client)
-    except (BusyboxMissing, OSError) as exc:
+    except OSError as exc:
         fail(f"cannot build the image: {exc}")
     finally:
         engine.close()
