@@ -127,3 +127,51 @@ class EngineCpu:
 
     def seconds(self) -> float:
         return self._total() - self._start
+
+
+def machine_jiffies(stat_text: str) -> tuple[int, int]:
+    """(busy, total) clock ticks of all cores from /proc/stat's `cpu` line: total is user
+    through steal (guest time is inside user already), busy is total less idle and iowait."""
+    for line in stat_text.splitlines():
+        parts = line.split()
+        if parts and parts[0] == "cpu":
+            ticks = [int(x) for x in parts[1:9]]
+            total = sum(ticks)
+            return total - ticks[3] - ticks[4], total
+    raise ValueError("no cpu line in /proc/stat")
+
+
+class MachineCpu:
+    """The whole machine's CPU over a window, busy % of all cores: with the agent and the
+    control plane on the same cores, whether the machine itself was the limit."""
+
+    def __init__(self) -> None:
+        self._start = machine_jiffies(Path("/proc/stat").read_text())
+
+    def busy_percent(self) -> float | None:
+        busy, total = machine_jiffies(Path("/proc/stat").read_text())
+        spent = total - self._start[1]
+        return 100.0 * (busy - self._start[0]) / spent if spent > 0 else None
+
+
+class ProcessesCpu:
+    """CPU of named processes (the control plane's) over a window, % of one core each."""
+
+    def __init__(self, pids: dict[str, int]) -> None:
+        self.pids = dict(pids)
+        self._start = {name: self._cpu(pid) for name, pid in self.pids.items()}
+
+    @staticmethod
+    def _cpu(pid: int) -> float | None:
+        try:
+            return cpu_seconds(pid)
+        except (OSError, ValueError, IndexError):
+            return None
+
+    def percent(self, wall_seconds: float) -> dict[str, float]:
+        out = {}
+        for name, pid in self.pids.items():
+            now, then = self._cpu(pid), self._start.get(name)
+            if now is not None and then is not None and wall_seconds > 0:
+                out[name] = round(100.0 * (now - then) / wall_seconds, 1)
+        return out

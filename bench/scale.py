@@ -3,15 +3,22 @@
 One run per N (`python -m bench.perf --nodes 10,100,1000`): start `kubelet-sim --nodes N`,
 time until every Node is Ready (a Node watch), then over an idle window: the process's CPU
 (% of one core) and RSS, the Leases' renewal lateness seen from the API side (bench/leases.py)
-and the nodes' API requests per second per node (bench/apirate.py). Then, if asked, pods
+and the nodes' API requests per second per node (bench/apirate.py); on a real server also its
+own figures over the window (CPU of kube-apiserver and etcd, its latency for Lease updates),
+the whole machine's CPU, and the Nodes not Ready at its end: on two cores shared with the
+control plane, they say whether the agent or the server is the limit. Then, if asked, pods
 spread over the nodes (the scheduler places them on a real server; round-robin
 `spec.nodeName` on the fake): time until all Ready and how many were lost.
+
+`ScaleOptions.agent_args` go to the agent as they are (`--node-lease-duration-seconds 120`);
+the lateness is judged against the renew interval they give.
 """
 
 from __future__ import annotations
 
 import contextlib
 import json
+import os
 import subprocess
 import threading
 import time
@@ -25,10 +32,10 @@ from kubernetes import client
 
 from bench import apirate, dockerside
 from bench.kube import ObjectWatch, PodWatch, create_namespace, delete_namespace, is_ready, pod_body
-from bench.leases import RENEW_INTERVAL, LeaseRecorder, lateness
+from bench.leases import LeaseRecorder, lateness, renew_interval
 from bench.measure import Deadline
 from bench.processes import AGENT_USER_AGENT_PREFIX, FakeProcess, spawn_kubelet_sim, stop_process
-from bench.procstat import cpu_seconds, memory_kib, threads
+from bench.procstat import MachineCpu, ProcessesCpu, cpu_seconds, memory_kib, threads
 from kubelet_sim.formats.jsontypes import Json
 
 SETTLE = 3.0  # after all Ready: registration's trailing writes land before the window
@@ -42,6 +49,7 @@ class Server:
     kubeconfig: str
     fake: FakeProcess | None
     scheduler: bool  # pods may be left to a scheduler
+    components: dict[str, int] = field(default_factory=dict)  # real: control plane name → pid
 
     @property
     def core(self) -> Any:
@@ -55,6 +63,7 @@ class ScaleOptions:
     ready_timeout: float = 300.0
     pods: int = 0  # spread over the nodes after the idle window
     pods_timeout: float = 180.0
+    agent_args: list[str] = field(default_factory=list)  # more options for kubelet-sim
 
 
 @dataclass
@@ -67,6 +76,8 @@ class ScaleResult:
     rss_mib: float | None = None
     peak_rss_mib: float | None = None
     threads: int | None = None
+    agent_args: list[str] = field(default_factory=list)
+    lease_renew_interval: float | None = None  # what the lateness is measured against
     lease_lateness: dict[str, Any] | None = None  # renewTime intervals in the idle window
     lease_lateness_received: dict[str, Any] | None = None  # the same by the watch's receipt
     lease_lateness_from_start: dict[str, Any] | None = None  # registration included
@@ -75,6 +86,12 @@ class ScaleResult:
     api_baseline: dict[str, int] | None = None  # real server: without the nodes
     api_baseline_seconds: float | None = None
     api_note: str = ""
+    # The server's own figures and the machine's over the idle window (real server only).
+    control_plane_cpu_percent: dict[str, float] | None = None  # of one core, per component
+    machine_cpu_percent: float | None = None  # busy, of all cores together
+    lease_updates: dict[str, Any] | None = None  # PUT leases: latency (s) and response codes
+    not_ready_at_end: int | None = None  # of the run's Nodes, Ready not True at the window's end
+    ready_status_at_end: dict[str, int] | None = None  # Ready status → Nodes ("missing": none)
     pods: dict[str, Any] | None = None
     notes: list[str] = field(default_factory=list)
 
@@ -119,7 +136,8 @@ def run(
     """One process with `n` nodes; `owned` gets the process (for the watchdog) while it runs."""
     prefix = f"bench-n{n}-"
     names = [f"{prefix}{i}" for i in range(1, n + 1)]
-    result = ScaleResult(nodes=n)
+    result = ScaleResult(nodes=n, agent_args=list(options.agent_args))
+    result.lease_renew_interval = renew_interval(options.agent_args, os.environ)
     core = server.core
     leases = LeaseRecorder(client.CoordinationV1Api(server.api), deadline.left())
     readiness = NodeReadiness(core, names, deadline.left())
@@ -128,7 +146,7 @@ def run(
         baseline = _baseline(server, options, deadline, result)
         started = time.time()
         proc = spawn_kubelet_sim(
-            ["--nodes", str(n), "--node-name-prefix", prefix],
+            ["--nodes", str(n), "--node-name-prefix", prefix, *options.agent_args],
             server.kubeconfig, tmp / f"n{n}", tmp / f"n{n}.log",
         )  # fmt: skip
         owned.append(proc)
@@ -137,13 +155,15 @@ def run(
         if readiness.ready:
             result.all_ready_seconds = round(max(readiness.ready.values()) - started, 2)
         if not all_ready:
-            why = "the process exited" if proc.poll() is not None else "timeout"
+            exited = proc.poll() is not None
+            why = "the process exited" if exited else "timeout; the idle window measured anyway"
             result.notes.append(f"{result.ready} of {n} Nodes Ready ({why})")
             result.all_ready_seconds = None
-            return result
+            if exited or deadline.passed:
+                return result
         time.sleep(min(SETTLE, deadline.left()))
         _idle_window(server, proc, names, options, deadline, baseline, leases, result, started)
-        if options.pods and not deadline.passed:
+        if options.pods and all_ready and not deadline.passed:
             result.pods = spread_pods(server, names, options, deadline)
         return result
     finally:
@@ -190,10 +210,15 @@ def _idle_window(
     result: ScaleResult,
     started: float,
 ) -> None:
-    metrics0 = apirate.scrape(server.api) if server.fake is None else None
+    text0 = apirate.metrics_text(server.api) if server.fake is None else None
+    machine, components = MachineCpu(), ProcessesCpu(server.components)
     cpu0, t0, w0 = cpu_seconds(proc.pid), time.monotonic(), time.time()
     time.sleep(deadline.left(options.idle_seconds))
     cpu1, t1, w1 = cpu_seconds(proc.pid), time.monotonic(), time.time()
+    busy = machine.busy_percent()
+    result.machine_cpu_percent = None if busy is None else round(busy, 1)
+    if server.components:
+        result.control_plane_cpu_percent = components.percent(t1 - t0)
     mem = memory_kib(proc.pid)
     wall = t1 - t0
     result.idle_seconds = round(wall, 1)
@@ -201,8 +226,10 @@ def _idle_window(
     result.rss_mib = round(mem.get("VmRSS", 0) / 1024, 1)
     result.peak_rss_mib = round(mem.get("VmHWM", 0) / 1024, 1)
     result.threads = threads(proc.pid)
-    if metrics0 is not None:
-        counts = apirate.delta(metrics0, apirate.scrape(server.api))
+    if text0 is not None:
+        text1 = apirate.metrics_text(server.api)
+        counts = apirate.delta(apirate.request_totals(text0), apirate.request_totals(text1))
+        result.lease_updates = lease_updates(text0, text1)
     else:
         assert server.fake is not None
         counts = apirate.fake_counts(server.fake, AGENT_USER_AGENT_PREFIX, w0, w1)
@@ -212,11 +239,55 @@ def _idle_window(
     rate = apirate.per_node_per_second(counts, w1 - w0, len(names))
     result.api_per_node_per_second = None if rate is None else round(rate, 4)
     renew, received = leases.snapshot()
-    result.lease_lateness = asdict(lateness(renew, names, w0, w1))
-    result.lease_lateness_received = asdict(lateness(received, names, w0, w1))
-    result.lease_lateness_from_start = asdict(lateness(renew, names, started, w1))
-    if w1 - w0 < 2 * RENEW_INTERVAL:
+    interval = result.lease_renew_interval or renew_interval([], {})
+    result.lease_lateness = asdict(lateness(renew, names, w0, w1, interval))
+    result.lease_lateness_received = asdict(lateness(received, names, w0, w1, interval))
+    result.lease_lateness_from_start = asdict(lateness(renew, names, started, w1, interval))
+    if w1 - w0 < 2 * interval:
         result.notes.append("idle window under two renew intervals: few lease samples")
+    listed = server.core.list_node(_preload_content=False)
+    statuses = ready_status(json.loads(listed.data).get("items") or [], names)
+    result.ready_status_at_end = dict(statuses.most_common())
+    result.not_ready_at_end = len(names) - statuses.get("True", 0)
+
+
+def lease_updates(before: str, after: str) -> dict[str, Any]:
+    """The API server's own account of the Lease renewals between two /metrics texts: how
+    many, their latency (p50 / p99 from the buckets, mean) and response codes."""
+    durations = apirate.request_durations(after, "PUT", "leases").minus(
+        apirate.request_durations(before, "PUT", "leases")
+    )
+    codes = apirate.delta(
+        apirate.request_codes(before, "PUT", "leases"),
+        apirate.request_codes(after, "PUT", "leases"),
+    )
+
+    def rounded(value: float | None) -> float | None:
+        return None if value is None else round(value, 4)
+
+    return {
+        "count": int(durations.count),
+        "p50_seconds": rounded(durations.quantile(0.5)),
+        "p99_seconds": rounded(durations.quantile(0.99)),
+        "mean_seconds": rounded(durations.mean),
+        "codes": dict(codes.most_common()),
+    }
+
+
+def ready_status(items: list[Json], names: list[str]) -> Counter[str]:
+    """Of `names`, how many Nodes have each status of their Ready condition ("True",
+    "Unknown", ...); "none" without the condition, "missing" when the Node is not listed."""
+    by_name = {str((i.get("metadata") or {}).get("name", "")): i for i in items}
+    out: Counter[str] = Counter()
+    for name in names:
+        node = by_name.get(name)
+        if node is None:
+            out["missing"] += 1
+            continue
+        conditions = (node.get("status") or {}).get("conditions") or []
+        found = [c for c in conditions if c.get("type") == "Ready"]
+        out[str(found[0].get("status")) if found else "none"] += 1
+    return out
 
 
 def spread_pods(
