@@ -96,7 +96,12 @@ def is_ready(pod: Json) -> bool:
 class ObjectWatch:
     """A watch on what `list_fn` lists (a list, then a watch from its resourceVersion) on its
     own thread; `on_event(type, object, t)` is called with the receipt time, before any
-    parsing beyond the JSON line. Pods of a namespace, Nodes, Leases: one reader for all."""
+    parsing beyond the JSON line. Pods of a namespace, Nodes, Leases: one reader for all.
+
+    A stream the server ends early (it closes a watcher that falls behind, as one of 5,000
+    Nodes' updates on a loaded machine did) is opened again from the last resourceVersion
+    seen, until `timeout`; if the server no longer has that version (410 Gone), the objects
+    are listed again as RELISTED events. `restarts` and `relists` count them."""
 
     def __init__(
         self,
@@ -105,34 +110,77 @@ class ObjectWatch:
         timeout: float,
         **list_kwargs: Any,
     ) -> None:
-        listing = list_fn(**list_kwargs, _preload_content=False)
-        body = json.loads(listing.data)
-        received = time.time()
-        for item in body.get("items") or []:
-            on_event("LISTED", item, received)
-        self._response = list_fn(
-            **list_kwargs,
-            watch=True,
-            resource_version=(body.get("metadata") or {}).get("resourceVersion"),
-            allow_watch_bookmarks=False,
-            timeout_seconds=int(timeout),
-            _preload_content=False,
-            _request_timeout=timeout + 10,
-        )
+        self._list_fn, self._list_kwargs = list_fn, list_kwargs
         self._on_event = on_event
-        self.error: BaseException | None = None  # set only if the stream ended before close()
+        self._until = time.monotonic() + timeout
+        self.error: BaseException | None = None  # set only if the watch gave up before close()
+        self.restarts = 0
+        self.relists = 0
         self._closing = threading.Event()
         self.ended = threading.Event()
+        self._version = self._list("LISTED")
+        self._response = self._open(self._version)
         self._thread = threading.Thread(target=self._read, name="bench-watch", daemon=True)
         self._thread.start()
 
+    def _list(self, kind: str) -> str | None:
+        """Every object as a `kind` event; the list's resourceVersion."""
+        listing = self._list_fn(**self._list_kwargs, _preload_content=False)
+        body = json.loads(listing.data)
+        received = time.time()
+        for item in body.get("items") or []:
+            self._on_event(kind, item, received)
+        return (body.get("metadata") or {}).get("resourceVersion")
+
+    def _open(self, resource_version: str | None) -> Any:
+        left = max(1.0, self._until - time.monotonic())
+        return self._list_fn(
+            **self._list_kwargs,
+            watch=True,
+            resource_version=resource_version,
+            allow_watch_bookmarks=False,
+            timeout_seconds=int(left),
+            _preload_content=False,
+            _request_timeout=left + 10,
+        )
+
+    def _stream(self, response: Any, resource_version: str | None) -> tuple[str | None, bool]:
+        """Events until the stream ends: the last resourceVersion seen, and whether the server
+        said it is gone (410)."""
+        for line in watch_lines(response):
+            received = time.time()
+            event = json.loads(line)
+            kind, obj = str(event.get("type")), event.get("object") or {}
+            if kind == "ERROR":
+                return resource_version, obj.get("code") == 410
+            resource_version = (obj.get("metadata") or {}).get("resourceVersion") or (
+                resource_version
+            )
+            self._on_event(kind, obj, received)
+        return resource_version, False
+
     def _read(self) -> None:
+        version = self._version
         try:
-            for line in watch_lines(self._response):
-                received = time.time()
-                event = json.loads(line)
-                self._on_event(str(event.get("type")), event.get("object") or {}, received)
-        except Exception as exc:  # a cut connection ends the watch; the run reports it
+            while True:
+                try:
+                    version, gone = self._stream(self._response, version)
+                except Exception:  # a cut connection: opened again below, unless closing
+                    if self._closing.is_set():
+                        return
+                    gone = False
+                    time.sleep(0.5)
+                if self._closing.wait(0.1) or time.monotonic() >= self._until:
+                    return  # (a short pause: a server ending every stream is not spun on)
+                self.restarts += 1
+                if gone or version is None:
+                    self.relists += 1
+                    version = self._list("RELISTED")
+                self._response = self._open(version)
+                if self._closing.is_set():
+                    self._response.close()
+                    return
+        except Exception as exc:  # the server is gone: the run reports it
             if not self._closing.is_set():
                 self.error = exc
         finally:

@@ -124,7 +124,7 @@ class LeaseRecorder:
         )
 
     def _on_event(self, kind: str, lease: Json, received: float) -> None:
-        if kind not in ("ADDED", "MODIFIED"):
+        if kind not in ("ADDED", "MODIFIED", "RELISTED"):
             return  # LISTED: Leases of earlier runs; DELETED: the end of one
         name = str((lease.get("metadata") or {}).get("name", ""))
         stamp = (lease.get("spec") or {}).get("renewTime")

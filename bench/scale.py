@@ -163,10 +163,17 @@ def run(
                 return result
         time.sleep(min(SETTLE, deadline.left()))
         _idle_window(server, proc, names, options, deadline, baseline, leases, result, started)
-        if options.pods and all_ready and not deadline.passed:
+        if options.pods and (all_ready or result.not_ready_at_end == 0) and not deadline.passed:
             result.pods = spread_pods(server, names, options, deadline)
         return result
     finally:
+        for what, watch in (("Node", readiness.watch), ("Lease", leases.watch)):
+            if watch.restarts or watch.error:
+                result.notes.append(
+                    f"the bench's {what} watch was opened again {watch.restarts} time(s)"
+                    f" ({watch.relists} after a new list)"
+                    + (f", then ended with {watch.error!r}"[:200] if watch.error else "")
+                )
         readiness.close()
         leases.close()
         if proc is not None:
