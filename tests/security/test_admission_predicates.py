@@ -5,6 +5,7 @@ match or whose NoExecute taint they do not tolerate."""
 
 from __future__ import annotations
 
+import socket
 from pathlib import Path
 
 import pytest
@@ -82,10 +83,18 @@ def test_a_windows_pod_is_failed_while_another_pod_runs(
     assert running_ready(status_of(cluster, "linux-pod"))
 
 
+def _free_tcp_port() -> int:
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
+        sock.bind(("0.0.0.0", 0))  # Docker publishes host ports on every address
+        return int(sock.getsockname()[1])
+
+
 def test_a_host_port_held_by_a_running_pod_refuses_the_next(
     cluster: ApiUnderTest, docker_env: DockerEnv, agent: RunningAgent
 ) -> None:
-    port = {"containerPort": 8080, "hostPort": 38571}
+    # A port free now: the fake and the real pass run this test at once, and a fixed port held
+    # by the other's "holder" left this one's holder unable to start (a CI failure).
+    port = {"containerPort": 8080, "hostPort": _free_tcp_port()}
     make_pod(cluster, "holder", container(ports=[port]))
     wait_status(cluster, "holder", running_ready, 30, "Running")
     second = make_pod(cluster, "second", container(ports=[port]))
