@@ -18,6 +18,7 @@ from __future__ import annotations
 import math
 import re
 from collections import Counter
+from collections.abc import Iterator
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -29,18 +30,22 @@ _DURATION = re.compile(
 _LABEL = re.compile(r'(\w+)="((?:[^"\\]|\\.)*)"')
 
 
+def _request_samples(metrics_text: str) -> Iterator[tuple[dict[str, str], int]]:
+    """Each apiserver_request_total sample: its labels and its count."""
+    for line in metrics_text.splitlines():
+        found = _SAMPLE.match(line)
+        if found is not None:
+            yield dict(_LABEL.findall(found["labels"])), int(float(found["value"]))
+
+
 def request_totals(metrics_text: str) -> Counter[str]:
     """'VERB resource[/subresource]' → count, summed over codes, scopes and components."""
     totals: Counter[str] = Counter()
-    for line in metrics_text.splitlines():
-        found = _SAMPLE.match(line)
-        if found is None:
-            continue
-        labels = dict(_LABEL.findall(found["labels"]))
+    for labels, count in _request_samples(metrics_text):
         key = f"{labels.get('verb', '')} {labels.get('resource', '')}"
         if labels.get("subresource"):
             key += f"/{labels['subresource']}"
-        totals[key] += int(float(found["value"]))
+        totals[key] += count
     return totals
 
 
@@ -139,14 +144,10 @@ def request_codes(metrics_text: str, verb: str, resource: str) -> Counter[str]:
     """Response code → count of `verb resource` (no subresource), from apiserver_request_total:
     a 429 is the server's priority and fairness turning requests away, a 5xx its failing."""
     codes: Counter[str] = Counter()
-    for line in metrics_text.splitlines():
-        found = _SAMPLE.match(line)
-        if found is None:
-            continue
-        labels = dict(_LABEL.findall(found["labels"]))
+    for labels, count in _request_samples(metrics_text):
         wanted = (labels.get("verb"), labels.get("resource"), labels.get("subresource", ""))
         if wanted == (verb, resource, ""):
-            codes[labels.get("code", "")] += int(float(found["value"]))
+            codes[labels.get("code", "")] += count
     return codes
 
 
