@@ -15,7 +15,6 @@ import json
 import shutil
 import subprocess
 import tarfile
-from collections.abc import Container
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -59,7 +58,7 @@ RECIPES = (
 
 def ensure_local_images(client: docker.DockerClient) -> list[str]:
     """Build each image unless one made from the same recipe and busybox binary exists."""
-    busybox = static_busybox()
+    busybox = _static_busybox()
     rootfs: bytes | None = None
     built = []
     for recipe in RECIPES:
@@ -78,7 +77,7 @@ def ensure_local_images(client: docker.DockerClient) -> list[str]:
     return built
 
 
-def static_busybox() -> Path:
+def _static_busybox() -> Path:
     found = shutil.which("busybox") or "/bin/busybox"
     path = Path(found)
     if not path.is_file():
@@ -105,40 +104,30 @@ def existing_recipe(client: docker.DockerClient, name: str) -> str | None:
 
 
 def _rootfs_tar(busybox: Path) -> bytes:
-    buf = io.BytesIO()
-    with tarfile.open(fileobj=buf, mode="w") as tar:
-        busybox_rootfs(tar, busybox)
-    return buf.getvalue()
-
-
-def busybox_rootfs(
-    tar: tarfile.TarFile, busybox: Path | None = None, skip: Container[str] = ()
-) -> None:
-    """A root filesystem: busybox, a symlink per applet (but those at a path in `skip`, which
-    the caller adds itself), and the few files programs expect."""
-    busybox = busybox or static_busybox()
+    """A root filesystem: busybox, a symlink per applet, and the few files programs expect."""
     applets = subprocess.run(
         [str(busybox), "--list-full"], capture_output=True, text=True, check=True
     ).stdout.split()
-    for directory, mode in [
-        ("bin", 0o755), ("sbin", 0o755), ("usr", 0o755), ("usr/bin", 0o755),
-        ("usr/sbin", 0o755), ("etc", 0o755), ("root", 0o700), ("tmp", 0o1777),
-        ("var", 0o755), ("proc", 0o755), ("sys", 0o755), ("dev", 0o755),
-    ]:  # fmt: skip
-        info = tarfile.TarInfo(directory)
-        info.type, info.mode = tarfile.DIRTYPE, mode
-        tar.addfile(info)
-    tar.add(str(busybox), arcname="bin/busybox")
-    for applet in applets:
-        if applet == "bin/busybox" or applet in skip:
-            continue
-        link = tarfile.TarInfo(applet)
-        link.type, link.linkname, link.mode = tarfile.SYMTYPE, "/bin/busybox", 0o777
-        tar.addfile(link)
-    for name, text in _ETC_FILES.items():
-        if name in skip:
-            continue
-        data = text.encode()
-        info = tarfile.TarInfo(name)
-        info.size, info.mode = len(data), 0o644
-        tar.addfile(info, io.BytesIO(data))
+    buf = io.BytesIO()
+    with tarfile.open(fileobj=buf, mode="w") as tar:
+        for directory, mode in [
+            ("bin", 0o755), ("sbin", 0o755), ("usr", 0o755), ("usr/bin", 0o755),
+            ("usr/sbin", 0o755), ("etc", 0o755), ("root", 0o700), ("tmp", 0o1777),
+            ("var", 0o755), ("proc", 0o755), ("sys", 0o755), ("dev", 0o755),
+        ]:  # fmt: skip
+            info = tarfile.TarInfo(directory)
+            info.type, info.mode = tarfile.DIRTYPE, mode
+            tar.addfile(info)
+        tar.add(str(busybox), arcname="bin/busybox")
+        for applet in applets:
+            if applet == "bin/busybox":
+                continue
+            link = tarfile.TarInfo(applet)
+            link.type, link.linkname, link.mode = tarfile.SYMTYPE, "/bin/busybox", 0o777
+            tar.addfile(link)
+        for name, text in _ETC_FILES.items():
+            data = text.encode()
+            info = tarfile.TarInfo(name)
+            info.size, info.mode = len(data), 0o644
+            tar.addfile(info, io.BytesIO(data))
+    return buf.getvalue()
