@@ -12,14 +12,14 @@ from kubelet_sim import __version__
 from kubelet_sim.assembly.nodeset import NodeSet, exit_past_calls_in_flight, usable_root_dir
 from kubelet_sim.assembly.process import engine_for
 from kubelet_sim.cli.common import fail, stop_on_signals, typer_app
-from kubelet_sim.cli.node_options import NodeOptions, with_node_options
+from kubelet_sim.cli.node_options import NodeOptions, duration_option, with_node_options
 from kubelet_sim.cli.ui import UiOptions, with_ui_options
 from kubelet_sim.kube.client import KubeConfigError
 from kubelet_sim.logs import configure_logging
 from kubelet_sim.runtime.engine import RuntimeUnavailable
 from kubelet_sim.server.healthz import HealthzServer
 from kubelet_sim.server.http import ServerError
-from kubelet_sim.server.settings import ConnectionLimits, ServerSettings, parse_duration
+from kubelet_sim.server.settings import ConnectionLimits, ServerSettings
 from kubelet_sim.validation import ConfigError
 
 if TYPE_CHECKING:
@@ -214,7 +214,7 @@ def run(
         client_ca_file=client_ca_file,
         anonymous_auth=anonymous_auth,
         limits=ConnectionLimits(
-            streaming_idle_timeout=_duration(streaming_connection_idle_timeout)
+            streaming_idle_timeout=_idle_timeout(streaming_connection_idle_timeout)
         ),
     )
     try:
@@ -257,13 +257,6 @@ def run(
         raise SystemExit(1)
 
 
-def _duration(text: str) -> float:
-    try:
-        return parse_duration(text)
-    except ValueError as exc:
-        fail(f"--streaming-connection-idle-timeout: {exc}")
-
-
 def _rotate(bootstrapped: list[Bootstrapped], node_set: NodeSet) -> CertificateRotation:
     from kubelet_sim.kube.tls_bootstrap import CertificateRotation  # noqa: PLC0415
 
@@ -277,3 +270,10 @@ def _serve_healthz(address: str, port: int, node_set: NodeSet) -> HealthzServer:
         return HealthzServer(address, port, node_set.health, node_set.process.supervisor).start()
     except OSError as exc:  # the caller closes the node set
         fail(f"--healthz-port: cannot listen on {address}:{port}: {exc.strerror or exc}")
+
+
+def _idle_timeout(text: str) -> float:
+    try:
+        return duration_option("--streaming-connection-idle-timeout", text)
+    except ConfigError as exc:
+        fail(str(exc))

@@ -271,10 +271,10 @@ class NodeOptions:
             kube_reserved=parse_reserved(self.kube_reserved),
             lease_duration_seconds=self.node_lease_duration_seconds,
             lease_renew_interval=self.node_lease_duration_seconds * LEASE_RENEW_FRACTION,
-            status_update_interval=_duration(
+            status_update_interval=duration_option(
                 "--node-status-update-frequency", self.node_status_update_frequency
             ),
-            status_report_interval=_duration(
+            status_report_interval=duration_option(
                 "--node-status-report-frequency", self.node_status_report_frequency
             ),
         )
@@ -356,7 +356,8 @@ def parse_pool_size(text: str) -> int | None:
     return int(value)
 
 
-def _duration(option: str, text: str) -> float:
+def duration_option(option: str, text: str) -> float:
+    """A Go duration option's value in seconds; ConfigError naming the option otherwise."""
     try:
         return parse_duration(text)
     except ValueError as exc:
