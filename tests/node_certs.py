@@ -147,3 +147,22 @@ def _kubeconfig_like(admin_kubeconfig: str, node_name: str, cert_b64: str, key: 
         "contexts": [{"name": node_name, "context": {"cluster": "cluster", "user": user}}],
         "current-context": node_name,
     }
+
+
+def remove_joined(api: Any, names: list[str], token: str) -> None:
+    """What nodes joining with a bootstrap token leave in the cluster: their Nodes, the CSRs of
+    the token and of the nodes, and the token's Secret."""
+    token_id = token.partition(".")[0]
+    for name in names:
+        with contextlib.suppress(ApiError):
+            request_json(api, "DELETE", f"/api/v1/nodes/{name}")
+    users = {f"system:bootstrap:{token_id}", *(f"system:node:{n}" for n in names)}
+    with contextlib.suppress(ApiError):
+        for csr in request_json(api, "GET", CSRS).get("items") or []:
+            if csr["spec"].get("username") in users:
+                with contextlib.suppress(ApiError):
+                    request_json(api, "DELETE", f"{CSRS}/{csr['metadata']['name']}")
+    with contextlib.suppress(ApiError):
+        request_json(
+            api, "DELETE", f"/api/v1/namespaces/kube-system/secrets/bootstrap-token-{token_id}"
+        )

@@ -27,8 +27,7 @@ from tests.agent_process import AgentProcess, remove_containers_of, run_command
 from tests.cluster import CSR_CERTIFICATE_SECONDS, ApiUnderTest, wait_for
 from tests.kubeenv import kube_version
 from tests.mounts import remove_root
-
-CSRS = "/apis/certificates.k8s.io/v1/certificatesigningrequests"
+from tests.node_certs import CSRS, remove_joined
 
 
 @contextlib.contextmanager
@@ -101,17 +100,7 @@ def joined(cluster: ApiUnderTest, tmp_path: Path) -> Iterator[tuple[list[str], P
     try:
         yield names, bootstrap, token
     finally:
-        for name in names:
-            with contextlib.suppress(ApiError):
-                request_json(admin.api, "DELETE", f"/api/v1/nodes/{name}")
-        users = {f"system:bootstrap:{token.split('.')[0]}", *(f"system:node:{n}" for n in names)}
-        for csr in request_json(admin.api, "GET", CSRS).get("items") or []:
-            if csr["spec"].get("username") in users:
-                with contextlib.suppress(ApiError):
-                    request_json(admin.api, "DELETE", f"{CSRS}/{csr['metadata']['name']}")
-        secret = f"/api/v1/namespaces/kube-system/secrets/bootstrap-token-{token.split('.')[0]}"
-        with contextlib.suppress(ApiError):
-            request_json(admin.api, "DELETE", secret)
+        remove_joined(admin.api, names, token)
         admin.api.close()
 
 

@@ -46,12 +46,12 @@ from tests.docker_env import DockerEnv
 from tests.kubeenv import kube_version
 from tests.manifests import pod_manifest
 from tests.mounts import remove_root
+from tests.node_certs import remove_joined
 from tests.reference import REFERENCE_TAINT
 
 REPO = Path(__file__).resolve().parents[2]
 WORKLOAD = REPO / "deploy" / "workload"
 HOST_LABEL = "kubelet-sim.io/workload-host"
-CSRS = "/apis/certificates.k8s.io/v1/certificatesigningrequests"
 NODES_PER_REPLICA = 2
 
 
@@ -270,23 +270,14 @@ def _bind_node_proxier(api: Any, w: Workload, names: list[str]) -> None:
 
 
 def _remove(api: Any, w: Workload, names: list[str], token: str) -> None:
-    token_id = token.partition(".")[0]
-    calls = [
-        ("DELETE", f"/apis/apps/v1/namespaces/{w.namespace}/statefulsets/{w.name}"),
-        ("DELETE", f"/api/v1/namespaces/{w.namespace}"),
-        ("DELETE", f"/apis/rbac.authorization.k8s.io/v1/clusterrolebindings/{w.name}:node-proxier"),
-        ("DELETE", f"/api/v1/namespaces/kube-system/secrets/bootstrap-token-{token_id}"),
-        *(("DELETE", f"/api/v1/nodes/{n}") for n in names),
-    ]
-    for method, path in calls:
+    for path in (
+        f"/apis/apps/v1/namespaces/{w.namespace}/statefulsets/{w.name}",
+        f"/api/v1/namespaces/{w.namespace}",
+        f"/apis/rbac.authorization.k8s.io/v1/clusterrolebindings/{w.name}:node-proxier",
+    ):
         with contextlib.suppress(ApiError):
-            request_json(api, method, path)
-    users = {f"system:node:{n}" for n in names} | {f"system:bootstrap:{token_id}"}
-    with contextlib.suppress(ApiError):
-        for csr in request_json(api, "GET", CSRS).get("items") or []:
-            if csr["spec"].get("username") in users:
-                with contextlib.suppress(ApiError):
-                    request_json(api, "DELETE", f"{CSRS}/{csr['metadata']['name']}")
+            request_json(api, "DELETE", path)
+    remove_joined(api, names, token)
 
 
 def _node_ready(api: Any, name: str) -> str:
