@@ -23,13 +23,18 @@ T = TypeVar("T")
 
 class SharedProbe:
     """A RuntimeProbe that asks the real one at most once per TTL; a failure is shared too
-    (raised again to each caller within the TTL), so a dead engine costs no call per node."""
+    (raised again to each caller within the TTL), so a dead engine costs no call per node.
+
+    While one caller asks again, the others take the last answer at once: a slow engine must
+    not hold every thread of the process's timers (and the Lease renewals queued behind them)
+    waiting on one call. Only a first answer is waited for."""
 
     def __init__(self, probe: RuntimeProbe, *, clock: Callable[[], float] = time.monotonic):
         self._probe = probe
         self._clock = clock
-        self._lock = threading.Lock()
+        self._cond = threading.Condition(threading.Lock())
         self._answers: dict[str, tuple[float, object, BaseException | None]] = {}
+        self._asking: set[str] = set()  # keys a caller is asking the engine for now
 
     def ping(self) -> bool:
         return self._cached("ping", PING_TTL, self._probe.ping)
@@ -41,15 +46,25 @@ class SharedProbe:
         return self._cached("images", IMAGE_LIST_PERIOD, self._probe.list_images)
 
     def _cached(self, key: str, ttl: float, call: Callable[[], T]) -> T:
-        with self._lock:  # one caller asks; the others wait for its answer
-            now = self._clock()
+        with self._cond:
+            self._cond.wait_for(lambda: key in self._answers or key not in self._asking)
             known = self._answers.get(key)
-            if known is None or now - known[0] >= ttl:
-                try:
-                    known = (now, call(), None)
-                except Exception as exc:
-                    known = (now, None, exc)
-                self._answers[key] = known
+            now = self._clock()
+            ask = key not in self._asking and (known is None or now - known[0] >= ttl)
+            if ask:
+                self._asking.add(key)
+        if ask:
+            try:
+                known = (now, call(), None)
+            except Exception as exc:
+                known = (now, None, exc)
+            finally:
+                with self._cond:
+                    self._asking.discard(key)
+                    if known is not None:
+                        self._answers[key] = known
+                    self._cond.notify_all()
+        assert known is not None
         _, value, error = known
         if error is not None:
             raise error

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import copy
 import re
 import threading
 import time
@@ -289,6 +290,11 @@ def test_status_change_ignores_heartbeat_times() -> None:
     after["conditions"] = compute_conditions(before["conditions"], ["down"], NOW)
     assert status_changed(before, after)
     assert status_changed(None, after)
+    after = {**before, "nodeInfo": {**before["nodeInfo"], "containerRuntimeVersion": "x"}}
+    assert status_changed(before, after)
+    assert status_changed(before, {k: v for k, v in before.items() if k != "images"} | {"x": 1})
+    assert not status_changed(before, copy.deepcopy(before))
+    assert before == build_node(settings, HOST, "27.3.1", [], NOW)["status"]  # left as it was
 
 
 def test_micro_time_has_six_fraction_digits() -> None:
