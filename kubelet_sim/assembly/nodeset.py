@@ -136,6 +136,7 @@ class NodeSet:
         self._wirings: dict[str, tuple[NodeWiring, _Scope]] = {}
         self._node_stops: dict[str, threading.Event] = {}
         self._halted: set[str] = set()
+        self._a_node_failed = threading.Event()  # a node's loop gave up: `wait` looks which
         self._lock = threading.Lock()
         kube = _connections(settings)  # the API first: a missing kubeconfig says so first
         self.connections = kube
@@ -182,7 +183,7 @@ class NodeSet:
         for i, node in enumerate(identities):
             name = node.settings.node_name
             connection = kube[name]
-            supervisor = Supervisor(node=name)
+            supervisor = Supervisor(node=name, on_failure=self._node_failed)
             every_node = node.kubeconfig is None and len(on_set) > 1
             key = "" if every_node else name
             if key not in scopes:
@@ -225,11 +226,12 @@ class NodeSet:
     def runtimes(self) -> dict[str, NodeRuntime]:
         return {node.node_name: node.runtime for node in self.nodes}
 
-    def start(self, stop: threading.Event) -> None:
+    def start(self, stop: threading.Event, *, on_started: Callable[[], None] | None = None) -> None:
         """Start every node, STARTERS at a time, on threads that end once their nodes run;
         a node whose start fails, or whose loop later fails for good, sets `stop` for all (its
         reason lands in `failures`). Watches of every node start first, once the server says
-        these credentials may hold them; a node's own watches once its Node is registered."""
+        these credentials may hold them; a node's own watches once its Node is registered.
+        `on_started` is called once every node has started (not if `stop` came first)."""
         self._stop = stop
         self.process.start()
         waiting = list(reversed(self.nodes))
@@ -247,11 +249,17 @@ class NodeSet:
             for scope in self.scopes:
                 if scope.every_node and not self._start_every_node(scope, stop):
                     return
+            starters = []
             for i in range(1, min(STARTERS, len(self.nodes))):
                 thread = threading.Thread(target=start_nodes, name=f"node starter {i}", daemon=True)
                 thread.start()
+                starters.append(thread)
                 self._threads.append(thread)
             start_nodes()
+            for thread in starters:
+                thread.join()
+            if on_started is not None and not stop.is_set():
+                on_started()
 
         thread = threading.Thread(target=start_all, name="node starter 0", daemon=True)
         thread.start()
@@ -301,7 +309,7 @@ class NodeSet:
         if gate is not None:
             gate.restore()
         wiring, scope = self._wirings[name]
-        supervisor = Supervisor(node=name)
+        supervisor = Supervisor(node=name, on_failure=self._node_failed)
         if not scope.every_node:
             watches = SharedWatches(
                 wiring.kube.api, node=name, proxy_api=scope.proxy_api, supervisor=supervisor
@@ -402,10 +410,15 @@ class NodeSet:
         scope.watches.start()
         return True
 
+    def _node_failed(self, _why: str) -> None:
+        self._a_node_failed.set()
+
     def wait(self, stop: threading.Event) -> list[tuple[str, str]]:
         # Never block without a timeout here: the kernel may hand SIGTERM to any thread, and
         # the main thread runs the Python handler only when it wakes up.
         while not stop.wait(0.5):
+            if not self._a_node_failed.is_set():
+                continue  # not a look at each of thousands of nodes twice a second
             failed = [
                 n
                 for n in self.nodes
@@ -461,7 +474,9 @@ class NodeSet:
             get_logger("kubelet_sim.nodeset", node=node.node_name).info("stopped")
 
     def run(self, stop: threading.Event) -> list[tuple[str, str]]:
-        self.start(stop)
+        """The process's own nodes, until `stop`: what their start made is then frozen out
+        of garbage collection (loops/collector.py), as it lives as long as the process."""
+        self.start(stop, on_started=self.process.collector.settle)
         return self.wait(stop)
 
     def close(self) -> None:

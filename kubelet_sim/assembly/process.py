@@ -10,6 +10,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
+from kubelet_sim.loops.collector import GarbageCollector
 from kubelet_sim.loops.supervise import Supervisor
 from kubelet_sim.loops.timers import POOL_THREADS, Timers
 from kubelet_sim.node.host import HostFacts
@@ -53,8 +54,10 @@ class ProcessContext:
     probe: RuntimeProbe
     supervisor: Supervisor  # its loops' failures fail every node of the process
     runtime_options: RuntimeOptions
+    collector: GarbageCollector = field(default_factory=GarbageCollector)
 
     def start(self) -> None:
+        self.collector.watch()
         if self.listener is not None:
             self.listener.start(self.supervisor)
         self.timers.start()
@@ -65,3 +68,4 @@ class ProcessContext:
         self.timers.stop()
         if self.listener is not None:
             self.listener.stop()
+        self.collector.unwatch()

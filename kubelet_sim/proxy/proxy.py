@@ -60,7 +60,9 @@ class ServiceProxy:
         self._events = events
         self.log = get_logger("kubelet_sim.proxy", node=settings.node_name)
         self.disabled = netns.unavailable() if settings.runner is netns.run_command else None
-        self._dirty = threading.Event()  # a change no pass has programmed yet
+        # A change no pass has programmed yet: a plain flag, not an Event (nobody waits on it,
+        # and a process of thousands of nodes sets it on every node at each change).
+        self._dirty = False
         self._lock = threading.Lock()  # the namespaces by pid; each has its own lock to apply
         self._namespaces: dict[int, netns.Namespace] = {}
         self._warned: set[tuple[str, str, str, str]] = set()
@@ -80,7 +82,7 @@ class ServiceProxy:
             self._timer.cancel(wait=timeout)
 
     def changed(self) -> None:
-        self._dirty.set()
+        self._dirty = True
         # A node without pods has nothing to program (a new pod's sandbox is set up whole):
         # a Service change in a process of a thousand nodes wakes only those with pods.
         if self._timer is not None and self._sandboxes():
@@ -94,14 +96,14 @@ class ServiceProxy:
         # not list them: --proxy-kubeconfig): a pod never waits for a list that will not come.
         self.slices.answered.wait(FIRST_LIST_GRACE)
         self._program([sandbox], full=False)
-        if self._dirty.is_set() and self._timer is not None:  # changed while it had no pods
+        if self._dirty and self._timer is not None:  # changed while it had no pods
             self._timer.wake(self.settings.debounce)
 
     # ---------------------------------------------------------------------------------------
 
     def _pass(self) -> None:
         """Every namespace, after a change or at the resync."""
-        self._dirty.clear()
+        self._dirty = False
         sandboxes = self._sandboxes()
         if sandboxes:
             self._program(sandboxes, full=True)

@@ -518,6 +518,10 @@ def test_images_are_the_largest_fifty_named_by_digests_then_tags() -> None:
     }
     assert [i["sizeBytes"] for i in listed[1:3]] == [1059, 1058], "largest first"
     assert node_images([]) == []
+    shared = [*many, named]  # the runtime's list every node of a process is given
+    assert node_images(shared) is node_images(shared)
+    assert node_images(shared[:1]) == [{"names": ["img0:v"], "sizeBytes": 1000}]
+    assert node_images(shared, limit=2) == listed[:2]
 
 
 def test_system_and_kube_reservations_come_off_allocatable() -> None:
