@@ -9,7 +9,9 @@ that nodes started together do not stay in step.
 When more is due than the pool can run (a thousand nodes registering at once, an API server
 that answers slowly), the Lease renewals go first: a task of a lower `priority` number is handed
 to the pool before any other that is due, and a late node status or proxy pass costs less than a
-node whose Lease expires.
+node whose Lease expires. A quarter of the pool is theirs alone: other tasks may take the rest,
+so tasks that block long (a hundred pods' proxy passes while 5,000 nodes ran) never hold every
+thread while Leases fall due (they came 45 s late so).
 
 Heartbeats must never fall behind silently: how late each run started against its due time is
 a histogram per kind (`lateness`), and a run later than `LATE_AFTER` is a warning with the node
@@ -36,6 +38,7 @@ POOL_THREADS = 24  # tasks block in API calls: a thousand nodes renew 100 Leases
 LATE_AFTER = 1.0  # seconds past its due time: a run this late is logged as a warning
 LATE_LOG_INTERVAL = 10.0  # after a late-run warning, the next of its kind sums up this long
 URGENT, NORMAL = 0, 1  # priorities: Lease renewals, and the rest
+URGENT_SHARE = 4  # one in this many pool threads waits for urgent tasks only
 LATENESS_BUCKETS = (0.01, 0.05, 0.1, 0.25, 0.5, 1, 2, 5, 10, 30)
 
 
@@ -84,6 +87,9 @@ class Timers:
         self.log = get_logger("kubelet_sim.loops.timers")
         self._heap: list[tuple[float, int, int, Periodic]] = []
         self._ready: tuple[deque[Periodic], ...] = (deque(), deque())  # due, by priority
+        # Threads other tasks than the urgent may hold at once: the rest wait for Leases.
+        self._normal_limit = pool_threads - pool_threads // URGENT_SHARE
+        self._normal_running = 0
         self._late_summary: dict[str, _LateSummary] = {}
         self._seq = itertools.count()
         lock = threading.Lock()
@@ -188,11 +194,13 @@ class Timers:
     def _work(self) -> None:
         while True:
             with self._cond:
-                while not any(self._ready) and not self._stop.is_set():
+                while not self._takeable() and not self._stop.is_set():
                     self._work_ready.wait()
                 if self._stop.is_set():
                     return
-                timer = next(q for q in self._ready if q).popleft()
+                urgent, normal = self._ready
+                timer = urgent.popleft() if urgent else normal.popleft()
+                self._normal_running += timer.priority != URGENT
                 timer.running = True
                 late = self.clock.monotonic() - timer.due
             self._observe(timer, late)
@@ -203,6 +211,7 @@ class Timers:
                 self.log.exception("periodic task failed", kind=timer.kind, node=timer.node)
             with self._cond:
                 timer.running = False
+                self._normal_running -= timer.priority != URGENT
                 if timer.cancelled:
                     self._ended.notify_all()
                     continue
@@ -212,6 +221,11 @@ class Timers:
                 else:
                     spread = 1 + timer.jitter * self._rng.random()
                     self._push(timer, self.clock.monotonic() + timer.interval * spread)
+
+    def _takeable(self) -> bool:
+        """Under the lock: an urgent task is due, or another and a thread may take it."""
+        urgent, normal = self._ready
+        return bool(urgent) or (bool(normal) and self._normal_running < self._normal_limit)
 
     def _observe(self, timer: Periodic, late: float) -> None:
         """Lateness into the histogram; late runs into the log, a burst summed up (its last

@@ -121,6 +121,32 @@ def test_a_due_lease_renewal_runs_before_other_due_work() -> None:
         timers.stop()
 
 
+def test_a_quarter_of_the_pool_waits_for_lease_renewals_alone() -> None:
+    """Other tasks that block hold three threads of four at most: a Lease due meanwhile runs
+    at once on the fourth, and another task waits for one of theirs."""
+    timers = Timers(pool_threads=4, supervisor=Supervisor()).start()
+    try:
+        release = threading.Event()
+        blocked: list[str] = []
+        ran: list[str] = []
+
+        def block(name: str) -> None:
+            blocked.append(name)
+            release.wait(10)
+
+        for i in range(3):
+            timers.every("service-proxy", f"n{i}", 60.0, lambda i=i: block(f"n{i}"))
+        wait_for(lambda: len(blocked) == 3, 5, "three threads held")
+        timers.every("node-status", "n8", 60.0, lambda: ran.append("status"))
+        timers.every("lease", "n9", 60.0, lambda: ran.append("lease"), priority=URGENT)
+        wait_for(lambda: ran == ["lease"], 5, "the Lease renewed on the fourth thread")
+        assert ran == ["lease"], "the node status, due first, waits for a thread of its kind"
+        release.set()
+        wait_for(lambda: ran == ["lease", "status"], 5, "the node status once one is free")
+    finally:
+        timers.stop()
+
+
 def test_a_burst_of_late_runs_is_one_warning_then_one_sum(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
