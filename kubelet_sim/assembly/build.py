@@ -162,7 +162,7 @@ def build_node(
     proxy_watches = watches.proxy_watches
     if proxy_watches is not None:  # the set watches for a proxy only where one runs
         proxy = ServiceProxy(
-            ProxySettings(name, process.engine.network_subnet()),
+            ProxySettings(name, *process.pod_network),
             services,
             running_sandboxes,
             events,

@@ -13,6 +13,7 @@ kubelet's field selectors.
 from __future__ import annotations
 
 import dataclasses
+import itertools
 import os
 import sys
 import threading
@@ -25,7 +26,11 @@ from typing import Any, Protocol
 from kubelet_sim import cri
 from kubelet_sim.assembly.build import NodeWiring, build_node
 from kubelet_sim.assembly.node import SHUTDOWN_SECONDS, Node
-from kubelet_sim.assembly.process import ProcessContext, RuntimeOptions, timer_threads
+from kubelet_sim.assembly.process import (
+    ProcessContext,
+    RuntimeOptions,
+    timer_threads,
+)
 from kubelet_sim.kube.client import KubeConnection, connect, wait_for_api_server
 from kubelet_sim.kube.schema import ServerSchema
 from kubelet_sim.kube.shared_watches import SharedWatches, may_watch_every_node
@@ -52,6 +57,7 @@ CONNECTIONS_PER_NODE = 4
 # Nodes sharing watches hold no watch each: their writes and a Lease renewal in flight.
 SHARED_CONNECTIONS_PER_NODE = 1
 STARTERS = 16  # nodes registered and started at once (each waits on a few API calls)
+SETTLE_EVERY = 500  # started nodes between two freezes of what they made (loops/collector.py)
 
 
 class ApiGate(Protocol):
@@ -226,16 +232,18 @@ class NodeSet:
     def runtimes(self) -> dict[str, NodeRuntime]:
         return {node.node_name: node.runtime for node in self.nodes}
 
-    def start(self, stop: threading.Event, *, on_started: Callable[[], None] | None = None) -> None:
+    def start(self, stop: threading.Event, *, settle: Callable[[], None] | None = None) -> None:
         """Start every node, STARTERS at a time, on threads that end once their nodes run;
         a node whose start fails, or whose loop later fails for good, sets `stop` for all (its
         reason lands in `failures`). Watches of every node start first, once the server says
         these credentials may hold them; a node's own watches once its Node is registered.
-        `on_started` is called once every node has started (not if `stop` came first)."""
+        `settle` is called after each SETTLE_EVERY nodes have started and once all have (not
+        after `stop`)."""
         self._stop = stop
         self.process.start()
         waiting = list(reversed(self.nodes))
         lock = threading.Lock()
+        started = itertools.count(1)
 
         def start_nodes() -> None:
             while not stop.is_set():
@@ -244,6 +252,8 @@ class NodeSet:
                         return
                     node = waiting.pop()
                 self._start_node(node, stop)
+                if settle is not None and next(started) % SETTLE_EVERY == 0:
+                    settle()
 
         def start_all() -> None:
             for scope in self.scopes:
@@ -258,8 +268,8 @@ class NodeSet:
             start_nodes()
             for thread in starters:
                 thread.join()
-            if on_started is not None and not stop.is_set():
-                on_started()
+            if settle is not None and not stop.is_set():
+                settle()
 
         thread = threading.Thread(target=start_all, name="node starter 0", daemon=True)
         thread.start()
@@ -474,9 +484,10 @@ class NodeSet:
             get_logger("kubelet_sim.nodeset", node=node.node_name).info("stopped")
 
     def run(self, stop: threading.Event) -> list[tuple[str, str]]:
-        """The process's own nodes, until `stop`: what their start made is then frozen out
-        of garbage collection (loops/collector.py), as it lives as long as the process."""
-        self.start(stop, on_started=self.process.collector.settle)
+        """The process's own nodes, until `stop`: what their start makes is frozen out of
+        garbage collection as they start (loops/collector.py), as it lives as long as the
+        process."""
+        self.start(stop, settle=self.process.collector.settle)
         return self.wait(stop)
 
     def close(self) -> None:

@@ -8,6 +8,7 @@ probe. A process of one node has them too, so every part has one way to run.
 
 from __future__ import annotations
 
+import functools
 from dataclasses import dataclass, field
 
 from kubelet_sim.loops.collector import GarbageCollector
@@ -15,7 +16,7 @@ from kubelet_sim.loops.supervise import Supervisor
 from kubelet_sim.loops.timers import POOL_THREADS, Timers
 from kubelet_sim.node.host import HostFacts
 from kubelet_sim.node.lifecycle import RuntimeProbe
-from kubelet_sim.runtime.engine import DockerEngine
+from kubelet_sim.runtime.engine import DockerEngine, RuntimeUnavailable
 from kubelet_sim.runtime.log_rotation import LogRotation
 from kubelet_sim.runtime.observe import ContainerEvents
 from kubelet_sim.server.listener import Listener
@@ -55,6 +56,16 @@ class ProcessContext:
     supervisor: Supervisor  # its loops' failures fail every node of the process
     runtime_options: RuntimeOptions
     collector: GarbageCollector = field(default_factory=GarbageCollector)
+
+    @functools.cached_property
+    def pod_network(self) -> tuple[str | None, str | None]:
+        """The IPv4 subnet and gateway of the sandboxes' network, read once for every node's
+        service proxy (at its first use: a process without proxies never asks)."""
+        try:
+            gateway: str | None = self.engine.network_gateway()
+        except RuntimeUnavailable:
+            gateway = None
+        return self.engine.network_subnet(), gateway
 
     def start(self) -> None:
         self.collector.watch()

@@ -3,10 +3,11 @@
 A full collection walks every object the process holds and stops every thread meanwhile, the
 Lease renewals too: at 5,000 nodes (about 900 MiB) that is seconds, and it comes whenever the
 objects that outlived two younger collections grew by a quarter. Most of what a process holds
-is made while its nodes start and lives as long as it does: once they run, `settle()` collects
-once and freezes what is left (`gc.freeze`, as large Python services do), so later full
-collections walk only what came after. Each full collection's pause is measured (`pauses`),
-and a long one is a warning: a heartbeat late for no visible reason is then explained.
+is made while its nodes start and lives as long as it does: as they start (every 500 nodes)
+and once they all run, `settle()` collects once and freezes what is left (`gc.freeze`, as
+large Python services do), so later full collections walk only what came after. Each full
+collection's pause is measured (`pauses`), and a long one is a warning: a heartbeat late for
+no visible reason is then explained.
 """
 
 from __future__ import annotations
@@ -43,7 +44,7 @@ class GarbageCollector:
             gc.callbacks.remove(self._on_collection)
 
     def settle(self) -> None:
-        """The nodes run: collect once, then freeze what survived (for the process's life)."""
+        """Nodes started: collect once, then freeze what survived (for the process's life)."""
         gc.collect()
         gc.freeze()
         self.frozen = gc.get_freeze_count()

@@ -31,6 +31,7 @@ WARNING = "Warning"
 class ProxySettings:
     node_name: str
     subnet: str | None  # the pods' Docker network (other nodes' ranges are routed only when on it)
+    gateway: str | None = None  # the pods' default route (a range behind it needs no route)
     debounce: float = DEBOUNCE
     runner: netns.Runner = field(default=netns.run_command)
 
@@ -115,7 +116,9 @@ class ServiceProxy:
         ports, skipped = rules.service_ports(self._services() or [], self.slices.items())
         for item in skipped:
             self._warn(item)
-        routes = rules.pod_routes(self.nodes.items(), self.settings.node_name, self.settings.subnet)
+        routes = rules.pod_routes(
+            self.nodes.items(), self.settings.node_name, self.settings.subnet, self.settings.gateway
+        )
         return rules.render(ports), routes
 
     def _program(self, sandboxes: list[cri.ObservedContainer], *, full: bool) -> None:

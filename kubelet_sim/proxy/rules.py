@@ -235,9 +235,13 @@ class Route:
     via: str
 
 
-def pod_routes(nodes: Iterable[Json], own_node: str, subnet: str | None) -> list[Route]:
+def pod_routes(
+    nodes: Iterable[Json], own_node: str, subnet: str | None, gateway: str | None = None
+) -> list[Route]:
     """Other nodes' IPv4 podCIDRs via their InternalIP, when that address is on the pods'
-    own network (on-link); a range behind anything else is not ours to route."""
+    own network (on-link); a range behind anything else is not ours to route. Nor is one
+    behind the pods' `gateway`: their default route goes there already (every node of this
+    machine's processes has it as its address: 5,000 of them were as many routes a pod)."""
     if not subnet:
         return []
     network = ipaddress.ip_network(subnet, strict=False)
@@ -256,7 +260,7 @@ def pod_routes(nodes: Iterable[Json], own_node: str, subnet: str | None) -> list
             ),
             None,
         )
-        if via is None or ipaddress.ip_address(via) not in network:
+        if via is None or via == gateway or ipaddress.ip_address(via) not in network:
             continue
         for cidr in cidrs:
             try:

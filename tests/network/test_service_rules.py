@@ -139,3 +139,9 @@ def test_other_nodes_pod_ranges_are_routed_via_on_link_addresses() -> None:
     ]
     assert pod_routes(nodes, "n1", "172.18.0.0/16") == [Route("10.244.1.0/24", "172.18.0.3")]
     assert pod_routes(nodes, "n1", None) == []
+    # A node whose address is the pods' gateway (a node of this machine): their default route.
+    nodes.append(node("n2", "172.18.0.1", "10.244.3.0/24"))
+    assert pod_routes(nodes, "n1", "172.18.0.0/16", "172.18.0.1") == [
+        Route("10.244.1.0/24", "172.18.0.3")
+    ]
+    assert Route("10.244.3.0/24", "172.18.0.1") in pod_routes(nodes, "n1", "172.18.0.0/16")

@@ -22,7 +22,8 @@ def test_each_full_collection_is_measured_while_watched() -> None:
     gc.collect()  # no longer watched
     buckets, total, count = collector.pauses.snapshot()
     assert (count, total) == (2, 6.0)
-    assert dict(buckets)[2] == 0 and dict(buckets)[5] == 2
+    assert dict(buckets)[2] == 0
+    assert dict(buckets)[5] == 2
 
 
 def test_settle_freezes_what_survived_the_start() -> None:
