@@ -17,6 +17,7 @@ from typing import Any, Protocol
 from kubelet_sim import cri
 from kubelet_sim.formats.jsontypes import Json
 from kubelet_sim.kube.events import EventRef
+from kubelet_sim.kube.tokens import TokenRequest
 from kubelet_sim.pod.container_config import ObjectLookup
 from kubelet_sim.pod.spec import PodView
 from kubelet_sim.volumes import TokenSource, VolumeSetup
@@ -172,14 +173,6 @@ class PodVolumes(Protocol):
 class TokenIssuer(Protocol):
     """Service account tokens for projected volumes (TokenRequest), cached per pod."""
 
-    def token(
-        self,
-        namespace: str,
-        service_account: str,
-        expiration_seconds: int,
-        audiences: list[str],
-        pod_name: str,
-        pod_uid: str,
-    ) -> str: ...
+    def token(self, request: TokenRequest) -> str: ...
 
     def forget_pod(self, pod_uid: str) -> None: ...

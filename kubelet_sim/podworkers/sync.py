@@ -15,6 +15,7 @@ from kubelet_sim import cri
 from kubelet_sim.formats.histogram import POD_START_BUCKETS, Histogram
 from kubelet_sim.formats.jsontypes import Json
 from kubelet_sim.kube.events import WARNING
+from kubelet_sim.kube.tokens import TokenRequest
 from kubelet_sim.logs import get_logger
 from kubelet_sim.loops.backoff import Backoff
 from kubelet_sim.loops.clock import SYSTEM_CLOCK, Clock
@@ -324,7 +325,10 @@ class PodSyncer:
         sandbox = latest_sandbox(observed)
 
         def token(namespace: str, account: str, seconds: int, audiences: list[str]) -> str:
-            return self.tokens.token(namespace, account, seconds, audiences, view.name, view.uid)
+            request = TokenRequest(
+                namespace, account, seconds, tuple(audiences), view.name, view.uid
+            )
+            return self.tokens.token(request)
 
         setup = self.volumes.setup(
             view,
