@@ -158,13 +158,7 @@ class PodVolumes(Protocol):
     """The node's volume manager: a pod's volumes set up (again) on every sync, torn down."""
 
     def setup(
-        self,
-        pod: PodView,
-        lookup: ObjectLookup,
-        token: TokenSource | None,
-        *,
-        host_ip: str,
-        pod_ip: str,
+        self, pod: PodView, lookup: ObjectLookup, token: TokenSource | None
     ) -> VolumeSetup: ...
 
     def teardown(self, pod_uid: str) -> bool: ...
