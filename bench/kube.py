@@ -9,7 +9,6 @@ from __future__ import annotations
 import contextlib
 import json
 import secrets
-import socket
 import threading
 import time
 from collections.abc import Callable
@@ -19,7 +18,7 @@ from kubernetes import client, config
 from kubernetes.client.exceptions import ApiException
 
 from kubelet_sim.formats.jsontypes import Json
-from kubelet_sim.kube.informer import watch_lines
+from kubelet_sim.kube.informer import close_watch, watch_lines
 from kubelet_sim.node.settings import VIRTUAL_NODE_TAINT
 
 BENCH_USER_AGENT = "kubelet-sim-bench/0.1"
@@ -188,12 +187,7 @@ class ObjectWatch:
 
     def close(self) -> None:
         self._closing.set()
-        sock = getattr(getattr(self._response, "connection", None), "sock", None)
-        if sock is not None:
-            with contextlib.suppress(OSError):
-                sock.shutdown(socket.SHUT_RDWR)
-        self.ended.wait(5)
-        self._response.close()
+        close_watch(self._response, self.ended)
 
 
 class PodWatch(ObjectWatch):

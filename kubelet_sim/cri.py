@@ -237,6 +237,18 @@ class ExecResult:
 
 
 @dataclass(frozen=True)
+class LogOptions:
+    """What of a container's stdout and stderr to read (the kubelet's LogOptions): the last
+    `tail` lines, from `since` (unix seconds), each with its RFC 3339 time if `timestamps`;
+    with `follow`, until the container stops or the reader closes the stream."""
+
+    follow: bool = False
+    tail: int | None = None
+    since: float | None = None
+    timestamps: bool = False
+
+
+@dataclass(frozen=True)
 class ContainerStats:
     """A container's resource use as the runtime counts it (cAdvisor's names in the comments)."""
 

@@ -16,7 +16,6 @@ import json
 import os
 import queue
 import secrets
-import socket
 import threading
 import time
 from collections.abc import Callable, Iterator
@@ -26,7 +25,7 @@ from typing import Any
 
 import pytest
 
-from kubelet_sim.kube.informer import watch_lines
+from kubelet_sim.kube.informer import close_watch, watch_lines
 from kubelet_sim.pod.generation import KubeletGeneration
 from tests.fakeapi import FakeApiServer
 from tests.kubeenv import KubeEnv, KubeEnvError, find_binaries
@@ -579,12 +578,7 @@ class EventStream:
 
     def close(self) -> None:
         """Cut the connection (a blocked reader would deadlock a plain close), then close."""
-        sock = getattr(getattr(self.response, "connection", None), "sock", None)
-        if sock is not None:
-            with contextlib.suppress(OSError):
-                sock.shutdown(socket.SHUT_RDWR)
-        self.ended.wait(5)
-        self.response.close()
+        close_watch(self.response, self.ended)
 
 
 def open_watch(list_call: Callable[..., Any], *args: Any, **kwargs: Any) -> EventStream:

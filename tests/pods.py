@@ -120,6 +120,18 @@ def pod_containers(docker_env: DockerEnv, uid: str) -> list[SeenContainer]:
     ]
 
 
+def containers_named(
+    docker_env: DockerEnv, uid: str, name: str = "c", *, running: bool = False
+) -> list[SeenContainer]:
+    """The Docker containers of the pod's container `name`: every attempt, or with `running`
+    the running ones only."""
+    return [
+        c
+        for c in pod_containers(docker_env, uid)
+        if c.labels.get(cri.LABEL_CONTAINER_NAME) == name and (not running or c.status == "running")
+    ]
+
+
 def ended_output(cluster: ApiUnderTest, docker_env: DockerEnv, name: str) -> str:
     """What the pod's one app container printed (stdout and stderr), once the pod (restart
     policy Never) ran to its end; it must have succeeded."""

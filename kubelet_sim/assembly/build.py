@@ -38,8 +38,8 @@ from kubelet_sim.loops.supervise import Supervisor
 from kubelet_sim.loops.workqueue import WorkQueue
 from kubelet_sim.node.host import HostFacts
 from kubelet_sim.node.lifecycle import NodeLifecycle
+from kubelet_sim.node.node_object import StatusFacts, resources
 from kubelet_sim.node.node_object import build_node as registered_node
-from kubelet_sim.node.node_object import resources
 from kubelet_sim.node.settings import NodeSettings
 from kubelet_sim.pod.admission import HUGEPAGES_PREFIX, Allocatable
 from kubelet_sim.pod.generation import KubeletGeneration, generation_of
@@ -241,7 +241,9 @@ def build_node(
             # getNodeAnyWay: the Node the watch last told, else the one the node registers
             node=lambda: (
                 node.node_object
-                or registered_node(wiring.settings, process.host, "", [], datetime.now(UTC))
+                or registered_node(
+                    wiring.settings, process.host, StatusFacts("", [], datetime.now(UTC))
+                )
             ),
         ),
         supervisor,

@@ -20,35 +20,39 @@ _SCRIPT = (
 
 
 def deployment(image: str, replicas: int) -> dict[str, Any]:
-    labels = {"app": SAMPLE_NAME}
+    spec = {
+        # Virtual nodes carry this taint unless told otherwise (the demo's do not):
+        # the toleration shows how a workload opts in.
+        "tolerations": [{**VIRTUAL_NODE_TAINT, "operator": "Equal"}],
+        "terminationGracePeriodSeconds": 5,
+        "containers": [
+            {
+                "name": "hello",
+                "image": image,
+                "imagePullPolicy": "IfNotPresent",
+                "command": ["sh", "-c", _SCRIPT],
+                "env": [
+                    _field_env("POD_NAME", "metadata.name"),
+                    _field_env("NODE_NAME", "spec.nodeName"),
+                ],
+            }
+        ],
+    }
+    return deployment_of(SAMPLE_NAME, replicas, spec)
+
+
+def deployment_of(name: str, replicas: int, pod_spec: dict[str, Any]) -> dict[str, Any]:
+    """A Deployment `name` of `replicas` pods of `pod_spec`, it and its pods labelled app=`name`
+    (the scheduler-to-kubelet handoff test's too)."""
+    labels = {"app": name}
     return {
         "apiVersion": "apps/v1",
         "kind": "Deployment",
-        "metadata": {"name": SAMPLE_NAME, "labels": labels},
+        "metadata": {"name": name, "labels": labels},
         "spec": {
             "replicas": replicas,
             "selector": {"matchLabels": labels},
-            "template": {
-                "metadata": {"labels": labels},
-                "spec": {
-                    # Virtual nodes carry this taint unless told otherwise (the demo's do not):
-                    # the toleration shows how a workload opts in.
-                    "tolerations": [{**VIRTUAL_NODE_TAINT, "operator": "Equal"}],
-                    "terminationGracePeriodSeconds": 5,
-                    "containers": [
-                        {
-                            "name": "hello",
-                            "image": image,
-                            "imagePullPolicy": "IfNotPresent",
-                            "command": ["sh", "-c", _SCRIPT],
-                            "env": [
-                                _field_env("POD_NAME", "metadata.name"),
-                                _field_env("NODE_NAME", "spec.nodeName"),
-                            ],
-                        }
-                    ],
-                },
-            },
+            "template": {"metadata": {"labels": labels}, "spec": pod_spec},
         },
     }
 

@@ -10,6 +10,7 @@ from __future__ import annotations
 import contextlib
 import json
 import random
+import socket
 import threading
 from collections import Counter
 from collections.abc import Callable, Iterator
@@ -377,3 +378,14 @@ def watch_lines(response: urllib3.BaseHTTPResponse, *, keep_tail: bool = False) 
                 yield line
     if keep_tail and buffer.strip():
         yield buffer
+
+
+def close_watch(response: urllib3.BaseHTTPResponse, reader_ended: threading.Event) -> None:
+    """Close a watch response another thread reads: its socket shut down first (a plain close
+    would wait on the blocked reader), the reader given 5 s to see the end, then closed."""
+    sock = getattr(getattr(response, "connection", None), "sock", None)
+    if sock is not None:
+        with contextlib.suppress(OSError):
+            sock.shutdown(socket.SHUT_RDWR)
+    reader_ended.wait(5)
+    response.close()

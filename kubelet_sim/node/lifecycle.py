@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import threading
 from collections.abc import Callable
-from datetime import UTC, datetime
 
 from kubelet_sim.formats.jsontypes import Json
 from kubelet_sim.kube.node_api import NodeApi
@@ -113,14 +112,7 @@ class NodeLifecycle:
         self._status.node_changed(node)
 
     def _initial_node(self) -> Json:
-        version, errors = self._status.observe_runtime()
-        images = self._status.images() if not errors else []
-        now = datetime.now(UTC)
-        resolved = self._status.name_addresses
-        generation = self._status.generation()
-        return build_node(
-            self.settings, self.host, version, errors, now, images, resolved, generation
-        )
+        return build_node(self.settings, self.host, self._status.facts())
 
     def _delete_node(self) -> None:
         name = self.settings.node_name

@@ -10,6 +10,7 @@ from __future__ import annotations
 import copy
 import ipaddress
 from collections.abc import Collection, Sequence
+from dataclasses import dataclass
 from datetime import UTC, datetime
 
 from kubelet_sim import __version__, cri
@@ -74,19 +75,22 @@ def default_labels(settings: NodeSettings, host: HostFacts) -> dict[str, str]:
     }
 
 
-def build_node(
-    settings: NodeSettings,
-    host: HostFacts,
-    runtime_version: str,
-    runtime_errors: list[str],
-    now: datetime,
-    images: Sequence[cri.ImageSummary] = (),
-    name_addresses: Collection[str] = (),
-    generation: KubeletGeneration = CURRENT,
-) -> Json:
-    """The Node to create at registration; node labels and taints apply only here, as upstream.
+@dataclass(frozen=True)
+class StatusFacts:
+    """What a node status is made of besides the settings and the host, read at one moment: the
+    runtime's version and the kubelet's errors about it, the time, the runtime's images, what
+    the node name resolves to on this host (see `addresses`), whose rules apply."""
 
-    `name_addresses`: what the node name resolves to on this host (see `addresses`)."""
+    runtime_version: str
+    runtime_errors: list[str]
+    now: datetime
+    images: Sequence[cri.ImageSummary] = ()
+    name_addresses: Collection[str] = ()
+    generation: KubeletGeneration = CURRENT
+
+
+def build_node(settings: NodeSettings, host: HostFacts, facts: StatusFacts) -> Json:
+    """The Node to create at registration; node labels and taints apply only here, as upstream."""
     node: Json = {
         "apiVersion": "v1",
         "kind": "Node",
@@ -96,17 +100,7 @@ def build_node(
             "annotations": {ANNOTATION_CMAD: "true", **creator_annotation(settings)},
         },
         "spec": {},
-        "status": node_status(
-            settings,
-            host,
-            runtime_version,
-            runtime_errors,
-            [],
-            now,
-            images,
-            name_addresses,
-            generation,
-        ),
+        "status": node_status(settings, host, facts, []),
     }
     if settings.register_with_taints:
         node["spec"]["taints"] = copy.deepcopy(settings.register_with_taints)
@@ -141,27 +135,19 @@ def reconcile_existing(existing: Json, settings: NodeSettings, host: HostFacts) 
 
 
 def node_status(
-    settings: NodeSettings,
-    host: HostFacts,
-    runtime_version: str,
-    runtime_errors: list[str],
-    previous_conditions: list[Json],
-    now: datetime,
-    images: Sequence[cri.ImageSummary] = (),
-    name_addresses: Collection[str] = (),
-    generation: KubeletGeneration = CURRENT,
+    settings: NodeSettings, host: HostFacts, facts: StatusFacts, previous_conditions: list[Json]
 ) -> Json:
     """The whole `status` the kubelet owns, computed afresh at each status update."""
     capacity, allocatable = resources(settings, host)
-    listed = node_images(images)
+    listed = node_images(facts.images)
     return {
         **({"images": listed} if listed else {}),
         "capacity": capacity,
         "allocatable": allocatable,
-        "conditions": compute_conditions(previous_conditions, runtime_errors, now),
-        "addresses": addresses(settings, host, name_addresses),
+        "conditions": compute_conditions(previous_conditions, facts.runtime_errors, facts.now),
+        "addresses": addresses(settings, host, facts.name_addresses),
         "daemonEndpoints": {"kubeletEndpoint": {"Port": settings.kubelet_port}},
-        "nodeInfo": node_info(host, runtime_version, generation),
+        "nodeInfo": node_info(host, facts.runtime_version, facts.generation),
     }
 
 

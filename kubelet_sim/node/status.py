@@ -23,6 +23,7 @@ from kubelet_sim.loops.timers import Periodic, Timers
 from kubelet_sim.node.host import HostFacts
 from kubelet_sim.node.node_object import (
     PRESSURE_CONDITIONS,
+    StatusFacts,
     conditions_differ,
     desired_status,
     node_status,
@@ -99,6 +100,13 @@ class NodeStatusController:
             answers = False
         self._runtime_ever_answered |= answers
         return self._runtime_version, runtime_errors(answers, self._runtime_ever_answered)
+
+    def facts(self) -> StatusFacts:
+        """What a status is made of: the runtime pinged, its images (unless it fails), now."""
+        version, errors = self.observe_runtime()
+        images = self.images() if not errors else ()
+        now = datetime.now(UTC)
+        return StatusFacts(version, errors, now, images, self.name_addresses, self.generation())
 
     def images(self) -> list[cri.ImageSummary]:
         """The runtime's images, listed at most every IMAGE_LIST_PERIOD as the kubelet's image
@@ -179,7 +187,7 @@ class NodeStatusController:
             self._update()
 
     def _update(self) -> str:
-        version, errors = self.observe_runtime()
+        facts = self.facts()
         with self._lock:
             # The server's conditions, as the kubelet sets its status on the Node it GETs: a
             # node lifecycle controller that marked us Unknown (a lost connection) is
@@ -187,17 +195,7 @@ class NodeStatusController:
             served = list(self._server[1].get("conditions") or [])
             previous_conditions = served or list(self._conditions)
             last_sent = self._last_sent
-        status = node_status(
-            self._settings,
-            self._host,
-            version,
-            errors,
-            previous_conditions,
-            datetime.now(UTC),
-            self.images() if not errors else (),
-            self.name_addresses,
-            self.generation(),
-        )
+        status = node_status(self._settings, self._host, facts, previous_conditions)
         if (
             not self._report_due()
             and not status_changed(last_sent, status)

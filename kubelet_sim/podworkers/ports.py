@@ -17,6 +17,7 @@ from typing import Any, Protocol
 from kubelet_sim import cri
 from kubelet_sim.formats.jsontypes import Json
 from kubelet_sim.kube.events import EventRef
+from kubelet_sim.kube.tokens import TokenRequest
 from kubelet_sim.pod.container_config import ObjectLookup
 from kubelet_sim.pod.spec import PodView
 from kubelet_sim.volumes import TokenSource, VolumeSetup
@@ -157,13 +158,7 @@ class PodVolumes(Protocol):
     """The node's volume manager: a pod's volumes set up (again) on every sync, torn down."""
 
     def setup(
-        self,
-        pod: PodView,
-        lookup: ObjectLookup,
-        token: TokenSource | None,
-        *,
-        host_ip: str,
-        pod_ip: str,
+        self, pod: PodView, lookup: ObjectLookup, token: TokenSource | None
     ) -> VolumeSetup: ...
 
     def teardown(self, pod_uid: str) -> bool: ...
@@ -172,14 +167,6 @@ class PodVolumes(Protocol):
 class TokenIssuer(Protocol):
     """Service account tokens for projected volumes (TokenRequest), cached per pod."""
 
-    def token(
-        self,
-        namespace: str,
-        service_account: str,
-        expiration_seconds: int,
-        audiences: list[str],
-        pod_name: str,
-        pod_uid: str,
-    ) -> str: ...
+    def token(self, request: TokenRequest) -> str: ...
 
     def forget_pod(self, pod_uid: str) -> None: ...

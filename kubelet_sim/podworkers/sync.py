@@ -15,6 +15,7 @@ from kubelet_sim import cri
 from kubelet_sim.formats.histogram import POD_START_BUCKETS, Histogram
 from kubelet_sim.formats.jsontypes import Json
 from kubelet_sim.kube.events import WARNING
+from kubelet_sim.kube.tokens import TokenRequest
 from kubelet_sim.logs import get_logger
 from kubelet_sim.loops.backoff import Backoff
 from kubelet_sim.loops.clock import SYSTEM_CLOCK, Clock
@@ -247,7 +248,7 @@ class PodSyncer:
         hashed = with_current_hashes(view, observed)  # labels of agents before v1.31's hash
         actions = compute_actions(view, hashed, spec_hash, self.prober.results(view.uid))
         retry: list[float | None] = [deadline, self.resizer.act(view, observed, actions)]
-        volumes = self._setup_volumes(view, observed)
+        volumes = self._setup_volumes(view)
         wants_to_start = (
             actions.create_sandbox or actions.init_to_start or actions.containers_to_start
         )
@@ -317,22 +318,16 @@ class PodSyncer:
                 del syncing.restarting[name]
         return bool(syncing.restarting)
 
-    def _setup_volumes(
-        self, view: PodView, observed: Sequence[cri.ObservedContainer]
-    ) -> VolumeSetup:
+    def _setup_volumes(self, view: PodView) -> VolumeSetup:
         """Set up (or refresh) the pod's volumes; FailedMount events while any fails."""
-        sandbox = latest_sandbox(observed)
 
         def token(namespace: str, account: str, seconds: int, audiences: list[str]) -> str:
-            return self.tokens.token(namespace, account, seconds, audiences, view.name, view.uid)
+            request = TokenRequest(
+                namespace, account, seconds, tuple(audiences), view.name, view.uid
+            )
+            return self.tokens.token(request)
 
-        setup = self.volumes.setup(
-            view,
-            object_lookup(self.objects),
-            token,
-            host_ip=self.settings.node_ip,
-            pod_ip=sandbox.ip if sandbox else "",
-        )
+        setup = self.volumes.setup(view, object_lookup(self.objects), token)
         if setup.ok:
             return setup
         now = self.clock.time()

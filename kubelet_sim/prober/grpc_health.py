@@ -1,12 +1,13 @@
 """The gRPC probe (pkg/probe/grpc/grpc.go): grpc.health.v1.Health/Check, SERVING or not.
 
 `grpcio` is the one gRPC implementation for Python; it is imported only when a gRPC probe
-runs. The two health messages are one field each, so they are encoded here by hand rather
-than through generated protobuf code.
+runs. The two health messages are one field each, so they are encoded by hand (formats/protowire.py)
+rather than through generated protobuf code.
 """
 
 from __future__ import annotations
 
+from kubelet_sim.formats.protowire import fields, string_field
 from kubelet_sim.pod.probes import GrpcAction, Outcome
 from kubelet_sim.pod.restart_backoff import go_duration
 
@@ -59,44 +60,15 @@ def run_grpc(
 
 def encode_request(service: str) -> bytes:
     """HealthCheckRequest{service = 1}: nothing at all for the empty (whole server) name."""
-    data = service.encode()
-    return b"\x0a" + _varint(len(data)) + data if data else b""
+    return string_field(1, service) if service else b""
 
 
 def decode_status(message: bytes) -> int:
     """HealthCheckResponse{status = 1}: 0 (UNKNOWN) when the field is absent."""
-    i = 0
-    while i < len(message):
-        key, i = _read_varint(message, i)
-        field, wire = key >> 3, key & 7
-        if wire == 0:
-            value, i = _read_varint(message, i)
-            if field == 1:
+    try:
+        for number, value in fields(message):
+            if number == 1 and isinstance(value, int):
                 return value
-        elif wire == 2:
-            length, i = _read_varint(message, i)
-            i += length
-        else:
-            break  # no other wire type in this message
+    except (ValueError, IndexError):
+        pass  # a wire type no health message has, or a message cut short: no status in it
     return 0
-
-
-def _varint(value: int) -> bytes:
-    out = bytearray()
-    while True:
-        byte, value = value & 0x7F, value >> 7
-        out.append(byte | (0x80 if value else 0))
-        if not value:
-            return bytes(out)
-
-
-def _read_varint(data: bytes, i: int) -> tuple[int, int]:
-    value = shift = 0
-    while i < len(data):
-        byte = data[i]
-        i += 1
-        value |= (byte & 0x7F) << shift
-        shift += 7
-        if not byte & 0x80:
-            break
-    return value, i

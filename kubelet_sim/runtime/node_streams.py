@@ -34,18 +34,9 @@ class NodeStreams:
     def _api(self) -> Any:
         return self.engine.client.api
 
-    def container_logs(
-        self,
-        container_id: str,
-        *,
-        follow: bool = False,
-        tail: int | None = None,
-        since: float | None = None,
-        timestamps: bool = False,
-    ) -> Iterator[bytes]:
+    def container_logs(self, container_id: str, options: cri.LogOptions) -> Iterator[bytes]:
         """stdout and stderr as Docker keeps them (json-file), as the kubelet's ReadLogs reads
-        them: the last `tail` lines, from `since` (unix seconds), each with its RFC 3339 time
-        if asked; with `follow`, until the container stops or the caller closes the iterator."""
+        them under `options`."""
         self.stats.add("logs")
         try:
             chunks = self._api.logs(
@@ -53,10 +44,10 @@ class NodeStreams:
                 stdout=True,
                 stderr=True,
                 stream=True,
-                follow=follow,
-                timestamps=timestamps,
-                tail="all" if tail is None else max(tail, 0),
-                since=since,
+                follow=options.follow,
+                timestamps=options.timestamps,
+                tail="all" if options.tail is None else max(options.tail, 0),
+                since=options.since,
             )
         except NotFound as exc:
             raise cri.ContainerNotFound(container_id) from exc

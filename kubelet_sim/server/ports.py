@@ -16,15 +16,7 @@ from kubelet_sim import cri
 class LogSource(Protocol):
     """/containerLogs: a container's stdout and stderr."""
 
-    def container_logs(
-        self,
-        container_id: str,
-        *,
-        follow: bool = False,
-        tail: int | None = None,
-        since: float | None = None,
-        timestamps: bool = False,
-    ) -> Iterator[bytes]: ...
+    def container_logs(self, container_id: str, options: cri.LogOptions) -> Iterator[bytes]: ...
 
 
 class StreamRuntime(Protocol):

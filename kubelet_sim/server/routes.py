@@ -119,13 +119,7 @@ def container_logs(
             f'container "{container}" in pod "{pod_name}" is waiting to start: ContainerCreating\n',
         )
     try:
-        chunks = logs.container_logs(
-            attempts[index].id,
-            follow=options.follow,
-            tail=options.tail_lines,
-            since=options.since,
-            timestamps=options.timestamps,
-        )
+        chunks = logs.container_logs(attempts[index].id, options.read)
     except cri.ContainerNotFound:
         return Reply.text(404, f'container "{container}" in pod "{pod_name}" is not available\n')
     close = getattr(chunks, "close", lambda: None)
@@ -155,11 +149,8 @@ def _limited(chunks: Iterable[bytes], limit: int | None) -> Iterator[bytes]:
 
 @dataclass(frozen=True)
 class _LogOptions:
-    follow: bool = False
+    read: cri.LogOptions  # what the runtime reads
     previous: bool = False
-    timestamps: bool = False
-    tail_lines: int | None = None
-    since: float | None = None  # unix seconds
     limit_bytes: int | None = None
 
     @classmethod
@@ -188,11 +179,10 @@ class _LogOptions:
             since = datetime.fromisoformat(since_time.replace("Z", "+00:00")).timestamp()
         elif since_seconds is not None:
             since = datetime.now().timestamp() - since_seconds
-        return cls(
+        read = cri.LogOptions(
             follow=flag("follow"),
-            previous=flag("previous"),
-            timestamps=flag("timestamps"),
-            tail_lines=number("tailLines"),
+            tail=number("tailLines"),
             since=since,
-            limit_bytes=number("limitBytes"),
+            timestamps=flag("timestamps"),
         )
+        return cls(read, previous=flag("previous"), limit_bytes=number("limitBytes"))

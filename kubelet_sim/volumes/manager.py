@@ -63,20 +63,11 @@ class VolumeManager:
         make_dir(self.pod_dir(pod_uid), POD_DIR_MODE)
         return make_dir(self.volumes_dir(pod_uid), POD_DIR_MODE)
 
-    def setup(
-        self,
-        pod: PodView,
-        lookup: ObjectLookup,
-        token: TokenSource | None,
-        *,
-        host_ip: str,
-        pod_ip: str,
-    ) -> VolumeSetup:
+    def setup(self, pod: PodView, lookup: ObjectLookup, token: TokenSource | None) -> VolumeSetup:
         """Bring every volume of `pod` up to date; failures are collected, never raised.
 
-        `host_ip`/`pod_ip` are accepted for the caller's symmetry with env; volume downward API
-        exposes only metadata fields (status.* is env-only upstream), so they are not written.
-        """
+        No host or pod IP: the volume downward API exposes only metadata fields (status.* is
+        env-only upstream)."""
         ctx = Context(
             pod,
             lookup,

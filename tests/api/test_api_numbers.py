@@ -45,9 +45,9 @@ from tests.docker_env import DockerEnv
 from tests.manifests import pod_manifest, served
 from tests.pods import (
     container,
+    containers_named,
     get_pod,
     make_pod,
-    pod_containers,
     running_ready,
     wait_for_events,
     wait_status,
@@ -461,10 +461,6 @@ def test_a_cpu_limit_of_1e999990_limits_nothing(
         container(resources={"requests": {"cpu": "100m"}, "limits": {"cpu": "1e999990"}}),
     )
     wait_status(cluster, "unbounded", running_ready, 30, "Running and Ready")
-    (app,) = [
-        c
-        for c in pod_containers(docker_env, pod["metadata"]["uid"])
-        if c.labels.get(cri.LABEL_CONTAINER_NAME) == "c"
-    ]
+    (app,) = containers_named(docker_env, pod["metadata"]["uid"])
     host = docker_env.client.api.inspect_container(app.id)["HostConfig"]
     assert (host["CpuQuota"], host["CpuPeriod"]) == (MAX_QUOTA, 100_000)

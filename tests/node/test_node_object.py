@@ -6,6 +6,7 @@ import copy
 import re
 import threading
 import time
+from dataclasses import replace
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
@@ -23,6 +24,7 @@ from kubelet_sim.node.host import (
 )
 from kubelet_sim.node.node_object import (
     KUBELET_VERSION,
+    StatusFacts,
     addresses,
     build_node,
     compute_conditions,
@@ -57,6 +59,7 @@ HOST = HostFacts(
     boot_id="b-id",
     hugepages={"hugepages-2Mi": 0, "hugepages-1Gi": 0},
 )
+FACTS = StatusFacts("27.3.1", [], NOW)  # runtime version, no runtime error
 # Semantic versioning 2.0 with the leading "v" Kubernetes versions carry.
 SEMVER = re.compile(
     r"^v(0|[1-9]\d*)\.(0|[1-9]\d*)\.(0|[1-9]\d*)"
@@ -65,7 +68,9 @@ SEMVER = re.compile(
 
 
 def _node(**settings: object) -> dict[str, object]:
-    return build_node(NodeSettings(node_name="vn-1", **settings), HOST, "27.3.1", [], NOW)  # type: ignore[arg-type]
+    return build_node(
+        NodeSettings(node_name="vn-1", **settings), HOST, StatusFacts("27.3.1", [], NOW)
+    )  # type: ignore[arg-type]
 
 
 def _condition(conditions: list[dict[str, str]], kind: str) -> dict[str, str]:
@@ -168,7 +173,9 @@ def test_hostname_is_advertised_only_when_the_node_name_leads_to_the_node_ip(
     resolved: tuple[str, ...], expected: list[dict[str, str]]
 ) -> None:
     assert addresses(NodeSettings(node_name="vn-1"), HOST, resolved) == expected
-    status = build_node(NodeSettings(node_name="vn-1"), HOST, "27.3.1", [], NOW, (), resolved)
+    status = build_node(
+        NodeSettings(node_name="vn-1"), HOST, StatusFacts("27.3.1", [], NOW, (), resolved)
+    )
     assert status["status"]["addresses"] == expected
 
 
@@ -283,8 +290,8 @@ def test_transition_time_moves_only_when_the_status_flips() -> None:
 
 def test_status_change_ignores_heartbeat_times() -> None:
     settings = NodeSettings(node_name="vn-1")
-    before = build_node(settings, HOST, "27.3.1", [], NOW)["status"]
-    after = build_node(settings, HOST, "27.3.1", [], NOW + timedelta(seconds=30))["status"]
+    before = build_node(settings, HOST, FACTS)["status"]
+    after = build_node(settings, HOST, replace(FACTS, now=NOW + timedelta(seconds=30)))["status"]
     after["conditions"] = compute_conditions(before["conditions"], [], NOW + timedelta(seconds=30))
     assert not status_changed(before, after)
     after["conditions"] = compute_conditions(before["conditions"], ["down"], NOW)
@@ -307,7 +314,7 @@ def test_micro_time_has_six_fraction_digits() -> None:
 
 def test_restart_reasserts_default_labels_and_keeps_the_rest() -> None:
     settings = NodeSettings(node_name="vn-1")
-    existing = build_node(settings, HOST, "27.3.1", [], NOW)
+    existing = build_node(settings, HOST, FACTS)
     existing["metadata"]["labels"]["kubernetes.io/arch"] = "arm64"
     existing["metadata"]["labels"]["team"] = "blue"
     existing["spec"] = {"unschedulable": True, "taints": [{"key": "k", "effect": "NoSchedule"}]}

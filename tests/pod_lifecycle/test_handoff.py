@@ -14,6 +14,7 @@ import pytest
 from kubernetes import client
 
 from kubelet_sim import cri
+from kubelet_sim.demo.sample import deployment_of
 from tests.agent_fixture import RunningAgent, start_agent
 from tests.cluster import ApiUnderTest, wait_for
 from tests.docker_env import DockerEnv
@@ -40,20 +41,6 @@ def _pod_spec(node: str) -> dict[str, Any]:
         "command": SLEEP_FOREVER,
     }
     return {**to_schedule_on(node), "containers": [container]}
-
-
-def _deployment(name: str, node: str, replicas: int) -> dict[str, Any]:
-    labels = {"app": name}
-    return {
-        "apiVersion": "apps/v1",
-        "kind": "Deployment",
-        "metadata": {"name": name, "labels": labels},
-        "spec": {
-            "replicas": replicas,
-            "selector": {"matchLabels": labels},
-            "template": {"metadata": {"labels": labels}, "spec": _pod_spec(node)},
-        },
-    }
 
 
 def _pods(cluster: ApiUnderTest, selector: str) -> list[dict[str, Any]]:
@@ -97,7 +84,7 @@ def test_a_deployment_is_scheduled_onto_the_node_runs_and_scales_down(
     try:
         apps = client.AppsV1Api(cluster.api)
         apps.create_namespaced_deployment(
-            cluster.namespace, _deployment("web", cluster.node_name, 3)
+            cluster.namespace, deployment_of("web", 3, _pod_spec(cluster.node_name))
         )
 
         def three_ready() -> list[dict[str, Any]] | None:

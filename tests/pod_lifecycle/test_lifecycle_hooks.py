@@ -24,10 +24,10 @@ from tests.pods import (
     condition,
     container,
     container_status,
+    containers_named,
     event_messages,
     get_pod,
     make_pod,
-    pod_containers,
     wait_status,
 )
 
@@ -42,13 +42,8 @@ TRAPS_TERM = [
 
 def _logs(cluster: ApiUnderTest, docker_env: DockerEnv, name: str) -> list[str]:
     uid = (get_pod(cluster, name) or {})["metadata"]["uid"]
-    apps = [
-        c
-        for c in pod_containers(docker_env, uid)
-        if c.labels.get("io.kubernetes.container.name") == "c"
-    ]
     text = ""
-    for c in apps:
+    for c in containers_named(docker_env, uid):
         try:
             text += docker_env.client.api.logs(c.id).decode()
         except docker.errors.NotFound:  # removed since it was listed

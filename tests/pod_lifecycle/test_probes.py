@@ -19,10 +19,10 @@ from tests.pods import (
     condition,
     container,
     container_status,
+    containers_named,
     event_messages,
     get_pod,
     make_pod,
-    pod_containers,
     wait_status,
 )
 
@@ -38,11 +38,7 @@ HTTPD = [
 
 def _exec(docker_env: DockerEnv, cluster: ApiUnderTest, pod: str, *cmd: str) -> None:
     uid = (get_pod(cluster, pod) or {})["metadata"]["uid"]
-    app = next(
-        c
-        for c in pod_containers(docker_env, uid)
-        if c.status == "running" and c.labels.get("io.kubernetes.container.name") == "c"
-    )
+    app = containers_named(docker_env, uid, running=True)[0]
     result = docker_env.client.containers.get(app.id).exec_run(list(cmd))
     assert result.exit_code == 0, result.output
 

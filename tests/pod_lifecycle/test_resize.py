@@ -15,7 +15,6 @@ from typing import Any
 
 import pytest
 
-from kubelet_sim import cri
 from kubelet_sim.kube.rest import request_json
 from tests.agent_fixture import RunningAgent, start_agent
 from tests.cluster import ApiUnderTest
@@ -24,10 +23,10 @@ from tests.pods import (
     condition,
     container,
     container_status,
+    containers_named,
     event_messages,
     get_pod,
     make_pod,
-    pod_containers,
     running_ready,
     wait_condition,
     wait_for_events,
@@ -66,11 +65,7 @@ def _resize(cluster: ApiUnderTest, name: str, resources: dict[str, Any]) -> None
 
 
 def _app(docker_env: DockerEnv, uid: str) -> list[str]:
-    return [
-        c.id
-        for c in pod_containers(docker_env, uid)
-        if c.labels.get(cri.LABEL_CONTAINER_NAME) == "main"
-    ]
+    return [c.id for c in containers_named(docker_env, uid, "main")]
 
 
 def _host_config(docker_env: DockerEnv, container_id: str) -> tuple[int, int]:

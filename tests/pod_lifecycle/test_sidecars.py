@@ -14,7 +14,6 @@ from typing import Any
 
 import pytest
 
-from kubelet_sim import cri
 from tests.agent_fixture import RunningAgent
 from tests.cluster import ApiUnderTest, server_has_field, wait_for
 from tests.docker_env import DockerEnv
@@ -22,10 +21,10 @@ from tests.pods import (
     condition,
     container,
     container_status,
+    containers_named,
     event_messages,
     get_pod,
     make_pod,
-    pod_containers,
     running_ready,
     wait_status,
 )
@@ -111,12 +110,8 @@ INIT_RAN = container("init", ["sh", "-c", "echo init-ran >> /log/steps"], volume
 
 def _docker_container(docker_env: DockerEnv, uid: str, name: str, running: bool = True) -> str:
     def find() -> str | None:
-        for c in pod_containers(docker_env, uid):
-            if c.labels.get(cri.LABEL_CONTAINER_NAME) == name and (
-                not running or c.status == "running"
-            ):
-                return c.id
-        return None
+        found = containers_named(docker_env, uid, name, running=running)
+        return found[0].id if found else None
 
     found: str = wait_for(find, 10, f"container {name} in Docker")
     return found

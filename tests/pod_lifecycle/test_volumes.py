@@ -82,7 +82,7 @@ def objects() -> Objects:
 
 
 def run(manager: VolumeManager, objects: Objects, pod: PodView, token: Any = None) -> VolumeSetup:
-    return manager.setup(pod, objects.lookup, token, host_ip="10.0.0.1", pod_ip="10.1.0.5")
+    return manager.setup(pod, objects.lookup, token)
 
 
 def mode(path: Path) -> int:

@@ -19,6 +19,7 @@ from tests.docker_env import DockerEnv
 from tests.pods import (
     container,
     container_status,
+    containers_named,
     event_messages,
     get_pod,
     kubelet_events,
@@ -67,9 +68,7 @@ def test_secret_volume_is_tmpfs_with_the_pods_modes_and_goes_with_the_pod(
     assert stat.S_IMODE((secret_dir / "pass").stat().st_mode) == 0o400
     assert stat.S_IMODE(pod_dir.stat().st_mode) == 0o750
     assert stat.S_IMODE(agent.agent.runtime.root_dir.stat().st_mode) == 0o700
-    [app] = [
-        c for c in pod_containers(docker_env, uid) if c.labels.get(cri.LABEL_CONTAINER_NAME) == "c"
-    ]
+    [app] = containers_named(docker_env, uid)
     logs = docker_env.client.containers.get(app.id).logs
     wait_for(
         lambda: logs().decode().split() == ["400", "s3cr3t"],
@@ -159,11 +158,7 @@ def test_sub_path_symlink_planted_by_a_container_does_not_leave_the_volume(
         'failed to prepare subPath for volumeMount "data" of container "bad"'
     )
     uid = pod["metadata"]["uid"]
-    [seen] = [
-        c
-        for c in pod_containers(docker_env, uid)
-        if c.labels.get(cri.LABEL_CONTAINER_NAME) == "good"
-    ]
+    [seen] = containers_named(docker_env, uid, "good")
     logs = docker_env.client.containers.get(seen.id).logs
     wait_for(lambda: logs().decode().strip() == "inside", 10, "the file through the subPath")
 
@@ -198,10 +193,8 @@ def _docker_names(docker_env: DockerEnv, uid: str) -> set[str]:
 
 def _inspect(docker_env: DockerEnv, uid: str, name: str) -> dict[str, Any] | None:
     """The container's inspect (its create body as Docker keeps it), once it exists."""
-    for seen in pod_containers(docker_env, uid):
-        if seen.labels.get(cri.LABEL_CONTAINER_NAME) == name:
-            return dict(docker_env.client.api.inspect_container(seen.id))
-    return None
+    found = containers_named(docker_env, uid, name)
+    return dict(docker_env.client.api.inspect_container(found[0].id)) if found else None
 
 
 def _host_config_once_running(

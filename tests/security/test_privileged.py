@@ -9,12 +9,11 @@ from typing import Any
 import pytest
 from docker.errors import APIError
 
-from kubelet_sim import cri
 from kubelet_sim.runtime import privileged
 from tests.agent_fixture import start_agent
 from tests.cluster import ApiUnderTest, wait_for
 from tests.docker_env import DockerEnv
-from tests.pods import BUSYBOX, container, make_pod, pod_containers, running_ready, wait_status
+from tests.pods import BUSYBOX, container, containers_named, make_pod, running_ready, wait_status
 
 pytestmark = pytest.mark.docker
 
@@ -41,12 +40,8 @@ def _skip_unless_privileged_can_run(docker_env: DockerEnv) -> None:
 
 
 def _app(docker_env: DockerEnv, uid: str) -> str:
-    [app] = [
-        c.id
-        for c in pod_containers(docker_env, uid)
-        if c.labels.get(cri.LABEL_CONTAINER_NAME) == "c"
-    ]
-    return app
+    [app] = containers_named(docker_env, uid)
+    return app.id
 
 
 def _docker_refuses(docker_env: DockerEnv, cap: str) -> bool:

@@ -138,15 +138,7 @@ class FakeVolumes:
     failing: dict[str, str] = field(default_factory=dict)
     torn_down: list[str] = field(default_factory=list)
 
-    def setup(
-        self,
-        pod: PodView,
-        lookup: ObjectLookup,
-        token: TokenSource | None,
-        *,
-        host_ip: str,
-        pod_ip: str,
-    ) -> VolumeSetup:
+    def setup(self, pod: PodView, lookup: ObjectLookup, token: TokenSource | None) -> VolumeSetup:
         setup = VolumeSetup()
         for volume in pod.spec.get("volumes") or []:
             name = volume["name"]

@@ -219,9 +219,9 @@ def test_a_nodes_streams_are_the_servers_port_and_count_as_the_nodes(
     streams: ContainerStreams = node.streams  # what the kubelet API server is given
     assert isinstance(streams, NodeStreams)
     container_id = api.add(_labels("n1", "u1"))
-    assert list(streams.container_logs(container_id, tail=10)) == [b"hello\n"]
+    assert list(streams.container_logs(container_id, cri.LogOptions(tail=10))) == [b"hello\n"]
     with pytest.raises(cri.ContainerNotFound):
-        streams.container_logs("gone")
+        streams.container_logs("gone", cri.LogOptions())
     assert node.stats.logs == 2
     assert engine.stats.logs == 0
     wanted = {"container_logs", "exec_stream", "attach_stream", "pod_connect"}
