@@ -26,11 +26,7 @@ from typing import Any, Protocol
 from kubelet_sim import cri
 from kubelet_sim.assembly.build import NodeWiring, build_node
 from kubelet_sim.assembly.node import SHUTDOWN_SECONDS, Node
-from kubelet_sim.assembly.process import (
-    ProcessContext,
-    RuntimeOptions,
-    timer_threads,
-)
+from kubelet_sim.assembly.process import ProcessContext, RuntimeOptions, timer_threads
 from kubelet_sim.kube.client import KubeConnection, connect, wait_for_api_server
 from kubelet_sim.kube.schema import ServerSchema
 from kubelet_sim.kube.shared_watches import SharedWatches, may_watch_every_node
@@ -484,9 +480,8 @@ class NodeSet:
             get_logger("kubelet_sim.nodeset", node=node.node_name).info("stopped")
 
     def run(self, stop: threading.Event) -> list[tuple[str, str]]:
-        """The process's own nodes, until `stop`: what their start makes is frozen out of
-        garbage collection as they start (loops/collector.py), as it lives as long as the
-        process."""
+        """The process's own nodes, until `stop`: what their start makes lives as long as
+        the process, and is frozen out of garbage collection (loops/collector.py)."""
         self.start(stop, settle=self.process.collector.settle)
         return self.wait(stop)
 

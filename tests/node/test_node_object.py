@@ -301,7 +301,7 @@ def test_status_change_ignores_heartbeat_times() -> None:
     assert status_changed(before, after)
     assert status_changed(before, {k: v for k, v in before.items() if k != "images"} | {"x": 1})
     assert not status_changed(before, copy.deepcopy(before))
-    assert before == build_node(settings, HOST, "27.3.1", [], NOW)["status"]  # left as it was
+    assert before == build_node(settings, HOST, FACTS)["status"]  # left as it was
 
 
 def test_micro_time_has_six_fraction_digits() -> None:
