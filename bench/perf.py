@@ -411,6 +411,7 @@ def run_scale(
         baseline_seconds=args.scale_baseline_seconds,
         ready_timeout=args.scale_ready_timeout,
         agent_args=args.scale_agent_arg_list,
+        log_dir=Path(args.results_dir) / "logs",
     )
     results = []
     largest = max(args.node_counts, default=0)

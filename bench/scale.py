@@ -19,6 +19,7 @@ from __future__ import annotations
 import contextlib
 import json
 import os
+import shutil
 import subprocess
 import threading
 import time
@@ -30,7 +31,7 @@ from typing import Any
 
 from kubernetes import client
 
-from bench import apirate, dockerside
+from bench import agentlog, apirate, dockerside
 from bench.kube import ObjectWatch, PodWatch, create_namespace, delete_namespace, is_ready, pod_body
 from bench.leases import LeaseRecorder, lateness, renew_interval
 from bench.measure import Deadline
@@ -64,6 +65,7 @@ class ScaleOptions:
     pods: int = 0  # spread over the nodes after the idle window
     pods_timeout: float = 180.0
     agent_args: list[str] = field(default_factory=list)  # more options for kubelet-sim
+    log_dir: Path | None = None  # the agent's log is kept here (else it goes with tmp)
 
 
 @dataclass
@@ -93,6 +95,9 @@ class ScaleResult:
     not_ready_at_end: int | None = None  # of the run's Nodes, Ready not True at the window's end
     ready_status_at_end: dict[str, int] | None = None  # Ready status → Nodes ("missing": none)
     pods: dict[str, Any] | None = None
+    agent_log: str | None = None  # where the agent's log was kept
+    agent_idle: dict[str, Any] | None = None  # what it logged in the idle window (agentlog)
+    idle_window: tuple[float, float] | None = None  # epoch seconds
     notes: list[str] = field(default_factory=list)
 
 
@@ -179,11 +184,31 @@ def run(
         if proc is not None:
             stop_process(proc, 60)
             owned.remove(proc)
+            _keep_log(tmp / f"n{n}.log", options, result)
         left = _remove_nodes(server, names)
         if left:
             result.notes.append(
                 "Docker did not answer the cleanup" if left < 0 else f"{left} container(s) left"
             )
+
+
+def _keep_log(log: Path, options: ScaleOptions, result: ScaleResult) -> None:
+    """The agent's own account of the idle window, and its log kept for reading later."""
+    window = result.idle_window
+    if window is not None and log.exists():
+        said = agentlog.read(log, *window)
+        result.agent_idle = asdict(said)
+        result.notes.append(
+            f"the agent in the idle window: late runs {said.late_runs or 'none'}"
+            f" (worst {said.worst_late_seconds or '-'}), full collections over 1 s"
+            f" {said.gc_pauses or 'none'}"
+        )
+    if options.log_dir is not None and log.exists():
+        options.log_dir.mkdir(parents=True, exist_ok=True)
+        stamp = time.strftime("%Y%m%dT%H%M%SZ", time.gmtime())
+        kept = options.log_dir / f"scale-n{result.nodes}-{stamp}.log"
+        shutil.copyfile(log, kept)
+        result.agent_log = str(kept)
 
 
 def _baseline(
@@ -222,6 +247,7 @@ def _idle_window(
     cpu0, t0, w0 = cpu_seconds(proc.pid), time.monotonic(), time.time()
     time.sleep(deadline.left(options.idle_seconds))
     cpu1, t1, w1 = cpu_seconds(proc.pid), time.monotonic(), time.time()
+    result.idle_window = (w0, w1)
     busy = machine.busy_percent()
     result.machine_cpu_percent = None if busy is None else round(busy, 1)
     if server.components:
