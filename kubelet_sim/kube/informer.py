@@ -205,6 +205,18 @@ class Informer:
                 else:
                     self._wait_after_error(exc)
                 continue
+            except urllib3.exceptions.ReadTimeoutError as exc:
+                if need_list or self._stop.is_set():  # a list too slow: back off
+                    self._wait_after_error(exc)
+                    continue
+                # A watch silent for the read timeout: an idle resource (the server sends no
+                # bookmark before its cache has seen an event) or a half-open link. Watch again
+                # at once, as after a clean close: no backoff, which would delay the next event.
+                self.stats.reconnects += 1
+                self.log.debug(
+                    "watch silent; watching again", resource_version=self.resource_version
+                )
+                continue
             except (urllib3.exceptions.HTTPError, OSError, ValueError) as exc:
                 if not self._stop.is_set():
                     self._wait_after_error(exc)

@@ -179,6 +179,37 @@ def test_frozen_server_is_noticed_by_the_read_timeout(
     assert informer.keys() == server_truth(cluster)
 
 
+def test_a_silent_watch_is_watched_again_at_once_however_often(
+    agent_api: client.ApiClient, cluster: ApiUnderTest, recorder: Recorder
+) -> None:
+    """Silence is not a failure (an idle resource gets no bookmark from kube-apiserver before
+    its cache has seen an event): the backoff for errors (here 2 s, doubling) never grows, so
+    the next pod is seen at once."""
+    fake = cluster.require_fake("freezes like a half-open link")
+    informer = Informer(
+        pods_on_node(agent_api, cluster.node_name),
+        recorder,
+        timeouts=FAST_TIMEOUTS,
+        backoff=Backoff(initial=2.0, cap=30.0),
+        supervisor=Supervisor(),
+    ).start()
+    try:
+        wait_for(informer.synced.is_set, 5, "informer did not list")
+        fake.freeze()
+        try:
+            wait_for(
+                lambda: informer.stats.reconnects >= 4,
+                FAST_TIMEOUTS.read * 4 + 2.5,
+                "four silent watches in a row, each watched again at once",
+            )
+        finally:
+            fake.unfreeze()
+        key = create_pod(cluster, "after-silence")
+        wait_for(lambda: informer.get(key) is not None, FAST_TIMEOUTS.read + 1.5, "seen at once")
+    finally:
+        informer.stop()
+
+
 def test_stop_returns_promptly_while_a_watch_is_open(
     cluster: ApiUnderTest, agent_api: client.ApiClient
 ) -> None:
