@@ -229,12 +229,11 @@ class NodeSet:
         return {node.node_name: node.runtime for node in self.nodes}
 
     def start(self, stop: threading.Event, *, settle: Callable[[], None] | None = None) -> None:
-        """Start every node, STARTERS at a time, on threads that end once their nodes run;
-        a node whose start fails, or whose loop later fails for good, sets `stop` for all (its
-        reason lands in `failures`). Watches of every node start first, once the server says
-        these credentials may hold them; a node's own watches once its Node is registered.
-        `settle` is called after each SETTLE_EVERY nodes have started and once all have (not
-        after `stop`)."""
+        """Start every node, STARTERS at a time (while the periodic work is on time), on
+        threads that end once their nodes run; a node whose start fails, or whose loop later
+        fails for good, sets `stop` for all (its reason in `failures`). Watches of every node
+        start first, once the server says these credentials may hold them; a node's own once
+        its Node is registered. `settle` runs after each SETTLE_EVERY started and at the end."""
         self._stop = stop
         self.process.start()
         waiting = list(reversed(self.nodes))
@@ -243,6 +242,7 @@ class NodeSet:
 
         def start_nodes() -> None:
             while not stop.is_set():
+                self.process.timers.wait_caught_up(stop)  # heartbeats before more nodes
                 with lock:
                     if not waiting:
                         return

@@ -40,6 +40,9 @@ LATE_LOG_INTERVAL = 10.0  # after a late-run warning, the next of its kind sums 
 URGENT, NORMAL = 0, 1  # priorities: Lease renewals, and the rest
 URGENT_SHARE = 4  # one in this many pool threads waits for urgent tasks only
 LATENESS_BUCKETS = (0.01, 0.05, 0.1, 0.25, 0.5, 1, 2, 5, 10, 30)
+YIELD_LAG = (0.5, 5.0)  # seconds urgent and other work may lag before new work (nodes) waits
+YIELD_LONGEST = 10.0  # seconds one wait_caught_up waits at most
+RECENT = 1.0  # seconds: an urgent run's lateness counts this long after it started
 
 
 @dataclass
@@ -90,6 +93,7 @@ class Timers:
         # Threads other tasks than the urgent may hold at once: the rest wait for Leases.
         self._normal_limit = pool_threads - pool_threads // URGENT_SHARE
         self._normal_running = 0
+        self._urgent_late = (float("-inf"), 0.0)  # the last urgent run: when, how late
         self._late_summary: dict[str, _LateSummary] = {}
         self._seq = itertools.count()
         lock = threading.Lock()
@@ -165,6 +169,40 @@ class Timers:
                     break
                 self._ended.wait(left)
 
+    def behind(self) -> tuple[float, float]:
+        """Seconds the urgent and the other work lag now, 0.0 when on time: the oldest task due
+        and not started (for the urgent, also a renewal that just started late), and the
+        scheduler's own backlog, which delays both."""
+        with self._cond:
+            now = self.clock.monotonic()
+            urgent, normal = (now - q[0].due if q else 0.0 for q in self._ready)
+            at, late = self._urgent_late
+            if now - at < RECENT:
+                urgent = max(urgent, late)
+            if self._heap and self._heap[0][2] == self._heap[0][3].version:
+                backlog = now - self._heap[0][0]
+                urgent, normal = max(urgent, backlog), max(normal, backlog)
+            return max(0.0, urgent), max(0.0, normal)
+
+    def wait_caught_up(
+        self,
+        stop: threading.Event,
+        lag: tuple[float, float] = YIELD_LAG,
+        longest: float = YIELD_LONGEST,
+    ) -> None:
+        """Returns once the work due is about on time (or `stop`): a caller that makes more
+        work (5,000 nodes registering on two cores) lets the Lease renewals catch up first,
+        and the node statuses (due every 10 s), so the process slows its start rather than
+        its heartbeats. It waits `longest` at most: work that stays behind is no reason to
+        start no more nodes."""
+        end = self.clock.monotonic() + longest
+        while self._started and not self._stop.is_set() and self.clock.monotonic() < end:
+            urgent, normal = self.behind()
+            if urgent <= lag[0] and normal <= lag[1]:
+                return
+            if stop.wait(0.1):
+                return
+
     def pending(self) -> int:
         with self._cond:
             return sum(1 for _, _, version, t in self._heap if version == t.version)
@@ -202,7 +240,10 @@ class Timers:
                 timer = urgent.popleft() if urgent else normal.popleft()
                 self._normal_running += timer.priority != URGENT
                 timer.running = True
-                late = self.clock.monotonic() - timer.due
+                now = self.clock.monotonic()
+                late = now - timer.due
+                if timer.priority == URGENT:
+                    self._urgent_late = (now, late)
             self._observe(timer, late)
             try:
                 timer.body()

@@ -173,3 +173,45 @@ def test_a_burst_of_late_runs_is_one_warning_then_one_sum(
         assert late[1]["worst_late_seconds"] >= 0.05
     finally:
         timers.stop()
+
+
+def test_work_that_makes_work_waits_while_lease_renewals_are_behind() -> None:
+    """A Lease due while the pool's one thread is held is behind; `wait_caught_up` returns
+    only once it has run (the node starter's pacing)."""
+    timers = Timers(pool_threads=1, supervisor=Supervisor()).start()
+    try:
+        release = threading.Event()
+        timers.every("service-proxy", "n1", 60.0, lambda: release.wait(10))
+        wait_for(lambda: timers.pending() == 0, 5, "the pool's one thread taken")
+        renewed = threading.Event()
+        timers.every("lease", "n2", 60.0, renewed.set, priority=URGENT)
+        wait_for(lambda: timers.behind()[0] > 0.2, 5, "the renewal behind")
+        yielded = threading.Event()
+
+        def starter() -> None:
+            timers.wait_caught_up(threading.Event(), lag=(0.2, 60.0))
+            yielded.set()
+
+        threading.Thread(target=starter, daemon=True).start()
+        assert not yielded.wait(0.5), "the starter waits while the renewal is behind"
+        release.set()
+        assert yielded.wait(5), "the starter goes on once the renewal ran"
+        assert renewed.is_set()
+    finally:
+        timers.stop()
+
+
+def test_wait_caught_up_returns_on_stop() -> None:
+    timers = Timers(pool_threads=1, supervisor=Supervisor()).start()
+    try:
+        release = threading.Event()
+        timers.every("service-proxy", "n1", 60.0, lambda: release.wait(10))
+        wait_for(lambda: timers.pending() == 0, 5, "the pool's one thread taken")
+        timers.every("lease", "n2", 60.0, lambda: None, priority=URGENT)
+        wait_for(lambda: timers.behind()[0] > 0.2, 5, "the renewal behind")
+        stop = threading.Event()
+        stop.set()
+        timers.wait_caught_up(stop, lag=(0.2, 60.0))  # returns: nothing to wait for once stopped
+        release.set()
+    finally:
+        timers.stop()
