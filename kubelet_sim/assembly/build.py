@@ -261,13 +261,13 @@ def build_node(
     if wiring.server is not None:  # bound first: the Node advertises the port it really has
         served = ServedNode(
             name, index, watcher, syncer, workers, runtime, kube, watches, process.timers,
-            (supervisor, process.supervisor),
+            (supervisor, process.supervisor), process.collector.pauses,
         )  # fmt: skip
         server = _kubelet_server(settings, wiring.server, process, kube, runtime, served)
         settings = dataclasses.replace(settings, kubelet_port=server.port)
     lifecycle = NodeLifecycle(
         settings,
-        NodeApi(kube.api, schema),
+        NodeApi(kube.heartbeat_api, schema, settings.heartbeat_timeout),  # the HeartbeatClient
         process.probe,
         process.timers,
         host=process.host,

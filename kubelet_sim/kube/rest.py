@@ -122,10 +122,12 @@ def request_json(
     return result
 
 
-def read_json(api: client.ApiClient, path: str) -> Json | None:
+def read_json(
+    api: client.ApiClient, path: str, *, timeout: tuple[float, float] = REQUEST_TIMEOUT
+) -> Json | None:
     """GET `path`; None where the object is not there (404)."""
     try:
-        return request_json(api, "GET", path)
+        return request_json(api, "GET", path, timeout=timeout)
     except ApiError as exc:
         if exc.not_found:
             return None

@@ -98,6 +98,13 @@ class NodeSettings:
         if self.lease_duration_seconds < 1 or min(self._intervals()) <= 0:
             raise ConfigError("lease duration and heartbeat intervals must be positive")
 
+    @property
+    def heartbeat_timeout(self) -> tuple[float, float]:
+        """(connect, read) seconds of a Lease or node status call: the kubelet's heartbeat
+        client times out after the status update interval or the lease duration, the less."""
+        limit = min(self.status_update_interval, float(self.lease_duration_seconds))
+        return min(5.0, limit), limit
+
     def _intervals(self) -> tuple[float, ...]:
         return (
             self.lease_renew_interval,
