@@ -11,6 +11,7 @@ and are found again after a restart.
 from __future__ import annotations
 
 import base64
+import functools
 import hashlib
 import ipaddress
 from collections.abc import Iterable
@@ -134,11 +135,29 @@ def _ready_endpoints(slices: list[Json], port_name: str, protocol: str) -> list[
     return sorted(found, key=lambda e: (ipaddress.ip_address(e.ip), e.port))
 
 
+@functools.lru_cache(maxsize=16384)
 def _ipv4(address: str) -> bool:
     try:
         return ipaddress.ip_address(address).version == 4
     except ValueError:
         return False
+
+
+@functools.lru_cache(maxsize=16384)
+def _on_link(address: str, subnet: str) -> bool:
+    return ipaddress.ip_address(address) in ipaddress.ip_network(subnet, strict=False)
+
+
+@functools.lru_cache(maxsize=16384)
+def _routed_range(cidr: str, subnet: str) -> str | None:
+    """An IPv4 pod range apart from the pods' own network, normalised; else None."""
+    try:
+        parsed = ipaddress.ip_network(cidr, strict=False)
+    except ValueError:
+        return None
+    if parsed.version != 4 or parsed.overlaps(ipaddress.ip_network(subnet, strict=False)):
+        return None
+    return str(parsed)
 
 
 def _valid_port(value: object) -> bool:
@@ -244,29 +263,25 @@ def pod_routes(
     machine's processes has it as its address: 5,000 of them were as many routes a pod)."""
     if not subnet:
         return []
-    network = ipaddress.ip_network(subnet, strict=False)
     routes = []
-    for node in nodes:
+    for node in nodes:  # every Node of the cluster, for each pass of each node: no parse twice
         meta, spec = node.get("metadata") or {}, node.get("spec") or {}
         if meta.get("name") == own_node:
             continue
-        cidrs = spec.get("podCIDRs") or ([spec["podCIDR"]] if spec.get("podCIDR") else [])
         addresses = (node.get("status") or {}).get("addresses") or []
         via = next(
             (
-                a.get("address")
+                str(a.get("address"))
                 for a in addresses
                 if a.get("type") == "InternalIP" and _ipv4(str(a.get("address")))
             ),
             None,
         )
-        if via is None or via == gateway or ipaddress.ip_address(via) not in network:
+        if via is None or via == gateway or not _on_link(via, subnet):
             continue
+        cidrs = spec.get("podCIDRs") or ([spec["podCIDR"]] if spec.get("podCIDR") else [])
         for cidr in cidrs:
-            try:
-                parsed = ipaddress.ip_network(str(cidr), strict=False)
-            except ValueError:
-                continue
-            if parsed.version == 4 and not parsed.overlaps(network):
-                routes.append(Route(str(parsed), str(via)))
+            routed = _routed_range(str(cidr), subnet)
+            if routed is not None:
+                routes.append(Route(routed, via))
     return sorted(set(routes), key=lambda r: (r.cidr, r.via))
