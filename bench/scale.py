@@ -83,6 +83,7 @@ class ScaleResult:
     lease_lateness: dict[str, Any] | None = None  # renewTime intervals in the idle window
     lease_lateness_received: dict[str, Any] | None = None  # the same by the watch's receipt
     lease_lateness_from_start: dict[str, Any] | None = None  # registration included
+    lease_lateness_pods: dict[str, Any] | None = None  # while the pods are spread and Ready
     api_per_node_per_second: float | None = None
     api_requests: dict[str, int] | None = None  # in the window, by verb and resource
     api_baseline: dict[str, int] | None = None  # real server: without the nodes
@@ -169,7 +170,17 @@ def run(
         time.sleep(min(SETTLE, deadline.left()))
         _idle_window(server, proc, names, options, deadline, baseline, leases, result, started)
         if options.pods and (all_ready or result.not_ready_at_end == 0) and not deadline.passed:
+            p0 = time.time()
             result.pods = spread_pods(server, names, options, deadline)
+            renew, _ = leases.snapshot()
+            interval = result.lease_renew_interval or renew_interval([], {})
+            during = lateness(renew, names, p0, time.time(), interval)
+            result.lease_lateness_pods = asdict(during)
+            result.notes.append(
+                f"Leases while the pods were spread: {during.late} of {during.intervals} late,"
+                f" p99 {during.p99 or 0:.2f} s, max {during.max or 0:.2f} s,"
+                f" {during.overdue_at_end} overdue at the end"
+            )
         return result
     finally:
         for what, watch in (("Node", readiness.watch), ("Lease", leases.watch)):

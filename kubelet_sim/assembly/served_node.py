@@ -6,6 +6,7 @@ import time
 from collections.abc import Sequence
 
 from kubelet_sim import cri
+from kubelet_sim.formats.histogram import Histogram
 from kubelet_sim.formats.jsontypes import Json
 from kubelet_sim.kube.client import KubeConnection
 from kubelet_sim.kube.shared_watches import SharedWatches
@@ -36,12 +37,14 @@ class ServedNode:
         watches: SharedWatches,
         timers: Timers,
         supervisors: tuple[Supervisor, Supervisor],
+        gc_pauses: Histogram,
     ) -> None:
         self.node_name = node_name
         self._pods, self._watcher, self._runtime = pods, watcher, runtime
         self.syncer, self.workers = syncer, workers
         self._kube, self._watches, self._timers = kube, watches, timers
         self._supervisors = supervisors  # the node's, then the process's
+        self._gc_pauses = gc_pauses  # the process's full collections
 
     def pods(self) -> list[Json]:
         return self._pods.pods()
@@ -72,6 +75,7 @@ class ServedNode:
             pod_worker=self.workers.duration.snapshot(),
             probe_attempts=self.syncer.prober.attempts,
             timers=self._timers,
+            gc_pauses=self._gc_pauses.snapshot(),
         )
 
     def usage(self) -> tuple[NodeUsage, list[PodUsage]]:

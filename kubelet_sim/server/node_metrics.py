@@ -27,6 +27,7 @@ class NodeSample:
     pod_worker: Snapshot
     probe_attempts: int
     timers: Timers
+    gc_pauses: Snapshot  # the process's full garbage collections (loops/collector)
 
 
 def render_node_metrics(s: NodeSample) -> str:
@@ -49,6 +50,11 @@ def render_node_metrics(s: NodeSample) -> str:
             "How long after its due time each Lease renewal of the process started",
             lateness["lease"].snapshot(),
         )
+    histograms += histogram_family(
+        "kubelet_sim_gc_full_collection_seconds",
+        "How long each full garbage collection of the process stopped every thread",
+        s.gc_pauses,
+    )
     late = Family(
         "kubelet_sim_periodic_runs_late_total",
         "counter",

@@ -70,6 +70,8 @@ def test_pods_and_metrics(cluster: ApiUnderTest, node: Node) -> None:
     assert re.search(r"^kubelet_running_pods 1$", metrics, re.M), metrics
     assert re.search(r'^kubelet_running_containers\{container_state="running"\} 1$', metrics, re.M)
     assert "# TYPE kubelet_sim_docker_calls_total counter" in metrics
+    full = r"^kubelet_sim_gc_full_collection_seconds_count (\d+)$"  # the process's, so far
+    assert re.search(full, metrics, re.M), metrics
     started = re.search(r"^kubelet_pod_start_duration_seconds_count (\d+)$", metrics, re.M)
     assert started is not None, metrics
     assert int(started.group(1)) == 1, "one pod went from first seen to running"
