@@ -170,17 +170,7 @@ def run(
         time.sleep(min(SETTLE, deadline.left()))
         _idle_window(server, proc, names, options, deadline, baseline, leases, result, started)
         if options.pods and (all_ready or result.not_ready_at_end == 0) and not deadline.passed:
-            p0 = time.time()
-            result.pods = spread_pods(server, names, options, deadline)
-            renew, _ = leases.snapshot()
-            interval = result.lease_renew_interval or renew_interval([], {})
-            during = lateness(renew, names, p0, time.time(), interval)
-            result.lease_lateness_pods = asdict(during)
-            result.notes.append(
-                f"Leases while the pods were spread: {during.late} of {during.intervals} late,"
-                f" p99 {during.p99 or 0:.2f} s, max {during.max or 0:.2f} s,"
-                f" {during.overdue_at_end} overdue at the end"
-            )
+            _pods_phase(server, proc, names, options, deadline, leases, result)
         return result
     finally:
         for what, watch in (("Node", readiness.watch), ("Lease", leases.watch)):
@@ -201,6 +191,41 @@ def run(
             result.notes.append(
                 "Docker did not answer the cleanup" if left < 0 else f"{left} container(s) left"
             )
+
+
+def _pods_phase(
+    server: Server,
+    proc: subprocess.Popen[bytes],
+    names: list[str],
+    options: ScaleOptions,
+    deadline: Deadline,
+    leases: LeaseRecorder,
+    result: ScaleResult,
+) -> None:
+    """Pods spread over the nodes, with what it cost the agent, the machine and the server,
+    and the Leases meanwhile."""
+    p0, m0, components = time.time(), time.monotonic(), ProcessesCpu(server.components)
+    text0 = apirate.metrics_text(server.api) if server.fake is None else None
+    agent0, machine = cpu_seconds(proc.pid), MachineCpu()
+    result.pods = spread_pods(server, names, options, deadline)
+    wall = time.monotonic() - m0
+    result.pods["agent_cpu_percent"] = round(100 * (cpu_seconds(proc.pid) - agent0) / wall, 1)
+    result.pods["machine_cpu_percent"] = machine.busy_percent()
+    if text0 is not None:  # the server's own account of the pods phase
+        text1 = apirate.metrics_text(server.api)
+        grown = apirate.delta(apirate.request_totals(text0), apirate.request_totals(text1))
+        result.pods["api_requests"] = dict(grown.most_common(25))
+        result.pods["lease_updates"] = lease_updates(text0, text1)
+        result.pods["control_plane_cpu_percent"] = components.percent(wall)
+    renew, _ = leases.snapshot()
+    interval = result.lease_renew_interval or renew_interval([], {})
+    during = lateness(renew, names, p0, time.time(), interval)
+    result.lease_lateness_pods = asdict(during)
+    result.notes.append(
+        f"Leases while the pods were spread: {during.late} of {during.intervals} late,"
+        f" p99 {during.p99 or 0:.2f} s, max {during.max or 0:.2f} s,"
+        f" {during.overdue_at_end} overdue at the end"
+    )
 
 
 def _keep_log(log: Path, options: ScaleOptions, result: ScaleResult) -> None:
