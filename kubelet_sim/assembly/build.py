@@ -238,6 +238,7 @@ def build_node(
             network=proxy.setup if proxy is not None else None,
             pool=pool if pool.enabled else None,
             generation=generation,
+            pace=process.pace_pod_starts,
             # getNodeAnyWay: the Node the watch last told, else the one the node registers
             node=lambda: (
                 node.node_object

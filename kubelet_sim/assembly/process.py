@@ -9,11 +9,13 @@ probe. A process of one node has them too, so every part has one way to run.
 from __future__ import annotations
 
 import functools
+import math
+import threading
 from dataclasses import dataclass, field
 
 from kubelet_sim.loops.collector import GarbageCollector
 from kubelet_sim.loops.supervise import Supervisor
-from kubelet_sim.loops.timers import POOL_THREADS, Timers
+from kubelet_sim.loops.timers import POOL_THREADS, YIELD_LAG, Timers
 from kubelet_sim.node.host import HostFacts
 from kubelet_sim.node.lifecycle import RuntimeProbe
 from kubelet_sim.runtime.engine import DockerEngine, RuntimeUnavailable
@@ -66,6 +68,12 @@ class ProcessContext:
         except RuntimeUnavailable:
             gateway = None
         return self.engine.network_subnet(), gateway
+
+    def pace_pod_starts(self) -> None:
+        """Before a node makes a sandbox: wait (10 s at most) while the Lease renewals lag,
+        so that many pods starting at once slow their own start, not every node's heartbeat.
+        Other periodic work may lag: pod starts are what it waits for."""
+        self.timers.wait_caught_up(threading.Event(), lag=(YIELD_LAG[0], math.inf))
 
     def start(self) -> None:
         self.collector.watch()

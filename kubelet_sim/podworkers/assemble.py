@@ -60,6 +60,8 @@ class SyncerPorts:
     pool: SandboxPool | None = None
     generation: Callable[[], KubeletGeneration] = lambda: CURRENT
     node: Callable[[], Json | None] = lambda: None  # our Node as last seen, for admission
+    # Before a new sandbox: waits while the process's heartbeats lag (Timers.wait_caught_up).
+    pace: Callable[[], None] = lambda: None
 
 
 def pod_syncer(
@@ -132,6 +134,7 @@ def pod_syncer(
         services=p.services,
         clock=clock,
         pool=p.pool,
+        pace=p.pace,
     )
     prober = ProbeManager(
         p.runtime,

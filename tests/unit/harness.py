@@ -218,6 +218,7 @@ class Node:
         self.volumes = FakeVolumes(root / "volumes")
         self.pods: dict[str, Json] = {}
         self.deleted: list[str] = []
+        self.paced: list[int] = []  # sandboxes made so far, at each pace before a new one
         self.delete_error: Exception | None = None
         self.services: list[Json] | None = []
         self.supervisor = Supervisor(node=NODE)
@@ -252,6 +253,7 @@ class Node:
                 wake=self._wake,
                 services=lambda: self.services,
                 pool=self.pool if self.pool.enabled else None,
+                pace=lambda: self.paced.append(len(self.runtime.operations("run_sandbox"))),
             ),
             self.supervisor,
             clock=self.clock,
