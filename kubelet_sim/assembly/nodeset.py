@@ -26,14 +26,13 @@ from typing import Any, Protocol
 from kubelet_sim import cri
 from kubelet_sim.assembly.build import NodeWiring, build_node
 from kubelet_sim.assembly.node import SHUTDOWN_SECONDS, Node
-from kubelet_sim.assembly.process import ProcessContext, RuntimeOptions, timer_threads
+from kubelet_sim.assembly.process import ProcessContext, RuntimeOptions, timer_pool
 from kubelet_sim.kube.client import KubeConnection, connect, wait_for_api_server
 from kubelet_sim.kube.schema import ServerSchema
 from kubelet_sim.kube.shared_watches import SharedWatches, may_watch_every_node
 from kubelet_sim.logs import get_logger
 from kubelet_sim.loops.backoff import Backoff
 from kubelet_sim.loops.supervise import Supervisor
-from kubelet_sim.loops.timers import Timers
 from kubelet_sim.node.host import detect_host
 from kubelet_sim.node.settings import NodeSettings
 from kubelet_sim.node.shared_probe import SharedProbe
@@ -526,7 +525,7 @@ def _process_context(
         listener = Listener(settings.server.limits, log, tokens=TokenGuard())
     return ProcessContext(
         engine=engine,
-        timers=Timers(pool_threads=timer_threads(len(names)), supervisor=supervisor),
+        timers=timer_pool(len(names), supervisor),
         container_events=ContainerEvents(engine, label=label, supervisor=supervisor),
         listener=listener,
         host=host,

@@ -8,14 +8,17 @@ probe. A process of one node has them too, so every part has one way to run.
 
 from __future__ import annotations
 
+import contextlib
 import functools
 import math
+import os
 import threading
+from collections.abc import Iterator
 from dataclasses import dataclass, field
 
 from kubelet_sim.loops.collector import GarbageCollector
 from kubelet_sim.loops.supervise import Supervisor
-from kubelet_sim.loops.timers import POOL_THREADS, YIELD_LAG, Timers
+from kubelet_sim.loops.timers import POOL_THREADS, URGENT_SHARE, YIELD_LAG, Timers
 from kubelet_sim.node.host import HostFacts
 from kubelet_sim.node.lifecycle import RuntimeProbe
 from kubelet_sim.runtime.engine import DockerEngine, RuntimeUnavailable
@@ -23,13 +26,27 @@ from kubelet_sim.runtime.log_rotation import LogRotation
 from kubelet_sim.runtime.observe import ContainerEvents
 from kubelet_sim.server.listener import Listener
 
+# Sandboxes made at once by all nodes of the process: making one takes runc, the kernel and
+# dockerd a good part of a core, and the API server needs its share meanwhile.
+POD_START_SLOTS = 2 * (os.cpu_count() or 2)
+
 # Timer pool threads per node: its Lease, status, proxy and GC may each wait in a call at once.
 TIMER_THREADS_PER_NODE = 4
+NODES_PER_URGENT_THREAD = 50
 
 
-def timer_threads(nodes: int) -> int:
-    """A pool that never makes one node's tasks wait behind its own, up to POOL_THREADS."""
-    return min(POOL_THREADS, TIMER_THREADS_PER_NODE * max(nodes, 1))
+def timer_pool(nodes: int, supervisor: Supervisor) -> Timers:
+    """A pool that never makes one node's tasks wait behind its own, up to POOL_THREADS, and
+    one more thread for the Lease renewals alone per NODES_PER_URGENT_THREAD nodes: with
+    5,000 nodes on a machine their pods' starts fill, a renewal waits on a busy API server
+    half a second, and 167 are due a second."""
+    pool = min(POOL_THREADS, TIMER_THREADS_PER_NODE * max(nodes, 1))
+    normal = pool - pool // URGENT_SHARE
+    return Timers(
+        pool_threads=pool + nodes // NODES_PER_URGENT_THREAD,
+        normal_threads=normal,
+        supervisor=supervisor,
+    )
 
 
 def engine_for(network: str = "bridge", *, pull_progress_deadline: float = 60.0) -> DockerEngine:
@@ -58,6 +75,9 @@ class ProcessContext:
     supervisor: Supervisor  # its loops' failures fail every node of the process
     runtime_options: RuntimeOptions
     collector: GarbageCollector = field(default_factory=GarbageCollector)
+    _pod_start_slots: threading.BoundedSemaphore = field(
+        default_factory=lambda: threading.BoundedSemaphore(POD_START_SLOTS)
+    )
 
     @functools.cached_property
     def pod_network(self) -> tuple[str | None, str | None]:
@@ -69,11 +89,15 @@ class ProcessContext:
             gateway = None
         return self.engine.network_subnet(), gateway
 
-    def pace_pod_starts(self) -> None:
-        """Before a node makes a sandbox: wait (10 s at most) while the Lease renewals lag,
-        so that many pods starting at once slow their own start, not every node's heartbeat.
-        Other periodic work may lag: pod starts are what it waits for."""
-        self.timers.wait_caught_up(threading.Event(), lag=(YIELD_LAG[0], math.inf))
+    @contextlib.contextmanager
+    def pace_pod_starts(self) -> Iterator[None]:
+        """Held while a node makes a pod's sandbox and its network: one of POD_START_SLOTS,
+        taken once the Lease renewals lag by under half a second (10 s at most). A hundred
+        pods started at once on two cores left kube-apiserver no CPU for the renewals of
+        5,000 nodes: the pods now slow their own start, not every node's heartbeat."""
+        with self._pod_start_slots:
+            self.timers.wait_caught_up(threading.Event(), lag=(YIELD_LAG[0], math.inf))
+            yield
 
     def start(self) -> None:
         self.collector.watch()

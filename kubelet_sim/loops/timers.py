@@ -79,6 +79,7 @@ class Timers:
         *,
         supervisor: Supervisor,
         pool_threads: int = POOL_THREADS,
+        normal_threads: int | None = None,  # at most this many run other than urgent tasks
         clock: Clock = SYSTEM_CLOCK,
         late_after: float = LATE_AFTER,
     ) -> None:
@@ -91,7 +92,7 @@ class Timers:
         self._heap: list[tuple[float, int, int, Periodic]] = []
         self._ready: tuple[deque[Periodic], ...] = (deque(), deque())  # due, by priority
         # Threads other tasks than the urgent may hold at once: the rest wait for Leases.
-        self._normal_limit = pool_threads - pool_threads // URGENT_SHARE
+        self._normal_limit = normal_threads or pool_threads - pool_threads // URGENT_SHARE
         self._normal_running = 0
         self._urgent_late = (float("-inf"), 0.0)  # the last urgent run: when, how late
         self._late_summary: dict[str, _LateSummary] = {}

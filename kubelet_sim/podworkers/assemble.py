@@ -6,7 +6,9 @@ harness calls it with fakes, so both run the same wiring.
 
 from __future__ import annotations
 
+import contextlib
 from collections.abc import Callable
+from contextlib import AbstractContextManager
 from dataclasses import dataclass
 
 from kubelet_sim import cri
@@ -60,8 +62,8 @@ class SyncerPorts:
     pool: SandboxPool | None = None
     generation: Callable[[], KubeletGeneration] = lambda: CURRENT
     node: Callable[[], Json | None] = lambda: None  # our Node as last seen, for admission
-    # Before a new sandbox: waits while the process's heartbeats lag (Timers.wait_caught_up).
-    pace: Callable[[], None] = lambda: None
+    # Held while a sandbox is made: the process's slot, once its heartbeats are on time.
+    pace: Callable[[], AbstractContextManager[None]] = contextlib.nullcontext
 
 
 def pod_syncer(

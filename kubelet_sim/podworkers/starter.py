@@ -8,7 +8,9 @@ CrashLoopBackOff, ErrImagePull, CreateContainerError, RunContainerError).
 
 from __future__ import annotations
 
+import contextlib
 from collections.abc import Callable
+from contextlib import AbstractContextManager
 from dataclasses import replace
 from pathlib import Path
 
@@ -72,14 +74,14 @@ class ContainerStarter:
         services: Callable[[], list[Json] | None] = lambda: [],
         clock: Clock = SYSTEM_CLOCK,
         pool: SandboxPool | None = None,
-        pace: Callable[[], None] = lambda: None,
+        pace: Callable[[], AbstractContextManager[None]] = contextlib.nullcontext,
     ) -> None:
-        """`pace`: called before a sandbox is made, returns once the process's heartbeats are
-        on time (at 5,000 nodes on two cores, 100 sandboxes made at once left kube-apiserver
-        no CPU to answer the Lease renewals, a minute late); `wake`: queue the pod again (a
-        postStart hook's or a pull's end); `services`: the Services for service-link
-        variables, None until first listed (without a lister there are none, as for a kubelet
-        without one)."""
+        """`pace`: held while a sandbox and its network are made, a slot of the process's
+        few, taken once its heartbeats are on time (at 5,000 nodes on two cores, 100
+        sandboxes made at once left kube-apiserver no CPU for the Lease renewals); `wake`:
+        queue the pod again (a postStart hook's or a pull's end); `services`: the Services for
+        service-link variables, None until first listed (without a lister there are none, as
+        for a kubelet without one)."""
         self.settings = settings
         # The node's network set-up for a new sandbox (the service proxy's rules and routes),
         # done before any container of the pod starts, as a CNI ADD.
@@ -122,12 +124,10 @@ class ContainerStarter:
                 if self.runtime.image_status(cfg.image) is None:
                     self.runtime.pull_image(cfg.image)
                 self.sandbox_images.add(cfg.image)
-            sandbox = self._from_pool(view, cfg)
-            if sandbox is None:
-                self.pace()
-                sandbox = self.runtime.run_sandbox(cfg)
-            if self.network is not None and not view.host_network:
-                self.network(sandbox)
+            with self.pace():  # a slot of the process's, once its heartbeats are on time
+                sandbox = self._from_pool(view, cfg) or self.runtime.run_sandbox(cfg)
+                if self.network is not None and not view.host_network:
+                    self.network(sandbox)
         except Exception as exc:  # any runtime failure: report it the kubelet's way, retry
             message = f"Failed to create pod sandbox: {exc}"
             self.events.event(event_ref(view), WARNING, "FailedCreatePodSandBox", message)

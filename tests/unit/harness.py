@@ -7,11 +7,12 @@ the statuses written, the events, the runtime's containers and calls.
 
 from __future__ import annotations
 
+import contextlib
 import copy
 import itertools
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -253,7 +254,7 @@ class Node:
                 wake=self._wake,
                 services=lambda: self.services,
                 pool=self.pool if self.pool.enabled else None,
-                pace=lambda: self.paced.append(len(self.runtime.operations("run_sandbox"))),
+                pace=self._pace,
             ),
             self.supervisor,
             clock=self.clock,
@@ -357,6 +358,11 @@ class Node:
         return ""
 
     # -- internals ---------------------------------------------------------------------------
+
+    @contextlib.contextmanager
+    def _pace(self) -> Iterator[None]:
+        self.paced.append(len(self.runtime.operations("run_sandbox")))
+        yield
 
     def _wake(self, uid: str) -> None:
         with self._wake_lock:
