@@ -62,7 +62,8 @@ class SyncerPorts:
     pool: SandboxPool | None = None
     generation: Callable[[], KubeletGeneration] = lambda: CURRENT
     node: Callable[[], Json | None] = lambda: None  # our Node as last seen, for admission
-    # Held while a sandbox is made: the process's slot, once its heartbeats are on time.
+    # Held while a sandbox is made, stopped or removed: the process's slot, once its
+    # heartbeats are on time.
     pace: Callable[[], AbstractContextManager[None]] = contextlib.nullcontext
 
 
@@ -120,7 +121,14 @@ def pod_syncer(
     )
     hooks = HookRunner(p.runtime, p.events, settings.node_ip, node=settings.node_name)
     stopper = ContainerStopper(
-        p.runtime, watcher, p.events, hooks, supervisor=supervisor, wake=p.wake, clock=clock
+        p.runtime,
+        watcher,
+        p.events,
+        hooks,
+        supervisor=supervisor,
+        wake=p.wake,
+        clock=clock,
+        pace=p.pace,
     )
     starter = ContainerStarter(
         settings,

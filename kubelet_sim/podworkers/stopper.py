@@ -14,9 +14,11 @@ It is a thread on demand: it lives while a SIGKILL is booked (and a few seconds 
 
 from __future__ import annotations
 
+import contextlib
 import heapq
 import threading
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
+from contextlib import AbstractContextManager
 from dataclasses import KW_ONLY, InitVar, dataclass
 
 from kubelet_sim import cri
@@ -47,6 +49,9 @@ class ContainerStopper:
     supervisor: InitVar[Supervisor]
     wake: Wake = lambda _uid: None
     clock: Clock = SYSTEM_CLOCK
+    # Held while a sandbox is stopped or a container removed (network and mounts torn down):
+    # the process's slot, as for a sandbox made (ContainerStarter's `pace`).
+    pace: Callable[[], AbstractContextManager[None]] = contextlib.nullcontext
 
     def __post_init__(self, supervisor: Supervisor) -> None:
         self._kill_at: dict[str, float] = {}  # container id → clock.monotonic() of its SIGKILL
@@ -74,7 +79,8 @@ class ContainerStopper:
         if not apps:
             state.end_stop()
             for sandbox in (c for c in running if c.is_sandbox):
-                self.runtime.stop_container(sandbox.id, 0)  # pause dies at once: no grace
+                with self.pace():
+                    self.runtime.stop_container(sandbox.id, 0)  # pause dies at once: no grace
                 self.watcher.record(cri.stopped_observation(sandbox, self.clock.now()))
             return None
         stop = state.begin_stop(now)
@@ -219,7 +225,8 @@ class ContainerStopper:
                 self._begin(container.id, MIN_GRACE)
                 removed = False
             else:
-                self.runtime.remove_container(container.id)
+                with self.pace():
+                    self.runtime.remove_container(container.id)
         return removed
 
     def refresh(self, container_id: str) -> None:
