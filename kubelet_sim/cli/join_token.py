@@ -12,6 +12,7 @@ import typer
 from kubelet_sim.cli.common import ContextOption, KubeconfigOption, fail, typer_app
 from kubelet_sim.kube.client import KubeConfigError, connect
 from kubelet_sim.kube.rest import ApiError
+from kubelet_sim.logs import configure_logging
 from kubelet_sim.server.settings import parse_duration
 
 join_token_app = typer_app()
@@ -28,6 +29,7 @@ def join_token(
     context: ContextOption = None,
     ttl: Annotated[str, typer.Option(help="How long the token is valid (a Go duration).")] = "24h",
 ) -> None:
+    configure_logging("auto", "warning")  # warnings to stderr: stdout is the one line below
     try:
         seconds = parse_duration(ttl)
     except ValueError as exc:
