@@ -61,16 +61,19 @@ class KubeConnection:
             cluster["insecure-skip-tls-verify"] = True
         return cluster
 
+    def _clients(self) -> list[client.ApiClient]:
+        return [self.api] if self.heartbeat is None else [self.api, self.heartbeat]
+
     def drop_connections(self) -> None:
         """Close the pooled connections: the next requests open new ones, with the client
         certificate the kubeconfig's file holds now (after a rotation)."""
-        for api in {id(a): a for a in (self.api, self.heartbeat_api)}.values():
+        for api in self._clients():
             api.rest_client.pool_manager.clear()
 
     def request_counts(self) -> dict[tuple[str, str], int]:
         """Requests so far by (method, code), when the client counts them (connect's does)."""
         counts: Counter[tuple[str, str]] = Counter()
-        for api in {id(a): a for a in (self.api, self.heartbeat_api)}.values():
+        for api in self._clients():
             if isinstance(api, CountingApiClient):
                 counts.update(api.request_counts())
         return dict(counts)
