@@ -4,7 +4,10 @@ A thousand nodes each with a Lease thread and a status thread spend their memory
 their CPU on wake-ups. Here one scheduler thread keeps a heap of due times and hands each due
 task to a small pool; a task runs at most once at a time, and the next run is due `interval`
 after the last one ended (as the kubelet's `wait.Until` loops: renewal, then sleep), jittered so
-that nodes started together do not stay in step.
+that nodes started together do not stay in step. A task made with `sliding=False` (the Lease
+renewals) is due `interval` after the last one *started*, as `wait.JitterUntil` without sliding:
+an API server that answers a renewal in a second does not push every node's next renewal a
+second later (the renewTime is set before the call, and the node controller reads its spacing).
 
 When more is due than the pool can run (a thousand nodes registering at once, an API server
 that answers slowly), the Lease renewals go first: a task of a lower `priority` number is handed
@@ -56,7 +59,9 @@ class Periodic:
     jitter: float
     _timers: Timers = field(repr=False)
     priority: int = NORMAL
+    sliding: bool = True  # the next run counts from the last one's end; else from its start
     due: float = 0.0
+    started: float = 0.0  # when the last run started
     running: bool = False
     rerun: bool = False  # woken while running: run again once it ends
     cancelled: bool = False
@@ -139,9 +144,11 @@ class Timers:
         jitter: float = 0.04,
         first_in: float = 0.0,
         priority: int = NORMAL,
+        sliding: bool = True,
     ) -> Periodic:
-        """Run `body` in `first_in` seconds, then `interval` (+ up to `jitter`) after each run."""
-        timer = Periodic(kind, node, interval, body, jitter, self, priority)
+        """Run `body` in `first_in` seconds, then `interval` (+ up to `jitter`) after each run
+        ended, or after each run started when not `sliding` (at once if that has passed)."""
+        timer = Periodic(kind, node, interval, body, jitter, self, priority, sliding)
         with self._cond:
             self.lateness.setdefault(kind, Histogram(LATENESS_BUCKETS))
             self.late_runs.setdefault(kind, 0)
@@ -241,7 +248,7 @@ class Timers:
                 timer = urgent.popleft() if urgent else normal.popleft()
                 self._normal_running += timer.priority != URGENT
                 timer.running = True
-                now = self.clock.monotonic()
+                now = timer.started = self.clock.monotonic()
                 late = now - timer.due
                 if timer.priority == URGENT:
                     self._urgent_late = (now, late)
@@ -262,7 +269,9 @@ class Timers:
                     self._push(timer, self.clock.monotonic())
                 else:
                     spread = 1 + timer.jitter * self._rng.random()
-                    self._push(timer, self.clock.monotonic() + timer.interval * spread)
+                    now = self.clock.monotonic()
+                    since = now if timer.sliding else timer.started
+                    self._push(timer, max(now, since + timer.interval * spread))
 
     def _takeable(self) -> bool:
         """Under the lock: an urgent task is due, or another and a thread may take it."""

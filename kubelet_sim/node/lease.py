@@ -54,6 +54,7 @@ class LeaseController:
             self.sync,
             jitter=JITTER,
             priority=URGENT,
+            sliding=False,  # a slow answer does not space the renewTimes further apart
         )
 
     def stop(self, timeout: float = 5.0) -> None:

@@ -30,6 +30,21 @@ def test_a_task_runs_at_once_then_every_interval_after_it_ended(timers: Timers) 
     assert all(gap >= 0.19 for gap in gaps), gaps
 
 
+def test_a_task_not_sliding_is_due_an_interval_after_its_last_start(timers: Timers) -> None:
+    """A Lease renewal whose call takes most of the interval keeps its spacing: the next is due
+    from the last one's start, as a renewTime set before a slow call."""
+    starts: list[float] = []
+
+    def slow() -> None:
+        starts.append(time.monotonic())
+        time.sleep(0.3)
+
+    timers.every("lease", "n1", 0.4, slow, jitter=0.0, sliding=False)
+    wait_for(lambda: len(starts) >= 4, 5, "four runs")
+    gaps = [b - a for a, b in itertools.pairwise(starts)]
+    assert all(0.38 <= gap < 0.65 for gap in gaps), gaps  # sliding: 0.7 s each
+
+
 def test_wake_runs_a_task_before_its_interval(timers: Timers) -> None:
     runs: list[float] = []
     timer = timers.every("node-status", "n1", 60.0, lambda: runs.append(time.monotonic()))
