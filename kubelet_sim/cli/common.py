@@ -16,7 +16,7 @@ from typing import Annotated, Any, NoReturn, TypeVar
 
 import typer
 
-from kubelet_sim.logs import get_logger
+from kubelet_sim.logs import configure_logging, get_logger
 
 
 def typer_app() -> typer.Typer:
@@ -59,6 +59,18 @@ JournalRootDirOption = Annotated[
 class OutputChoice(StrEnum):
     text = "text"
     json = "json"
+
+
+OutputOption = Annotated[
+    OutputChoice,
+    typer.Option(help="`text` for people (lines or a table), `json` for programs."),
+]
+
+
+def log_as_tool(output: OutputChoice) -> None:
+    """A tool's logging (watch, trace, compare): warnings only, on stderr, so its stdout is
+    its output; JSON when that is."""
+    configure_logging("json" if output is OutputChoice.json else "auto", "warning")
 
 
 R = TypeVar("R")

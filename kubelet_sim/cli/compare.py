@@ -12,13 +12,14 @@ from kubelet_sim.cli.common import (
     ContextOption,
     KubeconfigOption,
     OutputChoice,
+    OutputOption,
     fail,
+    log_as_tool,
     stop_on_signals,
     typer_app,
 )
 from kubelet_sim.kube.client import KubeConfigError, connect
 from kubelet_sim.kube.rest import ApiError
-from kubelet_sim.logs import configure_logging
 from kubelet_sim.runtime.local_images import BUSYBOX_IMAGE
 
 if TYPE_CHECKING:
@@ -66,9 +67,7 @@ def compare(
     image: Annotated[
         str, typer.Option(help="The busybox-like image put in place of `{image}`.")
     ] = BUSYBOX_IMAGE,
-    output: Annotated[
-        OutputChoice, typer.Option(help="`text` (a table) or `json` (one object).")
-    ] = OutputChoice.text,
+    output: OutputOption = OutputChoice.text,
     list_scenarios: Annotated[
         bool, typer.Option("--list-scenarios", help="List the shipped scenarios and exit.")
     ] = False,
@@ -82,7 +81,7 @@ def compare(
         run_compare,
     )
 
-    configure_logging("json" if output is OutputChoice.json else "auto", "warning")
+    log_as_tool(output)
     if list_scenarios:
         for shipped in builtin_scenarios():
             typer.echo(f"{shipped.name:<24} {shipped.observe:>4.0f} s  {shipped.description}")

@@ -9,10 +9,16 @@ from typing import Annotated
 
 import typer
 
-from kubelet_sim.cli.common import ContextOption, KubeconfigOption, fail, typer_app
+from kubelet_sim.cli.common import (
+    ContextOption,
+    KubeconfigOption,
+    OutputChoice,
+    fail,
+    log_as_tool,
+    typer_app,
+)
 from kubelet_sim.kube.client import KubeConfigError, connect
 from kubelet_sim.kube.rest import ApiError
-from kubelet_sim.logs import configure_logging
 from kubelet_sim.server.settings import parse_duration
 
 join_token_app = typer_app()
@@ -29,7 +35,7 @@ def join_token(
     context: ContextOption = None,
     ttl: Annotated[str, typer.Option(help="How long the token is valid (a Go duration).")] = "24h",
 ) -> None:
-    configure_logging("auto", "warning")  # warnings to stderr: stdout is the one line below
+    log_as_tool(OutputChoice.text)  # warnings to stderr: stdout is the one line below
     try:
         seconds = parse_duration(ttl)
     except ValueError as exc:

@@ -16,13 +16,14 @@ from kubelet_sim.cli.common import (
     JournalRootDirOption,
     KubeconfigOption,
     OutputChoice,
+    OutputOption,
     fail,
+    log_as_tool,
     stop_on_signals,
     typer_app,
 )
 from kubelet_sim.kube.client import KubeConfigError, connect
 from kubelet_sim.kube.rest import ApiError, request_json
-from kubelet_sim.logs import configure_logging
 from kubelet_sim.runtime.engine import RuntimeUnavailable
 from kubelet_sim.tools import trace as pod_trace
 from kubelet_sim.tools import watch as watch_stream
@@ -41,11 +42,9 @@ def watch(
     ],
     kubeconfig: KubeconfigOption = None,
     context: ContextOption = None,
-    output: Annotated[
-        OutputChoice, typer.Option(help="`text` for people, `json` for a JSON object a line.")
-    ] = OutputChoice.text,
+    output: OutputOption = OutputChoice.text,
 ) -> None:
-    configure_logging("json" if output is OutputChoice.json else "auto", "warning")
+    log_as_tool(output)
     try:
         kube = connect(kubeconfig, context)
     except KubeConfigError as exc:
@@ -84,11 +83,9 @@ def trace(
     kubeconfig: KubeconfigOption = None,
     context: ContextOption = None,
     root_dir: JournalRootDirOption = None,
-    output: Annotated[
-        OutputChoice, typer.Option(help="`text` (a table) or `json`.")
-    ] = OutputChoice.text,
+    output: OutputOption = OutputChoice.text,
 ) -> None:
-    configure_logging("json" if output is OutputChoice.json else "auto", "warning")
+    log_as_tool(output)
     if (pod is None) == (not follow):
         fail("give a POD, or --follow with --node-name", code=2)
     if follow and not node_name:

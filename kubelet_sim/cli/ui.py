@@ -21,13 +21,14 @@ from kubelet_sim.cli.common import (
     ContextOption,
     JournalRootDirOption,
     KubeconfigOption,
+    OutputChoice,
     fail,
+    log_as_tool,
     stop_on_signals,
     typer_app,
     with_options_of,
 )
 from kubelet_sim.kube.client import KubeConfigError, connect
-from kubelet_sim.logs import configure_logging
 from kubelet_sim.runtime.engine import DockerEngine, RuntimeUnavailable
 from kubelet_sim.runtime.node_runtime import NodeRuntime
 from kubelet_sim.ui import (
@@ -143,7 +144,7 @@ def ui(
     address: UiAddress = DEFAULT_ADDRESS,
     port: UiPort = DEFAULT_PORT,
 ) -> None:
-    configure_logging("auto", "warning")
+    log_as_tool(OutputChoice.text)
     names = list(dict.fromkeys(node_name or []))
     engine: DockerEngine | None = None
     try:

@@ -26,6 +26,7 @@ from tests.cluster import ApiUnderTest, wait_for
 from tests.docker_env import DockerEnv
 from tests.handoff_order import STREAM_HOLD, handoff_steps, in_order
 from tests.manifests import pod_manifest, to_schedule_on
+from tests.observed import observed_container
 from tests.pods import container, get_pod, make_pod
 
 NODE = "n2"
@@ -107,12 +108,10 @@ def _container(name: str, created: str, started: str | None = None) -> cri.Obser
     def at(value: str | None) -> datetime | None:
         return datetime.fromisoformat(f"2024-05-01T12:00:{value}+00:00") if value else None
 
-    return cri.ObservedContainer(
-        id=f"id-{name}",
+    return observed_container(
+        name,
         pod=cri.PodRef(NODE, "web-1", "default", UID),
-        name=name,
-        attempt=0,
-        state=cri.ContainerState.RUNNING,
+        container_id=f"id-{name}",
         image="busybox",
         created_at=at(created),
         started_at=at(started),

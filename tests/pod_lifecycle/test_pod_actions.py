@@ -4,14 +4,14 @@ from __future__ import annotations
 
 from typing import Any
 
-from kubelet_sim.cri import ContainerState, ObservedContainer, PodRef
+from kubelet_sim.cri import ContainerState, ObservedContainer
 from kubelet_sim.pod.actions import compute_actions
 from kubelet_sim.pod.image_ref import invalid_image_message
 from kubelet_sim.pod.probes import ContainerProbes, ProbeResults, Result
 from kubelet_sim.pod.spec import ContainerView, PodView
 from tests.manifests import pod_manifest, served
+from tests.observed import observed_container
 
-REF = PodRef("n", "p", "ns", "u")
 RUN, EXIT = ContainerState.RUNNING, ContainerState.EXITED
 
 
@@ -37,23 +37,9 @@ def pod(
     return PodView.from_api(served(pod_manifest("p", **spec), uid="u"))
 
 
-def c(
-    name: str,
-    state: ContainerState = RUN,
-    attempt: int = 0,
-    exit_code: int | None = None,
-    spec_hash: str = "h",
-) -> ObservedContainer:
-    return ObservedContainer(
-        id=f"{name}{attempt}",
-        pod=REF,
-        name=name,
-        attempt=attempt,
-        state=state,
-        image="i:1",
-        exit_code=exit_code,
-        spec_hash=spec_hash,
-    )
+def c(name: str, state: ContainerState = RUN, attempt: int = 0, **fields: Any) -> ObservedContainer:
+    """Observed with the spec hash `hash_h` gives, unless told."""
+    return observed_container(name, attempt, state, **{"spec_hash": "h", **fields})
 
 
 def hash_h(_: ContainerView) -> str:

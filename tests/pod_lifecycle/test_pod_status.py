@@ -9,6 +9,7 @@ from kubelet_sim.cri import ContainerState, ObservedContainer, PodRef
 from kubelet_sim.pod.spec import PodView, default_pull_policy
 from kubelet_sim.pod.status import StatusInput, WaitingReason, generate_status
 from tests.manifests import pod_manifest, served
+from tests.observed import observed_container
 
 NOW = datetime(2026, 11, 22, 17, 0, 0, tzinfo=UTC)
 T0 = NOW - timedelta(seconds=30)
@@ -41,8 +42,8 @@ def pod(
 def sandbox(
     ip: str = "172.17.0.5", state: ContainerState = ContainerState.RUNNING
 ) -> ObservedContainer:
-    return ObservedContainer(
-        id="sb", pod=REF, name="POD", attempt=0, state=state, image="pause", ip=ip, created_at=T0
+    return observed_container(
+        "POD", 0, state, pod=REF, container_id="sb", image="pause", ip=ip, created_at=T0
     )
 
 
@@ -50,24 +51,20 @@ def container(
     name: str = "c",
     attempt: int = 0,
     state: ContainerState = ContainerState.RUNNING,
-    exit_code: int | None = None,
-    **kw: Any,
+    **fields: Any,
 ) -> ObservedContainer:
-    return ObservedContainer(
-        id=f"{name}-{attempt}",
+    """Created and started `attempt` seconds after T0, ended a second later if exited."""
+    ended = T0 + timedelta(seconds=attempt + 1) if state is ContainerState.EXITED else None
+    at = T0 + timedelta(seconds=attempt)
+    return observed_container(
+        name,
+        attempt,
+        state,
         pod=REF,
-        name=name,
-        attempt=attempt,
-        state=state,
+        container_id=f"{name}-{attempt}",
         image="busybox:1",
         image_id="docker://sha256:abc",
-        created_at=T0 + timedelta(seconds=attempt),
-        started_at=T0 + timedelta(seconds=attempt),
-        finished_at=None
-        if state is not ContainerState.EXITED
-        else T0 + timedelta(seconds=attempt + 1),
-        exit_code=exit_code,
-        **kw,
+        **{"created_at": at, "started_at": at, "finished_at": ended, **fields},
     )
 
 

@@ -23,6 +23,7 @@ from kubelet_sim.pod.probes import (
 from kubelet_sim.pod.spec import PodView
 from kubelet_sim.pod.status import StatusInput, generate_status
 from tests.manifests import pod_manifest, served
+from tests.observed import observed_container
 
 NOW = datetime(2026, 1, 1, tzinfo=UTC)
 REF = cri.PodRef(node="n1", namespace="ns", name="p", uid="u1")
@@ -35,16 +36,8 @@ def _pod(restart: str = "Always", **probes: Any) -> PodView:
 
 
 def _running(name: str, cid: str) -> cri.ObservedContainer:
-    return cri.ObservedContainer(
-        id=cid,
-        pod=REF,
-        name=name,
-        attempt=0,
-        state=cri.ContainerState.RUNNING,
-        image="i:1",
-        started_at=NOW,
-        ip="10.0.0.2" if name == cri.SANDBOX_CONTAINER_NAME else "",
-    )
+    ip = "10.0.0.2" if name == cri.SANDBOX_CONTAINER_NAME else ""
+    return observed_container(name, pod=REF, container_id=cid, started_at=NOW, ip=ip)
 
 
 OBSERVED = [_running(cri.SANDBOX_CONTAINER_NAME, "s1"), _running("c", "c1")]

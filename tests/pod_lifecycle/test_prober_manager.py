@@ -19,6 +19,7 @@ from kubelet_sim.pod.spec import ContainerView, PodView
 from kubelet_sim.prober.manager import ProbeManager
 from tests.cluster import wait_for
 from tests.manifests import pod_manifest, served
+from tests.observed import observed_container
 
 REF = cri.PodRef(node="n1", namespace="ns", name="p", uid="u1")
 TICK = 0.05
@@ -56,17 +57,7 @@ def _probe(word: str, **extra: Any) -> dict[str, Any]:
 
 
 def _observed(cid: str = "c1") -> list[cri.ObservedContainer]:
-    return [
-        cri.ObservedContainer(
-            id=cid,
-            pod=REF,
-            name="c",
-            attempt=0,
-            state=cri.ContainerState.RUNNING,
-            image="i:1",
-            started_at=datetime.now(UTC),
-        )
-    ]
+    return [observed_container(pod=REF, container_id=cid, started_at=datetime.now(UTC))]
 
 
 class Harness:

@@ -18,6 +18,7 @@ from kubelet_sim.podworkers.state import PodState
 from kubelet_sim.podworkers.stopper import ContainerStopper
 from tests.cluster import wait_for
 from tests.manifests import pod_manifest, served
+from tests.observed import observed_container
 
 REF = cri.PodRef(node="n1", name="p", namespace="ns", uid="u1")
 
@@ -59,9 +60,7 @@ class NoEvents:
 
 
 def running(container_id: str) -> cri.ObservedContainer:
-    return cri.ObservedContainer(
-        id=container_id, pod=REF, name="c", attempt=0, state=cri.ContainerState.RUNNING, image="i"
-    )
+    return observed_container(pod=REF, container_id=container_id)
 
 
 def view() -> PodView:
@@ -118,9 +117,7 @@ def sidecar_pod() -> PodView:
 
 
 def named(name: str) -> cri.ObservedContainer:
-    return cri.ObservedContainer(
-        id=name, pod=REF, name=name, attempt=0, state=cri.ContainerState.RUNNING, image="i"
-    )
+    return observed_container(name, pod=REF, container_id=name)
 
 
 def terms(runtime: FakeRuntime) -> list[str]:

@@ -10,14 +10,13 @@ from kubelet_sim.loops.timers import Timers
 from kubelet_sim.pod.gc import garbage
 from kubelet_sim.pod.restart_backoff import KeyedBackoff
 from kubelet_sim.podworkers.gc import ContainerGC
+from tests.observed import observed_container
 
 REF = PodRef("n", "p", "ns", "u")
 
 
 def c(name: str, attempt: int, state: ContainerState) -> ObservedContainer:
-    return ObservedContainer(
-        id=f"{name}{attempt}", pod=REF, name=name, attempt=attempt, state=state, image="i"
-    )
+    return observed_container(name, attempt, state, pod=REF)
 
 
 def test_keeps_newest_dead_attempt_and_the_running_one() -> None:

@@ -205,7 +205,9 @@ def test_a_user_namespace_is_refused_as_a_runtime_without_them_makes_the_kubelet
             "Failed to create pod sandbox: can't set `spec.hostUsers: false`, runtime does not"
             " support user namespaces"
         )
-        st = status_of(cluster, "userns")
+        # The event may come before the status write, as the kubelet's status manager writes
+        # apart from the sync that made the event.
+        st = wait_status(cluster, "userns", container_status, 20, "a status for c")
         assert st["phase"] == "Pending"
         assert container_status(st)["state"] == {"waiting": {"reason": "ContainerCreating"}}
         uid = make_pod(cluster, "unmasked", unmasked, hostUsers=False)["metadata"]["uid"]
