@@ -91,10 +91,11 @@ class ProcessContext:
 
     @contextlib.contextmanager
     def pace_pod_starts(self) -> Iterator[None]:
-        """Held while a node makes a pod's sandbox and its network: one of POD_START_SLOTS,
-        taken once the Lease renewals lag by under half a second (10 s at most). A hundred
-        pods started at once on two cores left kube-apiserver no CPU for the renewals of
-        5,000 nodes: the pods now slow their own start, not every node's heartbeat."""
+        """Held while a node makes a pod's sandbox and its network, starts a container, stops
+        a sandbox or removes a container (runc and the kernel's work): one of
+        POD_START_SLOTS, taken once the Lease renewals lag by under half a second (10 s at
+        most). A hundred pods started at once on two cores left kube-apiserver no CPU for the
+        renewals of 5,000 nodes: the pods now slow their own start, not every heartbeat."""
         with self._pod_start_slots:
             self.timers.wait_caught_up(threading.Event(), lag=(YIELD_LAG[0], math.inf))
             yield

@@ -76,7 +76,8 @@ class ContainerStarter:
         pool: SandboxPool | None = None,
         pace: Callable[[], AbstractContextManager[None]] = contextlib.nullcontext,
     ) -> None:
-        """`pace`: held while a sandbox and its network are made, a slot of the process's
+        """`pace`: held while a sandbox and its network are made and while a container starts
+        (runc), a slot of the process's
         few, taken once its heartbeats are on time (at 5,000 nodes on two cores, 100
         sandboxes made at once left kube-apiserver no CPU for the Lease renewals); `wake`:
         queue the pod again (a postStart hook's or a pull's end); `services`: the Services for
@@ -227,7 +228,8 @@ class ContainerStarter:
         self.watcher.record(cri.created_observation(cfg, container_id))
         self.events.event(ref, NORMAL, "Created", f"Created container: {container.name}")
         try:
-            self.runtime.start_container(container_id)
+            with self.pace():
+                self.runtime.start_container(container_id)
         except cri.ContainerStartError as exc:
             self.stopper.refresh(container_id)
             return self._failed(state, container, ref, "RunContainerError", str(exc))
