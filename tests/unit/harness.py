@@ -219,7 +219,8 @@ class Node:
         self.volumes = FakeVolumes(root / "volumes")
         self.pods: dict[str, Json] = {}
         self.deleted: list[str] = []
-        self.paced: list[int] = []  # sandboxes made so far, at each pace before a new one
+        # (sandboxes made, containers started) so far, at each pace: before a new one of either
+        self.paced: list[tuple[int, int]] = []
         self.delete_error: Exception | None = None
         self.services: list[Json] | None = []
         self.supervisor = Supervisor(node=NODE)
@@ -361,7 +362,8 @@ class Node:
 
     @contextlib.contextmanager
     def _pace(self) -> Iterator[None]:
-        self.paced.append(len(self.runtime.operations("run_sandbox")))
+        made = self.runtime.operations
+        self.paced.append((len(made("run_sandbox")), len(made("start"))))
         yield
 
     def _wake(self, uid: str) -> None:

@@ -34,14 +34,14 @@ def test_a_pod_starts_and_is_told_running_and_ready(node: Node) -> None:
     assert node.syncer.start_duration.snapshot()
 
 
-def test_a_new_sandbox_is_made_only_after_the_pace_let_it(node: Node) -> None:
+def test_a_new_sandbox_or_container_start_comes_only_after_the_pace_let_it(node: Node) -> None:
     """The process's heartbeats first: the pace (it waits while Lease renewals lag) comes
-    before each sandbox is made, once per sandbox."""
+    before each sandbox is made and before each container starts, once for each."""
     first = node.add(pod_body("first"))
     node.sync_until_ready(first)
     second = node.add(pod_body("second"))
     node.sync_until_ready(second)
-    assert node.paced == [0, 1]
+    assert node.paced == [(0, 0), (1, 0), (1, 1), (2, 1)]
 
 
 def test_a_missing_image_is_pulled_off_the_worker_and_the_pull_wakes_the_pod(
