@@ -62,7 +62,9 @@ def _unscheduled(
     cluster: ApiUnderTest, name: str, spec: dict[str, Any]
 ) -> tuple[str, dict[str, Any]]:
     """Create pod `name` (labelled app=`name`) of `spec`, wait for the scheduler's
-    FailedScheduling: its message, and the pod, still bound to no node."""
+    FailedScheduling and its PodScheduled condition (the scheduler sends the event and patches
+    the pod's status apart, either first): the event's message, and the pod, still bound to
+    no node."""
     pod = {"metadata": {"name": name, "labels": {"app": name}}, "spec": spec}
     cluster.core.create_namespaced_pod(cluster.namespace, pod)
     failed: str = wait_for(
@@ -70,7 +72,13 @@ def _unscheduled(
         30,
         "the scheduler's FailedScheduling",
     )
-    [found] = _pods(cluster, f"app={name}")
+
+    def told() -> dict[str, Any] | None:
+        [found] = _pods(cluster, f"app={name}")
+        conditions = found["status"].get("conditions") or []
+        return found if any(c["type"] == "PodScheduled" for c in conditions) else None
+
+    found: dict[str, Any] = wait_for(told, 30, "the scheduler's PodScheduled condition")
     assert not found["spec"].get("nodeName")
     return failed, found
 
