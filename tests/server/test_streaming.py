@@ -15,6 +15,7 @@ import re
 import shutil
 import socket
 import subprocess
+import tempfile
 import time
 import urllib.error
 import urllib.request
@@ -138,13 +139,12 @@ def test_port_forward_reaches_the_pods_own_localhost(cluster: ApiUnderTest, node
 def test_port_forward_to_a_closed_port_says_why(cluster: ApiUnderTest, node: Node) -> None:
     running(cluster, "quiet", container(command=["sleep", "3600"]))
     forward = _port_forward(cluster, "quiet", "9999")
-    with forward as ports, pytest.raises((urllib.error.URLError, ConnectionError, OSError)):
-        _get(ports[0])
     # kubectl's words around the node's (the sandbox's id, as a CRI streaming server names it)
-    said = re.search(
-        r"error forwarding port 9999 to pod ([0-9a-f]{64}), uid : (.*)", forward.stderr
-    )
-    assert said is not None, forward.stderr
+    words = r"error forwarding port 9999 to pod ([0-9a-f]{64}), uid : (.*)"
+    with forward as ports:
+        with pytest.raises((urllib.error.URLError, ConnectionError, OSError)):
+            _get(ports[0])
+        said = wait_for(lambda: re.search(words, forward.stderr), 10, "kubectl's error line")
     assert "connection refused" in said.group(2).lower(), forward.stderr
 
 
@@ -192,9 +192,16 @@ class _port_forward:
         args = [str(KUBECTL), "--kubeconfig", cluster.kubeconfig, "-n", cluster.namespace,
                 "port-forward", "--address", "127.0.0.1", f"pod/{pod}",
                 *(f":{p}" for p in ports)]  # fmt: skip
-        self.process = subprocess.Popen(args, stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+        # stderr to a file the test can read while kubectl runs: its error for a connection
+        # comes after that connection failed here, on the error stream from the node.
+        self._err = tempfile.TemporaryFile()  # noqa: SIM115 (read after exit too; gone with self)
+        self.process = subprocess.Popen(args, stdout=subprocess.PIPE, stderr=self._err)
         self.wanted = ports
-        self.stderr = ""
+
+    @property
+    def stderr(self) -> str:
+        self._err.seek(0)
+        return self._err.read().decode(errors="replace")
 
     def __enter__(self) -> list[int]:
         assert self.process.stdout is not None
@@ -212,8 +219,7 @@ class _port_forward:
 
     def __exit__(self, *exc: object) -> None:
         self.process.terminate()
-        _, err = self.process.communicate(timeout=10)
-        self.stderr = err.decode(errors="replace")
+        self.process.communicate(timeout=10)
 
 
 @pytest.mark.through_api_server
