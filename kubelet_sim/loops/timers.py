@@ -147,7 +147,7 @@ class Timers:
         sliding: bool = True,
     ) -> Periodic:
         """Run `body` in `first_in` seconds, then `interval` (+ up to `jitter`) after each run
-        ended, or after each run started when not `sliding` (at once if that has passed)."""
+        ended, or after each run started when not `sliding` (after it ended if that passed)."""
         timer = Periodic(kind, node, interval, body, jitter, self, priority, sliding)
         with self._cond:
             self.lateness.setdefault(kind, Histogram(LATENESS_BUCKETS))
@@ -269,9 +269,11 @@ class Timers:
                     self._push(timer, self.clock.monotonic())
                 else:
                     spread = 1 + timer.jitter * self._rng.random()
-                    now = self.clock.monotonic()
+                    now, wait = self.clock.monotonic(), timer.interval * spread
                     since = now if timer.sliding else timer.started
-                    self._push(timer, max(now, since + timer.interval * spread))
+                    # a run longer than the interval (a renewal retrying) waits it out after
+                    # its end, as with sliding: no second renewal straight after the first
+                    self._push(timer, since + wait if since + wait > now else now + wait)
 
     def _takeable(self) -> bool:
         """Under the lock: an urgent task is due, or another and a thread may take it."""

@@ -45,6 +45,22 @@ def test_a_task_not_sliding_is_due_an_interval_after_its_last_start(timers: Time
     assert all(0.38 <= gap < 0.65 for gap in gaps), gaps  # sliding: 0.7 s each
 
 
+def test_a_task_not_sliding_that_ran_past_its_interval_waits_it_out_after_its_end(
+    timers: Timers,
+) -> None:
+    """A renewal that retried past its interval is not followed at once by another."""
+    starts: list[float] = []
+
+    def slower() -> None:
+        starts.append(time.monotonic())
+        time.sleep(0.4)
+
+    timers.every("lease", "n1", 0.2, slower, jitter=0.0, sliding=False)
+    wait_for(lambda: len(starts) >= 3, 5, "three runs")
+    gaps = [b - a for a, b in itertools.pairwise(starts)]
+    assert all(gap >= 0.58 for gap in gaps), gaps  # at once after the end: 0.4 s
+
+
 def test_wake_runs_a_task_before_its_interval(timers: Timers) -> None:
     runs: list[float] = []
     timer = timers.every("node-status", "n1", 60.0, lambda: runs.append(time.monotonic()))
