@@ -67,9 +67,9 @@ OutputOption = Annotated[
 ]
 
 
-def log_as_tool(output: OutputChoice) -> None:
-    """A tool's logging (watch, trace, compare): warnings only, on stderr, so its stdout is
-    its output; JSON when that is."""
+def log_as_tool(output: OutputChoice = OutputChoice.text) -> None:
+    """A tool's logging (watch, trace, compare, join-token, ui): warnings only, on stderr, so
+    its stdout is its output; JSON when that is."""
     configure_logging("json" if output is OutputChoice.json else "auto", "warning")
 
 

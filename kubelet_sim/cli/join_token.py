@@ -12,7 +12,6 @@ import typer
 from kubelet_sim.cli.common import (
     ContextOption,
     KubeconfigOption,
-    OutputChoice,
     fail,
     log_as_tool,
     typer_app,
@@ -35,7 +34,7 @@ def join_token(
     context: ContextOption = None,
     ttl: Annotated[str, typer.Option(help="How long the token is valid (a Go duration).")] = "24h",
 ) -> None:
-    log_as_tool(OutputChoice.text)  # warnings to stderr: stdout is the one line below
+    log_as_tool()  # warnings to stderr: stdout is the one line below
     try:
         seconds = parse_duration(ttl)
     except ValueError as exc:

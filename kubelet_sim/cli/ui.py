@@ -21,7 +21,6 @@ from kubelet_sim.cli.common import (
     ContextOption,
     JournalRootDirOption,
     KubeconfigOption,
-    OutputChoice,
     fail,
     log_as_tool,
     stop_on_signals,
@@ -144,7 +143,7 @@ def ui(
     address: UiAddress = DEFAULT_ADDRESS,
     port: UiPort = DEFAULT_PORT,
 ) -> None:
-    log_as_tool(OutputChoice.text)
+    log_as_tool()
     names = list(dict.fromkeys(node_name or []))
     engine: DockerEngine | None = None
     try:
